@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Configures and builds everything (library, sparse3d, CPU and GPU test executables) into
+# build/ (or $BUILD_DIR). Extra arguments go to cmake's configure step.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="/usr/local/cuda/bin:$PATH"
+BUILD_DIR=${BUILD_DIR:-build}
+gen=(); command -v ninja >/dev/null && gen=(-G Ninja)
+cmake -S . -B "$BUILD_DIR" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
+cmake --build "$BUILD_DIR" -j "${BUILD_JOBS:-$(nproc)}"

@@ -1,0 +1,22 @@
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <memory>
+
+#include "apps/commands.h"
+#include "contract/fingerprint.h"
+
+namespace s3d::apps {
+
+Command add_info(CLI::App& app) {
+  auto* sub = app.add_subcommand("info", "Print the environment fingerprint");
+  auto json = std::make_shared<bool>(false);
+  sub->add_flag("--json", *json, "Print it as JSON");
+  return [json]() {
+    contract::Fingerprint f = contract::environment_fingerprint();
+    std::fputs(*json ? (f.to_json().dump(2) + "\n").c_str() : f.to_text().c_str(), stdout);
+    return 0;
+  };
+}
+
+}  // namespace s3d::apps

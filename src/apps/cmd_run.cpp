@@ -1,0 +1,212 @@
+// sparse3d run: the full denoise loop for assets of a payload manifest.
+#include <CLI/CLI.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+
+#include "apps/commands.h"
+#include "core/allocator.h"
+#include "core/cuda_util.h"
+#include "core/error.h"
+#include "core/rng.h"
+#include "io/safetensors.h"
+#include "model/checkpoint.h"
+#include "model/params.h"
+#include "model/slat_flow.h"
+#include "payload/payload.h"
+#include "sampler/sampler.h"
+
+namespace s3d::apps {
+namespace {
+
+// The CPU backend is a correctness oracle, not a product path: beyond this size a run
+// would take hours, so it is refused with a pointer to what works.
+constexpr int64_t kCpuParameterLimit = 50'000'000;
+
+double gib(size_t bytes) { return bytes / (1024.0 * 1024.0 * 1024.0); }
+
+Device choose_device(const std::string& wanted) {
+  bool gpu = cuda_available();
+  if (wanted == "cuda") {
+    S3D_CHECK(gpu, "--device cuda: no usable CUDA device found");
+    return Device::CUDA;
+  }
+  if (wanted == "cpu") return Device::CPU;
+  if (!gpu) std::printf("no CUDA device found: running the CPU backend (a reference, slow)\n");
+  return gpu ? Device::CUDA : Device::CPU;
+}
+
+// Refuses, before the loop starts, a request whose activations cannot fit.
+void check_memory(const model::SLatFlowModel& m, const std::string& asset, int64_t tokens,
+                  int batch, int cond_tokens, bool batched_cfg, double cap_gib) {
+  if (m.device() != Device::CUDA) return;
+  const int64_t t_eff = batched_cfg ? 2 * tokens : tokens;
+  const int b_eff = batched_cfg ? 2 * batch : batch;
+  size_t need = m.activation_bytes(t_eff, b_eff, cond_tokens);
+  size_t free_b = 0, total_b = 0;
+  S3D_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  // Blocks the caching allocator holds count as free for this purpose.
+  AllocatorStats st = DeviceAllocator::instance().stats();
+  size_t available = free_b + (st.reserved_bytes - st.allocated_bytes);
+  if (cap_gib > 0) {
+    size_t cap = static_cast<size_t>(cap_gib * 1024 * 1024 * 1024);
+    size_t used = st.allocated_bytes;
+    available = std::min(available, cap > used ? cap - used : 0);
+  }
+  S3D_CHECK(need <= available, "asset ", asset, ": ", t_eff, " tokens",
+            batched_cfg ? " (both CFG branches batched)" : "", " need an estimated ", gib(need),
+            " GiB of device memory for activations, but only ", gib(available),
+            " GiB are available (weights hold ", gib(m.weight_bytes()),
+            " GiB); use fewer tokens", batched_cfg ? " or serial CFG" : "",
+            " (nothing was run)");
+}
+
+}  // namespace
+
+Command add_run(CLI::App& app) {
+  struct Args {
+    std::string checkpoint, manifest, out = "out/latents", device = "auto",
+                sampler = "protocol", cfg_mode = "serial";
+    std::vector<std::string> assets;
+    int steps = -1;
+    double rescale_t = NAN, cfg = NAN, rescale = NAN, max_mem_gib = 0;
+    std::vector<double> interval;
+    bool dump_first = false;
+  };
+  auto a = std::make_shared<Args>();
+  auto* sub = app.add_subcommand("run", "Denoise assets of a payload manifest");
+  sub->add_option("--checkpoint", a->checkpoint, "NAME.json (NAME.safetensors beside it)")
+      ->required();
+  sub->add_option("--manifest", a->manifest, "Payload manifest.json")->required();
+  sub->add_option("--asset", a->assets, "Asset name (repeatable; default: every asset)");
+  sub->add_option("--out", a->out, "Folder for <asset>.safetensors outputs")
+      ->capture_default_str();
+  sub->add_option("--device", a->device, "auto | cuda | cpu")
+      ->check(CLI::IsMember({"auto", "cuda", "cpu"}))
+      ->capture_default_str();
+  sub->add_option("--sampler", a->sampler,
+                  "protocol (15 steps, CFG 7.5 every step) or released (12 steps, interval "
+                  "[0.6, 1], rescale 0.5)")
+      ->check(CLI::IsMember({"protocol", "released"}))
+      ->capture_default_str();
+  sub->add_option("--steps", a->steps, "Euler steps (overrides the sampler preset)");
+  sub->add_option("--rescale-t", a->rescale_t, "Timestep rescale r");
+  sub->add_option("--cfg", a->cfg, "Guidance strength g (1 = no CFG)");
+  sub->add_option("--interval", a->interval, "Guidance interval LO HI")->expected(2);
+  sub->add_option("--guidance-rescale", a->rescale, "Guidance rescale rho in [0, 1]");
+  sub->add_option("--cfg-mode", a->cfg_mode, "serial (two forwards, as the original) or batched")
+      ->check(CLI::IsMember({"serial", "batched"}))
+      ->capture_default_str();
+  sub->add_flag("--dump-first-forward", a->dump_first,
+                "Also write x_T, v_cond, v_uncond of the first step");
+  sub->add_option("--max-device-memory", a->max_mem_gib,
+                  "Use at most this many GiB of device memory (0 = all)");
+
+  return [a]() {
+    sampler::SamplerOptions o = a->sampler == "released" ? sampler::SamplerOptions::released()
+                                                         : sampler::SamplerOptions::protocol();
+    if (a->steps != -1) o.steps = a->steps;
+    if (!std::isnan(a->rescale_t)) o.rescale_t = a->rescale_t;
+    if (!std::isnan(a->cfg)) o.guidance = a->cfg;
+    if (!std::isnan(a->rescale)) o.guidance_rescale = a->rescale;
+    if (a->interval.size() == 2) {
+      o.interval_lo = a->interval[0];
+      o.interval_hi = a->interval[1];
+    }
+    o.batched_cfg = a->cfg_mode == "batched";
+    o.validate();
+    S3D_CHECK(a->max_mem_gib >= 0, "--max-device-memory must be >= 0");
+
+    const Device device = choose_device(a->device);
+    cudaStream_t stream = nullptr;
+    if (device == Device::CUDA) {
+      S3D_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+      set_current_stream(stream);
+    }
+    model::ModelConfig cfg = model::read_config_file(a->checkpoint);
+    const int64_t params = model::parameter_count(cfg);
+    S3D_CHECK(device == Device::CUDA || params <= kCpuParameterLimit, "checkpoint ",
+              a->checkpoint, " has ", params,
+              " parameters: the CPU backend is a reference for small models (the tiny "
+              "preset); run this checkpoint on a GPU");
+    payload::Manifest manifest = payload::read_manifest(a->manifest);
+    S3D_CHECK(manifest.cond_channels == cfg.cond_channels, "manifest ", a->manifest,
+              " has conditions of ", manifest.cond_channels, " channels, but checkpoint ",
+              a->checkpoint, " expects ", cfg.cond_channels);
+    S3D_CHECK(manifest.concat_channels == cfg.in_channels - cfg.out_channels, "manifest ",
+              a->manifest, " has ", manifest.concat_channels,
+              " concat channels per token, but the checkpoint takes ", cfg.in_channels,
+              " input channels for ", cfg.out_channels, " latent channels");
+    std::vector<const payload::ManifestEntry*> todo;
+    for (const auto& name : a->assets) {
+      const payload::ManifestEntry* found = nullptr;
+      for (const auto& e : manifest.assets)
+        if (e.name == name) found = &e;
+      S3D_CHECK(found, "--asset ", name, ": no such asset in ", a->manifest);
+      todo.push_back(found);
+    }
+    if (a->assets.empty())
+      for (const auto& e : manifest.assets) todo.push_back(&e);
+
+    std::printf("loading %s (%lld parameters) on %s\n", a->checkpoint.c_str(),
+                static_cast<long long>(params), device_name(device));
+    model::SLatFlowModel m(model::load_checkpoint(a->checkpoint, device));
+    std::filesystem::create_directories(a->out);
+    std::printf("sampler: %d steps, rescale_t %g, cfg %g on t in [%g, %g], rescale %g, %s CFG\n",
+                o.steps, o.rescale_t, o.guidance, o.interval_lo, o.interval_hi,
+                o.guidance_rescale, a->cfg_mode.c_str());
+
+    int failures = 0;
+    for (const auto* e : todo) {
+      payload::Asset asset = payload::read_asset(manifest, *e);
+      const int64_t T = asset.coords.size(0);
+      check_memory(m, e->name, T, 1, manifest.cond_tokens, o.batched_cfg, a->max_mem_gib);
+      sampler::Inputs in;
+      in.coords = asset.coords;
+      in.batch = 1;
+      in.cond = asset.cond.reshape({1, asset.cond.size(0), asset.cond.size(1)});
+      in.noise = Tensor::empty({T, cfg.out_channels}, DType::F32, Device::CPU);
+      normal_fill(asset.noise_seed, 0, static_cast<uint64_t>(in.noise.numel()),
+                  in.noise.data_as<float>());
+      in.concat_cond = asset.concat_cond;
+      if (device == Device::CUDA) DeviceAllocator::instance().reset_peak();
+      reset_launch_counts();
+      sampler::Output out = sampler::sample(
+          m, in, o, a->dump_first, [&](const sampler::StepRecord& r) {
+            std::printf("[%s] step %2d/%d  t=%.4f -> %.4f  %s  elapsed %.3f s\n", e->name.c_str(),
+                        r.index + 1, r.total, r.t, r.t_prev, r.cfg ? "cfg " : "cond",
+                        r.elapsed_s);
+            std::fflush(stdout);
+          });
+      int64_t non_finite = 0;
+      for (float v : out.latent.to_floats()) non_finite += std::isfinite(v) ? 0 : 1;
+      std::vector<std::pair<std::string, Tensor>> tensors = {{"latent", out.latent},
+                                                             {"coords", asset.coords}};
+      if (a->dump_first) {
+        tensors.emplace_back("x_T", in.noise);
+        if (out.first_v_cond.defined()) tensors.emplace_back("v_cond", out.first_v_cond);
+        if (out.first_v_uncond.defined()) tensors.emplace_back("v_uncond", out.first_v_uncond);
+      }
+      const std::string path = (std::filesystem::path(a->out) / (e->name + ".safetensors")).string();
+      io::write_safetensors(path, tensors,
+                            {{"asset", e->name}, {"steps", std::to_string(o.steps)},
+                             {"cfg_mode", a->cfg_mode}});
+      LaunchCounts lc = launch_counts();
+      std::printf("[%s] %lld tokens: denoise loop %.3f s, %llu launches, peak device memory "
+                  "%.2f GiB, %lld non-finite outputs -> %s\n",
+                  e->name.c_str(), static_cast<long long>(T), out.loop_seconds,
+                  static_cast<unsigned long long>(lc.total),
+                  device == Device::CUDA
+                      ? gib(DeviceAllocator::instance().stats().peak_allocated_bytes)
+                      : 0.0,
+                  static_cast<long long>(non_finite), path.c_str());
+      if (non_finite) ++failures;
+    }
+    S3D_CHECK(failures == 0, failures, " asset(s) produced non-finite latents");
+    return 0;
+  };
+}
+
+}  // namespace s3d::apps

@@ -1,0 +1,21 @@
+// The sparse3d subcommands. Each registers its flags on a CLI11 subcommand and returns the
+// function that runs it; main.cpp wires them together and turns s3d::Error into one line
+// on stderr and exit code 1.
+#pragma once
+
+#include <functional>
+
+namespace CLI {
+class App;
+}
+
+namespace s3d::apps {
+
+using Command = std::function<int()>;
+
+Command add_info(CLI::App& app);
+Command add_make_checkpoint(CLI::App& app);
+Command add_make_payloads(CLI::App& app);
+Command add_run(CLI::App& app);
+
+}  // namespace s3d::apps

@@ -1,0 +1,35 @@
+// sparse3d: the command line of the engine.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <exception>
+#include <map>
+#include <string>
+
+#include "apps/commands.h"
+#include "core/error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"sparse3d: inference engine for sparse-voxel 3D flow transformers (TRELLIS.2)"};
+  app.require_subcommand(1);
+  std::map<std::string, s3d::apps::Command> commands;
+  commands["info"] = s3d::apps::add_info(app);
+  commands["make-checkpoint"] = s3d::apps::add_make_checkpoint(app);
+  commands["make-payloads"] = s3d::apps::add_make_payloads(app);
+  commands["run"] = s3d::apps::add_run(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    for (auto* sub : app.get_subcommands()) return commands.at(sub->get_name())();
+  } catch (const s3d::Error& e) {
+    std::fprintf(stderr, "sparse3d: error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "sparse3d: internal error: %s\n", e.what());
+    return 2;
+  }
+  return 0;
+}

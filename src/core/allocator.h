@@ -1,0 +1,45 @@
+// Caching device allocator with statistics, in the manner of PyTorch's: freed blocks go to
+// a free list and are reused by later requests on the same stream, so that a denoise loop
+// stops calling cudaMalloc after its first step. Peak bytes are what `run` and `bench`
+// report. The cache can be switched off (SPARSE3D_NO_CACHING=1 or set_caching(false)) so
+// that compute-sanitizer sees every allocation's true bounds.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace s3d {
+
+struct AllocatorStats {
+  size_t allocated_bytes = 0;       // handed out and not yet released
+  size_t peak_allocated_bytes = 0;  // since the last reset_peak()
+  size_t reserved_bytes = 0;        // held from the driver (allocated + cached)
+  uint64_t driver_allocations = 0;  // cudaMalloc calls so far
+};
+
+class DeviceAllocator {
+ public:
+  static DeviceAllocator& instance();
+
+  // Throws s3d::Error naming the request and the memory state when the device is full.
+  void* allocate(size_t bytes);
+  void release(void* ptr, size_t bytes);
+
+  AllocatorStats stats() const;
+  void reset_peak();
+  void set_caching(bool enabled);
+  bool caching() const;
+  // Returns every cached block to the driver.
+  void empty_cache();
+
+ private:
+  DeviceAllocator();
+  struct Impl;
+  Impl* impl_;
+};
+
+// Host allocations (64-byte aligned) for CPU tensors.
+void* host_allocate(size_t bytes);
+void host_release(void* ptr);
+
+}  // namespace s3d

@@ -1,0 +1,52 @@
+// CUDA plumbing shared by every layer: error checks that throw s3d::Error, the engine's
+// current stream, device discovery, and the launch counter that `bench` and `profile` read.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "core/error.h"
+
+#define S3D_CUDA_CHECK(expr)                                                         \
+  do {                                                                               \
+    cudaError_t s3d_err_ = (expr);                                                   \
+    if (s3d_err_ != cudaSuccess)                                                     \
+      ::s3d::fail("CUDA error ", cudaGetErrorName(s3d_err_), " (",                   \
+                  cudaGetErrorString(s3d_err_), ") in ", #expr, " at ", __FILE__, ":", \
+                  __LINE__);                                                         \
+  } while (0)
+
+namespace s3d {
+
+// True when a CUDA device is present and usable; never throws.
+bool cuda_available();
+
+// The stream every engine kernel and library call runs on. Default: the legacy stream 0.
+cudaStream_t current_stream();
+void set_current_stream(cudaStream_t stream);
+
+// Blocks the host until the current stream is done (for tests, timing and output only).
+void synchronize();
+
+// Every kernel launch goes through here after the <<<>>> call: checks the launch error
+// and counts it under `op` (a string literal naming the op, e.g. "layer_norm").
+void after_launch(const char* op);
+
+struct LaunchCounts {
+  uint64_t total = 0;
+  std::map<std::string, uint64_t> by_op;
+};
+LaunchCounts launch_counts();
+void reset_launch_counts();
+// Library calls (cuBLASLt, cuDNN) are counted too, under their own names.
+void count_library_call(const char* op);
+
+// Grid size for a 1-D launch over n items with `block` threads each.
+inline unsigned grid_for(int64_t n, int block) {
+  return static_cast<unsigned>((n + block - 1) / block);
+}
+
+}  // namespace s3d

@@ -1,0 +1,21 @@
+// Linear layers through cuBLASLt (GPU) or a plain loop (CPU): y = x W^T + b for
+// x [M, K], W [N, K] (PyTorch's weight layout), b [N], y [M, N]. All bf16 (fp32
+// accumulation, bias added in fp32 in the epilogue, one rounding at the store, as
+// PyTorch's addmm) or all f32 (fp32 math, no TF32, as PyTorch's default). Algorithms are
+// chosen once per (M, N, K, dtype, epilogue) and cached; the workspace is preallocated.
+#pragma once
+
+#include "core/tensor.h"
+
+namespace s3d::gemm {
+
+enum class Epilogue { None, Bias, BiasGelu };
+
+// bias may be null (then the epilogue must be None). M may be 0.
+void linear(const Tensor& x, const Tensor& weight, const Tensor* bias, Tensor& y,
+            Epilogue epilogue = Epilogue::Bias);
+
+// The cuBLASLt version string ("13.1.0"), or "none" without a GPU.
+std::string cublaslt_version();
+
+}  // namespace s3d::gemm

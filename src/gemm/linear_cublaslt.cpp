@@ -1,0 +1,184 @@
+// cuBLASLt for gemm::linear. Row-major y[M,N] = x[M,K] W[N,K]^T is computed as the
+// column-major product y^T[N,M] = op(A) B with A = W seen column-major as [K,N] (op = T) and
+// B = x seen column-major as [K,M] (op = N); the bias (length N = rows of y^T) is then the
+// per-row bias of cuBLASLt's epilogue, added in fp32 before the single rounding at the store.
+//
+// Descriptors, layouts and the heuristic's algorithm are made once per key (shape, dtype,
+// epilogue, pointer alignment) and kept for the life of the process; a call then only sets
+// the bias pointer and launches, with no host synchronisation.
+#include "gemm/linear_cublaslt.h"
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <tuple>
+
+#include "core/allocator.h"
+#include "core/cuda_util.h"
+#include "core/error.h"
+#include "gemm/linear.h"
+
+namespace s3d::gemm {
+namespace {
+
+constexpr size_t kWorkspaceBytes = 32u << 20;
+
+void check_lt(cublasStatus_t status, const char* call, const std::string& context) {
+  if (status != CUBLAS_STATUS_SUCCESS)
+    fail("cuBLASLt ", call, " failed with ", cublasLtGetStatusName(status), " (",
+         cublasLtGetStatusString(status), ") for ", context);
+}
+
+// The largest power of two (up to cuBLASLt's default requirement of 256) dividing the address.
+// Algorithms are chosen for the alignment actually seen, so row views at odd offsets still run.
+uint32_t alignment_of(const void* p) {
+  auto a = reinterpret_cast<uintptr_t>(p);
+  uint32_t align = 256;
+  while (align > 1 && a % align != 0) align /= 2;
+  return align;
+}
+
+struct PlanKey {
+  int device;
+  int64_t m, n, k;
+  DType dtype;
+  Epilogue epilogue;
+  uint32_t align_x, align_w, align_y;
+  auto tie() const { return std::tie(device, m, n, k, dtype, epilogue, align_x, align_w, align_y); }
+  bool operator<(const PlanKey& o) const { return tie() < o.tie(); }
+};
+
+struct Plan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+};
+
+struct DeviceState {
+  cublasLtHandle_t handle = nullptr;
+  void* workspace = nullptr;
+  std::map<PlanKey, Plan> plans;
+};
+
+DeviceState& device_state(int device) {
+  // Never destroyed: handles and plans live as long as the process (like the allocator).
+  static auto* states = new std::map<int, DeviceState>();
+  DeviceState& s = (*states)[device];
+  if (s.handle == nullptr) {
+    check_lt(cublasLtCreate(&s.handle), "cublasLtCreate", cat("device ", device));
+    s.workspace = DeviceAllocator::instance().allocate(kWorkspaceBytes);
+  }
+  return s;
+}
+
+const char* epilogue_name(Epilogue e) {
+  switch (e) {
+    case Epilogue::None: return "none";
+    case Epilogue::Bias: return "bias";
+    case Epilogue::BiasGelu: return "bias+gelu";
+  }
+  return "?";
+}
+
+template <class T>
+void set_desc(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr, const T& value,
+              const std::string& context) {
+  check_lt(cublasLtMatmulDescSetAttribute(desc, attr, &value, sizeof value),
+           "cublasLtMatmulDescSetAttribute", context);
+}
+
+Plan make_plan(cublasLtHandle_t handle, const PlanKey& key, const std::string& context) {
+  const cudaDataType_t type = key.dtype == DType::BF16 ? CUDA_R_16BF : CUDA_R_32F;
+  Plan p;
+  // fp32 accumulation and fp32 alpha/beta for both dtypes; COMPUTE_32F never uses TF32.
+  check_lt(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F),
+           "cublasLtMatmulDescCreate", context);
+  set_desc(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, static_cast<int32_t>(CUBLAS_OP_T), context);
+  set_desc(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, static_cast<int32_t>(CUBLAS_OP_N), context);
+  cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_DEFAULT;
+  if (key.epilogue == Epilogue::Bias) epi = CUBLASLT_EPILOGUE_BIAS;
+  if (key.epilogue == Epilogue::BiasGelu) epi = CUBLASLT_EPILOGUE_GELU_BIAS;
+  set_desc(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, epi, context);
+  if (key.epilogue != Epilogue::None)
+    set_desc(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, static_cast<int32_t>(type), context);
+
+  check_lt(cublasLtMatrixLayoutCreate(&p.a, type, key.k, key.n, key.k), "layout(A = W)", context);
+  check_lt(cublasLtMatrixLayoutCreate(&p.b, type, key.k, key.m, key.k), "layout(B = x)", context);
+  check_lt(cublasLtMatrixLayoutCreate(&p.d, type, key.n, key.m, key.n), "layout(D = y)", context);
+
+  cublasLtMatmulPreference_t pref = nullptr;
+  check_lt(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate", context);
+  auto set_pref = [&](cublasLtMatmulPreferenceAttributes_t attr, auto value) {
+    check_lt(cublasLtMatmulPreferenceSetAttribute(pref, attr, &value, sizeof value),
+             "cublasLtMatmulPreferenceSetAttribute", context);
+  };
+  set_pref(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, static_cast<uint64_t>(kWorkspaceBytes));
+  set_pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.align_w);
+  set_pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align_x);
+  set_pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_y);
+  set_pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_y);
+
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  cublasStatus_t st =
+      cublasLtMatmulAlgoGetHeuristic(handle, p.desc, p.a, p.b, p.d, p.d, pref, 1, &result, &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  check_lt(st, "cublasLtMatmulAlgoGetHeuristic", context);
+  S3D_CHECK(found > 0, "cuBLASLt has no algorithm for ", context);
+  p.algo = result.algo;
+  return p;
+}
+
+}  // namespace
+
+namespace detail {
+
+void linear_cublaslt(const Tensor& x, const Tensor& weight, const Tensor* bias, Tensor& y,
+                     Epilogue epilogue) {
+  int device = 0;
+  S3D_CUDA_CHECK(cudaGetDevice(&device));
+  DeviceState& s = device_state(device);
+  PlanKey key{device,
+              x.size(0),
+              weight.size(0),
+              x.size(1),
+              x.dtype(),
+              epilogue,
+              alignment_of(x.data()),
+              alignment_of(weight.data()),
+              alignment_of(y.data())};
+  auto context = [&] {
+    return cat("linear ", dtype_name(key.dtype), " M=", key.m, " N=", key.n, " K=", key.k,
+               " epilogue ", epilogue_name(epilogue), " (alignment x ", key.align_x, ", W ",
+               key.align_w, ", y ", key.align_y, " bytes)");
+  };
+  auto it = s.plans.find(key);
+  if (it == s.plans.end()) it = s.plans.emplace(key, make_plan(s.handle, key, context())).first;
+  const Plan& p = it->second;
+
+  if (bias != nullptr) {
+    const void* bias_ptr = bias->data();
+    check_lt(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_ptr,
+                                            sizeof bias_ptr),
+             "cublasLtMatmulDescSetAttribute(BIAS_POINTER)", context());
+  }
+  const float alpha = 1.0f, beta = 0.0f;
+  cublasStatus_t st =
+      cublasLtMatmul(s.handle, p.desc, &alpha, weight.data(), p.a, x.data(), p.b, &beta, y.data(),
+                     p.d, y.data(), p.d, &p.algo, s.workspace, kWorkspaceBytes, current_stream());
+  if (st != CUBLAS_STATUS_SUCCESS) check_lt(st, "cublasLtMatmul", context());
+  count_library_call("gemm");
+}
+
+}  // namespace detail
+
+std::string cublaslt_version() {
+  if (!cuda_available()) return "none";
+  const size_t v = cublasLtGetVersion();  // major * 10000 + minor * 100 + patch
+  return cat(v / 10000, ".", (v / 100) % 100, ".", v % 100);
+}
+
+}  // namespace s3d::gemm

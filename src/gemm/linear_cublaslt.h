@@ -1,0 +1,13 @@
+// Internal: the cuBLASLt side of gemm::linear. Inputs are already validated by linear.cpp
+// (dtypes, shapes, devices, M > 0), so this file only plans and launches.
+#pragma once
+
+#include "core/tensor.h"
+#include "gemm/linear.h"
+
+namespace s3d::gemm::detail {
+
+void linear_cublaslt(const Tensor& x, const Tensor& weight, const Tensor* bias, Tensor& y,
+                     Epilogue epilogue);
+
+}  // namespace s3d::gemm::detail

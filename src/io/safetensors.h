@@ -1,0 +1,58 @@
+// safetensors reading and writing. The header is validated completely before any tensor
+// memory is allocated (RELIABILITY.md lists every check); an invalid file gives one
+// s3d::Error that names the file and the problem.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace s3d::io {
+
+struct TensorEntry {
+  std::string name;
+  std::string dtype;      // as in the header: "BF16", "F16", "F32", "I32", ...
+  Shape shape;
+  uint64_t begin = 0;     // byte offsets relative to the start of the data section
+  uint64_t end = 0;
+};
+
+class SafetensorsFile {
+ public:
+  // Reads and validates the header; keeps the path for later reads. Throws s3d::Error.
+  // Errors start with "safetensors file PATH"; the second form names the file as `what`
+  // instead ("checkpoint foo.safetensors", "payload a03.safetensors").
+  static SafetensorsFile open(const std::string& path);
+  static SafetensorsFile open(const std::string& path, const std::string& what);
+
+  const std::string& path() const { return path_; }
+  const std::vector<TensorEntry>& entries() const { return entries_; }  // in offset order
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  // nullptr when absent.
+  const TensorEntry* find(const std::string& name) const;
+
+  // Reads one tensor into host memory converted to `as`: BF16/F16/F32 files load as bf16 or
+  // f32 (bf16 -> f32 exact, f32 -> bf16 rounds to nearest even); I32 loads only as i32.
+  Tensor load(const std::string& name, DType as) const;
+
+ private:
+  std::string path_;
+  std::string what_;  // how errors name the file
+  uint64_t data_start_ = 0;
+  std::vector<TensorEntry> entries_;
+  std::map<std::string, std::string> metadata_;
+};
+
+// Writes tensors (any device; copied to the host) contiguously, with optional string
+// metadata. The header is padded with spaces so the data section starts 8-byte aligned; the
+// data keeps the given order except that 4-byte dtypes come before 2-byte ones, so every
+// tensor is aligned to its dtype size (which the reader requires).
+void write_safetensors(const std::string& path,
+                       const std::vector<std::pair<std::string, Tensor>>& tensors,
+                       const std::map<std::string, std::string>& metadata = {});
+
+}  // namespace s3d::io

@@ -1,0 +1,106 @@
+#include "model/checkpoint.h"
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
+#include "core/rng.h"
+#include "io/safetensors.h"
+#include "model/params.h"
+
+namespace s3d::model {
+namespace {
+
+std::string safetensors_path_for(const std::string& json_path) {
+  std::filesystem::path p(json_path);
+  S3D_CHECK(p.extension() == ".json", "checkpoint ", json_path,
+            ": expected the NAME.json config path (NAME.safetensors beside it)");
+  return p.replace_extension(".safetensors").string();
+}
+
+uint64_t fnv1a(const void* data, size_t n, uint64_t h) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
+  return h;
+}
+
+uint64_t name_seed(uint64_t seed, const std::string& name) {
+  return splitmix64(fnv1a(name.data(), name.size(), 0xcbf29ce484222325ull) ^ seed);
+}
+
+}  // namespace
+
+Checkpoint load_checkpoint(const std::string& json_path, Device device) {
+  Checkpoint ck;
+  ck.path = json_path;
+  ck.config = read_config_file(json_path);
+  const std::string st_path = safetensors_path_for(json_path);
+  io::SafetensorsFile file = io::SafetensorsFile::open(st_path);
+
+  // Strict key and shape check before any tensor is read.
+  std::vector<ParamSpec> specs = param_specs(ck.config);
+  std::map<std::string, const ParamSpec*> expected;
+  for (const auto& s : specs) expected[s.name] = &s;
+  std::ostringstream problems;
+  int n_problems = 0;
+  for (const auto& s : specs) {
+    const io::TensorEntry* e = file.find(s.name);
+    if (e == nullptr) {
+      problems << "\n  missing: " << s.name << " " << shape_str(s.shape);
+      ++n_problems;
+    } else if (e->shape != s.shape) {
+      problems << "\n  wrong shape: " << s.name << " is " << shape_str(e->shape)
+               << ", the config needs " << shape_str(s.shape);
+      ++n_problems;
+    } else if (e->dtype != "BF16" && e->dtype != "F16" && e->dtype != "F32") {
+      problems << "\n  wrong dtype: " << s.name << " is " << e->dtype
+               << ", expected BF16, F16 or F32";
+      ++n_problems;
+    }
+  }
+  for (const auto& e : file.entries()) {
+    if (!expected.count(e.name)) {
+      problems << "\n  unexpected: " << e.name << " " << shape_str(e.shape);
+      ++n_problems;
+    }
+  }
+  S3D_CHECK(n_problems == 0, "checkpoint ", st_path, " does not match its config ", json_path,
+            " (", n_problems, " problem", n_problems == 1 ? "" : "s", "):", problems.str());
+
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (const auto& s : specs) {
+    Tensor host = file.load(s.name, s.runtime_dtype);
+    h = fnv1a(s.name.data(), s.name.size(), h);
+    h = fnv1a(host.data(), host.nbytes(), h);
+    ck.tensors[s.name] = device == Device::CPU ? host : host.to(device);
+  }
+  ck.version = h;
+  return ck;
+}
+
+void make_checkpoint(const ModelConfig& config, uint64_t seed, const std::string& out_prefix,
+                     DType dtype) {
+  S3D_CHECK(dtype == DType::BF16 || dtype == DType::F32,
+            "make-checkpoint: dtype must be bf16 or f32, got ", dtype_name(dtype));
+  std::filesystem::path prefix(out_prefix);
+  if (prefix.has_parent_path()) std::filesystem::create_directories(prefix.parent_path());
+
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  for (const auto& s : param_specs(config)) {
+    int64_t n = shape_numel(s.shape);
+    std::vector<float> v(static_cast<size_t>(n));
+    normal_fill(name_seed(seed, s.name), 0, static_cast<uint64_t>(n), v.data());
+    for (float& x : v) x = s.init.mean + s.init.std * x;
+    tensors.emplace_back(s.name, Tensor::from_floats(v, s.shape, dtype));
+  }
+  io::write_safetensors(out_prefix + ".safetensors", tensors,
+                        {{"format", "pt"}, {"generator", "sparse3d make-checkpoint"},
+                         {"seed", std::to_string(seed)}});
+  std::ofstream js(out_prefix + ".json");
+  S3D_CHECK(js.good(), "make-checkpoint: cannot write ", out_prefix, ".json");
+  js << config_to_json(config).dump(2) << "\n";
+  S3D_CHECK(js.good(), "make-checkpoint: writing ", out_prefix, ".json failed");
+}
+
+}  // namespace s3d::model

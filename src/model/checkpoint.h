@@ -1,0 +1,30 @@
+// Checkpoints in the released TRELLIS.2 format: NAME.json (config) + NAME.safetensors.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "core/tensor.h"
+#include "model/config.h"
+
+namespace s3d::model {
+
+struct Checkpoint {
+  ModelConfig config;
+  std::map<std::string, Tensor> tensors;  // by checkpoint name, run-time dtype, on `device`
+  std::string path;                       // the .json it was read from
+  uint64_t version = 0;  // content hash of the tensors read (a reload of other weights changes it)
+};
+
+// NAME.json -> NAME.safetensors beside it. Keys are checked strictly against param_specs:
+// one error lists every missing, unexpected and mis-shaped tensor. bf16, f16 and f32
+// files load; each tensor is converted to its run-time dtype and moved to `device`.
+Checkpoint load_checkpoint(const std::string& json_path, Device device);
+
+// Writes OUT.json and OUT.safetensors with deterministic synthetic weights (params.h),
+// stored as `dtype` (bf16 like the released files, or f32).
+void make_checkpoint(const ModelConfig& config, uint64_t seed, const std::string& out_prefix,
+                     DType dtype);
+
+}  // namespace s3d::model

@@ -1,0 +1,307 @@
+#include "model/slat_flow.h"
+
+#include <cmath>
+
+#include "core/error.h"
+#include "gemm/linear.h"
+#include "kernels/elementwise.h"
+#include "kernels/embedding.h"
+#include "kernels/layernorm.h"
+#include "kernels/qk_norm_rope.h"
+#include "payload/payload.h"
+
+namespace s3d::model {
+namespace {
+
+using gemm::Epilogue;
+
+constexpr float kBlockNormEps = 1e-6f;  // LayerNorm32 inside blocks
+constexpr float kOutNormEps = 1e-5f;    // F.layer_norm default before out_layer
+
+}  // namespace
+
+SLatFlowModel::SLatFlowModel(Checkpoint checkpoint) : ck_(std::move(checkpoint)) {
+  S3D_CHECK(!ck_.tensors.empty(), "SLatFlowModel: checkpoint ", ck_.path, " holds no tensors");
+  device_ = ck_.tensors.begin()->second.device();
+}
+
+const Tensor& SLatFlowModel::w(const std::string& name) const {
+  auto it = ck_.tensors.find(name);
+  S3D_CHECK(it != ck_.tensors.end(), "SLatFlowModel: parameter ", name, " is not loaded");
+  return it->second;
+}
+
+Request SLatFlowModel::prepare(const Tensor& coords, int batch, int cond_tokens,
+                               const Tensor& concat_cond) const {
+  const ModelConfig& c = config();
+  S3D_CHECK(batch >= 1, "request: needs at least one asset, got ", batch);
+  S3D_CHECK(cond_tokens >= 1, "request: the condition needs at least one token, got ",
+            cond_tokens);
+  check_tensor(coords, "request coords", DType::I32, {-1, 4});
+  S3D_CHECK(coords.device() == Device::CPU, "request coords must be on the host");
+  payload::validate_packed_coords(coords, batch, c.resolution, "request coords");
+
+  Request r;
+  r.batch = batch;
+  r.tokens = coords.size(0);
+  r.cond_tokens = cond_tokens;
+  const int32_t* p = coords.data_as<int32_t>();
+  std::vector<int32_t> lengths(batch, 0), bidx(static_cast<size_t>(r.tokens));
+  for (int64_t t = 0; t < r.tokens; ++t) {
+    bidx[t] = p[4 * t];
+    ++lengths[p[4 * t]];
+  }
+  std::vector<int32_t> offsets(batch + 1, 0);
+  for (int b = 0; b < batch; ++b) offsets[b + 1] = offsets[b] + lengths[b];
+
+  r.coords = coords.to(device_);
+  r.batch_index = Tensor::from_ints(bidx, {r.tokens}).to(device_);
+  r.token_offsets = Tensor::from_ints(offsets, {batch + 1}).to(device_);
+  r.tokens_layout = attention::make_seq_layout(lengths, device_);
+  r.cond_layout = attention::make_seq_layout(std::vector<int32_t>(batch, cond_tokens), device_);
+
+  if (c.pe_mode == "rope") {
+    const int half = c.head_dim() / 2;
+    r.rope_cos = Tensor::empty({r.tokens, half}, DType::F32, device_);
+    r.rope_sin = Tensor::empty({r.tokens, half}, DType::F32, device_);
+    kernels::rope_phases(r.coords, c.head_dim(), static_cast<float>(c.rope_freq0),
+                         static_cast<float>(c.rope_theta), r.rope_cos, r.rope_sin);
+  }
+  const int concat_channels = c.in_channels - c.out_channels;
+  if (concat_channels > 0) {
+    check_tensor(concat_cond, "request concat_cond (texture model shape latent)", DType::F32,
+                 {r.tokens, concat_channels});
+    r.concat_cond = concat_cond.to(device_);
+  } else {
+    S3D_CHECK(!concat_cond.defined(), "request: concat_cond given, but the model takes ",
+              c.in_channels, " input channels = its ", c.out_channels, " output channels");
+  }
+  return r;
+}
+
+Tensor SLatFlowModel::forward(const Request& req, const Tensor& x, const Tensor& t1000,
+                              const Tensor& cond) const {
+  const ModelConfig& c = config();
+  const int64_t T = req.tokens, C = c.model_channels;
+  const int B = req.batch;
+  check_tensor(x, "forward x", DType::F32, {T, c.out_channels});
+  check_tensor(t1000, "forward t", DType::F32, {B});
+  check_tensor(cond, "forward cond", DType::BF16, {B, req.cond_tokens, c.cond_channels});
+  const Device dev = device_;
+
+  // Input layer in fp32, then cast to bf16 (manual_cast in the original).
+  Tensor feats = x;
+  if (req.concat_cond.defined()) {
+    feats = Tensor::empty({T, c.in_channels}, DType::F32, dev);
+    RowView left = RowView::columns(feats, 0, c.out_channels);
+    RowView right = RowView::columns(feats, c.out_channels, c.in_channels - c.out_channels);
+    kernels::copy_rows(RowView::of(x), left);
+    kernels::copy_rows(RowView::of(req.concat_cond), right);
+  }
+  Tensor h32 = Tensor::empty({T, C}, DType::F32, dev);
+  gemm::linear(feats, w("input_layer.weight"), &w("input_layer.bias"), h32);
+  Tensor h = Tensor::empty({T, C}, DType::BF16, dev);
+  kernels::cast(h32, h);
+  h32 = Tensor();
+  if (c.pe_mode == "ape") {
+    Tensor pe32 = Tensor::empty({T, C}, DType::F32, dev);
+    kernels::ape_embedding(req.coords, pe32);
+    Tensor pe = Tensor::empty({T, C}, DType::BF16, dev);
+    kernels::cast(pe32, pe);
+    Tensor sum = Tensor::empty({T, C}, DType::BF16, dev);
+    kernels::add(h, pe, sum);
+    h = sum;
+  }
+
+  // Timestep embedding and shared modulation, fp32, [B, ...].
+  Tensor freq = Tensor::empty({B, 256}, DType::F32, dev);
+  kernels::timestep_embedding(t1000, freq);
+  Tensor a = Tensor::empty({B, C}, DType::F32, dev);
+  gemm::linear(freq, w("t_embedder.mlp.0.weight"), &w("t_embedder.mlp.0.bias"), a);
+  Tensor a_act = Tensor::empty({B, C}, DType::F32, dev);
+  kernels::silu(a, a_act);
+  Tensor t_emb = Tensor::empty({B, C}, DType::F32, dev);
+  gemm::linear(a_act, w("t_embedder.mlp.2.weight"), &w("t_embedder.mlp.2.bias"), t_emb);
+
+  Tensor mod_shared, t_emb_bf16;
+  if (c.share_mod) {
+    Tensor s = Tensor::empty({B, C}, DType::F32, dev);
+    kernels::silu(t_emb, s);
+    Tensor m32 = Tensor::empty({B, 6 * C}, DType::F32, dev);
+    gemm::linear(s, w("adaLN_modulation.1.weight"), &w("adaLN_modulation.1.bias"), m32);
+    mod_shared = Tensor::empty({B, 6 * C}, DType::BF16, dev);
+    kernels::cast(m32, mod_shared);
+  } else {
+    t_emb_bf16 = Tensor::empty({B, C}, DType::BF16, dev);
+    kernels::cast(t_emb, t_emb_bf16);
+  }
+
+  const Tensor cond2d = cond.reshape({B * static_cast<int64_t>(req.cond_tokens), c.cond_channels});
+  for (int i = 0; i < c.num_blocks; ++i) h = block(i, req, h, mod_shared, t_emb_bf16, cond2d);
+
+  // Output: fp32 LayerNorm (eps 1e-5, no affine) and the fp32 out_layer.
+  Tensor o32 = Tensor::empty({T, C}, DType::F32, dev);
+  kernels::cast(h, o32);
+  Tensor on = Tensor::empty({T, C}, DType::F32, dev);
+  kernels::layer_norm(o32, nullptr, nullptr, kOutNormEps, on);
+  Tensor v = Tensor::empty({T, c.out_channels}, DType::F32, dev);
+  gemm::linear(on, w("out_layer.weight"), &w("out_layer.bias"), v);
+  return v;
+}
+
+Tensor SLatFlowModel::block(int i, const Request& req, const Tensor& x_in,
+                            const Tensor& mod_shared, const Tensor& t_emb_bf16,
+                            const Tensor& cond2d) const {
+  const ModelConfig& c = config();
+  const int64_t T = req.tokens, C = c.model_channels, H = c.num_heads, D = c.head_dim();
+  const int B = req.batch;
+  const Device dev = device_;
+  const std::string p = "blocks." + std::to_string(i) + ".";
+  auto bf16 = [&](Shape s) { return Tensor::empty(s, DType::BF16, dev); };
+
+  // mod = (block.modulation + m).to(bf16), or the block's own adaLN on SiLU(t_emb).
+  Tensor mod = bf16({B, 6 * C});
+  if (c.share_mod) {
+    Tensor sum32 = Tensor::empty({B, 6 * C}, DType::F32, dev);
+    kernels::add(mod_shared, w(p + "modulation"), sum32);
+    kernels::cast(sum32, mod);
+  } else {
+    Tensor s = bf16({B, C});
+    kernels::silu(t_emb_bf16, s);
+    gemm::linear(s, w(p + "adaLN_modulation.1.weight"), &w(p + "adaLN_modulation.1.bias"), mod);
+  }
+  auto chunk = [&](int k) { return RowView::columns(mod, k * C, C); };
+  enum { kShiftMsa, kScaleMsa, kGateMsa, kShiftMlp, kScaleMlp, kGateMlp };
+
+  // h * (1 + scale[batch]) + shift[batch], as the eager ops: every step materialised.
+  auto modulate = [&](const Tensor& hn, int shift_k, int scale_k) {
+    Tensor one_plus = bf16({B, C});
+    kernels::add_scalar(chunk(scale_k), 1.0f, one_plus);
+    Tensor g = bf16({T, C});
+    kernels::gather_rows(RowView::of(one_plus), req.batch_index, g);
+    Tensor scaled = bf16({T, C});
+    kernels::mul(hn, g, scaled);
+    kernels::gather_rows(chunk(shift_k), req.batch_index, g);
+    Tensor out = bf16({T, C});
+    kernels::add(scaled, g, out);
+    return out;
+  };
+  // x + h * gate[batch]
+  auto gated_residual = [&](const Tensor& x, const Tensor& hb, int gate_k) {
+    Tensor g = bf16({T, C});
+    kernels::gather_rows(chunk(gate_k), req.batch_index, g);
+    Tensor gh = bf16({T, C});
+    kernels::mul(hb, g, gh);
+    Tensor out = bf16({T, C});
+    kernels::add(x, gh, out);
+    return out;
+  };
+  auto linear = [&](const Tensor& in, const std::string& name, int64_t out_features) {
+    Tensor y = bf16({in.size(0), out_features});
+    gemm::linear(in, w(name + ".weight"), &w(name + ".bias"), y);
+    return y;
+  };
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
+
+  // Self-attention branch.
+  Tensor x = x_in;
+  Tensor hn = bf16({T, C});
+  kernels::layer_norm(x, nullptr, nullptr, kBlockNormEps, hn);
+  Tensor hm = modulate(hn, kShiftMsa, kScaleMsa);
+  Tensor qkv = linear(hm, p + "self_attn.to_qkv", 3 * C);
+  const RowView q_view{qkv, 0, T, C, 3 * C}, k_view{qkv, C, T, C, 3 * C},
+      v_view{qkv, 2 * C, T, C, 3 * C};
+  Tensor attn_in = qkv;
+  const bool rope = c.pe_mode == "rope";
+  if (c.qk_rms_norm || rope) {
+    // unbind -> RMSNorm (bf16 out) -> RoPE (bf16 out) -> torch.stack, as the original.
+    auto prep = [&](const RowView& view, const char* gamma) {
+      Tensor t = bf16({T, H, D});
+      if (c.qk_rms_norm) {
+        kernels::head_rmsnorm(view, w(p + gamma), static_cast<int>(H), static_cast<int>(D), t);
+      } else {
+        RowView dst = RowView::of(t.reshape({T, C}));
+        kernels::copy_rows(view, dst);
+      }
+      if (!rope) return t;
+      Tensor r = bf16({T, H, D});
+      kernels::rope_apply(t, req.rope_cos, req.rope_sin, r);
+      return r;
+    };
+    Tensor qn = prep(q_view, "self_attn.q_rms_norm.gamma");
+    Tensor kn = prep(k_view, "self_attn.k_rms_norm.gamma");
+    attn_in = bf16({T, 3 * C});
+    RowView dq = RowView::columns(attn_in, 0, C), dk = RowView::columns(attn_in, C, C),
+            dv = RowView::columns(attn_in, 2 * C, C);
+    kernels::copy_rows(RowView::of(qn.reshape({T, C})), dq);
+    kernels::copy_rows(RowView::of(kn.reshape({T, C})), dk);
+    kernels::copy_rows(v_view, dv);
+  }
+  Tensor attn = bf16({T, C});
+  attention::sdpa_varlen(RowView{attn_in, 0, T, C, 3 * C}, req.tokens_layout,
+                         RowView{attn_in, C, T, C, 3 * C}, RowView{attn_in, 2 * C, T, C, 3 * C},
+                         req.tokens_layout, static_cast<int>(H), static_cast<int>(D), scale,
+                         attn);
+  Tensor sa = linear(attn, p + "self_attn.to_out", C);
+  x = gated_residual(x, sa, kGateMsa);
+
+  // Cross-attention branch: no modulation, no gate.
+  kernels::layer_norm(x, &w(p + "norm2.weight"), &w(p + "norm2.bias"), kBlockNormEps, hn);
+  Tensor q = linear(hn, p + "cross_attn.to_q", C);
+  const int64_t BL = cond2d.size(0);
+  Tensor kv = linear(cond2d, p + "cross_attn.to_kv", 2 * C);
+  RowView cq = RowView::of(q), ck{kv, 0, BL, C, 2 * C}, cv{kv, C, BL, C, 2 * C};
+  Tensor qn, kn;
+  if (c.qk_rms_norm_cross) {
+    qn = bf16({T, H, D});
+    kernels::head_rmsnorm(cq, w(p + "cross_attn.q_rms_norm.gamma"), static_cast<int>(H),
+                          static_cast<int>(D), qn);
+    kn = bf16({BL, H, D});
+    kernels::head_rmsnorm(ck, w(p + "cross_attn.k_rms_norm.gamma"), static_cast<int>(H),
+                          static_cast<int>(D), kn);
+    cq = RowView::of(qn.reshape({T, C}));
+    ck = RowView::of(kn.reshape({BL, C}));
+  }
+  attention::sdpa_varlen(cq, req.tokens_layout, ck, cv, req.cond_layout, static_cast<int>(H),
+                         static_cast<int>(D), scale, attn);
+  Tensor ca = linear(attn, p + "cross_attn.to_out", C);
+  Tensor x2 = bf16({T, C});
+  kernels::add(x, ca, x2);
+  x = x2;
+
+  // MLP branch.
+  kernels::layer_norm(x, nullptr, nullptr, kBlockNormEps, hn);
+  hm = modulate(hn, kShiftMlp, kScaleMlp);
+  Tensor u = linear(hm, p + "mlp.mlp.0", c.mlp_hidden());
+  Tensor ug = bf16({T, c.mlp_hidden()});
+  kernels::gelu_tanh(u, ug);
+  u = Tensor();
+  Tensor mo = linear(ug, p + "mlp.mlp.2", C);
+  return gated_residual(x, mo, kGateMlp);
+}
+
+size_t SLatFlowModel::weight_bytes() const {
+  size_t n = 0;
+  for (const auto& [name, t] : ck_.tensors) n += t.nbytes();
+  return n;
+}
+
+size_t SLatFlowModel::activation_bytes(int64_t tokens, int batch, int cond_tokens) const {
+  const ModelConfig& c = config();
+  const auto T = static_cast<size_t>(tokens);
+  const auto C = static_cast<size_t>(c.model_channels);
+  const auto hidden = static_cast<size_t>(c.mlp_hidden());
+  const size_t BL = static_cast<size_t>(batch) * static_cast<size_t>(cond_tokens);
+  // Tensors alive at the worst point of a block (the MLP: x, norm, modulated, the hidden
+  // and its GELU, plus transient [T, C] buffers), counted generously: the caching allocator
+  // rounds and keeps freed blocks.
+  size_t per_token_block = 2 * (10 * C + 2 * hidden) + 2 * (3 * C) * 2;
+  // Around the blocks: fp32 input/output paths and the request's RoPE tables.
+  size_t per_token_io = 4 * (3 * C + 2 * static_cast<size_t>(c.in_channels)) +
+                        4 * static_cast<size_t>(c.head_dim());
+  size_t cond = BL * (2 * static_cast<size_t>(c.cond_channels) + 2 * 3 * C);
+  size_t per_request = T * (per_token_block + per_token_io) + cond;
+  return per_request + per_request / 4 + (64u << 20);
+}
+
+}  // namespace s3d::model

@@ -1,0 +1,170 @@
+#include "payload/generate.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <filesystem>
+#include <numeric>
+
+#include "core/error.h"
+#include "core/rng.h"
+
+namespace s3d::payload {
+namespace {
+
+constexpr int kShapes = 4;
+
+// Signed distance (in voxels) from the centre of voxel (x, y, z) to the shape's surface.
+double surface_distance(int shape, double x, double y, double z, int grid, double phase) {
+  const double c = 0.5 * (grid - 1);
+  const double px = x - c, py = y - c, pz = z - c, g = grid;
+  switch (shape) {
+    case 0:  // sphere
+      return std::sqrt(px * px + py * py + pz * pz) - 0.36 * g;
+    case 1: {  // torus around z
+      double q = std::sqrt(px * px + py * py) - 0.28 * g;
+      return std::sqrt(q * q + pz * pz) - 0.11 * g;
+    }
+    case 2: {  // box
+      double h = 0.3 * g;
+      double qx = std::abs(px) - h, qy = std::abs(py) - h, qz = std::abs(pz) - h;
+      double outside = std::sqrt(std::pow(std::max(qx, 0.0), 2) + std::pow(std::max(qy, 0.0), 2) +
+                                 std::pow(std::max(qz, 0.0), 2));
+      return outside + std::min(std::max(qx, std::max(qy, qz)), 0.0);
+    }
+    default: {  // blob: a sphere whose radius ripples with direction
+      double r = std::sqrt(px * px + py * py + pz * pz);
+      double ripple = 0.06 * g * std::sin(3.0 * std::atan2(py, px) + phase) *
+                      std::cos(2.0 * std::acos(r > 0 ? pz / r : 1.0));
+      return r - (0.32 * g + ripple);
+    }
+  }
+}
+
+}  // namespace
+
+const char* shape_name(int shape_index) {
+  static const std::array<const char*, kShapes> names = {"sphere", "torus", "box", "blob"};
+  return names[static_cast<size_t>(shape_index % kShapes)];
+}
+
+std::vector<int64_t> log_spread(int64_t lo, int64_t hi, int n) {
+  S3D_CHECK(n >= 1 && lo >= 1 && hi >= lo, "log_spread: bad range [", lo, ", ", hi, "] x ", n);
+  std::vector<int64_t> v;
+  for (int i = 0; i < n; ++i) {
+    if (n == 1) return {lo};
+    double f = static_cast<double>(i) / (n - 1);
+    v.push_back(i == 0 ? lo : i == n - 1 ? hi
+                                          : std::llround(lo * std::pow(double(hi) / lo, f)));
+  }
+  return v;
+}
+
+Tensor voxelize_surface(int shape_index, int64_t tokens, int grid, uint64_t seed) {
+  const int64_t cells = static_cast<int64_t>(grid) * grid * grid;
+  S3D_CHECK(tokens >= 1 && tokens <= cells, "voxelize: ", tokens, " tokens do not fit a ", grid,
+            "^3 grid (", cells, " cells)");
+  const int shape = shape_index % kShapes;
+  const double phase = uniform_at(seed, 0) * 6.283185307179586;
+  // |distance| per cell; the `tokens` cells nearest the surface form a shell whose
+  // thickness grows with the count. Ties break by cell index, so the result is exact.
+  std::vector<double> dist(static_cast<size_t>(cells));
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < cells; ++i) {
+    int x = static_cast<int>(i / (int64_t(grid) * grid)), y = static_cast<int>((i / grid) % grid),
+        z = static_cast<int>(i % grid);
+    dist[i] = std::abs(surface_distance(shape, x, y, z, grid, phase));
+  }
+  std::vector<int64_t> order(static_cast<size_t>(cells));
+  std::iota(order.begin(), order.end(), 0);
+  std::nth_element(order.begin(), order.begin() + (tokens - 1), order.end(),
+                   [&](int64_t a, int64_t b) { return dist[a] != dist[b] ? dist[a] < dist[b] : a < b; });
+  order.resize(static_cast<size_t>(tokens));
+  std::sort(order.begin(), order.end());  // cell index order = sorted (x, y, z)
+
+  Tensor coords = Tensor::empty({tokens, 4}, DType::I32, Device::CPU);
+  int32_t* p = coords.data_as<int32_t>();
+  for (int64_t t = 0; t < tokens; ++t) {
+    int64_t i = order[t];
+    p[4 * t + 0] = 0;
+    p[4 * t + 1] = static_cast<int32_t>(i / (int64_t(grid) * grid));
+    p[4 * t + 2] = static_cast<int32_t>((i / grid) % grid);
+    p[4 * t + 3] = static_cast<int32_t>(i % grid);
+  }
+  return coords;
+}
+
+GenerateOptions GenerateOptions::benchmark() {
+  GenerateOptions o;
+  o.default_tokens = log_spread(3664, 30227, 10);
+  o.long_tail_tokens = {35000, 41500, 49152};
+  return o;
+}
+
+GenerateOptions GenerateOptions::small() {
+  GenerateOptions o;
+  o.default_tokens = {97, 310};
+  o.long_tail_tokens = {};
+  o.cond_tokens = 37;
+  o.cond_channels = 64;
+  return o;
+}
+
+Manifest generate_payloads(const std::string& dir, const GenerateOptions& o) {
+  S3D_CHECK(o.cond_tokens >= 1 && o.cond_channels >= 1 && o.concat_channels >= 0,
+            "make-payloads: condition must have at least one token and channel");
+  std::filesystem::create_directories(dir);
+  Manifest m;
+  m.dir = dir;
+  m.grid = o.grid;
+  m.cond_tokens = o.cond_tokens;
+  m.cond_channels = o.cond_channels;
+  m.concat_channels = o.concat_channels;
+
+  int index = 0;
+  auto add_set = [&](const std::vector<int64_t>& counts, const char* set) {
+    for (int64_t tokens : counts) {
+      const uint64_t asset_seed = splitmix64(o.seed * 1000003ull + static_cast<uint64_t>(index));
+      Asset a;
+      char name[64];
+      std::snprintf(name, sizeof name, "a%02d-%s-%lld", index, shape_name(index),
+                    static_cast<long long>(tokens));
+      a.name = name;
+      a.coords = voxelize_surface(index, tokens, o.grid, asset_seed);
+      // Layer-normalised Gaussian tokens (DINOv3 output is LayerNorm without affine).
+      std::vector<float> cond(static_cast<size_t>(o.cond_tokens) * o.cond_channels);
+      normal_fill(splitmix64(asset_seed ^ 0xC0DDull), 0, cond.size(), cond.data());
+      for (int l = 0; l < o.cond_tokens; ++l) {
+        float* row = cond.data() + static_cast<size_t>(l) * o.cond_channels;
+        double mean = 0, var = 0;
+        for (int c = 0; c < o.cond_channels; ++c) mean += row[c];
+        mean /= o.cond_channels;
+        for (int c = 0; c < o.cond_channels; ++c) var += (row[c] - mean) * (row[c] - mean);
+        double inv = 1.0 / std::sqrt(var / o.cond_channels + 1e-6);
+        for (int c = 0; c < o.cond_channels; ++c) row[c] = static_cast<float>((row[c] - mean) * inv);
+      }
+      a.cond = Tensor::from_floats(cond, {o.cond_tokens, o.cond_channels}, DType::BF16);
+      if (o.concat_channels > 0) {
+        std::vector<float> cc(static_cast<size_t>(tokens) * o.concat_channels);
+        normal_fill(splitmix64(asset_seed ^ 0x5AA7Eull), 0, cc.size(), cc.data());
+        a.concat_cond = Tensor::from_floats(cc, {tokens, o.concat_channels}, DType::F32);
+      }
+      a.noise_seed = asset_seed & ((1ull << 53) - 1);
+      ManifestEntry e;
+      e.name = a.name;
+      e.file = a.name + ".safetensors";
+      e.tokens = tokens;
+      e.noise_seed = a.noise_seed;
+      e.set = set;
+      write_asset((std::filesystem::path(dir) / e.file).string(), a);
+      m.assets.push_back(e);
+      ++index;
+    }
+  };
+  add_set(o.default_tokens, "default");
+  add_set(o.long_tail_tokens, "long-tail");
+  write_manifest((std::filesystem::path(dir) / "manifest.json").string(), m);
+  return m;
+}
+
+}  // namespace s3d::payload

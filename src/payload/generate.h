@@ -1,0 +1,41 @@
+// Synthetic payloads: voxelised procedural surfaces at an exact token count, layer-normalised
+// Gaussian condition tokens, one noise seed per asset (MODEL_SPEC.md "Payloads").
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "payload/payload.h"
+
+namespace s3d::payload {
+
+struct GenerateOptions {
+  std::vector<int64_t> default_tokens;    // the "default" set
+  std::vector<int64_t> long_tail_tokens;  // the "long-tail" set
+  int grid = 64;
+  int cond_tokens = 4101;
+  int cond_channels = 1024;
+  int concat_channels = 0;
+  uint64_t seed = 2026;
+
+  // The benchmark's 10 assets from 3,664 to 30,227 tokens (log-spread, both ends) plus a
+  // long tail up to 49,152, with DINOv3-shaped conditions.
+  static GenerateOptions benchmark();
+  // Two small assets and a small condition, for the CPU backend and the tiny preset.
+  static GenerateOptions small();
+};
+
+// n values from lo to hi, spread evenly in log space, rounded, both ends exact.
+std::vector<int64_t> log_spread(int64_t lo, int64_t hi, int n);
+
+// Sorted, unique (x, y, z) voxels of a shell around a procedural surface (shape chosen by
+// `shape_index`: sphere, torus, box, blob), exactly `tokens` of them. i32 [tokens, 4] with
+// batch column 0. Throws if the grid cannot hold that many.
+Tensor voxelize_surface(int shape_index, int64_t tokens, int grid, uint64_t seed);
+const char* shape_name(int shape_index);
+
+// Writes DIR/manifest.json and one asset file per entry; returns the manifest.
+Manifest generate_payloads(const std::string& dir, const GenerateOptions& options);
+
+}  // namespace s3d::payload

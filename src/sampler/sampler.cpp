@@ -1,0 +1,195 @@
+#include "sampler/sampler.h"
+
+#include <chrono>
+#include <cmath>
+
+#include "core/cuda_util.h"
+#include "core/error.h"
+#include "kernels/elementwise.h"
+#include "kernels/sampler_ops.h"
+
+namespace s3d::sampler {
+namespace {
+
+// Both CFG branches as one batch: assets 0..B-1 with their condition, then B..2B-1, the
+// same assets with the zero condition.
+Tensor doubled_coords(const Tensor& coords, int batch) {
+  const int64_t T = coords.size(0);
+  Tensor out = Tensor::empty({2 * T, 4}, DType::I32, Device::CPU);
+  const int32_t* src = coords.data_as<int32_t>();
+  int32_t* dst = out.data_as<int32_t>();
+  for (int64_t i = 0; i < 4 * T; ++i) dst[i] = src[i];
+  for (int64_t t = 0; t < T; ++t) {
+    dst[4 * (T + t)] = src[4 * t] + batch;
+    for (int k = 1; k < 4; ++k) dst[4 * (T + t) + k] = src[4 * t + k];
+  }
+  return out;
+}
+
+Tensor doubled_rows(const Tensor& host) {
+  if (!host.defined()) return host;
+  Shape s = host.shape();
+  s[0] *= 2;
+  Tensor out = Tensor::empty(s, host.dtype(), Device::CPU);
+  out.rows(0, host.size(0)).copy_from(host);
+  out.rows(host.size(0), s[0]).copy_from(host);
+  return out;
+}
+
+// Concatenates two same-shaped device tensors along rows.
+void stack_rows(const Tensor& a, const Tensor& b, Tensor& out) {
+  RowView top = RowView::of(out.rows(0, a.size(0)));
+  RowView bottom = RowView::of(out.rows(a.size(0), out.size(0)));
+  kernels::copy_rows(RowView::of(a), top);
+  kernels::copy_rows(RowView::of(b), bottom);
+}
+
+}  // namespace
+
+SamplerOptions SamplerOptions::protocol() { return SamplerOptions{}; }
+
+SamplerOptions SamplerOptions::released() {
+  SamplerOptions o;
+  o.steps = 12;
+  o.guidance = 7.5;
+  o.interval_lo = 0.6;
+  o.interval_hi = 1.0;
+  o.guidance_rescale = 0.5;
+  o.rescale_t = 3.0;
+  return o;
+}
+
+void SamplerOptions::validate() const {
+  S3D_CHECK(steps >= 1 && steps <= 10000, "sampler: steps must be in [1, 10000], got ", steps);
+  S3D_CHECK(std::isfinite(rescale_t) && rescale_t > 0, "sampler: rescale_t must be > 0, got ",
+            rescale_t);
+  S3D_CHECK(std::isfinite(guidance), "sampler: guidance strength must be finite, got ", guidance);
+  S3D_CHECK(std::isfinite(interval_lo) && std::isfinite(interval_hi) && interval_lo <= interval_hi,
+            "sampler: guidance interval [", interval_lo, ", ", interval_hi, "] is not an interval");
+  S3D_CHECK(std::isfinite(guidance_rescale) && guidance_rescale >= 0 && guidance_rescale <= 1,
+            "sampler: guidance rescale must be in [0, 1], got ", guidance_rescale);
+  S3D_CHECK(sigma_min >= 0 && sigma_min < 1, "sampler: sigma_min must be in [0, 1), got ",
+            sigma_min);
+}
+
+std::vector<double> timesteps(int steps, double rescale_t) {
+  std::vector<double> t(static_cast<size_t>(steps) + 1);
+  for (int k = 0; k <= steps; ++k) {
+    // numpy.linspace(1, 0, steps + 1): start + k * step, the last value exactly 0.
+    double s = k == steps ? 0.0 : 1.0 + k * (-1.0 / steps);
+    t[k] = rescale_t * s / (1.0 + (rescale_t - 1.0) * s);
+  }
+  return t;
+}
+
+Output sample(const model::SLatFlowModel& model, const Inputs& in, const SamplerOptions& o,
+              bool keep_first_forward, const StepCallback& on_step) {
+  o.validate();
+  const auto& cfg = model.config();
+  const Device dev = model.device();
+  const int B = in.batch;
+  check_tensor(in.noise, "sampler noise", DType::F32, {in.coords.size(0), cfg.out_channels});
+  S3D_CHECK(in.cond.defined() && in.cond.ndim() == 3 && in.cond.size(0) == B &&
+                in.cond.size(2) == cfg.cond_channels,
+            "sampler: condition must be [", B, ", L, ", cfg.cond_channels, "], got ",
+            in.cond.describe());
+  const int L = static_cast<int>(in.cond.size(1));
+  const int64_t T = in.coords.size(0);
+
+  // Once per request: the layout, the conditions on the device, the whole t schedule.
+  model::Request req = model.prepare(in.coords, B, L, in.concat_cond);
+  Tensor cond = Tensor::empty(in.cond.shape(), DType::BF16, dev);
+  if (in.cond.dtype() == DType::BF16) {
+    cond.copy_from(in.cond);
+  } else {
+    kernels::cast(in.cond.to(dev), cond);
+  }
+  // The unconditional branch's condition: a real zero tensor, as the original.
+  Tensor null_cond = Tensor::zeros(in.cond.shape(), DType::BF16, dev);
+  model::Request req2;
+  Tensor cond2;
+  if (o.batched_cfg) {
+    req2 = model.prepare(doubled_coords(in.coords, B), 2 * B, L, doubled_rows(in.concat_cond));
+    cond2 = Tensor::empty({2 * B, L, cfg.cond_channels}, DType::BF16, dev);
+    stack_rows(cond, null_cond, cond2);
+  }
+  const std::vector<double> ts = timesteps(o.steps, o.rescale_t);
+  std::vector<float> t_table;
+  for (int k = 0; k < o.steps; ++k)
+    for (int r = 0; r < 2 * B; ++r) t_table.push_back(static_cast<float>(1000.0 * ts[k]));
+  Tensor t_all = Tensor::from_floats(t_table, {o.steps, 2 * B}, DType::F32).to(dev);
+
+  Tensor x = in.noise.to(dev);
+  Output out;
+  if (dev == Device::CUDA) synchronize();
+  auto start = std::chrono::steady_clock::now();
+  for (int k = 0; k < o.steps; ++k) {
+    const double t = ts[k], t_prev = ts[k + 1];
+    const bool in_interval = o.interval_lo <= t && t <= o.interval_hi;
+    const bool need_uncond = in_interval && o.guidance != 1.0;
+    const bool need_cond = !(in_interval && o.guidance == 0.0);
+    Tensor t_row = t_all.rows(k, k + 1);
+
+    Tensor v_cond, v_uncond;
+    if (need_uncond && need_cond && o.batched_cfg) {
+      Tensor x2 = Tensor::empty({2 * T, cfg.out_channels}, DType::F32, dev);
+      stack_rows(x, x, x2);
+      Tensor v2 = model.forward(req2, x2, t_row.reshape({2 * B}), cond2);
+      v_cond = v2.rows(0, T);
+      v_uncond = v2.rows(T, 2 * T);
+    } else {
+      Tensor t_b = t_row.reshape({2 * B}).rows(0, B);
+      if (need_cond) v_cond = model.forward(req, x, t_b, cond);
+      if (need_uncond) v_uncond = model.forward(req, x, t_b, null_cond);
+    }
+    if (k == 0 && keep_first_forward) {
+      if (v_cond.defined()) out.first_v_cond = v_cond.to(Device::CPU);
+      if (v_uncond.defined()) out.first_v_uncond = v_uncond.to(Device::CPU);
+    }
+
+    Tensor v;
+    if (!need_uncond) {
+      v = v_cond;
+    } else if (!need_cond) {
+      v = v_uncond;
+    } else {
+      v = Tensor::empty(x.shape(), DType::F32, dev);
+      kernels::cfg_combine(v_cond, v_uncond, static_cast<float>(o.guidance),
+                           static_cast<float>(1.0 - o.guidance), v);
+      if (o.guidance_rescale > 0) {
+        // x_0 of the conditional and the guided prediction, std-matched per asset.
+        const float a = static_cast<float>(1.0 - o.sigma_min);
+        const float b = static_cast<float>(o.sigma_min + (1.0 - o.sigma_min) * t);
+        Tensor x0_pos = Tensor::empty(x.shape(), DType::F32, dev);
+        Tensor x0_cfg = Tensor::empty(x.shape(), DType::F32, dev);
+        kernels::axpby_sub(x, a, v_cond, b, x0_pos);
+        kernels::axpby_sub(x, a, v, b, x0_cfg);
+        Tensor std_pos = Tensor::empty({B}, DType::F32, dev);
+        Tensor std_cfg = Tensor::empty({B}, DType::F32, dev);
+        kernels::asset_std(x0_pos, req.token_offsets, std_pos);
+        kernels::asset_std(x0_cfg, req.token_offsets, std_cfg);
+        Tensor x0 = Tensor::empty(x.shape(), DType::F32, dev);
+        kernels::guidance_rescale(x0_cfg, std_pos, std_cfg, req.batch_index,
+                                  static_cast<float>(o.guidance_rescale),
+                                  static_cast<float>(1.0 - o.guidance_rescale), x0);
+        kernels::xstart_to_pred(x, a, x0, b, v);
+      }
+    }
+    Tensor next = Tensor::empty(x.shape(), DType::F32, dev);
+    kernels::euler_step(x, v, static_cast<float>(t - t_prev), next);
+    x = next;
+
+    StepRecord rec{k, o.steps, t, t_prev, need_uncond, 0.0};
+    if (dev == Device::CUDA) synchronize();
+    rec.elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    out.steps.push_back(rec);
+    if (on_step) on_step(rec);
+  }
+  if (dev == Device::CUDA) synchronize();
+  out.loop_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  out.latent = x.to(Device::CPU);
+  return out;
+}
+
+}  // namespace s3d::sampler

@@ -1,0 +1,66 @@
+// Flow-matching Euler sampler with classifier-free guidance, as TRELLIS.2's
+// FlowEulerGuidanceIntervalSampler: schedule, guidance interval, guidance rescale, and CFG
+// run serially (two forwards, as the original) or batched (one forward over 2B assets).
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "model/slat_flow.h"
+
+namespace s3d::sampler {
+
+struct SamplerOptions {
+  int steps = 15;
+  double rescale_t = 3.0;
+  double guidance = 7.5;         // g; 1 = no unconditional forward
+  double interval_lo = 0.0;      // CFG only for t in [lo, hi]
+  double interval_hi = 1.0;
+  double guidance_rescale = 0.0; // rho
+  double sigma_min = 1e-5;
+  bool batched_cfg = false;
+
+  // DESIGN.md's benchmark protocol: 15 steps, rescale_t 3, g 7.5 on every step.
+  static SamplerOptions protocol();
+  // The released shape-model defaults: 12 steps, g 7.5, interval [0.6, 1], rescale 0.5.
+  static SamplerOptions released();
+  void validate() const;
+};
+
+// t_k for k = 0..steps: s = linspace(1, 0, steps + 1), t = r s / (1 + (r - 1) s), in double.
+std::vector<double> timesteps(int steps, double rescale_t);
+
+struct Inputs {
+  Tensor coords;       // i32 [T, 4] host, B assets packed in batch order
+  int batch = 1;
+  Tensor cond;         // bf16 or f32 [B, L, cond_channels], host
+  Tensor noise;        // f32 [T, out_channels], host: x at t = 1
+  Tensor concat_cond;  // f32 [T, in - out] host (texture models) or undefined
+};
+
+struct StepRecord {
+  int index = 0;        // 0-based
+  int total = 0;
+  double t = 0, t_prev = 0;
+  bool cfg = false;     // an unconditional forward ran
+  double elapsed_s = 0; // since the loop started, after the step finished on the device
+};
+
+struct Output {
+  Tensor latent;                        // f32 [T, out], host
+  Tensor first_v_cond, first_v_uncond;  // f32 [T, out], host, when asked for
+  std::vector<StepRecord> steps;
+  double loop_seconds = 0;              // the whole denoise loop, device-synchronised
+};
+
+using StepCallback = std::function<void(const StepRecord&)>;
+
+// Runs the denoise loop on the model's device. `keep_first_forward` returns the first
+// step's conditional and unconditional denoiser outputs (for comparisons with the oracle).
+Output sample(const model::SLatFlowModel& model, const Inputs& inputs,
+              const SamplerOptions& options, bool keep_first_forward = false,
+              const StepCallback& on_step = nullptr);
+
+}  // namespace s3d::sampler

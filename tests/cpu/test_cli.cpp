@@ -1,0 +1,175 @@
+// The sparse3d command end to end on the CPU backend: one good run, and bad inputs that
+// must end with one clear error line and exit code 1 (never a crash or a hang).
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "io/safetensors.h"
+#include "model/checkpoint.h"
+#include "model/config.h"
+#include "payload/generate.h"
+#include "payload/payload.h"
+
+namespace s3d {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Result {
+  int code = -1;
+  std::string output;
+};
+
+Result run_cli(const std::string& args) {
+  static int counter = 0;
+  fs::path log = fs::temp_directory_path() / ("sparse3d_cli_" + std::to_string(counter++) + ".log");
+  std::string cmd = std::string(SPARSE3D_CLI) + " " + args + " > " + log.string() + " 2>&1";
+  int status = std::system(cmd.c_str());
+  Result r;
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  std::ifstream f(log);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  r.output = ss.str();
+  return r;
+}
+
+struct Cli : ::testing::Test {
+  static void SetUpTestSuite() {
+    dir = (fs::temp_directory_path() / "sparse3d_cli").string();
+    fs::remove_all(dir);
+    model::make_checkpoint(model::preset("tiny"), 3, dir + "/tiny", DType::BF16);
+    payload::GenerateOptions o = payload::GenerateOptions::small();
+    o.default_tokens = {40};
+    payload::generate_payloads(dir + "/pl", o);
+  }
+  static std::string dir;
+
+  // A copy of the good payload folder whose one asset file is replaced.
+  std::string payload_with(const std::string& name, const payload::Asset& asset) {
+    std::string d = dir + "/" + name;
+    fs::remove_all(d);
+    fs::copy(dir + "/pl", d);
+    payload::Manifest m = payload::read_manifest(d + "/manifest.json");
+    payload::write_asset(d + "/" + m.assets[0].file, asset);
+    return d + "/manifest.json";
+  }
+  payload::Asset good_asset() {
+    payload::Manifest m = payload::read_manifest(dir + "/pl/manifest.json");
+    return payload::read_asset(m, m.assets[0]);
+  }
+  std::string ck() { return dir + "/tiny.json"; }
+};
+std::string Cli::dir;
+
+void expect_clean_error(const Result& r, const std::string& needle) {
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(r.output.find("sparse3d: error: "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(needle), std::string::npos) << "expected '" << needle << "' in:\n"
+                                                      << r.output;
+}
+
+TEST_F(Cli, TinyRunOnTheCpuWritesFiniteLatents) {
+  Result r = run_cli("run --device cpu --steps 2 --checkpoint " + ck() + " --manifest " + dir +
+                     "/pl/manifest.json --dump-first-forward --out " + dir + "/out");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("step  2/2"), std::string::npos) << r.output;
+  payload::Manifest m = payload::read_manifest(dir + "/pl/manifest.json");
+  io::SafetensorsFile f = io::SafetensorsFile::open(dir + "/out/" + m.assets[0].name + ".safetensors");
+  Tensor latent = f.load("latent", DType::F32);
+  EXPECT_EQ(latent.shape(), (Shape{40, 32}));
+  for (float v : latent.to_floats()) ASSERT_TRUE(std::isfinite(v));
+  EXPECT_NE(f.find("v_uncond"), nullptr);
+}
+
+TEST_F(Cli, MissingCheckpoint) {
+  expect_clean_error(run_cli("run --device cpu --checkpoint " + dir + "/nope.json --manifest " +
+                             dir + "/pl/manifest.json"),
+                     "nope.json");
+}
+
+TEST_F(Cli, TruncatedCheckpoint) {
+  fs::copy_file(dir + "/tiny.json", dir + "/trunc.json", fs::copy_options::overwrite_existing);
+  fs::copy_file(dir + "/tiny.safetensors", dir + "/trunc.safetensors",
+                fs::copy_options::overwrite_existing);
+  fs::resize_file(dir + "/trunc.safetensors", fs::file_size(dir + "/trunc.safetensors") - 1000);
+  expect_clean_error(run_cli("run --device cpu --checkpoint " + dir + "/trunc.json --manifest " +
+                             dir + "/pl/manifest.json"),
+                     "trunc.safetensors");
+}
+
+TEST_F(Cli, ConfigFieldOfTheWrongType) {
+  std::ifstream in(ck());
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string text = ss.str();
+  auto pos = text.find("\"num_blocks\": 2");
+  ASSERT_NE(pos, std::string::npos) << text;
+  text.replace(pos, 15, "\"num_blocks\": \"two\"");
+  std::ofstream(dir + "/badcfg.json") << text;
+  fs::copy_file(dir + "/tiny.safetensors", dir + "/badcfg.safetensors",
+                fs::copy_options::overwrite_existing);
+  expect_clean_error(run_cli("run --device cpu --checkpoint " + dir + "/badcfg.json --manifest " +
+                             dir + "/pl/manifest.json"),
+                     "num_blocks");
+}
+
+TEST_F(Cli, UnsortedCoordinates) {
+  payload::Asset a = good_asset();
+  a.coords = a.coords.to(Device::CPU);
+  int32_t* p = a.coords.data_as<int32_t>();
+  for (int k = 1; k < 4; ++k) std::swap(p[4 * 5 + k], p[4 * 6 + k]);
+  expect_clean_error(run_cli("run --device cpu --checkpoint " + ck() + " --manifest " +
+                             payload_with("unsorted", a)),
+                     "sorted");
+}
+
+TEST_F(Cli, CoordinateOutsideTheGrid) {
+  payload::Asset a = good_asset();
+  a.coords = a.coords.to(Device::CPU);
+  a.coords.data_as<int32_t>()[4 * 39 + 1] = 64;
+  expect_clean_error(run_cli("run --device cpu --checkpoint " + ck() + " --manifest " +
+                             payload_with("outside", a)),
+                     "64");
+}
+
+TEST_F(Cli, NanInTheCondition) {
+  payload::Asset a = good_asset();
+  std::vector<float> c = a.cond.to_floats();
+  c[5 * a.cond.size(1) + 7] = NAN;
+  a.cond = Tensor::from_floats(c, a.cond.shape(), DType::F32);
+  expect_clean_error(run_cli("run --device cpu --checkpoint " + ck() + " --manifest " +
+                             payload_with("nan", a)),
+                     "NaN");
+}
+
+TEST_F(Cli, EmptyAsset) {
+  payload::Asset a = good_asset();
+  a.coords = Tensor::empty({0, 4}, DType::I32, Device::CPU);
+  std::string manifest = payload_with("empty", a);
+  expect_clean_error(run_cli("run --device cpu --checkpoint " + ck() + " --manifest " + manifest),
+                     "0 tokens");
+}
+
+TEST_F(Cli, ConditionChannelsDoNotMatchTheModel) {
+  payload::GenerateOptions o = payload::GenerateOptions::small();
+  o.default_tokens = {20};
+  o.cond_channels = 32;
+  payload::generate_payloads(dir + "/pl32", o);
+  expect_clean_error(run_cli("run --device cpu --checkpoint " + ck() + " --manifest " + dir +
+                             "/pl32/manifest.json"),
+                     "channels");
+}
+
+TEST_F(Cli, UnknownAsset) {
+  expect_clean_error(run_cli("run --device cpu --checkpoint " + ck() + " --manifest " + dir +
+                             "/pl/manifest.json --asset nosuch"),
+                     "nosuch");
+}
+
+}  // namespace
+}  // namespace s3d

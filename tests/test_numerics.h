@@ -1,0 +1,77 @@
+// Small helpers shared by the CPU and GPU tests: random inputs, error statistics against a
+// reference, and checks that every output element was written (poison detection).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "core/rng.h"
+#include "core/tensor.h"
+
+namespace s3d::testing {
+
+// Host tensor of mean + stddev * N(0, 1) values from the engine's generator, rounded to dtype.
+inline Tensor random_tensor(const Shape& shape, DType dtype, uint64_t seed, float stddev = 1.0f,
+                            float mean = 0.0f) {
+  std::vector<float> v(static_cast<size_t>(shape_numel(shape)));
+  normal_fill(seed, 0, v.size(), v.data());
+  for (float& x : v) x = mean + stddev * x;
+  return Tensor::from_floats(v, shape, dtype);
+}
+
+struct ErrorStats {
+  double rel_l2 = 0;   // ||got - want|| / ||want||
+  double max_abs = 0;  // max |got - want|
+  int64_t non_finite = 0;
+};
+
+template <class Want>
+ErrorStats compare(const std::vector<float>& got, const std::vector<Want>& want) {
+  ErrorStats s;
+  double num = 0, den = 0;
+  for (size_t i = 0; i < got.size() && i < want.size(); ++i) {
+    if (!std::isfinite(got[i])) {
+      ++s.non_finite;
+      continue;
+    }
+    double d = static_cast<double>(got[i]) - static_cast<double>(want[i]);
+    num += d * d;
+    den += static_cast<double>(want[i]) * static_cast<double>(want[i]);
+    s.max_abs = std::max(s.max_abs, std::fabs(d));
+  }
+  s.rel_l2 = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+  if (got.size() != want.size()) s.non_finite += 1;  // a size mismatch must fail the test
+  return s;
+}
+
+// Elements still holding Tensor::poison()'s all-ones pattern (bf16/f32 only), on any device.
+inline int64_t count_poisoned(const Tensor& t) {
+  Tensor h = t.device() == Device::CPU ? t : t.to(Device::CPU);
+  int64_t n = 0;
+  if (h.dtype() == DType::BF16) {
+    const auto* p = h.data_as<uint16_t>();
+    for (int64_t i = 0; i < h.numel(); ++i) n += p[i] == 0xFFFFu;
+  } else {
+    const auto* p = h.data_as<uint32_t>();
+    for (int64_t i = 0; i < h.numel(); ++i) n += p[i] == 0xFFFFFFFFu;
+  }
+  return n;
+}
+
+// The message of the s3d::Error that f throws, or "<no error>".
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "<no error>";
+}
+
+}  // namespace s3d::testing

@@ -1,0 +1,204 @@
+"""Command line of the PyTorch oracle: denoise the assets of a payload manifest with a
+checkpoint and write one output file per asset, in the engine's output format.
+
+  python3 tools/torch_ref/run.py --checkpoint ckpt/tiny.json --manifest payloads/m.json \
+      --out out/torch --device cuda --steps 15 --cfg 7.5 --dump-first-forward --time
+"""
+import argparse
+import contextlib
+import json
+import os
+import statistics
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import io_formats  # noqa: E402
+from model import ModelConfig, SLatFlowModel  # noqa: E402
+from sampler import SamplerSettings, sample  # noqa: E402
+
+
+def build_parser():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--checkpoint", required=True, help="NAME.json (NAME.safetensors beside it)")
+    p.add_argument("--manifest", required=True, help="payload manifest JSON")
+    p.add_argument("--asset", action="append", default=None,
+                   help="asset name to run (repeatable; default: all, in manifest order)")
+    p.add_argument("--steps", type=int, default=15)
+    p.add_argument("--rescale-t", type=float, default=3.0)
+    p.add_argument("--cfg", type=float, default=7.5, help="guidance strength g")
+    p.add_argument("--interval", type=float, nargs=2, default=(0.0, 1.0), metavar=("LO", "HI"),
+                   help="guidance interval: CFG only for LO <= t <= HI")
+    p.add_argument("--guidance-rescale", type=float, default=0.0)
+    p.add_argument("--cfg-mode", choices=("serial", "batched"), default="serial")
+    p.add_argument("--attn", choices=("loop", "varlen"), default="loop",
+                   help="loop: SDPA per asset; varlen: torch.nn.attention.varlen (CUDA only)")
+    p.add_argument("--sdpa-backend", choices=("auto", "flash", "cudnn", "efficient", "math"),
+                   default="auto", help="restrict scaled_dot_product_attention (--attn loop) "
+                   "to one backend; auto lets torch choose")
+    p.add_argument("--batch-assets", action="store_true",
+                   help="denoise all selected assets as one batch (default: one at a time)")
+    p.add_argument("--device", default="cuda", help="cuda, cuda:N or cpu")
+    p.add_argument("--out", default=None, help="folder for <asset>.safetensors outputs")
+    p.add_argument("--dump-first-forward", action="store_true",
+                   help="also write x_T, v_cond and v_uncond of the first step")
+    p.add_argument("--time", action="store_true",
+                   help="print per-step and total device-synchronised wall time")
+    p.add_argument("--warmup", type=int, default=0,
+                   help="untimed runs of the first group before the real ones (benchmarking)")
+    p.add_argument("--repeat", type=int, default=1,
+                   help="denoise each group N times (timing spread); outputs from the last")
+    p.add_argument("--timing-json", default=None,
+                   help="write per-asset loop times (every repeat, per step) to this JSON file")
+    p.add_argument("--quiet", action="store_true", help="no per-step progress lines")
+    return p
+
+
+def load_model(checkpoint, device):
+    args, state = io_formats.load_checkpoint(checkpoint)
+    cfg = ModelConfig.from_args(args, f"checkpoint config {checkpoint}")
+    model = SLatFlowModel.from_state_dict(cfg, state, device,
+                                          f"checkpoint {io_formats.checkpoint_tensors_path(checkpoint)}")
+    return cfg, model
+
+
+def select_entries(manifest, names):
+    if not names:
+        return list(manifest["assets"])
+    by_name = {e["name"]: e for e in manifest["assets"]}
+    missing = [n for n in names if n not in by_name]
+    if missing:
+        raise ValueError(f"assets {missing} are not in the manifest; it has "
+                         f"{[e['name'] for e in manifest['assets']]}")
+    return [by_name[n] for n in names]
+
+
+def pack_group(assets, cfg, device):
+    """Packed coords (batch column = position in the group), noise, cond [B, L, Cc] and
+    concat_cond for a group of assets read by io_formats.read_asset."""
+    coords, noise, concat = [], [], []
+    for b, a in enumerate(assets):
+        c = a["coords"].clone()
+        c[:, 0] = b
+        coords.append(c)
+        noise.append(torch.from_numpy(
+            io_formats.normal_tensor(a["noise_seed"], (c.shape[0], cfg.out_channels))))
+        if a["concat_cond"] is not None:
+            concat.append(a["concat_cond"])
+    cond_dtype = torch.float32 if any(a["cond"].dtype == torch.float32 for a in assets) \
+        else torch.bfloat16
+    cond = torch.stack([a["cond"].to(cond_dtype) for a in assets])
+    return (torch.cat(coords).to(device), torch.cat(noise).to(device), cond.to(device),
+            torch.cat(concat).to(device) if concat else None)
+
+
+def check_compatible(cfg, manifest):
+    if manifest["cond_channels"] != cfg.cond_channels:
+        raise ValueError(f"manifest cond_channels {manifest['cond_channels']} != model "
+                         f"cond_channels {cfg.cond_channels}")
+    if cfg.out_channels + manifest["concat_channels"] != cfg.in_channels:
+        raise ValueError(f"model in_channels {cfg.in_channels} must equal out_channels "
+                         f"{cfg.out_channels} + manifest concat_channels "
+                         f"{manifest['concat_channels']}")
+
+
+_SDPA_BACKENDS = {"flash": "FLASH_ATTENTION", "cudnn": "CUDNN_ATTENTION",
+                  "efficient": "EFFICIENT_ATTENTION", "math": "MATH"}
+
+
+def sdpa_context(name):
+    if name == "auto":
+        return contextlib.nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    return sdpa_kernel(getattr(SDPBackend, _SDPA_BACKENDS[name]))
+
+
+def run(argv=None, log=print):
+    a = build_parser().parse_args(argv)
+    device = torch.device(a.device)
+    if a.attn == "varlen" and device.type != "cuda":
+        raise SystemExit("--attn varlen needs a CUDA device (flash varlen attention)")
+    cfg, model = load_model(a.checkpoint, device)
+    manifest = io_formats.read_manifest(a.manifest)
+    check_compatible(cfg, manifest)
+    entries = select_entries(manifest, a.asset)
+    settings = SamplerSettings(steps=a.steps, rescale_t=a.rescale_t, guidance_strength=a.cfg,
+                               guidance_interval=tuple(a.interval),
+                               guidance_rescale=a.guidance_rescale, cfg_mode=a.cfg_mode,
+                               attn_mode=a.attn)
+    settings.validate()
+    if a.out:
+        os.makedirs(a.out, exist_ok=True)
+    log(f"torch {torch.__version__} device {device}"
+        + (f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else "")
+        + f"; model C={cfg.model_channels} blocks={cfg.num_blocks} heads={cfg.num_heads}"
+        f"x{cfg.head_dim} pe={cfg.pe_mode} share_mod={cfg.share_mod} dtype={cfg.dtype}")
+    log(f"settings: {settings}; sdpa backend: {a.sdpa_backend}")
+
+    with sdpa_context(a.sdpa_backend):
+        return _run_groups(a, cfg, model, manifest, entries, settings, device, log)
+
+
+def _run_groups(a, cfg, model, manifest, entries, settings, device, log):
+    groups = [entries] if a.batch_assets else [[e] for e in entries]
+    progress = None if a.quiet else log
+    for w in range(a.warmup):
+        coords, noise, cond, concat = pack_group(
+            [io_formats.read_asset(manifest, e) for e in groups[0]], cfg, device)
+        sample(model, noise, coords, cond, concat, settings, progress=None)
+        log(f"warm-up {w + 1}/{a.warmup} done")
+    results = {}
+    for group in groups:
+        assets = [io_formats.read_asset(manifest, e) for e in group]
+        coords, noise, cond, concat = pack_group(assets, cfg, device)
+        names = ", ".join(f"{x['name']} ({x['coords'].shape[0]} tokens)" for x in assets)
+        log(f"denoising {names}")
+        totals, per_step = [], []
+        for _ in range(max(1, a.repeat)):
+            res = sample(model, noise, coords, cond, concat, settings, progress=progress)
+            totals.append(res["total_seconds"])
+            per_step.append(res["step_seconds"])
+            if a.time:
+                steps = " ".join(f"{s * 1e3:.1f}" for s in res["step_seconds"])
+                log(f"time {names}: total {res['total_seconds'] * 1e3:.1f} ms; "
+                    f"per step (ms): {steps}")
+        if a.time and len(totals) > 1:
+            log(f"time {names}: median {statistics.median(totals) * 1e3:.1f} ms, "
+                f"min {min(totals) * 1e3:.1f}, max {max(totals) * 1e3:.1f} over {len(totals)}")
+        start = 0
+        for x in assets:
+            T = x["coords"].shape[0]
+            rows = slice(start, start + T)
+            start += T
+            tensors = {"latent": res["latent"][rows], "coords": x["coords"]}
+            if a.dump_first_forward:
+                for key in ("x_T", "v_cond", "v_uncond"):
+                    if res[key] is not None:
+                        tensors[key] = res[key][rows]
+            bad = [k for k, v in tensors.items() if v.is_floating_point() and
+                   not bool(torch.isfinite(v).all())]
+            if bad:
+                log(f"WARNING {x['name']}: non-finite values in {bad}")
+            results[x["name"]] = {"tokens": T, "batch": [y["name"] for y in assets],
+                                  "total_seconds": totals, "step_seconds": per_step}
+            if a.out:
+                path = os.path.join(a.out, f"{x['name']}.safetensors")
+                io_formats.write_output(path, tensors)
+                log(f"wrote {path}")
+    if a.timing_json:
+        doc = {"torch": torch.__version__, "device": str(device),
+               "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
+               "settings": vars(settings), "sdpa_backend": a.sdpa_backend,
+               "warmup": a.warmup, "assets": results}
+        with open(a.timing_json, "w") as f:
+            json.dump(doc, f, indent=1)
+        log(f"wrote {a.timing_json}")
+    return results
+
+
+if __name__ == "__main__":
+    t0 = time.perf_counter()
+    run()
+    print(f"done in {time.perf_counter() - t0:.1f}s")
