@@ -38,8 +38,9 @@ if want model; then
     --max-device-memory 4 > "$OUT/oom.log" 2>&1
   note "memory estimate check (--max-device-memory 4, $large): exit $? : $(tail -n 1 "$OUT/oom.log")"
   for mode in serial batched; do
+    flag=""; [ $mode = batched ] && flag="--enable batched_cfg"
     $BIN/sparse3d run --checkpoint $W/shape.json --manifest $W/pl/manifest.json --asset $small --asset $large \
-      --cfg-mode $mode --dump-first-forward --out $W/engine-$mode 2>&1 | tee "$OUT/engine-$mode.log" | grep -E "tokens:|error"
+      $flag --dump-first-forward --out $W/engine-$mode 2>&1 | tee "$OUT/engine-$mode.log" | grep -E "tokens:|error"
     python3 tools/torch_ref/run.py --checkpoint $W/shape.json --manifest $W/pl/manifest.json --asset $small --asset $large \
       --cfg-mode $mode --dump-first-forward --device cuda --time --out $W/torch-$mode > "$OUT/torch-$mode.log" 2>&1
     tail -n 3 "$OUT/torch-$mode.log"

@@ -7,12 +7,14 @@
 #include <memory>
 
 #include "apps/commands.h"
+#include "apps/sampler_flags.h"
 #include "core/allocator.h"
 #include "core/cuda_util.h"
 #include "core/error.h"
 #include "core/rng.h"
 #include "io/safetensors.h"
 #include "model/checkpoint.h"
+#include "model/execution_plan.h"
 #include "model/params.h"
 #include "model/slat_flow.h"
 #include "payload/payload.h"
@@ -67,12 +69,10 @@ void check_memory(const model::SLatFlowModel& m, const std::string& asset, int64
 
 Command add_run(CLI::App& app) {
   struct Args {
-    std::string checkpoint, manifest, out = "out/latents", device = "auto",
-                sampler = "protocol", cfg_mode = "serial";
-    std::vector<std::string> assets;
-    int steps = -1;
-    double rescale_t = NAN, cfg = NAN, rescale = NAN, max_mem_gib = 0;
-    std::vector<double> interval;
+    std::string checkpoint, manifest, out = "out/latents", device = "auto", path = "pure_eager";
+    std::vector<std::string> assets, enable, disable;
+    SamplerFlags sampler;
+    double max_mem_gib = 0;
     bool dump_first = false;
   };
   auto a = std::make_shared<Args>();
@@ -86,37 +86,21 @@ Command add_run(CLI::App& app) {
   sub->add_option("--device", a->device, "auto | cuda | cpu")
       ->check(CLI::IsMember({"auto", "cuda", "cpu"}))
       ->capture_default_str();
-  sub->add_option("--sampler", a->sampler,
-                  "protocol (15 steps, CFG 7.5 every step) or released (12 steps, interval "
-                  "[0.6, 1], rescale 0.5)")
-      ->check(CLI::IsMember({"protocol", "released"}))
-      ->capture_default_str();
-  sub->add_option("--steps", a->steps, "Euler steps (overrides the sampler preset)");
-  sub->add_option("--rescale-t", a->rescale_t, "Timestep rescale r");
-  sub->add_option("--cfg", a->cfg, "Guidance strength g (1 = no CFG)");
-  sub->add_option("--interval", a->interval, "Guidance interval LO HI")->expected(2);
-  sub->add_option("--guidance-rescale", a->rescale, "Guidance rescale rho in [0, 1]");
-  sub->add_option("--cfg-mode", a->cfg_mode, "serial (two forwards, as the original) or batched")
-      ->check(CLI::IsMember({"serial", "batched"}))
-      ->capture_default_str();
+  sub->add_option("--path", a->path, "Execution path (DESIGN.md)")->capture_default_str();
+  sub->add_option("--enable", a->enable, "Turn an optimization flag on (e.g. batched_cfg)");
+  sub->add_option("--disable", a->disable, "Turn an optimization flag off");
+  a->sampler.add_to(sub);
   sub->add_flag("--dump-first-forward", a->dump_first,
                 "Also write x_T, v_cond, v_uncond of the first step");
   sub->add_option("--max-device-memory", a->max_mem_gib,
                   "Use at most this many GiB of device memory (0 = all)");
 
   return [a]() {
-    sampler::SamplerOptions o = a->sampler == "released" ? sampler::SamplerOptions::released()
-                                                         : sampler::SamplerOptions::protocol();
-    if (a->steps != -1) o.steps = a->steps;
-    if (!std::isnan(a->rescale_t)) o.rescale_t = a->rescale_t;
-    if (!std::isnan(a->cfg)) o.guidance = a->cfg;
-    if (!std::isnan(a->rescale)) o.guidance_rescale = a->rescale;
-    if (a->interval.size() == 2) {
-      o.interval_lo = a->interval[0];
-      o.interval_hi = a->interval[1];
-    }
-    o.batched_cfg = a->cfg_mode == "batched";
-    o.validate();
+    sampler::SamplerOptions o = a->sampler.resolve();
+    model::ExecutionPlan plan = model::ExecutionPlan::parse(a->path);
+    for (const auto& f : a->enable) plan.enable(f);
+    for (const auto& f : a->disable) plan.disable(f);
+    o.batched_cfg = plan.on("batched_cfg");
     S3D_CHECK(a->max_mem_gib >= 0, "--max-device-memory must be >= 0");
 
     const Device device = choose_device(a->device);
@@ -154,9 +138,10 @@ Command add_run(CLI::App& app) {
                 static_cast<long long>(params), device_name(device));
     model::SLatFlowModel m(model::load_checkpoint(a->checkpoint, device));
     std::filesystem::create_directories(a->out);
-    std::printf("sampler: %d steps, rescale_t %g, cfg %g on t in [%g, %g], rescale %g, %s CFG\n",
-                o.steps, o.rescale_t, o.guidance, o.interval_lo, o.interval_hi,
-                o.guidance_rescale, a->cfg_mode.c_str());
+    std::printf("path %s; sampler: %d steps, rescale_t %g, cfg %g on t in [%g, %g], rescale %g, "
+                "%s CFG\n",
+                plan.label().c_str(), o.steps, o.rescale_t, o.guidance, o.interval_lo,
+                o.interval_hi, o.guidance_rescale, o.batched_cfg ? "batched" : "serial");
 
     int failures = 0;
     for (const auto* e : todo) {
@@ -192,7 +177,7 @@ Command add_run(CLI::App& app) {
       const std::string path = (std::filesystem::path(a->out) / (e->name + ".safetensors")).string();
       io::write_safetensors(path, tensors,
                             {{"asset", e->name}, {"steps", std::to_string(o.steps)},
-                             {"cfg_mode", a->cfg_mode}});
+                             {"path", plan.label()}});
       LaunchCounts lc = launch_counts();
       std::printf("[%s] %lld tokens: denoise loop %.3f s, %llu launches, peak device memory "
                   "%.2f GiB, %lld non-finite outputs -> %s\n",

@@ -17,5 +17,8 @@ Command add_info(CLI::App& app);
 Command add_make_checkpoint(CLI::App& app);
 Command add_make_payloads(CLI::App& app);
 Command add_run(CLI::App& app);
+Command add_bench(CLI::App& app);
+Command add_profile(CLI::App& app);
+Command add_bench_report(CLI::App& app);
 
 }  // namespace s3d::apps

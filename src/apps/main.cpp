@@ -17,6 +17,9 @@ int main(int argc, char** argv) {
   commands["make-checkpoint"] = s3d::apps::add_make_checkpoint(app);
   commands["make-payloads"] = s3d::apps::add_make_payloads(app);
   commands["run"] = s3d::apps::add_run(app);
+  commands["bench"] = s3d::apps::add_bench(app);
+  commands["profile"] = s3d::apps::add_profile(app);
+  commands["bench-report"] = s3d::apps::add_bench_report(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

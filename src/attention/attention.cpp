@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "attention/cudnn_sdpa.h"
+#include "core/profiler.h"
 #include "core/bf16.h"
 #include "core/cuda_util.h"
 #include "core/error.h"
@@ -204,6 +205,11 @@ void sdpa_varlen(const RowView& q, const SeqLayout& q_layout, const RowView& k, 
   if (q_layout.total() == 0) return;
 
   if (dev == Device::CUDA) {
+    // QK^T and PV: 2 * 2 * D FLOPs per (query, key) pair and head.
+    double pairs = 0;
+    for (int b = 0; b < q_layout.batch(); ++b)
+      pairs += static_cast<double>(q_layout.lengths[b]) * kv_layout.lengths[b];
+    profiler::LibraryScope scope("attention", 4.0 * pairs * heads * head_dim);
     sdpa_cuda(q, q_layout, k, v, kv_layout, heads, head_dim, scale, out);
   } else {
     sdpa_cpu(q, q_layout, k, v, kv_layout, heads, head_dim, scale, out);

@@ -2,6 +2,8 @@
 
 #include <unordered_map>
 
+#include "core/profiler.h"
+
 namespace s3d {
 namespace {
 
@@ -34,11 +36,13 @@ void after_launch(const char* op) {
          cudaGetErrorString(err), ")");
   ++g_launches[op];
   ++g_total;
+  profiler::on_launch(op);
 }
 
 void count_library_call(const char* op) {
   ++g_launches[op];
   ++g_total;
+  profiler::on_launch(op);
 }
 
 LaunchCounts launch_counts() {

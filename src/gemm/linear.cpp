@@ -10,6 +10,7 @@
 
 #include "core/bf16.h"
 #include "core/error.h"
+#include "core/profiler.h"
 #include "gemm/linear_cublaslt.h"
 
 namespace s3d::gemm {
@@ -137,6 +138,7 @@ void linear(const Tensor& x, const Tensor& weight, const Tensor* bias, Tensor& y
   if (M == 0) return;
 
   if (x.is_cuda()) {
+    profiler::LibraryScope scope("gemm", 2.0 * static_cast<double>(M) * N * K);
     detail::linear_cublaslt(x, weight, bias, y, epilogue);
   } else {
     linear_cpu(x, weight, bias, y, epilogue);

@@ -180,7 +180,8 @@ Output sample(const model::SLatFlowModel& model, const Inputs& in, const Sampler
     x = next;
 
     StepRecord rec{k, o.steps, t, t_prev, need_uncond, 0.0};
-    if (dev == Device::CUDA) synchronize();
+    // A progress line needs the step finished; without one the loop runs unsynchronised.
+    if (on_step && dev == Device::CUDA) synchronize();
     rec.elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     out.steps.push_back(rec);
     if (on_step) on_step(rec);

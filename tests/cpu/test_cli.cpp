@@ -1,6 +1,7 @@
 // The sparse3d command end to end on the CPU backend: one good run, and bad inputs that
 // must end with one clear error line and exit code 1 (never a crash or a hang).
 #include <gtest/gtest.h>
+#include <unistd.h>
 #include <sys/wait.h>
 
 #include <cmath>
@@ -26,7 +27,8 @@ struct Result {
 
 Result run_cli(const std::string& args) {
   static int counter = 0;
-  fs::path log = fs::temp_directory_path() / ("sparse3d_cli_" + std::to_string(counter++) + ".log");
+  fs::path log = fs::temp_directory_path() /
+                 ("sparse3d_cli_" + std::to_string(getpid()) + "_" + std::to_string(counter++) + ".log");
   std::string cmd = std::string(SPARSE3D_CLI) + " " + args + " > " + log.string() + " 2>&1";
   int status = std::system(cmd.c_str());
   Result r;
@@ -35,18 +37,21 @@ Result run_cli(const std::string& args) {
   std::stringstream ss;
   ss << f.rdbuf();
   r.output = ss.str();
+  fs::remove(log);
   return r;
 }
 
 struct Cli : ::testing::Test {
   static void SetUpTestSuite() {
-    dir = (fs::temp_directory_path() / "sparse3d_cli").string();
+    // ctest runs each test in its own process, in parallel: one folder per process.
+    dir = (fs::temp_directory_path() / ("sparse3d_cli_" + std::to_string(getpid()))).string();
     fs::remove_all(dir);
     model::make_checkpoint(model::preset("tiny"), 3, dir + "/tiny", DType::BF16);
     payload::GenerateOptions o = payload::GenerateOptions::small();
     o.default_tokens = {40};
     payload::generate_payloads(dir + "/pl", o);
   }
+  static void TearDownTestSuite() { fs::remove_all(dir); }
   static std::string dir;
 
   // A copy of the good payload folder whose one asset file is replaced.

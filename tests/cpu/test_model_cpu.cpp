@@ -1,6 +1,7 @@
 // The whole model and sampler on the CPU backend with the tiny preset: checkpoint round
 // trip, strict key checks, request validation, and CFG modes.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstring>
@@ -21,7 +22,9 @@ namespace {
 namespace fs = std::filesystem;
 
 std::string temp_dir(const std::string& name) {
-  fs::path p = fs::temp_directory_path() / ("sparse3d_test_" + name);
+  // ctest runs each test in its own process, in parallel: one folder per process.
+  fs::path p = fs::temp_directory_path() /
+               ("sparse3d_test_" + name + "_" + std::to_string(getpid()));
   fs::remove_all(p);
   fs::create_directories(p);
   return p.string();
@@ -41,6 +44,7 @@ struct TinyFixture : ::testing::Test {
     dir = temp_dir("model_cpu");
     make_checkpoint(preset("tiny"), 7, dir + "/tiny", DType::BF16);
   }
+  static void TearDownTestSuite() { fs::remove_all(dir); }
   static std::string dir;
 
   sampler::Inputs inputs(std::vector<int64_t> counts, int cond_tokens, uint64_t seed) {

@@ -1,6 +1,7 @@
 // The whole model and sampler on the GPU against the CPU backend (tiny preset, several
 // assets of odd sizes), and the two CFG modes on the GPU against each other.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
@@ -54,7 +55,7 @@ sampler::Inputs make_inputs(const std::vector<int64_t>& counts, int L, int Cc, u
 struct ModelGpu : ::testing::Test {
   void SetUp() override {
     if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
-    dir = (fs::temp_directory_path() / "sparse3d_model_gpu").string();
+    dir = (fs::temp_directory_path() / ("sparse3d_model_gpu_" + std::to_string(getpid()))).string();
     if (!fs::exists(dir + "/tiny.json")) make_checkpoint(preset("tiny"), 5, dir + "/tiny", DType::BF16);
   }
   std::string dir;

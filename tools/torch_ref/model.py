@@ -455,15 +455,27 @@ class SLatFlowModel(nn.Module):
         dt = self.cfg.dtype
         if concat_cond is not None:
             x = torch.cat([x, concat_cond], dim=-1)
-        h = self.input_layer(x).to(dt)
+        h = self.embed_tokens(x, layout.ape)
         mod = self.t_embedder(t)
         if self.cfg.share_mod:
             mod = self.adaLN_modulation(mod)
         mod = mod.to(dt)
         context = cond.to(dt)
-        if layout.ape is not None:
-            h = h + layout.ape.to(dt)
         for block in self.blocks:
             h = block(h, mod, context, layout, attn_mode)
-        h = F.layer_norm(h.to(x.dtype), h.shape[-1:])     # eps 1e-5, fp32
+        return self.output_tokens(h, x.dtype)
+
+    # The per-token work outside the blocks, as methods so that run.py --compile blocks
+    # can wrap them; tensor arguments only.
+    def embed_tokens(self, x, ape):
+        """Input layer (fp32) rounded to the compute dtype, plus the "ape" embedding."""
+        dt = self.cfg.dtype
+        h = self.input_layer(x).to(dt)
+        if ape is not None:
+            h = h + ape.to(dt)
+        return h
+
+    def output_tokens(self, h, dtype):
+        """Output LayerNorm (eps 1e-5, no affine) and out layer, in dtype (fp32)."""
+        h = F.layer_norm(h.to(dtype), h.shape[-1:])
         return self.out_layer(h)

@@ -11,6 +11,7 @@ import os
 import statistics
 import sys
 import time
+import traceback
 
 import torch
 
@@ -53,6 +54,12 @@ def build_parser():
     p.add_argument("--timing-json", default=None,
                    help="write per-asset loop times (every repeat, per step) to this JSON file")
     p.add_argument("--quiet", action="store_true", help="no per-step progress lines")
+    p.add_argument("--compile", choices=("none", "blocks", "model"), default="none",
+                   help="torch.compile (dynamic shapes, graph breaks allowed): blocks = each "
+                   "transformer block and the token input/output layers; model = the whole "
+                   "denoiser forward. Warm-up then runs every group once (compilation) "
+                   "before --warmup - 1 more runs of the first; a failure is recorded in "
+                   "--timing-json and exits with code 3")
     return p
 
 
@@ -115,6 +122,128 @@ def sdpa_context(name):
     return sdpa_kernel(getattr(SDPBackend, _SDPA_BACKENDS[name]))
 
 
+# ---------------------------------------------------------------------------------------
+# --compile
+# ---------------------------------------------------------------------------------------
+
+class CompileFailed(Exception):
+    """A compiled call raised; .info is the timing JSON's "compile" entry."""
+
+    def __init__(self, info):
+        super().__init__(info["reason"])
+        self.info = info
+
+
+def _first_line(e):
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    return lines[0] if lines else ""
+
+
+def failure_reason(e):
+    """"<type>: <first line>", plus the innermost cause when there is one (inductor wraps
+    compiler errors: BackendCompilerFailed -> InductorError -> CppCompileError)."""
+    reason = f"{type(e).__name__}: {_first_line(e)}"
+    root, seen = e, {id(e)}
+    while (root.__cause__ or root.__context__) is not None and \
+            id(root.__cause__ or root.__context__) not in seen:
+        root = root.__cause__ or root.__context__
+        seen.add(id(root))
+    if root is not e and _first_line(root) not in reason:
+        reason += f" (cause {type(root).__name__}: {_first_line(root)})"
+    return reason[:1000]
+
+
+def _dynamo_stats():
+    """(graph breaks, compiled frames, recompiles, recompile reasons) so far in this
+    process, from torch._dynamo's counters and compilation metrics where they exist."""
+    try:
+        from torch._dynamo import utils as du
+    except Exception:       # noqa: BLE001 -- no dynamo: nothing to count
+        return 0, None, None, []
+    breaks = sum(du.counters["graph_break"].values())
+    if not hasattr(du, "get_compilation_metrics"):
+        return breaks, None, None, []
+    metrics = du.get_compilation_metrics()
+    reasons = [m.recompile_reason for m in metrics if getattr(m, "recompile_reason", None)]
+    return breaks, len(metrics), len(reasons), reasons
+
+
+class Compiler:
+    """Applies --compile to the model and records what happened for the timing JSON."""
+
+    def __init__(self, mode):
+        self.mode = mode
+        self.info = {"mode": mode}
+        self.stage = "setup"
+        self.calls = 0
+        self.compile_seconds = None
+
+    def apply(self, model):
+        import torch._dynamo
+        torch._dynamo.reset()          # a fresh cache for this model (matters in-process)
+        du = torch._dynamo.utils
+        if hasattr(du, "clear_compilation_metrics"):
+            du.clear_compilation_metrics()
+            du.set_compilation_metrics_limit(1 << 20)     # count every compilation
+        # Past the recompile limit dynamo silently falls back to eager; that is not a
+        # compiled baseline, so make it an error (recorded as the reason).
+        torch._dynamo.config.fail_on_recompile_limit_hit = True
+        self.base = _dynamo_stats()
+        opts = dict(dynamic=True, fullgraph=False)
+        if self.mode == "blocks":
+            for block in model.blocks:
+                block.forward = torch.compile(block.forward, **opts)
+            model.embed_tokens = torch.compile(model.embed_tokens, **opts)
+            model.output_tokens = torch.compile(model.output_tokens, **opts)
+        else:
+            model.forward = torch.compile(model.forward, **opts)
+
+    def call(self, stage, fn):
+        """fn() (a sample() call) under a stage name; the first call's loop time (which
+        includes the compilation) is compile_seconds."""
+        self.stage = stage
+        try:
+            out = fn()
+        except Exception as e:
+            self.fail(e)
+        if self.calls == 0:
+            self.compile_seconds = out["total_seconds"]
+        self.calls += 1
+        return out
+
+    def fail(self, e):
+        sys.stderr.write(f"torch.compile ({self.mode}) failed at stage {self.stage}:\n")
+        traceback.print_exc(file=sys.stderr)
+        self.info = {"mode": self.mode, "ok": False, "stage": self.stage,
+                     "reason": failure_reason(e)}
+        raise CompileFailed(self.info) from None
+
+    def mark_timed(self):
+        """Called after the warm-up: compilations from here on are inside timed runs."""
+        self.warmup_calls = self.calls
+        self.warm = _dynamo_stats()
+
+    def finish(self, bad):
+        """The "compile" entry after the timed runs; bad lists the assets with non-finite
+        outputs, which make the compiled run a failure (stage "outputs")."""
+        if bad:
+            self.stage = "outputs"
+            self.info = {"mode": self.mode, "ok": False, "stage": "outputs",
+                         "reason": f"non-finite outputs: {'; '.join(bad)}"[:1000]}
+            raise CompileFailed(self.info)
+        breaks, frames, recompiles, reasons = _dynamo_stats()
+        b0, f0, r0, _ = self.base
+        self.info = {"mode": self.mode, "ok": True, "compile_seconds": self.compile_seconds,
+                     "graph_breaks": breaks - b0}
+        if frames is not None:
+            self.info.update(recompiles=recompiles - r0,
+                             recompile_reasons=[r[:300] for r in reasons[r0:][:5]],
+                             compiled_frames=frames - f0,
+                             timed_compilations=frames - self.warm[1])
+        self.info["warmup_calls"] = self.warmup_calls
+        return self.info
+
+
 def run(argv=None, log=print):
     a = build_parser().parse_args(argv)
     device = torch.device(a.device)
@@ -137,19 +266,60 @@ def run(argv=None, log=print):
         f"x{cfg.head_dim} pe={cfg.pe_mode} share_mod={cfg.share_mod} dtype={cfg.dtype}")
     log(f"settings: {settings}; sdpa backend: {a.sdpa_backend}")
 
-    with sdpa_context(a.sdpa_backend):
-        return _run_groups(a, cfg, model, manifest, entries, settings, device, log)
+    if a.compile == "none":
+        with sdpa_context(a.sdpa_backend):
+            return _run_groups(a, cfg, model, manifest, entries, settings, device, log)
+
+    comp = Compiler(a.compile)
+    results = {}
+    try:
+        try:
+            comp.apply(model)
+        except Exception as e:
+            comp.fail(e)
+        with sdpa_context(a.sdpa_backend):
+            _run_groups(a, cfg, model, manifest, entries, settings, device, log, comp, results)
+    except CompileFailed as e:
+        log(f"torch.compile ({a.compile}) failed at stage {e.info['stage']}: "
+            f"{e.info['reason']}")
+        if a.timing_json:
+            write_timing(a, device, settings, results, e.info)
+            log(f"wrote {a.timing_json}")
+        raise SystemExit(3)
+    return results
 
 
-def _run_groups(a, cfg, model, manifest, entries, settings, device, log):
+def write_timing(a, device, settings, results, compile_info=None):
+    doc = {"torch": torch.__version__, "device": str(device),
+           "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
+           "settings": vars(settings), "sdpa_backend": a.sdpa_backend,
+           "warmup": a.warmup, "assets": results}
+    if compile_info is not None:
+        doc["compile"] = compile_info
+    with open(a.timing_json, "w") as f:
+        json.dump(doc, f, indent=1)
+
+
+def _run_groups(a, cfg, model, manifest, entries, settings, device, log, comp=None,
+                results=None):
     groups = [entries] if a.batch_assets else [[e] for e in entries]
     progress = None if a.quiet else log
-    for w in range(a.warmup):
+    if comp is None:
+        warm_groups = [groups[0]] * a.warmup
+        call = lambda stage, fn: fn()   # noqa: E731
+    else:   # every group once (compiles, and recompiles if a shape needs one), then as eager
+        warm_groups = groups + [groups[0]] * max(0, a.warmup - 1)
+        call = comp.call
+    for w, group in enumerate(warm_groups):
         coords, noise, cond, concat = pack_group(
-            [io_formats.read_asset(manifest, e) for e in groups[0]], cfg, device)
-        sample(model, noise, coords, cond, concat, settings, progress=None)
-        log(f"warm-up {w + 1}/{a.warmup} done")
-    results = {}
+            [io_formats.read_asset(manifest, e) for e in group], cfg, device)
+        call("first_call" if w == 0 else "warmup",
+             lambda: sample(model, noise, coords, cond, concat, settings, progress=None))
+        log(f"warm-up {w + 1}/{len(warm_groups)} done")
+    if comp is not None:
+        comp.mark_timed()
+    results = {} if results is None else results
+    nonfinite = []
     for group in groups:
         assets = [io_formats.read_asset(manifest, e) for e in group]
         coords, noise, cond, concat = pack_group(assets, cfg, device)
@@ -157,7 +327,8 @@ def _run_groups(a, cfg, model, manifest, entries, settings, device, log):
         log(f"denoising {names}")
         totals, per_step = [], []
         for _ in range(max(1, a.repeat)):
-            res = sample(model, noise, coords, cond, concat, settings, progress=progress)
+            res = call("timed", lambda: sample(model, noise, coords, cond, concat, settings,
+                                               progress=progress))
             totals.append(res["total_seconds"])
             per_step.append(res["step_seconds"])
             if a.time:
@@ -180,6 +351,7 @@ def _run_groups(a, cfg, model, manifest, entries, settings, device, log):
             bad = [k for k, v in tensors.items() if v.is_floating_point() and
                    not bool(torch.isfinite(v).all())]
             if bad:
+                nonfinite.append(f"{x['name']} {bad}")
                 log(f"WARNING {x['name']}: non-finite values in {bad}")
             results[x["name"]] = {"tokens": T, "batch": [y["name"] for y in assets],
                                   "total_seconds": totals, "step_seconds": per_step}
@@ -187,13 +359,12 @@ def _run_groups(a, cfg, model, manifest, entries, settings, device, log):
                 path = os.path.join(a.out, f"{x['name']}.safetensors")
                 io_formats.write_output(path, tensors)
                 log(f"wrote {path}")
+    compile_info = None
+    if comp is not None:     # after the outputs are written, so that they exist either way
+        compile_info = comp.finish(nonfinite)
+        log(f"compile: {json.dumps(compile_info)}")
     if a.timing_json:
-        doc = {"torch": torch.__version__, "device": str(device),
-               "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
-               "settings": vars(settings), "sdpa_backend": a.sdpa_backend,
-               "warmup": a.warmup, "assets": results}
-        with open(a.timing_json, "w") as f:
-            json.dump(doc, f, indent=1)
+        write_timing(a, device, settings, results, compile_info)
         log(f"wrote {a.timing_json}")
     return results
 

@@ -328,6 +328,37 @@ def test_cli_end_to_end():
         assert "v_uncond" not in load_file(os.path.join(d, "g1", "a01-random-30.safetensors"))
 
 
+def test_compile_failure_is_recorded():
+    """--compile: a failing compiled call writes "compile": {"ok": false, ...} into the
+    timing JSON and exits with code 3 (torch.compile stubbed: no real compilation here)."""
+    def broken_compile(fn, **kw):
+        def call(*args, **kwargs):
+            raise RuntimeError("stub compiler failed\nsecond line")
+        return call
+    real = torch.compile
+    with tempfile.TemporaryDirectory() as d, contextlib.redirect_stdout(io.StringIO()), \
+            contextlib.redirect_stderr(io.StringIO()):
+        ckpt, man = fixtures.write_fixture(os.path.join(d, "in"), token_counts=(9,),
+                                           cond_tokens=4)
+        timing = os.path.join(d, "t.json")
+        torch.compile = broken_compile
+        try:
+            run_cli.run(["--checkpoint", ckpt, "--manifest", man, "--device", "cpu",
+                         "--steps", "1", "--quiet", "--timing-json", timing,
+                         "--compile", "blocks"], log=lambda *_: None)
+            raise AssertionError("expected SystemExit(3)")
+        except SystemExit as e:
+            assert e.code == 3, e.code
+        finally:
+            torch.compile = real
+        import json
+        with open(timing) as f:
+            doc = json.load(f)
+        assert doc["compile"] == {"mode": "blocks", "ok": False, "stage": "first_call",
+                                  "reason": "RuntimeError: stub compiler failed"}, doc
+        assert doc["assets"] == {}
+
+
 def main():
     tests = [(n, f) for n, f in globals().items() if n.startswith("test_") and callable(f)]
     passed = failed = 0

@@ -1,0 +1,208 @@
+// sparse3d bench and sparse3d profile.
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+
+#include "apps/commands.h"
+#include "apps/sampler_flags.h"
+#include "bench/report.h"
+#include "bench/result_io.h"
+#include "bench/runner.h"
+#include "core/cuda_util.h"
+#include "core/error.h"
+#include "core/profiler.h"
+#include "core/rng.h"
+#include "io/json.h"
+#include "model/checkpoint.h"
+#include "model/execution_plan.h"
+#include "model/slat_flow.h"
+#include "payload/payload.h"
+
+namespace s3d::apps {
+
+Command add_bench(CLI::App& app) {
+  struct Args {
+    bench::BenchOptions o;
+    SamplerFlags sampler;
+    std::string out = "bench/results", stem;
+    bool no_torch = false;
+  };
+  auto a = std::make_shared<Args>();
+  a->o.torch_script = "tools/torch_ref/run.py";
+  auto* sub = app.add_subcommand("bench", "Time whole denoise loops per path and asset (GPU)");
+  sub->add_option("--checkpoint", a->o.checkpoint, "NAME.json")->required();
+  sub->add_option("--manifest", a->o.manifest, "Payload manifest.json")->required();
+  sub->add_option("--assets", a->o.assets,
+                  "Asset names or sets (default | long-tail | all)")->capture_default_str();
+  sub->add_option("--paths", a->o.paths,
+                  "Execution paths, each optionally with +flag/-flag edits "
+                  "(e.g. pure_eager pure_eager+batched_cfg)")
+      ->capture_default_str();
+  a->sampler.add_to(sub);
+  sub->add_option("--warmup", a->o.warmup, "Warm-up loops per (path, asset)")->capture_default_str();
+  sub->add_option("--repeats", a->o.repeats, "Timed loops per (path, asset)")->capture_default_str();
+  sub->add_flag("--ablate", a->o.ablate, "Leave-one-out over the last path's flags");
+  sub->add_option("--torch", a->o.torch_script,
+                  "The PyTorch baseline's run.py (tools/torch_ref/run.py)")
+      ->capture_default_str();
+  sub->add_flag("--no-torch", a->no_torch, "Skip the PyTorch baseline");
+  sub->add_flag("--torch-compile", a->o.torch_compile, "Also time the baseline under torch.compile");
+  sub->add_option("--python", a->o.python, "Python with torch for the baseline")->capture_default_str();
+  sub->add_option("--out", a->out, "Folder for the report files")->capture_default_str();
+  sub->add_option("--stem", a->stem, "Report file name stem (default bench-<date>)");
+  return [a]() {
+    bench::BenchOptions o = a->o;
+    o.sampler = a->sampler.resolve();
+    if (a->no_torch) o.torch_script.clear();
+    if (!o.torch_script.empty())
+      S3D_CHECK(std::filesystem::exists(o.torch_script), "--torch ", o.torch_script,
+                " not found (give the path of tools/torch_ref/run.py, or --no-torch)");
+    // The engine's figures are written as soon as they exist; a baseline that fails or
+    // runs out of time cannot lose them.
+    auto stem_of = [a](const bench::BenchResult& r) {
+      return a->stem.empty() ? "bench-" + r.date.substr(0, 10) : a->stem;
+    };
+    o.on_engine_done = [a, stem_of](const bench::BenchResult& r) {
+      bench::write_report_files(r, a->out, stem_of(r));
+    };
+    bench::BenchResult r = bench::run_bench(o, [](const std::string& line) {
+      std::printf("%s\n", line.c_str());
+      std::fflush(stdout);
+    });
+    const std::string stem = stem_of(r);
+    bench::write_report_files(r, a->out, stem);
+    std::printf("\n%s\nwrote %s/%s.{json,md,svg}\n", bench::to_markdown(r).c_str(),
+                a->out.c_str(), stem.c_str());
+    return 0;
+  };
+}
+
+Command add_profile(CLI::App& app) {
+  struct Args {
+    std::string checkpoint, manifest, asset, path = "pure_eager";
+    double t = 1.0;
+    bool uncond = false;
+  };
+  auto a = std::make_shared<Args>();
+  auto* sub = app.add_subcommand(
+      "profile", "Every kernel launched by one forward, grouped by op: count and GPU time");
+  sub->add_option("--checkpoint", a->checkpoint, "NAME.json")->required();
+  sub->add_option("--manifest", a->manifest, "Payload manifest.json")->required();
+  sub->add_option("--asset", a->asset, "Asset name (default: the first)");
+  sub->add_option("--path", a->path, "Execution path")->capture_default_str();
+  sub->add_option("--t", a->t, "Timestep in [0, 1]")->capture_default_str();
+  sub->add_flag("--uncond", a->uncond, "Profile the unconditional (zero-condition) forward");
+  return [a]() {
+    S3D_CHECK(cuda_available(), "sparse3d profile needs a CUDA GPU (none found)");
+    model::ExecutionPlan plan = model::ExecutionPlan::parse(a->path);
+    cudaStream_t stream;
+    S3D_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    set_current_stream(stream);
+    model::SLatFlowModel m(model::load_checkpoint(a->checkpoint, Device::CUDA));
+    payload::Manifest manifest = payload::read_manifest(a->manifest);
+    const payload::ManifestEntry* entry = manifest.assets.empty() ? nullptr : &manifest.assets[0];
+    for (const auto& e : manifest.assets)
+      if (e.name == a->asset) entry = &e;
+    S3D_CHECK(entry && (a->asset.empty() || entry->name == a->asset), "--asset ", a->asset,
+              ": no such asset in ", a->manifest);
+    payload::Asset asset = payload::read_asset(manifest, *entry);
+    const int64_t T = asset.coords.size(0);
+    model::Request req = m.prepare(asset.coords, 1, manifest.cond_tokens, asset.concat_cond);
+    Tensor x = Tensor::empty({T, m.config().out_channels}, DType::F32, Device::CPU);
+    normal_fill(asset.noise_seed, 0, static_cast<uint64_t>(x.numel()), x.data_as<float>());
+    x = x.to(Device::CUDA);
+    Tensor t = Tensor::from_floats({static_cast<float>(1000.0 * a->t)}, {1}, DType::F32).to(Device::CUDA);
+    Tensor cond = Tensor::empty({1, manifest.cond_tokens, manifest.cond_channels}, DType::BF16,
+                                Device::CUDA);
+    if (a->uncond) {
+      cond = Tensor::zeros(cond.shape(), DType::BF16, Device::CUDA);
+    } else {
+      Tensor c = asset.cond.reshape(cond.shape());
+      if (c.dtype() == DType::BF16) {
+        cond.copy_from(c);
+      } else {
+        cond = Tensor::from_floats(c.to_floats(), cond.shape(), DType::BF16).to(Device::CUDA);
+      }
+    }
+    m.forward(req, x, t, cond);  // warm-up: graphs, algorithms, allocator
+    synchronize();
+    reset_launch_counts();
+    profiler::start(profiler::Mode::Launches);
+    m.forward(req, x, t, cond);
+    auto totals = profiler::stop_and_collect();
+    LaunchCounts lc = launch_counts();
+
+    std::vector<std::pair<std::string, profiler::OpTotals>> rows(totals.begin(), totals.end());
+    rows.erase(std::remove_if(rows.begin(), rows.end(), [](const auto& r) { return r.second.calls == 0; }),
+               rows.end());
+    std::sort(rows.begin(), rows.end(),
+              [](const auto& x, const auto& y) { return x.second.seconds > y.second.seconds; });
+    double total = 0;
+    for (const auto& [op, v] : rows) total += v.seconds;
+    std::printf("one %s forward, %s, %s (%lld tokens, L = %d), t = %g, path %s\n",
+                a->uncond ? "unconditional" : "conditional", entry->name.c_str(),
+                m.config().num_blocks == 30 ? "30 blocks" : "model", static_cast<long long>(T),
+                manifest.cond_tokens, a->t, plan.label().c_str());
+    std::printf("| op | launches | GPU ms | %% | mean us |\n|---|---:|---:|---:|---:|\n");
+    for (const auto& [op, v] : rows)
+      std::printf("| %s | %llu | %.3f | %.1f | %.1f |\n", op.c_str(),
+                  static_cast<unsigned long long>(v.calls), v.seconds * 1e3,
+                  100.0 * v.seconds / total, 1e6 * v.seconds / v.calls);
+    std::printf("| total | %llu | %.3f | 100.0 | |\n", static_cast<unsigned long long>(lc.total),
+                total * 1e3);
+    auto flops = [&](const char* k) { return totals.count(k) ? totals[k].flops : 0.0; };
+    std::printf("attention %.3f TFLOP, GEMM %.3f TFLOP in this forward\n", flops("attention") / 1e12,
+                flops("gemm") / 1e12);
+    set_current_stream(nullptr);
+    return 0;
+  };
+}
+
+}  // namespace s3d::apps
+
+namespace s3d::apps {
+
+Command add_bench_report(CLI::App& app) {
+  struct Args {
+    std::string result, torch, torch_compile, out = "bench/results", stem;
+  };
+  auto a = std::make_shared<Args>();
+  auto* sub = app.add_subcommand(
+      "bench-report", "Remake a bench report from its JSON, adding baseline timings (no GPU)");
+  sub->add_option("--result", a->result, "A bench result JSON")->required();
+  sub->add_option("--torch-timing", a->torch, "tools/torch_ref/run.py --timing-json output (eager)");
+  sub->add_option("--torch-compile-timing", a->torch_compile, "The same under --compile");
+  sub->add_option("--out", a->out, "Folder for the report files")->capture_default_str();
+  sub->add_option("--stem", a->stem, "File name stem (default: the result's)");
+  return [a]() {
+    bench::BenchResult r = bench::result_from_json(io::read_json_file(a->result), a->result);
+    auto drop = [&](const std::string& name) {
+      r.cells.erase(std::remove_if(r.cells.begin(), r.cells.end(),
+                                   [&](const bench::Cell& c) { return c.path == name; }),
+                    r.cells.end());
+      r.paths.erase(std::remove(r.paths.begin(), r.paths.end(), name), r.paths.end());
+      r.baselines.erase(std::remove_if(r.baselines.begin(), r.baselines.end(),
+                                       [&](const auto& b) { return b.name == name; }),
+                        r.baselines.end());
+    };
+    if (!a->torch.empty()) {
+      drop("torch_eager");
+      bench::add_baseline_timing(r, io::read_json_file(a->torch), "torch_eager", a->torch);
+    }
+    if (!a->torch_compile.empty()) {
+      drop("torch_compile");
+      bench::add_baseline_timing(r, io::read_json_file(a->torch_compile), "torch_compile",
+                                 a->torch_compile);
+    }
+    std::string stem = a->stem.empty() ? std::filesystem::path(a->result).stem().string() : a->stem;
+    bench::write_report_files(r, a->out, stem);
+    std::printf("%s\nwrote %s/%s.{json,md,svg}\n", bench::to_markdown(r).c_str(), a->out.c_str(),
+                stem.c_str());
+    return 0;
+  };
+}
+
+}  // namespace s3d::apps

@@ -1,0 +1,33 @@
+#include "apps/sampler_flags.h"
+
+namespace s3d::apps {
+
+void SamplerFlags::add_to(CLI::App* sub) {
+  sub->add_option("--sampler", preset,
+                  "protocol (15 steps, CFG 7.5 every step) or released (12 steps, interval "
+                  "[0.6, 1], rescale 0.5)")
+      ->check(CLI::IsMember({"protocol", "released"}))
+      ->capture_default_str();
+  sub->add_option("--steps", steps, "Euler steps (overrides the sampler preset)");
+  sub->add_option("--rescale-t", rescale_t, "Timestep rescale r");
+  sub->add_option("--cfg", cfg, "Guidance strength g (1 = no CFG)");
+  sub->add_option("--interval", interval, "Guidance interval LO HI")->expected(2);
+  sub->add_option("--guidance-rescale", rescale, "Guidance rescale rho in [0, 1]");
+}
+
+sampler::SamplerOptions SamplerFlags::resolve() const {
+  sampler::SamplerOptions o = preset == "released" ? sampler::SamplerOptions::released()
+                                                   : sampler::SamplerOptions::protocol();
+  if (steps != -1) o.steps = steps;
+  if (!std::isnan(rescale_t)) o.rescale_t = rescale_t;
+  if (!std::isnan(cfg)) o.guidance = cfg;
+  if (!std::isnan(rescale)) o.guidance_rescale = rescale;
+  if (interval.size() == 2) {
+    o.interval_lo = interval[0];
+    o.interval_hi = interval[1];
+  }
+  o.validate();
+  return o;
+}
+
+}  // namespace s3d::apps

@@ -1,0 +1,186 @@
+// to_json, to_svg and the files; to_markdown is in report_markdown.cpp.
+#include "bench/report.h"
+
+#include <filesystem>
+#include <fstream>
+
+#include "bench/figures.h"
+#include "bench/svg.h"
+#include "core/error.h"
+
+namespace s3d::bench {
+namespace {
+
+template <class T>
+io::Json opt(const std::optional<T>& v) {
+  return v ? io::Json(*v) : io::Json(nullptr);
+}
+
+io::Json mean_json(const AssetMean& m) { return {{"mean", opt(m.value)}, {"n_assets", m.n}}; }
+
+io::Json raw_json(const BenchResult& r) {
+  io::Json j;
+  j["schema"] = "sparse3d-bench/1";
+  j["date"] = r.date;
+  j["fingerprint"] = r.fingerprint;
+  j["settings"] = r.settings;
+  j["paths"] = r.paths;
+  j["assets"] = io::Json::array();
+  for (const auto& a : r.assets)
+    j["assets"].push_back({{"name", a.name}, {"tokens", a.tokens}, {"set", a.set}});
+  j["peaks"] = {{"attention_tflops", r.peaks.attention_tflops},
+                {"gemm_tflops", r.peaks.gemm_tflops},
+                {"attention_shape", r.peaks.attention_shape},
+                {"gemm_shape", r.peaks.gemm_shape}};
+  j["ablation"] = {{"reference_path", r.ablation.reference_path},
+                   {"flags", r.ablation.flags},
+                   {"calls_per_iteration", r.ablation.calls_per_iteration},
+                   {"variant_path", r.ablation.variant_path}};
+  j["baselines"] = io::Json::array();
+  for (const auto& b : r.baselines)
+    j["baselines"].push_back({{"name", b.name}, {"ran", b.ran}, {"reason", b.reason}});
+  j["cells"] = io::Json::array();
+  for (const auto& c : r.cells)
+    j["cells"].push_back({{"path", c.path},
+                          {"asset", c.asset},
+                          {"loop_seconds", c.loop_seconds},
+                          {"launches", c.launches},
+                          {"launches_by_op", c.launches_by_op},
+                          {"peak_bytes", c.peak_bytes},
+                          {"attention_seconds", c.attention_seconds},
+                          {"gemm_seconds", c.gemm_seconds},
+                          {"attention_flops", c.attention_flops},
+                          {"gemm_flops", c.gemm_flops}});
+  return j;
+}
+
+io::Json asset_json(const AssetFigures& f) {
+  io::Json j;
+  j["median_s"] = f.wall ? io::Json(f.wall->median) : io::Json(nullptr);
+  j["min_s"] = f.wall ? io::Json(f.wall->min) : io::Json(nullptr);
+  j["max_s"] = f.wall ? io::Json(f.wall->max) : io::Json(nullptr);
+  j["repeats"] = f.wall ? f.wall->n : 0;
+  j["launches"] = opt(f.launches);
+  j["peak_bytes"] = opt(f.peak_bytes);
+  j["attention_s"] = opt(f.attention_s);
+  j["gemm_s"] = opt(f.gemm_s);
+  j["other_s"] = opt(f.other_s);
+  j["attention_share"] = opt(f.attention_share);
+  j["gemm_share"] = opt(f.gemm_share);
+  j["other_share"] = opt(f.other_share);
+  j["ideal_s"] = opt(f.ideal_s);
+  j["wall_over_ideal"] = opt(f.wall_over_ideal);
+  return j;
+}
+
+io::Json summary_json(const SetSummary& s) {
+  io::Json j;
+  j["vs"] = io::Json::object();
+  for (const auto& c : s.vs)
+    j["vs"][c.against] = {{"macro_reduction", opt(c.macro_reduction)},
+                          {"geomean_speedup", opt(c.geomean_speedup)},
+                          {"n_assets", c.n}};
+  j["latency_s"] = mean_json(s.latency_s);
+  j["attention_s"] = mean_json(s.attention_s);
+  j["gemm_s"] = mean_json(s.gemm_s);
+  j["other_s"] = mean_json(s.other_s);
+  j["attention_share"] = mean_json(s.attention_share);
+  j["gemm_share"] = mean_json(s.gemm_share);
+  j["other_share"] = mean_json(s.other_share);
+  j["ideal_s"] = mean_json(s.ideal_s);
+  j["wall_over_ideal"] = mean_json(s.wall_over_ideal);
+  j["peak_bytes"] = opt(s.peak_bytes);
+  j["launches_min"] = opt(s.launches_min);
+  j["launches_max"] = opt(s.launches_max);
+  return j;
+}
+
+io::Json loo_json(const LooTable& t) {
+  io::Json j = {{"reference_path", t.reference_path},
+                {"n_assets", t.n_assets},
+                {"largest_asset", t.largest_asset},
+                {"largest_tokens", t.largest_tokens},
+                {"rows", io::Json::array()}};
+  for (const auto& e : t.rows) {
+    io::Json row = {
+        {"flag", e.flag},
+        {"variant_path", e.variant_path},
+        {"calls_per_iteration",
+         e.calls_per_iteration >= 0 ? io::Json(e.calls_per_iteration) : io::Json(nullptr)},
+        {"n_assets", e.n}};
+    row["avg_delta_ms"] = e.row ? io::Json(e.row->avg_delta_ms) : io::Json(nullptr);
+    row["avg_delta_pct"] = e.row ? io::Json(e.row->avg_delta_pct) : io::Json(nullptr);
+    row["largest_delta_ms"] = e.row ? io::Json(e.row->largest_delta_ms) : io::Json(nullptr);
+    row["largest_delta_pct"] = e.row ? io::Json(e.row->largest_delta_pct) : io::Json(nullptr);
+    j["rows"].push_back(row);
+  }
+  return j;
+}
+
+void write_text(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  S3D_CHECK(out.good(), "bench report: cannot open ", path, " for writing");
+  out << text;
+  out.close();
+  S3D_CHECK(out.good(), "bench report: writing ", path, " failed");
+}
+
+}  // namespace
+
+io::Json to_json(const BenchResult& r) {
+  const Figures fig = derive(r);
+  io::Json j = raw_json(r);
+  io::Json& d = j["derived"];
+  d["reference_path"] = fig.reference;
+  d["comparators"] = fig.comparators;
+  d["sets"] = fig.sets;
+  d["paths"] = io::Json::object();
+  for (const auto& p : fig.paths) {
+    io::Json& pj = d["paths"][p.path];
+    pj["ablation_variant"] = p.ablation_variant;
+    pj["assets"] = io::Json::object();
+    for (size_t i = 0; i < r.assets.size(); ++i)
+      pj["assets"][r.assets[i].name] = asset_json(p.assets[i]);
+    pj["sets"] = io::Json::object();
+    for (const auto& s : p.sets) pj["sets"][s.set] = summary_json(s);
+  }
+  d["leave_one_out"] = io::Json::object();
+  for (const auto& t : fig.leave_one_out) d["leave_one_out"][t.set] = loo_json(t);
+  return j;
+}
+
+std::string to_svg(const BenchResult& r) {
+  const Figures fig = derive(r);
+  std::vector<Series> series;
+  for (const auto& p : fig.paths) {
+    if (p.ablation_variant) continue;
+    Series s{p.path, {}};
+    for (size_t i = 0; i < r.assets.size(); ++i)
+      if (p.assets[i].wall)
+        s.points.emplace_back(static_cast<double>(r.assets[i].tokens), p.assets[i].wall->median);
+    series.push_back(std::move(s));
+  }
+  std::string title = "sparse3d denoise latency";
+  if (r.fingerprint.is_object() && r.fingerprint.contains("gpu_name") &&
+      r.fingerprint["gpu_name"].is_string())
+    title += ", " + r.fingerprint["gpu_name"].get<std::string>();
+  if (!r.date.empty()) title += ", " + r.date.substr(0, 10);
+  return latency_plot_svg(series, title);
+}
+
+void write_report_files(const BenchResult& r, const std::string& out_dir, const std::string& stem) {
+  std::error_code ec;
+  std::filesystem::create_directories(out_dir, ec);
+  S3D_CHECK(!ec, "bench report: cannot create folder ", out_dir, ": ", ec.message());
+  const std::string base = (std::filesystem::path(out_dir) / stem).string();
+  // Everything is rendered before the first write, so an error leaves no partial set.
+  const std::string json =
+      to_json(r).dump(2, ' ', false, io::Json::error_handler_t::replace) + "\n";
+  const std::string md = to_markdown(r);
+  const std::string svg = to_svg(r);
+  write_text(base + ".json", json);
+  write_text(base + ".md", md);
+  write_text(base + ".svg", svg);
+}
+
+}  // namespace s3d::bench

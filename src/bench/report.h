@@ -1,0 +1,27 @@
+// The three files of `sparse3d bench`: JSON with every raw number and every derived
+// figure, a markdown report for a reader, and the latency-vs-tokens SVG plot.
+#pragma once
+
+#include <string>
+
+#include "bench/result.h"
+#include "io/json.h"
+
+namespace s3d::bench {
+
+// Raw cells with all repeats, the inputs of every figure, and the figures (figures.h);
+// a figure that was not measured is null.
+io::Json to_json(const BenchResult& r);
+
+// Header (date, GPU, settings), per-asset latency table, one summary table and one
+// leave-one-out table per asset set, baselines that did not run, and how it was measured.
+// Leave-one-out variants appear only in their table (and in the JSON).
+std::string to_markdown(const BenchResult& r);
+
+// Median latency vs active tokens, one series per path (leave-one-out variants left out).
+std::string to_svg(const BenchResult& r);
+
+// Writes OUT_DIR/STEM.json, STEM.md and STEM.svg, creating OUT_DIR if needed.
+void write_report_files(const BenchResult& r, const std::string& out_dir, const std::string& stem);
+
+}  // namespace s3d::bench

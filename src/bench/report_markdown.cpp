@@ -1,0 +1,224 @@
+// to_markdown: the report a reader takes in, in the article's formats (sections 4.3, 6.1).
+#include <functional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "bench/figures.h"
+#include "bench/format.h"
+#include "bench/report.h"
+#include "core/error.h"
+
+namespace s3d::bench {
+namespace {
+
+const char* const kDash = "-";  // a figure that was not measured, never 0
+
+// A name inside a table cell: a '|' would open a new column.
+std::string md(const std::string& s) {
+  std::string out;
+  for (char c : s)
+    out += c == '|' ? std::string("\\|") : c == '\n' ? std::string(" ") : std::string(1, c);
+  return out;
+}
+
+std::string ms(double seconds) { return fixed(seconds * 1e3, 1); }
+std::string pct(double fraction, int decimals) { return fixed(fraction * 100, decimals) + "%"; }
+std::string times(double ratio) { return fixed(ratio, 2) + "x"; }
+// The article's signed deltas: "+93.3", "-1.3".
+std::string signed_fixed(double v, int decimals) {
+  std::string s = fixed(v, decimals);
+  return s[0] == '-' || s.find_first_not_of("0.") == std::string::npos ? s : "+" + s;
+}
+// Marks a figure that only some of the set's assets have.
+std::string coverage(int n, int of) { return n < of ? cat(" (", n, "/", of, " assets)") : ""; }
+std::string assets(int n) { return cat(n, n == 1 ? " asset" : " assets"); }
+
+std::string mean_text(const AssetMean& m, const std::function<std::string(double)>& format) {
+  return m.value ? format(*m.value) + coverage(m.n, m.of) : kDash;
+}
+// "500.0 (40.0%)": the mean time and the mean per-asset share of the wall time.
+std::string split_text(const AssetMean& s, const AssetMean& share) {
+  if (!s.value) return kDash;
+  return ms(*s.value) + (share.value ? " (" + pct(*share.value, 1) + ")" : "") +
+         coverage(s.n, s.of);
+}
+
+std::string json_text(const io::Json& v) {
+  return v.is_string() ? v.get<std::string>()
+                       : v.dump(-1, ' ', false, io::Json::error_handler_t::replace);
+}
+
+std::string key_values(const io::Json& obj) {
+  if (!obj.is_object()) return obj.is_null() ? kDash : json_text(obj);
+  std::string out;
+  for (const auto& [k, v] : obj.items()) out += (out.empty() ? "" : ", ") + k + ": " + json_text(v);
+  return out.empty() ? kDash : out;
+}
+
+void header(std::ostringstream& o, const BenchResult& r, const Figures& fig) {
+  o << "# sparse3d bench, " << (r.date.empty() ? kDash : r.date) << "\n\n";
+  if (r.fingerprint.is_object() && r.fingerprint.contains("gpu_name"))
+    o << "- GPU: " << json_text(r.fingerprint["gpu_name"]) << "\n";
+  o << "- Environment: " << key_values(r.fingerprint) << "\n"
+    << "- Settings: " << key_values(r.settings) << "\n"
+    << "- Reference path: " << (fig.reference.empty() ? kDash : fig.reference) << "\n\n";
+}
+
+// One table row; a rule row aligns the first `text` columns left and the rest right.
+void row(std::ostringstream& o, const std::vector<std::string>& cells) {
+  o << '|';
+  for (const auto& c : cells) o << ' ' << c << " |";
+  o << '\n';
+}
+void rule(std::ostringstream& o, size_t text, size_t numbers) {
+  o << '|';
+  for (size_t i = 0; i < text + numbers; ++i) o << (i < text ? "---|" : "---:|");
+  o << '\n';
+}
+
+void latency_table(std::ostringstream& o, const BenchResult& r,
+                   const std::vector<const PathFigures*>& shown) {
+  o << "## Denoise latency per asset\n\nms per denoise loop: median (min-max) over the timed "
+       "repeats.\n\n";
+  std::vector<std::string> head = {"asset", "set", "tokens"};
+  for (const auto* p : shown) head.push_back(md(p->path));
+  row(o, head);
+  rule(o, 2, head.size() - 2);
+  for (size_t a = 0; a < r.assets.size(); ++a) {
+    std::vector<std::string> cells = {md(r.assets[a].name), md(r.assets[a].set),
+                                      group_digits(r.assets[a].tokens)};
+    for (const auto* p : shown) {
+      const auto& w = p->assets[a].wall;
+      cells.push_back(w ? ms(w->median) + " (" + ms(w->min) + "-" + ms(w->max) + ")" : kDash);
+    }
+    row(o, cells);
+  }
+  o << '\n';
+}
+
+std::string launches_text(const SetSummary& s) {
+  if (!s.launches_min) return kDash;
+  const std::string lo = group_digits(static_cast<int64_t>(*s.launches_min));
+  return *s.launches_min == *s.launches_max
+             ? lo
+             : lo + "-" + group_digits(static_cast<int64_t>(*s.launches_max));
+}
+
+void summary_table(std::ostringstream& o, const Figures& fig, size_t set, int n_assets,
+                   const std::vector<const PathFigures*>& shown) {
+  o << "## Summary: " << md(fig.sets[set]) << " set (" << assets(n_assets) << ")\n\n";
+  const std::string ref = fig.reference.empty() ? kDash : md(fig.reference);
+  std::vector<std::string> head = {"path", "reduction vs " + ref, "speedup vs " + ref};
+  for (size_t c = 1; c < fig.comparators.size(); ++c)
+    head.push_back("speedup vs " + md(fig.comparators[c]));
+  for (const char* h : {"peak GiB", "launches/loop", "attention ms (%)", "GEMM ms (%)",
+                        "other ms (%)", "ideal ms", "wall/ideal"})
+    head.push_back(h);
+  row(o, head);
+  rule(o, 1, head.size() - 1);
+  for (const auto* p : shown) {
+    const SetSummary& s = p->sets[set];
+    std::vector<std::string> cells = {md(p->path)};
+    if (s.vs.empty()) cells.insert(cells.end(), {kDash, kDash});  // no reference path
+    for (size_t c = 0; c < s.vs.size(); ++c) {
+      const Comparison& v = s.vs[c];
+      if (c == 0)
+        cells.push_back(v.macro_reduction ? pct(*v.macro_reduction, 2) + coverage(v.n, v.of)
+                                          : kDash);
+      cells.push_back(v.geomean_speedup ? times(*v.geomean_speedup) + coverage(v.n, v.of) : kDash);
+    }
+    cells.push_back(s.peak_bytes ? fixed(static_cast<double>(*s.peak_bytes) / (1ull << 30), 2)
+                                 : kDash);
+    cells.push_back(launches_text(s));
+    cells.push_back(split_text(s.attention_s, s.attention_share));
+    cells.push_back(split_text(s.gemm_s, s.gemm_share));
+    cells.push_back(split_text(s.other_s, s.other_share));
+    cells.push_back(mean_text(s.ideal_s, ms));
+    cells.push_back(mean_text(s.wall_over_ideal, times));
+    row(o, cells);
+  }
+  o << '\n';
+}
+
+void loo_table(std::ostringstream& o, const LooTable& t) {
+  o << "## Leave-one-out: " << md(t.set) << " set\n\nReference `" << md(t.reference_path)
+    << "` with every flag on; each row disables one. Averages over the " << assets(t.n_assets)
+    << " the reference timed; largest asset "
+    << (t.largest_asset.empty() ? kDash : md(t.largest_asset)) << " ("
+    << group_digits(t.largest_tokens) << " tokens). A positive delta means the run "
+    << "became slower with the candidate disabled.\n\n";
+  row(o, {"Candidate", "Calls/iter", "avg delta ms (%)", "largest-asset delta ms (%)"});
+  rule(o, 1, 3);
+  for (const auto& e : t.rows) {
+    const std::string calls =
+        e.calls_per_iteration >= 0 ? group_digits(e.calls_per_iteration) : kDash;
+    if (e.row) {
+      row(o, {md(e.flag), calls,
+              signed_fixed(e.row->avg_delta_ms, 1) + " (" + signed_fixed(e.row->avg_delta_pct, 2) +
+                  "%)",
+              signed_fixed(e.row->largest_delta_ms, 1) + " (" +
+                  signed_fixed(e.row->largest_delta_pct, 2) + "%)"});
+    } else {
+      const std::string missing = kDash + coverage(e.n, t.n_assets);
+      row(o, {md(e.flag), calls, missing, missing});
+    }
+  }
+  o << '\n';
+}
+
+void how_measured(std::ostringstream& o, const BenchResult& r) {
+  auto peak = [](double tflops, const std::string& shape) {
+    return tflops > 0 ? fixed(tflops, 1) + " TFLOPS" + (shape.empty() ? "" : " at " + shape)
+                      : std::string("not measured");
+  };
+  o << "## How measured\n\n"
+    << "Each latency is the CUDA-synchronised wall time of one whole denoise loop after "
+       "warm-up, over the timed repeats (median, and min-max in parentheses); the order of "
+       "assets and paths rotates between repeats so that drift hits every path alike. "
+       "Reduction is the equal-weight mean over assets of 1 - t_path / t_ref (positive = "
+       "faster), and speedup the geometric mean of the per-asset t_ref / t_path, t being "
+       "per-asset medians: not ratios of summed time. Launches, peak memory and the attention/GEMM "
+       "split come from "
+       "one extra instrumented loop per cell; other = median wall - attention - GEMM, clamped "
+       "at 0 because the instrumented loop runs slower than the timed ones. Ideal = attention "
+       "FLOPs at the measured attention peak ("
+    << peak(r.peaks.attention_tflops, r.peaks.attention_shape)
+    << ") + GEMM FLOPs at the measured GEMM peak (" << peak(r.peaks.gemm_tflops, r.peaks.gemm_shape)
+    << "). Summary figures are equal-weight means over a set's assets (peak memory: the "
+       "largest); shares are means of per-asset shares, so they need not equal the ratio of "
+       "the mean times. \"(k/N assets)\" marks a figure that only k of the set's N assets "
+       "have; \"-\" marks one that was not measured. The leave-one-out configurations appear "
+       "only in their tables here; the JSON holds their cells and figures.\n";
+}
+
+}  // namespace
+
+std::string to_markdown(const BenchResult& r) {
+  const Figures fig = derive(r);
+  std::vector<const PathFigures*> shown;
+  for (const auto& p : fig.paths)
+    if (!p.ablation_variant) shown.push_back(&p);
+  std::ostringstream o;
+  header(o, r, fig);
+  latency_table(o, r, shown);
+  for (size_t s = 0; s < fig.sets.size(); ++s) {
+    int n = 0;
+    for (const auto& a : r.assets) n += a.set == fig.sets[s];
+    summary_table(o, fig, s, n, shown);
+  }
+  for (const auto& t : fig.leave_one_out) loo_table(o, t);
+  bool any_missing = false;
+  for (const auto& b : r.baselines) any_missing |= !b.ran;
+  if (any_missing) {
+    o << "## Baselines that did not run\n\n";
+    for (const auto& b : r.baselines)
+      if (!b.ran)
+        o << "- " << b.name << ": " << (b.reason.empty() ? "no reason given" : b.reason) << "\n";
+    o << '\n';
+  }
+  how_measured(o, r);
+  return o.str();
+}
+
+}  // namespace s3d::bench

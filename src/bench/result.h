@@ -1,0 +1,70 @@
+// What `sparse3d bench` measured: every number of one run, from which stats.h derives the
+// figures and report.h writes the JSON, the markdown report and the SVG plot.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "io/json.h"
+
+namespace s3d::bench {
+
+struct AssetInfo {
+  std::string name;
+  int64_t tokens = 0;
+  std::string set;  // "default" or "long-tail"
+};
+
+// One (path, asset) cell: every timed repeat of the whole denoise loop, and what one
+// extra, instrumented loop counted.
+struct Cell {
+  std::string path;   // execution path or baseline name ("pure_eager", "torch_eager", ...)
+  std::string asset;
+  std::vector<double> loop_seconds;  // one per repeat, CUDA-synchronised wall time
+  uint64_t launches = 0;       // kernel launches + library calls per denoise loop (0 = not counted)
+  std::map<std::string, uint64_t> launches_by_op;
+  size_t peak_bytes = 0;       // peak device memory during the loop (0 = not measured)
+  double attention_seconds = 0;  // GPU time inside attention calls (instrumented loop)
+  double gemm_seconds = 0;       // GPU time inside GEMM calls (instrumented loop)
+  double attention_flops = 0;    // per denoise loop
+  double gemm_flops = 0;
+};
+
+// The measured library peaks that define the ideal time.
+struct Peaks {
+  double attention_tflops = 0;  // cuDNN SDPA, bf16, the model's head shape
+  double gemm_tflops = 0;       // cuBLASLt bf16 at the MLP shape
+  std::string attention_shape, gemm_shape;
+};
+
+// Leave-one-out: the reference configuration has every flag in `flags` on; each row
+// disables one.
+struct Ablation {
+  std::string reference_path;                 // e.g. "beyond" with all its flags
+  std::vector<std::string> flags;
+  std::map<std::string, int64_t> calls_per_iteration;  // flag -> calls it affects per step
+  std::map<std::string, std::string> variant_path;     // flag -> path measured with it off
+};
+
+// A baseline that could not run (torch.compile failing, say) is kept with the reason.
+struct BaselineStatus {
+  std::string name;
+  bool ran = false;
+  std::string reason;
+};
+
+struct BenchResult {
+  io::Json fingerprint;
+  io::Json settings;               // sampler, warm-up, repeats, checkpoint, manifest
+  std::string date;                // ISO 8601, UTC
+  std::vector<AssetInfo> assets;   // in manifest order
+  std::vector<std::string> paths;  // in report order; the first is the reference
+  std::vector<Cell> cells;
+  Peaks peaks;
+  Ablation ablation;               // empty flags = no ablation run
+  std::vector<BaselineStatus> baselines;
+};
+
+}  // namespace s3d::bench

@@ -1,0 +1,81 @@
+#include "bench/result_io.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace s3d::bench {
+
+BenchResult result_from_json(const io::Json& j, const std::string& what) {
+  try {
+    S3D_CHECK(j.value("schema", std::string()) == "sparse3d-bench/1", what,
+              ": not a sparse3d bench result (schema ", j.value("schema", std::string("missing")),
+              ")");
+    BenchResult r;
+    r.date = j.at("date").get<std::string>();
+    r.fingerprint = j.at("fingerprint");
+    r.settings = j.at("settings");
+    r.paths = j.at("paths").get<std::vector<std::string>>();
+    for (const auto& a : j.at("assets"))
+      r.assets.push_back(AssetInfo{a.at("name").get<std::string>(), a.at("tokens").get<int64_t>(),
+                                   a.at("set").get<std::string>()});
+    const auto& p = j.at("peaks");
+    r.peaks = Peaks{p.at("attention_tflops").get<double>(), p.at("gemm_tflops").get<double>(),
+                    p.at("attention_shape").get<std::string>(), p.at("gemm_shape").get<std::string>()};
+    const auto& ab = j.at("ablation");
+    r.ablation.reference_path = ab.at("reference_path").get<std::string>();
+    r.ablation.flags = ab.at("flags").get<std::vector<std::string>>();
+    r.ablation.calls_per_iteration = ab.at("calls_per_iteration").get<std::map<std::string, int64_t>>();
+    r.ablation.variant_path = ab.at("variant_path").get<std::map<std::string, std::string>>();
+    for (const auto& b : j.at("baselines"))
+      r.baselines.push_back(BaselineStatus{b.at("name").get<std::string>(), b.at("ran").get<bool>(),
+                                           b.at("reason").get<std::string>()});
+    for (const auto& c : j.at("cells")) {
+      Cell cell;
+      cell.path = c.at("path").get<std::string>();
+      cell.asset = c.at("asset").get<std::string>();
+      cell.loop_seconds = c.at("loop_seconds").get<std::vector<double>>();
+      cell.launches = c.at("launches").get<uint64_t>();
+      cell.launches_by_op = c.at("launches_by_op").get<std::map<std::string, uint64_t>>();
+      cell.peak_bytes = c.at("peak_bytes").get<size_t>();
+      cell.attention_seconds = c.at("attention_seconds").get<double>();
+      cell.gemm_seconds = c.at("gemm_seconds").get<double>();
+      cell.attention_flops = c.at("attention_flops").get<double>();
+      cell.gemm_flops = c.at("gemm_flops").get<double>();
+      r.cells.push_back(std::move(cell));
+    }
+    return r;
+  } catch (const io::Json::exception& e) {
+    fail(what, ": malformed bench result: ", e.what());
+  }
+}
+
+void add_baseline_timing(BenchResult& r, const io::Json& timing, const std::string& name,
+                         const std::string& what) {
+  BaselineStatus st{name, false, ""};
+  if (timing.contains("compile") && !timing["compile"].value("ok", true)) {
+    st.reason = cat("torch.compile failed at ", timing["compile"].value("stage", std::string("?")),
+                    ": ", timing["compile"].value("reason", std::string("no reason given")));
+    r.baselines.push_back(st);
+    return;
+  }
+  S3D_CHECK(timing.contains("assets") && timing["assets"].is_object(), what,
+            ": no \"assets\" object in the baseline timing file");
+  for (const auto& a : r.assets) {
+    S3D_CHECK(timing["assets"].contains(a.name), what, ": the baseline did not time asset ", a.name);
+    const io::Json& e = timing["assets"][a.name];
+    S3D_CHECK(e.contains("total_seconds") && e["total_seconds"].is_array() &&
+                  !e["total_seconds"].empty(),
+              what, ": asset ", a.name, " has no total_seconds");
+    Cell c;
+    c.path = name;
+    c.asset = a.name;
+    for (const auto& v : e["total_seconds"]) c.loop_seconds.push_back(v.get<double>());
+    r.cells.push_back(std::move(c));
+  }
+  st.ran = true;
+  if (std::find(r.paths.begin(), r.paths.end(), name) == r.paths.end()) r.paths.push_back(name);
+  r.baselines.push_back(st);
+}
+
+}  // namespace s3d::bench

@@ -1,0 +1,23 @@
+// Reading results back: a saved bench JSON (report.h writes it) becomes a BenchResult again,
+// and a timing file of the PyTorch baseline (tools/torch_ref/run.py --timing-json) becomes
+// its cells. `sparse3d bench-report` uses both to remake a report without a GPU, e.g. from
+// an engine run and a baseline run measured in separate calls of the same session.
+#pragma once
+
+#include <string>
+
+#include "bench/result.h"
+#include "io/json.h"
+
+namespace s3d::bench {
+
+// The raw part of to_json(r) back into a BenchResult; derived figures are ignored.
+BenchResult result_from_json(const io::Json& j, const std::string& what);
+
+// Adds the baseline `name` ("torch_eager", "torch_compile") from a run.py timing file: one
+// cell per asset of `r` found in it, or a BaselineStatus with the reason it did not run
+// (a failed torch.compile records why). Assets missing from the file are an error.
+void add_baseline_timing(BenchResult& r, const io::Json& timing, const std::string& name,
+                         const std::string& what);
+
+}  // namespace s3d::bench

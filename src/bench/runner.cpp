@@ -1,0 +1,325 @@
+#include "bench/runner.h"
+
+#include <cuda_runtime.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <map>
+
+#include "attention/attention.h"
+#include "bench/result_io.h"
+#include "contract/fingerprint.h"
+#include "core/allocator.h"
+#include "core/cuda_util.h"
+#include "core/error.h"
+#include "core/profiler.h"
+#include "core/rng.h"
+#include "gemm/linear.h"
+#include "model/checkpoint.h"
+#include "model/execution_plan.h"
+#include "model/slat_flow.h"
+#include "payload/payload.h"
+
+namespace s3d::bench {
+namespace {
+
+std::string utc_now() {
+  std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+
+Tensor random_device(const Shape& shape, DType dtype, uint64_t seed) {
+  std::vector<float> v(static_cast<size_t>(shape_numel(shape)));
+  normal_fill(seed, 0, v.size(), v.data());
+  return Tensor::from_floats(v, shape, dtype).to(Device::CUDA);
+}
+
+// Seconds per call of `fn`, timed with events over `reps` calls after 3 warm-up calls.
+template <class F>
+double time_calls(F&& fn, int reps) {
+  for (int i = 0; i < 3; ++i) fn();
+  cudaEvent_t a, b;
+  S3D_CUDA_CHECK(cudaEventCreate(&a));
+  S3D_CUDA_CHECK(cudaEventCreate(&b));
+  S3D_CUDA_CHECK(cudaEventRecord(a, current_stream()));
+  for (int i = 0; i < reps; ++i) fn();
+  S3D_CUDA_CHECK(cudaEventRecord(b, current_stream()));
+  S3D_CUDA_CHECK(cudaEventSynchronize(b));
+  float ms = 0;
+  S3D_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  return ms * 1e-3 / reps;
+}
+
+// The libraries' rates at the model's shapes, measured in this run: cuBLASLt bf16 at the
+// two MLP GEMMs and cuDNN SDPA self-attention at the model's head shape; the best of each.
+Peaks measure_peaks(const model::ModelConfig& c, int64_t tokens, const Log& log) {
+  Peaks p;
+  const int64_t C = c.model_channels, hidden = c.mlp_hidden();
+  const int64_t M = std::max<int64_t>(tokens, 4096);
+  for (auto [K, N] : {std::pair<int64_t, int64_t>{C, hidden}, {hidden, C}}) {
+    Tensor x = random_device({M, K}, DType::BF16, 1), w = random_device({N, K}, DType::BF16, 2);
+    Tensor b = random_device({N}, DType::BF16, 3);
+    Tensor y = Tensor::empty({M, N}, DType::BF16, Device::CUDA);
+    double s = time_calls([&] { gemm::linear(x, w, &b, y); }, 20);
+    double tflops = 2.0 * M * N * K / s / 1e12;
+    if (tflops > p.gemm_tflops) {
+      p.gemm_tflops = tflops;
+      p.gemm_shape = cat("bf16 M=", M, " K=", K, " N=", N, " +bias");
+    }
+  }
+  const int H = c.num_heads, D = c.head_dim();
+  const int64_t T = M;
+  Tensor qkv = random_device({T, 3 * H * D}, DType::BF16, 4);
+  Tensor out = Tensor::empty({T, int64_t(H) * D}, DType::BF16, Device::CUDA);
+  attention::SeqLayout layout = attention::make_seq_layout({static_cast<int32_t>(T)}, Device::CUDA);
+  const int64_t HD = int64_t(H) * D;
+  double s = time_calls([&] {
+    attention::sdpa_varlen(RowView{qkv, 0, T, HD, 3 * HD}, layout, RowView{qkv, HD, T, HD, 3 * HD},
+                           RowView{qkv, 2 * HD, T, HD, 3 * HD}, layout, H, D,
+                           static_cast<float>(1.0 / std::sqrt(double(D))), out);
+  }, 10);
+  p.attention_tflops = 4.0 * double(T) * T * H * D / s / 1e12;
+  p.attention_shape = cat("bf16 self-attention T=", T, " H=", H, " D=", D);
+  log(cat("peaks: cuBLASLt ", p.gemm_tflops, " TFLOP/s (", p.gemm_shape, "), cuDNN SDPA ",
+          p.attention_tflops, " TFLOP/s (", p.attention_shape, ")"));
+  return p;
+}
+
+struct Prepared {
+  AssetInfo info;
+  sampler::Inputs inputs;
+};
+
+std::vector<const payload::ManifestEntry*> select_assets(const payload::Manifest& m,
+                                                         const std::vector<std::string>& sel) {
+  std::vector<const payload::ManifestEntry*> out;
+  auto add = [&](const payload::ManifestEntry* e) {
+    if (std::find(out.begin(), out.end(), e) == out.end()) out.push_back(e);
+  };
+  for (const std::string& s : sel) {
+    bool matched = false;
+    for (const auto& e : m.assets) {
+      if (s == "all" || s == e.set || s == e.name) {
+        add(&e);
+        matched = true;
+      }
+    }
+    S3D_CHECK(matched, "bench: '", s, "' names no asset or set in the manifest");
+  }
+  return out;
+}
+
+int run_process(const std::string& cmd) {
+  int status = std::system(cmd.c_str());
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+}
+
+std::string shell_quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+// The PyTorch implementation under tools/, eager or compiled, timed by its own loop with
+// the same rules (warm-up, CUDA-synchronised whole-loop wall time, repeats).
+void run_torch_baseline(const BenchOptions& o, const std::vector<Prepared>& assets, bool compile,
+                        BenchResult& r, const Log& log) {
+  const std::string name = compile ? "torch_compile" : "torch_eager";
+  const std::string json = (std::filesystem::path(o.work_dir) / ("sparse3d_" + name + ".json")).string();
+  std::filesystem::remove(json);
+  std::string cmd = o.python + " " + shell_quote(o.torch_script) + " --checkpoint " +
+                    shell_quote(o.checkpoint) + " --manifest " + shell_quote(o.manifest);
+  for (const auto& a : assets) cmd += " --asset " + shell_quote(a.info.name);
+  const auto& s = o.sampler;
+  cmd += cat(" --steps ", s.steps, " --rescale-t ", s.rescale_t, " --cfg ", s.guidance,
+             " --interval ", s.interval_lo, " ", s.interval_hi, " --guidance-rescale ",
+             s.guidance_rescale, " --cfg-mode serial --device cuda --time --quiet --warmup ",
+             std::max(1, o.warmup), " --repeat ", o.repeats, " --timing-json ", shell_quote(json));
+  if (compile) cmd += " --compile blocks";
+  const std::string logfile = json + ".log";
+  log(cat("baseline ", name, ": ", cmd));
+  int code = run_process(cmd + " > " + shell_quote(logfile) + " 2>&1");
+  // Exit code 3 is run.py's "torch.compile failed", with the reason in the timing file.
+  std::string failure;
+  if (!std::filesystem::exists(json)) {
+    failure = cat("exit code ", code, ", no timing file (log: ", logfile, ")");
+  } else if (code != 0 && code != 3) {
+    failure = cat("exit code ", code, " (log: ", logfile, ")");
+  } else {
+    try {
+      add_baseline_timing(r, io::read_json_file(json), name, json);
+    } catch (const Error& e) {
+      failure = e.what();
+    }
+  }
+  if (!failure.empty()) r.baselines.push_back(BaselineStatus{name, false, failure});
+  if (!r.baselines.back().ran)
+    log(cat("baseline ", name, " did not run: ", r.baselines.back().reason));
+}
+
+}  // namespace
+
+BenchResult run_bench(const BenchOptions& o, const Log& log) {
+  S3D_CHECK(cuda_available(), "sparse3d bench needs a CUDA GPU (none found)");
+  S3D_CHECK(o.repeats >= 1 && o.warmup >= 0, "bench: repeats must be >= 1 and warm-up >= 0");
+  S3D_CHECK(!o.paths.empty(), "bench: no execution path given");
+  cudaStream_t stream;
+  S3D_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  set_current_stream(stream);
+
+  BenchResult r;
+  r.date = utc_now();
+  r.fingerprint = contract::environment_fingerprint().to_json();
+
+  // Paths: the given specs (a spec given twice is measured twice, "NAME#2", an A/A check of
+  // the measurement itself), plus (with --ablate) the last one with each flag turned off.
+  std::vector<model::ExecutionPlan> plans;
+  auto add_plan = [&](const model::ExecutionPlan& p, bool duplicate_ok) {
+    int seen = 0;
+    for (size_t i = 0; i < plans.size(); ++i)
+      if (plans[i].label() == p.label()) {
+        if (!duplicate_ok) return r.paths[i];
+        ++seen;
+      }
+    plans.push_back(p);
+    r.paths.push_back(seen ? cat(p.label(), "#", seen + 1) : p.label());
+    return r.paths.back();
+  };
+  for (const auto& spec : o.paths) add_plan(model::ExecutionPlan::parse(spec), true);
+  if (o.ablate) {
+    const model::ExecutionPlan ref = plans.back();
+    r.ablation.reference_path = r.paths.back();
+    for (const auto& flag : ref.enabled()) {
+      model::ExecutionPlan off = ref;
+      off.disable(flag);
+      r.ablation.flags.push_back(flag);
+      r.ablation.variant_path[flag] = add_plan(off, false);
+      for (const auto& f : model::optimization_flags())
+        if (f.name == flag) r.ablation.calls_per_iteration[flag] = f.calls_per_step;
+    }
+    S3D_CHECK(!r.ablation.flags.empty(), "bench --ablate: path ", ref.label(),
+              " has no optimization flag on; nothing to leave out");
+  }
+
+  log(cat("loading ", o.checkpoint));
+  model::SLatFlowModel m(model::load_checkpoint(o.checkpoint, Device::CUDA));
+  payload::Manifest manifest = payload::read_manifest(o.manifest);
+  std::vector<Prepared> assets;
+  for (const auto* e : select_assets(manifest, o.assets)) {
+    payload::Asset a = payload::read_asset(manifest, *e);
+    Prepared p;
+    p.info = AssetInfo{e->name, a.coords.size(0), e->set};
+    p.inputs.coords = a.coords;
+    p.inputs.batch = 1;
+    p.inputs.cond = a.cond.reshape({1, a.cond.size(0), a.cond.size(1)});
+    p.inputs.noise = Tensor::empty({a.coords.size(0), m.config().out_channels}, DType::F32, Device::CPU);
+    normal_fill(a.noise_seed, 0, static_cast<uint64_t>(p.inputs.noise.numel()),
+                p.inputs.noise.data_as<float>());
+    p.inputs.concat_cond = a.concat_cond;
+    r.assets.push_back(p.info);
+    assets.push_back(std::move(p));
+  }
+  r.settings = io::Json{{"checkpoint", o.checkpoint},
+                        {"manifest", o.manifest},
+                        {"steps", o.sampler.steps},
+                        {"rescale_t", o.sampler.rescale_t},
+                        {"guidance", o.sampler.guidance},
+                        {"guidance_interval", {o.sampler.interval_lo, o.sampler.interval_hi}},
+                        {"guidance_rescale", o.sampler.guidance_rescale},
+                        {"warmup", o.warmup},
+                        {"repeats", o.repeats},
+                        {"model_parameters", m.weight_bytes()},
+                        {"cond_tokens", manifest.cond_tokens}};
+
+  int64_t max_tokens = 0;
+  for (const auto& a : assets) max_tokens = std::max(max_tokens, a.info.tokens);
+  if (o.measure_peaks) r.peaks = measure_peaks(m.config(), max_tokens, log);
+
+  auto options_for = [&](const model::ExecutionPlan& p) {
+    sampler::SamplerOptions s = o.sampler;
+    s.batched_cfg = p.on("batched_cfg");
+    return s;
+  };
+  std::map<std::pair<size_t, size_t>, Cell> cells;  // (path, asset)
+
+  // Warm-up: a one-step loop per (path, asset) and round primes every cache a loop uses
+  // (cuDNN graphs per bucket, cuBLASLt algorithms per shape, the allocator's blocks); the
+  // instrumented loop below is a full warm loop as well.
+  std::map<std::pair<size_t, size_t>, double> warm_seconds;
+  for (int w = 0; w < o.warmup; ++w)
+    for (size_t ai = 0; ai < assets.size(); ++ai)
+      for (size_t pi = 0; pi < plans.size(); ++pi) {
+        sampler::SamplerOptions s = options_for(plans[pi]);
+        s.steps = 1;
+        auto out = sampler::sample(m, assets[ai].inputs, s);
+        warm_seconds[{pi, ai}] = out.loop_seconds * o.sampler.steps;
+      }
+  double estimate = 0;
+  for (const auto& [k, s] : warm_seconds) estimate += s * (o.repeats + 1);
+  if (!warm_seconds.empty())
+    log(cat("estimated measurement time: ", std::lround(estimate), " s for ", plans.size(),
+            " paths x ", assets.size(), " assets x (", o.repeats,
+            " repeats + 1 instrumented loop)",
+            o.torch_script.empty() ? "" : ", plus the PyTorch baseline"));
+
+  // One instrumented loop per cell: launches, peak memory, attention/GEMM time and FLOPs.
+  for (size_t ai = 0; ai < assets.size(); ++ai)
+    for (size_t pi = 0; pi < plans.size(); ++pi) {
+      Cell& c = cells[{pi, ai}];
+      c.path = r.paths[pi];
+      c.asset = assets[ai].info.name;
+      synchronize();
+      DeviceAllocator::instance().reset_peak();
+      reset_launch_counts();
+      profiler::start(profiler::Mode::Library);
+      auto out = sampler::sample(m, assets[ai].inputs, options_for(plans[pi]));
+      auto totals = profiler::stop_and_collect();
+      log(cat("[instrumented] ", c.asset, " ", c.path, ": ", out.loop_seconds, " s, ",
+              launch_counts().total, " launches"));
+      LaunchCounts lc = launch_counts();
+      c.launches = lc.total;
+      c.launches_by_op = lc.by_op;
+      c.peak_bytes = DeviceAllocator::instance().stats().peak_allocated_bytes;
+      c.attention_seconds = totals["attention"].seconds;
+      c.attention_flops = totals["attention"].flops;
+      c.gemm_seconds = totals["gemm"].seconds;
+      c.gemm_flops = totals["gemm"].flops;
+    }
+
+  // Timed repeats, interleaved: the asset order and the path order rotate every repeat.
+  auto started = std::chrono::steady_clock::now();
+  for (int rep = 0; rep < o.repeats; ++rep)
+    for (size_t i = 0; i < assets.size(); ++i) {
+      const size_t ai = (i + rep) % assets.size();
+      for (size_t j = 0; j < plans.size(); ++j) {
+        const size_t pi = (j + rep + i) % plans.size();
+        auto out = sampler::sample(m, assets[ai].inputs, options_for(plans[pi]));
+        cells[{pi, ai}].loop_seconds.push_back(out.loop_seconds);
+        double spent =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+        log(cat("[repeat ", rep + 1, "/", o.repeats, "] ", assets[ai].info.name, " (",
+                assets[ai].info.tokens, " tokens) ", r.paths[pi], ": ", out.loop_seconds,
+                " s   [", std::lround(spent), " s elapsed]"));
+      }
+    }
+  for (auto& [key, c] : cells) r.cells.push_back(std::move(c));
+  set_current_stream(nullptr);
+  if (o.on_engine_done) o.on_engine_done(r);
+
+  if (!o.torch_script.empty()) {
+    run_torch_baseline(o, assets, false, r, log);
+    if (o.torch_compile) run_torch_baseline(o, assets, true, r, log);
+  }
+  return r;
+}
+
+}  // namespace s3d::bench

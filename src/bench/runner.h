@@ -1,0 +1,39 @@
+// The measurement behind `sparse3d bench` (DESIGN.md "Benchmark protocol"): whole denoise
+// loops per (path, asset), warm-up first, repeats interleaved across paths and assets so
+// that drift hits all paths alike, one extra instrumented loop per cell for launches, peak
+// memory and the attention/GEMM split, the libraries' measured peaks for the ideal time,
+// leave-one-out ablation, and the PyTorch baseline run by the same rules.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "bench/result.h"
+#include "sampler/sampler.h"
+
+namespace s3d::bench {
+
+struct BenchOptions {
+  std::string checkpoint;
+  std::string manifest;
+  std::vector<std::string> assets = {"default"};  // names, or a set: default | long-tail | all
+  std::vector<std::string> paths = {"pure_eager"};  // specs: "pure_eager+batched_cfg"
+  sampler::SamplerOptions sampler;  // batched_cfg comes from each path's flags
+  int warmup = 1;                   // one-step warm-up loops per (path, asset)
+  int repeats = 3;
+  bool ablate = false;              // leave-one-out over the last path's flags
+  bool measure_peaks = true;
+  std::string torch_script;         // tools/torch_ref/run.py; empty: no external baseline
+  bool torch_compile = false;       // also run the baseline under torch.compile
+  std::string python = "python3";
+  std::string work_dir = "/tmp";    // scratch for the baseline's timing files
+  // Called with the engine's results before the baseline runs (to save them early).
+  std::function<void(const BenchResult&)> on_engine_done;
+};
+
+using Log = std::function<void(const std::string&)>;
+
+BenchResult run_bench(const BenchOptions& options, const Log& log);
+
+}  // namespace s3d::bench

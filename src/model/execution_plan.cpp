@@ -1,0 +1,119 @@
+#include "model/execution_plan.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace s3d::model {
+namespace {
+
+const FlagInfo* find_flag(const std::string& name) {
+  for (const auto& f : optimization_flags())
+    if (f.name == name) return &f;
+  return nullptr;
+}
+
+std::string known_flags() {
+  std::string s;
+  for (const auto& f : optimization_flags()) s += (s.empty() ? "" : ", ") + f.name;
+  return s;
+}
+
+}  // namespace
+
+const std::vector<FlagInfo>& optimization_flags() {
+  static const std::vector<FlagInfo> flags = {
+      {"batched_cfg",
+       "both CFG branches as one varlen batch of 2B assets (GEMM M doubles, launches halve); "
+       "tolerance contract against serial CFG",
+       1},
+  };
+  return flags;
+}
+
+const std::vector<PathInfo>& execution_paths() {
+  static const std::vector<PathInfo> paths = {
+      {"pure_eager", "every op its own kernel, at the rounding points of the PyTorch original", {},
+       true, ""},
+      {"kernel_fusion", "fused kernels + cuBLASLt bias+GELU epilogue", {}, false,
+       "the fused kernels are issue 5"},
+      {"prior_exact_null", "unconditional cross-attention removed, reference-shaped projection",
+       {}, false, "null-context elimination is issue 4"},
+      {"canonical_cache_null", "unconditional cross-attention = cached canonical row", {}, false,
+       "null-context elimination is issue 4"},
+      {"canonical_cache_combined", "kernel_fusion + canonical_cache_null", {}, false,
+       "issues 4 and 5"},
+      {"beyond", "everything above plus launch-overhead removal and batched CFG", {"batched_cfg"},
+       false, "issue 6"},
+  };
+  return paths;
+}
+
+ExecutionPlan ExecutionPlan::of_path(const std::string& path) {
+  const PathInfo* info = nullptr;
+  std::string names;
+  for (const auto& p : execution_paths()) {
+    if (p.name == path) info = &p;
+    names += (names.empty() ? "" : ", ") + p.name;
+  }
+  S3D_CHECK(info, "unknown execution path '", path, "' (known: ", names, ")");
+  S3D_CHECK(info->available, "execution path '", path, "' is not built yet: ", info->missing);
+  ExecutionPlan plan;
+  plan.path_ = path;
+  for (const auto& f : optimization_flags()) plan.flags_[f.name] = false;
+  for (const auto& f : info->flags) plan.flags_[f] = true;
+  return plan;
+}
+
+ExecutionPlan ExecutionPlan::parse(const std::string& spec) {
+  size_t cut = spec.find_first_of("+-");
+  ExecutionPlan plan = of_path(spec.substr(0, cut));
+  while (cut != std::string::npos) {
+    const char sign = spec[cut];
+    size_t next = spec.find_first_of("+-", cut + 1);
+    std::string flag = spec.substr(cut + 1, next == std::string::npos ? next : next - cut - 1);
+    if (sign == '+') {
+      plan.enable(flag);
+    } else {
+      plan.disable(flag);
+    }
+    cut = next;
+  }
+  return plan;
+}
+
+void ExecutionPlan::enable(const std::string& flag) {
+  S3D_CHECK(find_flag(flag), "unknown optimization flag '", flag, "' (known: ", known_flags(), ")");
+  flags_[flag] = true;
+}
+
+void ExecutionPlan::disable(const std::string& flag) {
+  S3D_CHECK(find_flag(flag), "unknown optimization flag '", flag, "' (known: ", known_flags(), ")");
+  flags_[flag] = false;
+}
+
+bool ExecutionPlan::on(const std::string& flag) const {
+  auto it = flags_.find(flag);
+  S3D_CHECK(it != flags_.end(), "unknown optimization flag '", flag, "' (known: ", known_flags(),
+            ")");
+  return it->second;
+}
+
+std::vector<std::string> ExecutionPlan::enabled() const {
+  std::vector<std::string> v;
+  for (const auto& [name, on] : flags_)
+    if (on) v.push_back(name);
+  return v;
+}
+
+std::string ExecutionPlan::label() const {
+  const ExecutionPlan base = of_path(path_);
+  std::string s = path_;
+  for (const auto& f : optimization_flags()) {
+    if (on(f.name) && !base.on(f.name)) s += "+" + f.name;
+    if (!on(f.name) && base.on(f.name)) s += "-" + f.name;
+  }
+  return s;
+}
+
+}  // namespace s3d::model

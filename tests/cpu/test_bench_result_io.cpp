@@ -1,0 +1,117 @@
+#include <gtest/gtest.h>
+
+#include "bench/report.h"
+#include "bench/result_io.h"
+#include "core/error.h"
+#include "model/execution_plan.h"
+
+namespace s3d::bench {
+namespace {
+
+BenchResult small_result() {
+  BenchResult r;
+  r.date = "2026-11-29T09:00:00Z";
+  r.fingerprint = io::Json{{"gpu_name", "NVIDIA H200"}};
+  r.settings = io::Json{{"steps", 15}};
+  r.assets = {{"a", 100, "default"}, {"b", 300, "default"}};
+  r.paths = {"pure_eager"};
+  r.peaks = Peaks{500, 700, "attn", "gemm"};
+  for (const char* asset : {"a", "b"}) {
+    Cell c;
+    c.path = "pure_eager";
+    c.asset = asset;
+    c.loop_seconds = {1.0, 1.1, 0.9};
+    c.launches = 1234;
+    c.launches_by_op = {{"gemm", 10}};
+    c.peak_bytes = 1 << 20;
+    c.attention_seconds = 0.25;
+    c.gemm_seconds = 0.5;
+    c.attention_flops = 1e12;
+    c.gemm_flops = 2e12;
+    r.cells.push_back(c);
+  }
+  return r;
+}
+
+TEST(BenchResultIo, JsonRoundTripKeepsEveryRawNumber) {
+  BenchResult r = small_result();
+  BenchResult back = result_from_json(to_json(r), "test");
+  EXPECT_EQ(back.date, r.date);
+  EXPECT_EQ(back.paths, r.paths);
+  ASSERT_EQ(back.cells.size(), 2u);
+  EXPECT_EQ(back.cells[1].loop_seconds, r.cells[1].loop_seconds);
+  EXPECT_EQ(back.cells[0].launches, 1234u);
+  EXPECT_EQ(back.cells[0].launches_by_op.at("gemm"), 10u);
+  EXPECT_DOUBLE_EQ(back.cells[0].gemm_flops, 2e12);
+  EXPECT_DOUBLE_EQ(back.peaks.gemm_tflops, 700);
+  EXPECT_EQ(to_json(back)["cells"], to_json(r)["cells"]);
+}
+
+TEST(BenchResultIo, RejectsOtherFiles) {
+  EXPECT_THROW(result_from_json(io::Json{{"schema", "x"}}, "f.json"), Error);
+  io::Json j = to_json(small_result());
+  j["cells"][0].erase("loop_seconds");
+  try {
+    result_from_json(j, "f.json");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("f.json"), std::string::npos) << e.what();
+  }
+}
+
+TEST(BenchResultIo, BaselineTimingBecomesCells) {
+  BenchResult r = small_result();
+  io::Json timing = {{"assets", {{"a", {{"total_seconds", {2.0, 2.2}}}},
+                                 {"b", {{"total_seconds", {3.0}}}}}}};
+  add_baseline_timing(r, timing, "torch_eager", "t.json");
+  ASSERT_EQ(r.cells.size(), 4u);
+  EXPECT_EQ(r.paths.back(), "torch_eager");
+  EXPECT_TRUE(r.baselines.back().ran);
+  EXPECT_EQ(r.cells[2].loop_seconds, (std::vector<double>{2.0, 2.2}));
+  // The report now has a speedup against the baseline.
+  EXPECT_NE(to_markdown(r).find("torch_eager"), std::string::npos);
+}
+
+TEST(BenchResultIo, FailedCompileIsRecordedWithItsReason) {
+  BenchResult r = small_result();
+  io::Json timing = {{"compile", {{"ok", false}, {"stage", "first_call"}, {"reason", "InductorError: boom"}}},
+                     {"assets", io::Json::object()}};
+  add_baseline_timing(r, timing, "torch_compile", "t.json");
+  EXPECT_EQ(r.cells.size(), 2u);
+  ASSERT_FALSE(r.baselines.back().ran);
+  EXPECT_NE(r.baselines.back().reason.find("InductorError: boom"), std::string::npos);
+  EXPECT_NE(to_markdown(r).find("InductorError: boom"), std::string::npos);
+}
+
+TEST(BenchResultIo, MissingAssetInTheBaselineIsAnError) {
+  BenchResult r = small_result();
+  io::Json timing = {{"assets", {{"a", {{"total_seconds", {2.0}}}}}}};
+  try {
+    add_baseline_timing(r, timing, "torch_eager", "t.json");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("did not time asset b"), std::string::npos) << e.what();
+  }
+}
+
+TEST(ExecutionPlan, PathsFlagsAndLabels) {
+  model::ExecutionPlan p = model::ExecutionPlan::parse("pure_eager");
+  EXPECT_FALSE(p.on("batched_cfg"));
+  EXPECT_EQ(p.label(), "pure_eager");
+  model::ExecutionPlan q = model::ExecutionPlan::parse("pure_eager+batched_cfg");
+  EXPECT_TRUE(q.on("batched_cfg"));
+  EXPECT_EQ(q.label(), "pure_eager+batched_cfg");
+  q.disable("batched_cfg");
+  EXPECT_EQ(q.label(), "pure_eager");
+  EXPECT_THROW(model::ExecutionPlan::parse("pure_eager+no_such_flag"), Error);
+  EXPECT_THROW(model::ExecutionPlan::parse("warp_speed"), Error);
+  try {
+    model::ExecutionPlan::parse("kernel_fusion");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("not built yet"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace s3d::bench
