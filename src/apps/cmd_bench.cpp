@@ -129,6 +129,10 @@ Command add_profile(CLI::App& app) {
     }
     m.forward(req, x, t, cond);  // warm-up: graphs, algorithms, allocator
     synchronize();
+    // Everything launched so far (request set-up and the warm-up forward): the number to
+    // hold against an external count (ncu, CUPTI) of the whole process, which adds the
+    // measured forward below.
+    const uint64_t before = launch_counts().total;
     reset_launch_counts();
     profiler::start(profiler::Mode::Launches);
     m.forward(req, x, t, cond);
@@ -156,6 +160,9 @@ Command add_profile(CLI::App& app) {
     auto flops = [&](const char* k) { return totals.count(k) ? totals[k].flops : 0.0; };
     std::printf("attention %.3f TFLOP, GEMM %.3f TFLOP in this forward\n", flops("attention") / 1e12,
                 flops("gemm") / 1e12);
+    std::printf("launches in the whole process: %llu (set-up and warm-up %llu + this forward %llu)\n",
+                static_cast<unsigned long long>(before + lc.total),
+                static_cast<unsigned long long>(before), static_cast<unsigned long long>(lc.total));
     set_current_stream(nullptr);
     return 0;
   };

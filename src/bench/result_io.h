@@ -16,7 +16,8 @@ BenchResult result_from_json(const io::Json& j, const std::string& what);
 
 // Adds the baseline `name` ("torch_eager", "torch_compile") from a run.py timing file: one
 // cell per asset of `r` found in it, or a BaselineStatus with the reason it did not run
-// (a failed torch.compile records why). Assets missing from the file are an error.
+// (a failed torch.compile records why). A baseline may time a subset of the assets (the
+// status says which are missing); one that times none is an error.
 void add_baseline_timing(BenchResult& r, const io::Json& timing, const std::string& name,
                          const std::string& what);
 
