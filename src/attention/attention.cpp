@@ -224,4 +224,6 @@ std::string cudnn_version() {
 
 int64_t sdpa_graphs_built() { return detail::cudnn_sdpa_graphs_built(); }
 
+void release_resources() { detail::release_cudnn_sdpa(); }
+
 }  // namespace s3d::attention

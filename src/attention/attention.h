@@ -43,6 +43,10 @@ void sdpa_varlen(const RowView& q, const SeqLayout& q_layout, const RowView& k,
                  const RowView& v, const SeqLayout& kv_layout, int heads, int head_dim,
                  float scale, Tensor& out);
 
+// Frees the cuDNN handles, cached graphs and workspaces (the next call rebuilds them): for a
+// clean shutdown, e.g. before compute-sanitizer's leak check or to hand memory back.
+void release_resources();
+
 // "9.19.0", or "none" without a GPU.
 std::string cudnn_version();
 

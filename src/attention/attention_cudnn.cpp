@@ -101,9 +101,14 @@ void check_cudnn(cudnnStatus_t status, const char* call, const std::string& cont
     fail("cuDNN ", call, " failed: ", cudnnGetErrorString(status), " (", context, ")");
 }
 
+// Handles, graphs and workspaces live until release_cudnn_sdpa() (or the process) ends them.
+std::map<int, DeviceState>& all_states() {
+  static auto* states = new std::map<int, DeviceState>();
+  return *states;
+}
+
 DeviceState& device_state(int device) {
-  static auto* states = new std::map<int, DeviceState>();  // lives as long as the process
-  DeviceState& st = (*states)[device];
+  DeviceState& st = all_states()[device];
   if (st.handle == nullptr)
     check_cudnn(cudnnCreate(&st.handle), "cudnnCreate", cat("device ", device));
   return st;
@@ -264,6 +269,15 @@ void cudnn_sdpa_forward(const SdpaShape& shape, const SdpaPointers& p, cudaStrea
 }
 
 int64_t cudnn_sdpa_graphs_built() { return g_graphs_built; }
+
+void release_cudnn_sdpa() {
+  for (auto& [device, st] : all_states()) {
+    st.graphs.clear();
+    if (st.workspace) DeviceAllocator::instance().release(st.workspace, st.workspace_capacity);
+    if (st.handle) cudnnDestroy(st.handle);
+  }
+  all_states().clear();
+}
 
 std::string cudnn_sdpa_cache_summary() {
   int device = 0;

@@ -42,6 +42,8 @@ struct SdpaPointers {
 // Runs (building and caching the graph on first use) on `stream`; throws s3d::Error.
 void cudnn_sdpa_forward(const SdpaShape& shape, const SdpaPointers& ptrs, cudaStream_t stream);
 int64_t cudnn_sdpa_graphs_built();
+// Destroys the handles and cached graphs and returns the workspaces.
+void release_cudnn_sdpa();
 // One line per cached graph: its shape, the implementation cuDNN chose and its workspace.
 std::string cudnn_sdpa_cache_summary();
 // cudnnGetVersion(), e.g. 91900.

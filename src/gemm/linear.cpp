@@ -145,4 +145,6 @@ void linear(const Tensor& x, const Tensor& weight, const Tensor* bias, Tensor& y
   }
 }
 
+void release_resources() { detail::release_cublaslt(); }
+
 }  // namespace s3d::gemm

@@ -15,6 +15,10 @@ enum class Epilogue { None, Bias, BiasGelu };
 void linear(const Tensor& x, const Tensor& weight, const Tensor* bias, Tensor& y,
             Epilogue epilogue = Epilogue::Bias);
 
+// Frees the cuBLASLt handles, cached plans and workspaces (the next call makes new ones):
+// for a clean shutdown, e.g. before compute-sanitizer's leak check or to hand memory back.
+void release_resources();
+
 // The cuBLASLt version string ("13.1.0"), or "none" without a GPU.
 std::string cublaslt_version();
 

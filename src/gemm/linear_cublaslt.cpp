@@ -63,10 +63,14 @@ struct DeviceState {
   std::map<PlanKey, Plan> plans;
 };
 
-DeviceState& device_state(int device) {
-  // Never destroyed: handles and plans live as long as the process (like the allocator).
+// Handles, plans and workspaces live until release_cublaslt() (or the process) ends them.
+std::map<int, DeviceState>& all_states() {
   static auto* states = new std::map<int, DeviceState>();
-  DeviceState& s = (*states)[device];
+  return *states;
+}
+
+DeviceState& device_state(int device) {
+  DeviceState& s = all_states()[device];
   if (s.handle == nullptr) {
     check_lt(cublasLtCreate(&s.handle), "cublasLtCreate", cat("device ", device));
     s.workspace = DeviceAllocator::instance().allocate(kWorkspaceBytes);
@@ -171,6 +175,20 @@ void linear_cublaslt(const Tensor& x, const Tensor& weight, const Tensor* bias, 
                      p.d, y.data(), p.d, &p.algo, s.workspace, kWorkspaceBytes, current_stream());
   if (st != CUBLAS_STATUS_SUCCESS) check_lt(st, "cublasLtMatmul", context());
   count_library_call("gemm");
+}
+
+void release_cublaslt() {
+  for (auto& [device, s] : all_states()) {
+    for (auto& [key, p] : s.plans) {
+      cublasLtMatrixLayoutDestroy(p.a);
+      cublasLtMatrixLayoutDestroy(p.b);
+      cublasLtMatrixLayoutDestroy(p.d);
+      cublasLtMatmulDescDestroy(p.desc);
+    }
+    if (s.workspace) DeviceAllocator::instance().release(s.workspace, kWorkspaceBytes);
+    if (s.handle) cublasLtDestroy(s.handle);
+  }
+  all_states().clear();
 }
 
 }  // namespace detail

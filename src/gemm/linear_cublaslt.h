@@ -10,4 +10,7 @@ namespace s3d::gemm::detail {
 void linear_cublaslt(const Tensor& x, const Tensor& weight, const Tensor* bias, Tensor& y,
                      Epilogue epilogue);
 
+// Destroys every handle and plan and returns the workspaces (gemm::release_resources).
+void release_cublaslt();
+
 }  // namespace s3d::gemm::detail
