@@ -1,12 +1,19 @@
 #!/usr/bin/env bash
 # The test command: set-up, build, the CPU test suite (ctest), and a bounded fuzz run of
 # every parser. GPU tests are a separate executable run on a GPU machine
-# (scripts/device/gpu_tests.sh).
+# (scripts/device/gpu_final.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 scripts/build.sh
-(cd build && ctest --output-on-failure --timeout 900 -j "$(nproc)")
+log=$(mktemp)
+(cd build && ctest --output-on-failure --timeout 900 -j "$(nproc)") 2>&1 | tee "$log"
 if [ -x scripts/fuzz.sh ]; then
   FUZZ_SECONDS=${FUZZ_SECONDS:-20} scripts/fuzz.sh
 fi
+# ctest's verdict again as the last line, after the fuzzers' output.
+summary=$(grep -E "tests passed, [0-9]+ tests failed out of [0-9]+" "$log" | tail -n 1)
+total=$(echo "$summary" | sed -E 's/.*out of ([0-9]+).*/\1/')
+failed=$(echo "$summary" | sed -E 's/.* ([0-9]+) tests failed.*/\1/')
+rm -f "$log"
+echo "$((total - failed)) passed, $failed failed"

@@ -49,6 +49,12 @@ ErrorStats compare(const std::vector<float>& got, const std::vector<Want>& want)
   return s;
 }
 
+// Relative L2 error, or infinity when any element of `got` is not finite.
+inline double rel_l2(const std::vector<float>& got, const std::vector<float>& ref) {
+  ErrorStats e = compare(got, ref);
+  return e.non_finite ? INFINITY : e.rel_l2;
+}
+
 // Elements still holding Tensor::poison()'s all-ones pattern (bf16/f32 only), on any device.
 inline int64_t count_poisoned(const Tensor& t) {
   Tensor h = t.device() == Device::CPU ? t : t.to(Device::CPU);

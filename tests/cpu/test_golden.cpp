@@ -15,21 +15,14 @@
 #include "model/slat_flow.h"
 #include "payload/payload.h"
 #include "sampler/sampler.h"
+#include "../test_numerics.h"
 
 namespace s3d {
 namespace {
 
 const std::string kGolden = std::string(SPARSE3D_TEST_DATA) + "/golden";
 
-double rel_l2(const std::vector<float>& a, const std::vector<float>& ref) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (!std::isfinite(a[i])) return INFINITY;
-    num += (double(a[i]) - ref[i]) * (double(a[i]) - ref[i]);
-    den += double(ref[i]) * ref[i];
-  }
-  return std::sqrt(num / den);
-}
+using testing::rel_l2;
 
 std::vector<float> slice(const std::vector<float>& v, int64_t row0, int64_t rows, int64_t cols) {
   return std::vector<float>(v.begin() + row0 * cols, v.begin() + (row0 + rows) * cols);

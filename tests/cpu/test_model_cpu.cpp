@@ -15,6 +15,8 @@
 #include "model/slat_flow.h"
 #include "payload/generate.h"
 #include "sampler/sampler.h"
+#include "../model_inputs.h"
+#include "../test_numerics.h"
 
 namespace s3d::model {
 namespace {
@@ -30,14 +32,7 @@ std::string temp_dir(const std::string& name) {
   return p.string();
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using testing::error_of;
 
 struct TinyFixture : ::testing::Test {
   static void SetUpTestSuite() {
@@ -48,27 +43,7 @@ struct TinyFixture : ::testing::Test {
   static std::string dir;
 
   sampler::Inputs inputs(std::vector<int64_t> counts, int cond_tokens, uint64_t seed) {
-    sampler::Inputs in;
-    in.batch = static_cast<int>(counts.size());
-    int64_t T = 0;
-    for (auto n : counts) T += n;
-    in.coords = Tensor::empty({T, 4}, DType::I32, Device::CPU);
-    int64_t row = 0;
-    for (size_t b = 0; b < counts.size(); ++b) {
-      Tensor one = payload::voxelize_surface(static_cast<int>(b), counts[b], 64, seed + b);
-      const int32_t* src = one.data_as<int32_t>();
-      int32_t* dst = in.coords.data_as<int32_t>() + 4 * row;
-      for (int64_t i = 0; i < 4 * counts[b]; ++i) dst[i] = src[i];
-      for (int64_t t = 0; t < counts[b]; ++t) dst[4 * t] = static_cast<int32_t>(b);
-      row += counts[b];
-    }
-    const int Cc = preset("tiny").cond_channels;
-    std::vector<float> cond(static_cast<size_t>(in.batch) * cond_tokens * Cc);
-    normal_fill(seed ^ 0x55, 0, cond.size(), cond.data());
-    in.cond = Tensor::from_floats(cond, {in.batch, cond_tokens, Cc}, DType::BF16);
-    in.noise = Tensor::empty({T, 32}, DType::F32, Device::CPU);
-    normal_fill(seed, 0, static_cast<uint64_t>(in.noise.numel()), in.noise.data_as<float>());
-    return in;
+    return testing::synthetic_inputs(counts, cond_tokens, preset("tiny").cond_channels, 32, seed);
   }
 };
 std::string TinyFixture::dir;
@@ -196,14 +171,14 @@ TEST_F(TinyFixture, BadRequestsAreRefusedWithTheirReason) {
   // Batch indices out of order.
   Tensor swapped = in.coords.to(Device::CPU);
   swapped.data_as<int32_t>()[0] = 1;
-  EXPECT_NE(error_of([&] { m.prepare(swapped, 2, 4); }), "(no error)");
+  EXPECT_NE(error_of([&] { m.prepare(swapped, 2, 4); }), "<no error>");
   // A coordinate outside the 64^3 grid.
   Tensor outside = in.coords.to(Device::CPU);
   outside.data_as<int32_t>()[4 * 3 + 2] = 64;
   EXPECT_NE(error_of([&] { m.prepare(outside, 2, 4); }).find("64"), std::string::npos);
   // An asset with no tokens: batch 2 promised, only batch 0 present.
   Tensor first = in.coords.rows(0, 12).to(Device::CPU);
-  EXPECT_NE(error_of([&] { m.prepare(first, 2, 4); }), "(no error)");
+  EXPECT_NE(error_of([&] { m.prepare(first, 2, 4); }), "<no error>");
   // Wrong condition shape at forward time.
   Request req = m.prepare(in.coords, 2, 4);
   Tensor t = Tensor::from_floats({1000.0f, 1000.0f}, {2}, DType::F32);

@@ -13,43 +13,18 @@
 #include "model/slat_flow.h"
 #include "payload/generate.h"
 #include "sampler/sampler.h"
+#include "../model_inputs.h"
+#include "../test_numerics.h"
 
 namespace s3d::model {
 namespace {
 
 namespace fs = std::filesystem;
 
-double rel_l2(const std::vector<float>& a, const std::vector<float>& ref) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (!std::isfinite(a[i])) return INFINITY;
-    num += (double(a[i]) - ref[i]) * (double(a[i]) - ref[i]);
-    den += double(ref[i]) * ref[i];
-  }
-  return std::sqrt(num / den);
-}
+using testing::rel_l2;
 
 sampler::Inputs make_inputs(const std::vector<int64_t>& counts, int L, int Cc, uint64_t seed) {
-  sampler::Inputs in;
-  in.batch = static_cast<int>(counts.size());
-  int64_t T = 0;
-  for (auto n : counts) T += n;
-  in.coords = Tensor::empty({T, 4}, DType::I32, Device::CPU);
-  int64_t row = 0;
-  for (size_t b = 0; b < counts.size(); ++b) {
-    Tensor one = payload::voxelize_surface(static_cast<int>(b), counts[b], 64, seed + b);
-    for (int64_t i = 0; i < 4 * counts[b]; ++i) {
-      int32_t v = one.data_as<int32_t>()[i];
-      in.coords.data_as<int32_t>()[4 * row + i] = (i % 4 == 0) ? static_cast<int32_t>(b) : v;
-    }
-    row += counts[b];
-  }
-  std::vector<float> cond(static_cast<size_t>(in.batch) * L * Cc);
-  normal_fill(seed ^ 0x99, 0, cond.size(), cond.data());
-  in.cond = Tensor::from_floats(cond, {in.batch, L, Cc}, DType::BF16);
-  in.noise = Tensor::empty({T, 32}, DType::F32, Device::CPU);
-  normal_fill(seed, 0, static_cast<uint64_t>(in.noise.numel()), in.noise.data_as<float>());
-  return in;
+  return testing::synthetic_inputs(counts, L, Cc, 32, seed);
 }
 
 struct ModelGpu : ::testing::Test {
