@@ -8,10 +8,17 @@ cd "$(dirname "$0")/.."
 CUDNN_FRONTEND_VERSION=1.32.0
 export PATH="/usr/local/cuda/bin:$PATH"
 
+# What is missing, judged by the files and commands themselves (a machine may have them
+# from elsewhere than Debian's packages, e.g. a GPU image with no package registry).
 need=()
-for pkg in cmake ninja-build g++ libgtest-dev nlohmann-json3-dev libcli11-dev python3-pip; do
-  dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
-done
+have_header() { [ -f "/usr/include/$1" ] || [ -f "/usr/local/include/$1" ]; }
+command -v cmake >/dev/null || need+=(cmake)
+command -v ninja >/dev/null || need+=(ninja-build)
+command -v g++ >/dev/null || need+=(g++)
+have_header gtest/gtest.h || need+=(libgtest-dev)
+have_header nlohmann/json.hpp || need+=(nlohmann-json3-dev)
+have_header CLI/CLI.hpp || need+=(libcli11-dev)
+python3 -m pip --version >/dev/null 2>&1 || need+=(python3-pip)
 if [ ${#need[@]} -gt 0 ]; then
   echo "setup: installing ${need[*]}"
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
