@@ -45,6 +45,11 @@ Command add_bench(CLI::App& app) {
   sub->add_option("--warmup", a->o.warmup, "Warm-up loops per (path, asset)")->capture_default_str();
   sub->add_option("--repeats", a->o.repeats, "Timed loops per (path, asset)")->capture_default_str();
   sub->add_flag("--ablate", a->o.ablate, "Leave-one-out over the last path's flags");
+  sub->add_option("--qualify-tokens", a->o.qualify_tokens,
+                  "Null-context qualification: tokens per CFG branch (default: the assets')");
+  sub->add_option("--qualify-m", a->o.qualify_m,
+                  "Null-context qualification: candidate canonical M (default 1 64 128 256 512 "
+                  "1024)");
   sub->add_option("--torch", a->o.torch_script,
                   "The PyTorch baseline's run.py (tools/torch_ref/run.py)")
       ->capture_default_str();

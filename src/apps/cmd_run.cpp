@@ -1,6 +1,7 @@
 // sparse3d run: the full denoise loop for assets of a payload manifest.
 #include <CLI/CLI.hpp>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -8,6 +9,7 @@
 
 #include "apps/commands.h"
 #include "apps/sampler_flags.h"
+#include "contract/fallback.h"
 #include "core/allocator.h"
 #include "core/cuda_util.h"
 #include "core/error.h"
@@ -15,6 +17,7 @@
 #include "io/safetensors.h"
 #include "model/checkpoint.h"
 #include "model/execution_plan.h"
+#include "model/null_context.h"
 #include "model/params.h"
 #include "model/slat_flow.h"
 #include "payload/payload.h"
@@ -42,11 +45,18 @@ Device choose_device(const std::string& wanted) {
 
 // Refuses, before the loop starts, a request whose activations cannot fit.
 void check_memory(const model::SLatFlowModel& m, const std::string& asset, int64_t tokens,
-                  int batch, int cond_tokens, bool batched_cfg, double cap_gib) {
+                  int batch, int cond_tokens, bool batched_cfg, bool cond_kv_cache,
+                  double cap_gib) {
   if (m.device() != Device::CUDA) return;
   const int64_t t_eff = batched_cfg ? 2 * tokens : tokens;
   const int b_eff = batched_cfg ? 2 * batch : batch;
   size_t need = m.activation_bytes(t_eff, b_eff, cond_tokens);
+  if (cond_kv_cache) {
+    // Per block: to_kv's [BL, 2C] and the normalised K [BL, C], bf16, for every row the
+    // conditional forwards attend to (both halves in the batched reference forward).
+    const auto& c = m.config();
+    need += static_cast<size_t>(c.num_blocks) * b_eff * cond_tokens * 3 * c.model_channels * 2;
+  }
   size_t free_b = 0, total_b = 0;
   S3D_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
   // Blocks the caching allocator holds count as free for this purpose.
@@ -71,6 +81,7 @@ Command add_run(CLI::App& app) {
   struct Args {
     std::string checkpoint, manifest, out = "out/latents", device = "auto", path = "pure_eager";
     std::vector<std::string> assets, enable, disable;
+    std::vector<int64_t> qualify_tokens, qualify_m;
     SamplerFlags sampler;
     double max_mem_gib = 0;
     bool dump_first = false;
@@ -89,6 +100,12 @@ Command add_run(CLI::App& app) {
   sub->add_option("--path", a->path, "Execution path (DESIGN.md)")->capture_default_str();
   sub->add_option("--enable", a->enable, "Turn an optimization flag on (e.g. batched_cfg)");
   sub->add_option("--disable", a->disable, "Turn an optimization flag off");
+  sub->add_option("--qualify-tokens", a->qualify_tokens,
+                  "Null-context qualification: tokens per CFG branch to check (default: the "
+                  "token counts of the assets to run)");
+  sub->add_option("--qualify-m", a->qualify_m,
+                  "Null-context qualification: candidate canonical M (default 1 64 128 256 512 "
+                  "1024)");
   a->sampler.add_to(sub);
   sub->add_flag("--dump-first-forward", a->dump_first,
                 "Also write x_T, v_cond, v_uncond of the first step");
@@ -100,7 +117,7 @@ Command add_run(CLI::App& app) {
     model::ExecutionPlan plan = model::ExecutionPlan::parse(a->path);
     for (const auto& f : a->enable) plan.enable(f);
     for (const auto& f : a->disable) plan.disable(f);
-    o.batched_cfg = plan.on("batched_cfg");
+    o.apply(plan);
     S3D_CHECK(a->max_mem_gib >= 0, "--max-device-memory must be >= 0");
 
     const Device device = choose_device(a->device);
@@ -143,11 +160,31 @@ Command add_run(CLI::App& app) {
                 plan.label().c_str(), o.steps, o.rescale_t, o.guidance, o.interval_lo,
                 o.interval_hi, o.guidance_rescale, o.batched_cfg ? "batched" : "serial");
 
+    // Null-context elimination: probe, check applicability and qualify once, at start-up.
+    std::unique_ptr<model::NullContext> null_context;
+    if (o.null_context_exact || o.null_context_cache) {
+      model::NullContextOptions nco;
+      nco.context_tokens = manifest.cond_tokens;
+      nco.qualify_cache = o.null_context_cache;
+      nco.qualify_slices = o.batched_cfg;
+      nco.qualification.context_rows = {manifest.cond_tokens};
+      nco.qualification.token_counts = a->qualify_tokens;
+      if (a->qualify_tokens.empty())
+        for (const auto* e : todo) nco.qualification.token_counts.push_back(e->tokens);
+      if (!a->qualify_m.empty()) nco.qualification.candidate_m = a->qualify_m;
+      auto t0 = std::chrono::steady_clock::now();
+      null_context = std::make_unique<model::NullContext>(model::NullContext::build(m, nco));
+      std::printf("%s  (start-up %.2f s)\n", null_context->report().c_str(),
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      o.null_context = null_context.get();
+    }
+
     int failures = 0;
     for (const auto* e : todo) {
       payload::Asset asset = payload::read_asset(manifest, *e);
       const int64_t T = asset.coords.size(0);
-      check_memory(m, e->name, T, 1, manifest.cond_tokens, o.batched_cfg, a->max_mem_gib);
+      check_memory(m, e->name, T, 1, manifest.cond_tokens, o.batched_cfg, o.cond_kv_cache,
+                   a->max_mem_gib);
       sampler::Inputs in;
       in.coords = asset.coords;
       in.batch = 1;
@@ -189,6 +226,7 @@ Command add_run(CLI::App& app) {
                   static_cast<long long>(non_finite), path.c_str());
       if (non_finite) ++failures;
     }
+    std::printf("fallbacks:\n%s", contract::format_fallbacks(contract::fallback_counts()).c_str());
     S3D_CHECK(failures == 0, failures, " asset(s) produced non-finite latents");
     return 0;
   };

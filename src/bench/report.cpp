@@ -39,6 +39,8 @@ io::Json raw_json(const BenchResult& r) {
   j["baselines"] = io::Json::array();
   for (const auto& b : r.baselines)
     j["baselines"].push_back({{"name", b.name}, {"ran", b.ran}, {"reason", b.reason}});
+  j["fallbacks"] = contract::fallbacks_to_json(r.fallbacks);
+  j["null_context"] = r.null_context;
   j["cells"] = io::Json::array();
   for (const auto& c : r.cells)
     j["cells"].push_back({{"path", c.path},

@@ -217,6 +217,13 @@ std::string to_markdown(const BenchResult& r) {
         o << "- " << b.name << ": " << (b.reason.empty() ? "no reason given" : b.reason) << "\n";
     o << '\n';
   }
+  if (!r.null_context.empty())
+    o << "## Null-context qualification\n\n```\n" << r.null_context << "```\n\n";
+  o << "## Fallbacks\n\n";
+  if (r.fallbacks.empty()) o << "None: every requested fast path ran.\n";
+  for (const auto& f : r.fallbacks)
+    o << "- " << md(f.optimization) << ": " << md(f.reason) << " (" << f.count << "x)\n";
+  o << '\n';
   how_measured(o, r);
   return o.str();
 }

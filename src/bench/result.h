@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "contract/fallback.h"
 #include "io/json.h"
 
 namespace s3d::bench {
@@ -65,6 +66,10 @@ struct BenchResult {
   Peaks peaks;
   Ablation ablation;               // empty flags = no ablation run
   std::vector<BaselineStatus> baselines;
+  // Fast paths refused during the run (contract/fallback.h), and the null-context start-up
+  // report (applicability, which M qualified and which failed); empty when not used.
+  std::vector<contract::FallbackCount> fallbacks;
+  std::string null_context;
 };
 
 }  // namespace s3d::bench

@@ -30,6 +30,9 @@ BenchResult result_from_json(const io::Json& j, const std::string& what) {
     for (const auto& b : j.at("baselines"))
       r.baselines.push_back(BaselineStatus{b.at("name").get<std::string>(), b.at("ran").get<bool>(),
                                            b.at("reason").get<std::string>()});
+    // Absent in results written before null-context elimination.
+    if (j.contains("fallbacks")) r.fallbacks = contract::fallbacks_from_json(j.at("fallbacks"), what);
+    r.null_context = j.value("null_context", std::string());
     for (const auto& c : j.at("cells")) {
       Cell cell;
       cell.path = c.at("path").get<std::string>();

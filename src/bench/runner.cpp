@@ -10,9 +10,11 @@
 #include <ctime>
 #include <filesystem>
 #include <map>
+#include <memory>
 
 #include "attention/attention.h"
 #include "bench/result_io.h"
+#include "contract/fallback.h"
 #include "contract/fingerprint.h"
 #include "core/allocator.h"
 #include "core/cuda_util.h"
@@ -22,6 +24,7 @@
 #include "gemm/linear.h"
 #include "model/checkpoint.h"
 #include "model/execution_plan.h"
+#include "model/null_context.h"
 #include "model/slat_flow.h"
 #include "payload/payload.h"
 
@@ -244,9 +247,38 @@ BenchResult run_bench(const BenchOptions& o, const Log& log) {
   for (const auto& a : assets) max_tokens = std::max(max_tokens, a.info.tokens);
   if (o.measure_peaks) r.peaks = measure_peaks(m.config(), max_tokens, log);
 
+  // Null-context elimination: probed and qualified once, before any timing, at the
+  // assets' token counts (both CFG modes), if any path asks for it.
+  bool want_null = false, want_cache = false, want_batched = false;
+  for (const auto& p : plans) {
+    const bool null = p.on("null_context_exact") || p.on("null_context_cache");
+    want_null |= null;
+    want_cache |= p.on("null_context_cache");
+    want_batched |= null && p.on("batched_cfg");
+  }
+  std::unique_ptr<model::NullContext> null_context;
+  if (want_null) {
+    model::NullContextOptions nco;
+    nco.context_tokens = manifest.cond_tokens;
+    nco.qualify_cache = want_cache;
+    nco.qualify_slices = want_batched;
+    nco.qualification.context_rows = {manifest.cond_tokens};
+    nco.qualification.token_counts.clear();
+    for (const auto& a : assets) nco.qualification.token_counts.push_back(a.info.tokens);
+    if (!o.qualify_tokens.empty()) nco.qualification.token_counts = o.qualify_tokens;
+    if (!o.qualify_m.empty()) nco.qualification.candidate_m = o.qualify_m;
+    auto t0 = std::chrono::steady_clock::now();
+    null_context = std::make_unique<model::NullContext>(model::NullContext::build(m, nco));
+    r.null_context = null_context->report();
+    log(cat(r.null_context, "(null-context start-up ",
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), " s)"));
+  }
+  contract::reset_fallbacks();
+
   auto options_for = [&](const model::ExecutionPlan& p) {
     sampler::SamplerOptions s = o.sampler;
-    s.batched_cfg = p.on("batched_cfg");
+    s.apply(p);
+    s.null_context = null_context.get();
     return s;
   };
   std::map<std::pair<size_t, size_t>, Cell> cells;  // (path, asset)
@@ -312,6 +344,8 @@ BenchResult run_bench(const BenchOptions& o, const Log& log) {
       }
     }
   for (auto& [key, c] : cells) r.cells.push_back(std::move(c));
+  r.fallbacks = contract::fallback_counts();
+  log(cat("fallbacks:\n", contract::format_fallbacks(r.fallbacks)));
   set_current_stream(nullptr);
   if (o.on_engine_done) o.on_engine_done(r);
 

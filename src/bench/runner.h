@@ -24,6 +24,10 @@ struct BenchOptions {
   int repeats = 3;
   bool ablate = false;              // leave-one-out over the last path's flags
   bool measure_peaks = true;
+  // Null-context qualification shapes (tokens per CFG branch; default: the assets' token
+  // counts) and candidate M (default: QualificationOptions's).
+  std::vector<int64_t> qualify_tokens;
+  std::vector<int64_t> qualify_m;
   std::string torch_script;         // tools/torch_ref/run.py; empty: no external baseline
   bool torch_compile = false;       // also run the baseline under torch.compile
   std::string python = "python3";

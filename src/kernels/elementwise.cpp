@@ -95,6 +95,12 @@ void copy_rows(const RowView& src, RowView& dst) {
   copy_rows_bytes(src, dst.mutable_data(), dst.stride, src.rows, [](int64_t r) { return r; });
 }
 
+void broadcast_row(const Tensor& row, Tensor& out) {
+  const int64_t cols = row.numel();
+  copy_rows_bytes(RowView{row, 0, 1, cols, 0}, out.data(), cols, out.numel() / cols,
+                  [](int64_t) { return int64_t{0}; });
+}
+
 void silu(const Tensor& x, Tensor& out) { map_unary(x, out, math::silu); }
 
 void gelu_tanh(const Tensor& x, Tensor& out) { map_unary(x, out, math::gelu_tanh); }
@@ -191,6 +197,22 @@ void gather_rows(const RowView& src, const Tensor& index, Tensor& out) {
     cuda::gather_rows(src, index, out);
   } else {
     cpu::gather_rows(src, index, out);
+  }
+}
+
+void broadcast_row(const Tensor& row, Tensor& out) {
+  const char* op = "broadcast_row";
+  S3D_CHECK(row.defined() && out.defined() && out.ndim() >= 1, op,
+            ": row and out must be defined, out at least 1-D");
+  detail::check_dtype(out, row.dtype(), op, "out");
+  S3D_CHECK(row.numel() == out.size(-1), op, ": row must hold one row of out's ", out.size(-1),
+            " elements, got ", row.describe(), " for out ", out.describe());
+  check_same_device(op, {{"row", &row}, {"out", &out}});
+  if (out.numel() == 0) return;
+  if (row.is_cuda()) {
+    cuda::broadcast_row(row, out);
+  } else {
+    cpu::broadcast_row(row, out);
   }
 }
 

@@ -131,6 +131,13 @@ void copy_rows(const RowView& src, RowView& dst) {
   copy_rows_any(src, nullptr, dst.mutable_data(), dst.stride, src.rows, "copy_rows");
 }
 
+// The copy kernel with a source stride of 0: every destination row reads the one row.
+void broadcast_row(const Tensor& row, Tensor& out) {
+  const int64_t cols = row.numel();
+  copy_rows_any(RowView{row, 0, 1, cols, 0}, nullptr, out.data(), cols, out.numel() / cols,
+                "broadcast_row");
+}
+
 void silu(const Tensor& x, Tensor& out) { launch_unary(x, out, Silu{}, "silu"); }
 
 void gelu_tanh(const Tensor& x, Tensor& out) { launch_unary(x, out, GeluTanh{}, "gelu_tanh"); }

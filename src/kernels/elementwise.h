@@ -28,6 +28,10 @@ void gather_rows(const RowView& src, const Tensor& index, Tensor& out);
 // dst row r = src row r, element by element, same dtype (the eager torch.stack of q, k, v).
 void copy_rows(const RowView& src, RowView& dst);
 
+// out row r = row, for every row of out (the constant null-context attention output v0
+// written into [N, C]). row: numel == out's last dimension, same dtype. Raw bits, no rounding.
+void broadcast_row(const Tensor& row, Tensor& out);
+
 // SiLU in fp32: x / (1 + exp(-x)), any float dtype in and out. Same shape.
 void silu(const Tensor& x, Tensor& out);
 

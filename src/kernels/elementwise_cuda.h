@@ -15,6 +15,7 @@ void mul(const Tensor& a, const Tensor& b, int64_t b_period, Tensor& out);
 void add_scalar(const RowView& x, float s, Tensor& out);
 void gather_rows(const RowView& src, const Tensor& index, Tensor& out);
 void copy_rows(const RowView& src, RowView& dst);
+void broadcast_row(const Tensor& row, Tensor& out);
 void silu(const Tensor& x, Tensor& out);
 void gelu_tanh(const Tensor& x, Tensor& out);
 

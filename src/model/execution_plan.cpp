@@ -22,11 +22,26 @@ std::string known_flags() {
 }  // namespace
 
 const std::vector<FlagInfo>& optimization_flags() {
+  // calls_per_step counts for the full 30-block preset (one cross-attention per block).
   static const std::vector<FlagInfo> flags = {
       {"batched_cfg",
        "both CFG branches as one varlen batch of 2B assets (GEMM M doubles, launches halve); "
        "tolerance contract against serial CFG",
        1},
+      {"null_context_exact",
+       "symbolic null condition: the unconditional cross-attention (norm2, to_q, to_kv, SDPA) "
+       "is not run; its output rows are v0 = V of the null condition, projected by the "
+       "reference-shaped to_out; bitwise contract",
+       30},
+      {"null_context_cache",
+       "the unconditional cross-attention output is the cached row c = to_out(v0), computed "
+       "at start-up on a canonical M-row input and qualified bitwise; falls back to "
+       "null_context_exact",
+       30},
+      {"cond_kv_cache",
+       "the condition's to_kv projection (and K RMSNorm) once per request instead of every "
+       "step; same GEMM shapes, bitwise contract",
+       30},
   };
   return flags;
 }
@@ -38,9 +53,10 @@ const std::vector<PathInfo>& execution_paths() {
       {"kernel_fusion", "fused kernels + cuBLASLt bias+GELU epilogue", {}, false,
        "the fused kernels are issue 5"},
       {"prior_exact_null", "unconditional cross-attention removed, reference-shaped projection",
-       {}, false, "null-context elimination is issue 4"},
-      {"canonical_cache_null", "unconditional cross-attention = cached canonical row", {}, false,
-       "null-context elimination is issue 4"},
+       {"null_context_exact"}, true, ""},
+      {"canonical_cache_null",
+       "unconditional cross-attention = cached canonical row (qualified; else prior_exact_null)",
+       {"null_context_cache"}, true, ""},
       {"canonical_cache_combined", "kernel_fusion + canonical_cache_null", {}, false,
        "issues 4 and 5"},
       {"beyond", "everything above plus launch-overhead removal and batched CFG", {"batched_cfg"},

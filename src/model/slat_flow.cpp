@@ -32,7 +32,7 @@ const Tensor& SLatFlowModel::w(const std::string& name) const {
 }
 
 Request SLatFlowModel::prepare(const Tensor& coords, int batch, int cond_tokens,
-                               const Tensor& concat_cond) const {
+                               const Tensor& concat_cond, int null_assets) const {
   const ModelConfig& c = config();
   S3D_CHECK(batch >= 1, "request: needs at least one asset, got ", batch);
   S3D_CHECK(cond_tokens >= 1, "request: the condition needs at least one token, got ",
@@ -59,6 +59,17 @@ Request SLatFlowModel::prepare(const Tensor& coords, int batch, int cond_tokens,
   r.token_offsets = Tensor::from_ints(offsets, {batch + 1}).to(device_);
   r.tokens_layout = attention::make_seq_layout(lengths, device_);
   r.cond_layout = attention::make_seq_layout(std::vector<int32_t>(batch, cond_tokens), device_);
+  S3D_CHECK(null_assets >= 0 && null_assets <= batch, "request: null_assets must be in [0, ",
+            batch, "], got ", null_assets);
+  r.null_assets = null_assets;
+  r.cond_part_tokens = offsets[batch - null_assets];
+  if (null_assets > 0 && null_assets < batch) {
+    const int conditional = batch - null_assets;
+    r.cond_part_tokens_layout = attention::make_seq_layout(
+        std::vector<int32_t>(lengths.begin(), lengths.begin() + conditional), device_);
+    r.cond_part_cond_layout =
+        attention::make_seq_layout(std::vector<int32_t>(conditional, cond_tokens), device_);
+  }
 
   if (c.pe_mode == "rope") {
     const int half = c.head_dim() / 2;
@@ -81,12 +92,46 @@ Request SLatFlowModel::prepare(const Tensor& coords, int batch, int cond_tokens,
 
 Tensor SLatFlowModel::forward(const Request& req, const Tensor& x, const Tensor& t1000,
                               const Tensor& cond) const {
+  check_tensor(cond, "forward cond", DType::BF16,
+               {req.batch, req.cond_tokens, config().cond_channels});
+  return forward(req, x, t1000, Condition{cond, 0, nullptr});
+}
+
+Tensor SLatFlowModel::forward(const Request& req, const Tensor& x, const Tensor& t1000,
+                              const Condition& cond, const NullPath* null) const {
   const ModelConfig& c = config();
   const int64_t T = req.tokens, C = c.model_channels;
   const int B = req.batch;
   check_tensor(x, "forward x", DType::F32, {T, c.out_channels});
   check_tensor(t1000, "forward t", DType::F32, {B});
-  check_tensor(cond, "forward cond", DType::BF16, {B, req.cond_tokens, c.cond_channels});
+  const int n_null = cond.null_assets;
+  S3D_CHECK(n_null >= 0 && n_null <= B, "forward: condition marks ", n_null,
+            " null assets of ", B);
+  if (n_null < B) {
+    check_tensor(cond.tokens, "forward condition tokens", DType::BF16,
+                 {B - n_null, req.cond_tokens, c.cond_channels});
+  } else {
+    S3D_CHECK(!cond.tokens.defined(), "forward: every asset is null, but condition tokens ",
+              cond.tokens.describe(), " were given");
+  }
+  if (n_null > 0) {
+    S3D_CHECK(null && null->mode != NullContextMode::Reference,
+              "forward: a symbolic null condition needs a null-context path (Exact or Cache); "
+              "pure_eager passes a real zero tensor");
+    S3D_CHECK(null->rows.size() == static_cast<size_t>(c.num_blocks),
+              "forward: the null-context path holds ", null->rows.size(), " rows for ",
+              c.num_blocks, " blocks");
+    S3D_CHECK(n_null == B || n_null == req.null_assets, "forward: ", n_null,
+              " null assets, but the request was prepared for ", req.null_assets,
+              " (prepare(..., null_assets))");
+  }
+  if (cond.kv) {
+    S3D_CHECK(cond.kv->kv.size() == static_cast<size_t>(c.num_blocks) &&
+                  cond.kv->kv[0].size(0) == (B - n_null) * int64_t{req.cond_tokens},
+              "forward: the cached condition K/V does not belong to this condition (",
+              cond.kv->kv.size(), " blocks of ",
+              cond.kv->kv.empty() ? 0 : cond.kv->kv[0].size(0), " rows)");
+  }
   const Device dev = device_;
 
   // Input layer in fp32, then cast to bf16 (manual_cast in the original).
@@ -136,8 +181,7 @@ Tensor SLatFlowModel::forward(const Request& req, const Tensor& x, const Tensor&
     kernels::cast(t_emb, t_emb_bf16);
   }
 
-  const Tensor cond2d = cond.reshape({B * static_cast<int64_t>(req.cond_tokens), c.cond_channels});
-  for (int i = 0; i < c.num_blocks; ++i) h = block(i, req, h, mod_shared, t_emb_bf16, cond2d);
+  for (int i = 0; i < c.num_blocks; ++i) h = block(i, req, h, mod_shared, t_emb_bf16, cond, null);
 
   // Output: fp32 LayerNorm (eps 1e-5, no affine) and the fp32 out_layer.
   Tensor o32 = Tensor::empty({T, C}, DType::F32, dev);
@@ -151,7 +195,7 @@ Tensor SLatFlowModel::forward(const Request& req, const Tensor& x, const Tensor&
 
 Tensor SLatFlowModel::block(int i, const Request& req, const Tensor& x_in,
                             const Tensor& mod_shared, const Tensor& t_emb_bf16,
-                            const Tensor& cond2d) const {
+                            const Condition& cond, const NullPath* null) const {
   const ModelConfig& c = config();
   const int64_t T = req.tokens, C = c.model_channels, H = c.num_heads, D = c.head_dim();
   const int B = req.batch;
@@ -246,28 +290,7 @@ Tensor SLatFlowModel::block(int i, const Request& req, const Tensor& x_in,
   x = gated_residual(x, sa, kGateMsa);
 
   // Cross-attention branch: no modulation, no gate.
-  kernels::layer_norm(x, &w(p + "norm2.weight"), &w(p + "norm2.bias"), kBlockNormEps, hn);
-  Tensor q = linear(hn, p + "cross_attn.to_q", C);
-  const int64_t BL = cond2d.size(0);
-  Tensor kv = linear(cond2d, p + "cross_attn.to_kv", 2 * C);
-  RowView cq = RowView::of(q), ck{kv, 0, BL, C, 2 * C}, cv{kv, C, BL, C, 2 * C};
-  Tensor qn, kn;
-  if (c.qk_rms_norm_cross) {
-    qn = bf16({T, H, D});
-    kernels::head_rmsnorm(cq, w(p + "cross_attn.q_rms_norm.gamma"), static_cast<int>(H),
-                          static_cast<int>(D), qn);
-    kn = bf16({BL, H, D});
-    kernels::head_rmsnorm(ck, w(p + "cross_attn.k_rms_norm.gamma"), static_cast<int>(H),
-                          static_cast<int>(D), kn);
-    cq = RowView::of(qn.reshape({T, C}));
-    ck = RowView::of(kn.reshape({BL, C}));
-  }
-  attention::sdpa_varlen(cq, req.tokens_layout, ck, cv, req.cond_layout, static_cast<int>(H),
-                         static_cast<int>(D), scale, attn);
-  Tensor ca = linear(attn, p + "cross_attn.to_out", C);
-  Tensor x2 = bf16({T, C});
-  kernels::add(x, ca, x2);
-  x = x2;
+  x = cross_attention(i, req, x, hn, cond, null);
 
   // MLP branch.
   kernels::layer_norm(x, nullptr, nullptr, kBlockNormEps, hn);

@@ -28,6 +28,46 @@ struct Request {
   int cond_tokens = 0;           // L
   Tensor rope_cos, rope_sin;     // f32 [T, D/2] (pe_mode "rope")
   Tensor concat_cond;            // f32 [T, in - out] (texture models) or undefined
+  // Symbolic null condition (null-context paths): the last `null_assets` assets of this
+  // request have the null condition. The layouts of the conditional part, the first
+  // B - null_assets assets, are made here once (only when 0 < null_assets < B).
+  int null_assets = 0;
+  int64_t cond_part_tokens = 0;                 // tokens of the conditional part
+  attention::SeqLayout cond_part_tokens_layout;
+  attention::SeqLayout cond_part_cond_layout;
+};
+
+// The condition of one forward. pure_eager passes real tokens for every asset, the
+// unconditional branch's zero tensor included, as the original does. The null-context paths
+// mark the unconditional assets instead: the last `null_assets` assets have the null
+// (all-zero) condition, and no tensor is made, projected or attended to for them.
+struct CondKV;
+struct Condition {
+  Tensor tokens;                // bf16 [B - null_assets, L, cond_channels]; undefined if all null
+  int null_assets = 0;
+  const CondKV* kv = nullptr;   // cond_kv_cache: to_kv (and K RMSNorm) of `tokens`, precomputed
+};
+
+// Step-invariant condition-side K/V (flag cond_kv_cache), per block, in the reference
+// layout so that the attention call is the same (same strides, same cuDNN graph):
+// to_kv's output [BL, 2C] (K in the first C columns, V in the second) and, with
+// qk_rms_norm_cross, the RMS-normalised K [BL, H, D] (the raw K half is then unused).
+// Memory: blocks x BL x 2C bf16, plus blocks x BL x C with K RMSNorm: for the full preset
+// (30 blocks, C = 1536) and one asset with L = 4101, 756 MB + 378 MB = 1.13 GB.
+struct CondKV {
+  std::vector<Tensor> kv;        // bf16 [BL, 2C] per block
+  std::vector<Tensor> k_normed;  // bf16 [BL, H, D] per block, or empty
+  size_t bytes() const;
+};
+
+// How a forward runs the cross-attention of the null-condition assets.
+//   Exact: not run; its output rows are v0 (value_rows), projected by to_out at the
+//          reference shape ([T, C] including the conditional rows in batched CFG).
+//   Cache: not run and not projected; x += c (cached_rows), broadcast over the rows.
+enum class NullContextMode { Reference, Exact, Cache };
+struct NullPath {
+  NullContextMode mode = NullContextMode::Reference;
+  std::vector<Tensor> rows;  // per block, bf16 [1, C]: v0_i (Exact) or c_i (Cache)
 };
 
 class SLatFlowModel {
@@ -41,13 +81,34 @@ class SLatFlowModel {
   // coords: i32 [T, 4] on the host, assets packed in batch order (validated here: batch
   // indices contiguous 0..B-1, coordinates in [0, resolution)). concat_cond: host f32
   // [T, in - out] for texture models, else undefined.
+  // null_assets: how many trailing assets the null-context paths will mark as null
+  // (Condition::null_assets); 0 for pure_eager.
   Request prepare(const Tensor& coords, int batch, int cond_tokens,
-                  const Tensor& concat_cond = Tensor()) const;
+                  const Tensor& concat_cond = Tensor(), int null_assets = 0) const;
 
   // One denoiser evaluation. x: f32 [T, out] noisy latent; t1000: f32 [B] (1000 * t);
   // cond: bf16 [B, L, cond_channels]. All on the model's device. Returns f32 [T, out].
   Tensor forward(const Request& req, const Tensor& x, const Tensor& t1000,
                  const Tensor& cond) const;
+  // The same with a Condition: null assets need `null` (mode Exact or Cache) and either all
+  // assets null or null_assets == req.null_assets; with no null assets this is the forward
+  // above (the pure_eager ops), except that cond.kv replaces the to_kv projection.
+  Tensor forward(const Request& req, const Tensor& x, const Tensor& t1000, const Condition& cond,
+                 const NullPath* null = nullptr) const;
+
+  // The condition-side transform of block `block` on cond2d bf16 [BL, cond_channels]: to_kv
+  // ([BL, 2C], V in columns C..2C) and, with qk_rms_norm_cross, K's RMSNorm ([BL, H, D];
+  // undefined otherwise). The reference forward, cond_kv_cache and the null-context probe
+  // all call this.
+  struct CrossKV {
+    Tensor kv, k_normed;
+  };
+  CrossKV condition_kv(int block, const Tensor& cond2d) const;
+  // cond_kv_cache: condition_kv of every block for tokens bf16 [B, L, cond_channels].
+  CondKV precompute_cond_kv(const Tensor& tokens) const;
+
+  // A loaded parameter by checkpoint name (null-context qualification reads the projections).
+  const Tensor& parameter(const std::string& name) const { return w(name); }
 
   // Bytes of device memory one forward over `tokens` tokens and `batch` assets needs beyond
   // the weights (an upper bound from the shapes of the eager path).
@@ -56,7 +117,13 @@ class SLatFlowModel {
 
  private:
   Tensor block(int i, const Request& req, const Tensor& x, const Tensor& mod_shared,
-               const Tensor& t_emb_bf16, const Tensor& cond2d) const;
+               const Tensor& t_emb_bf16, const Condition& cond, const NullPath* null) const;
+  // The cross-attention branch (cross_attention.cpp): returns x + CrossAttn(norm2(x)).
+  // hn is a [T, C] scratch buffer.
+  Tensor cross_attention(int i, const Request& req, const Tensor& x, Tensor& hn,
+                         const Condition& cond, const NullPath* null) const;
+  Tensor cross_attention_null(int i, const Request& req, const Tensor& x, Tensor& hn,
+                              const Condition& cond, const NullPath& null) const;
   const Tensor& w(const std::string& name) const;
 
   Checkpoint ck_;

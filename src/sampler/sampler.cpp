@@ -48,6 +48,13 @@ void stack_rows(const Tensor& a, const Tensor& b, Tensor& out) {
 
 SamplerOptions SamplerOptions::protocol() { return SamplerOptions{}; }
 
+void SamplerOptions::apply(const model::ExecutionPlan& plan) {
+  batched_cfg = plan.on("batched_cfg");
+  null_context_exact = plan.on("null_context_exact");
+  null_context_cache = plan.on("null_context_cache");
+  cond_kv_cache = plan.on("cond_kv_cache");
+}
+
 SamplerOptions SamplerOptions::released() {
   SamplerOptions o;
   o.steps = 12;
@@ -104,16 +111,54 @@ Output sample(const model::SLatFlowModel& model, const Inputs& in, const Sampler
   } else {
     kernels::cast(in.cond.to(dev), cond);
   }
-  // The unconditional branch's condition: a real zero tensor, as the original.
-  Tensor null_cond = Tensor::zeros(in.cond.shape(), DType::BF16, dev);
+  // The null-context path, decided once per request (refusals are counted fallbacks).
+  model::NullPath null_path;
+  if (o.null_context_exact || o.null_context_cache) {
+    S3D_CHECK(o.null_context, "sampler: null_context_exact/null_context_cache need a "
+              "NullContext built at start-up (SamplerOptions::null_context)");
+    null_path = o.null_context->path_for(model, o.null_context_cache, o.batched_cfg, L);
+  }
+  const bool symbolic_null = null_path.mode != model::NullContextMode::Reference;
+  // The unconditional branch's condition: a real zero tensor, as the original, unless the
+  // null-context path marks it symbolically.
+  Tensor null_cond;
+  if (!symbolic_null) null_cond = Tensor::zeros(in.cond.shape(), DType::BF16, dev);
   model::Request req2;
   Tensor cond2;
   if (o.batched_cfg) {
-    req2 = model.prepare(doubled_coords(in.coords, B), 2 * B, L, doubled_rows(in.concat_cond));
-    cond2 = Tensor::empty({2 * B, L, cfg.cond_channels}, DType::BF16, dev);
-    stack_rows(cond, null_cond, cond2);
+    req2 = model.prepare(doubled_coords(in.coords, B), 2 * B, L, doubled_rows(in.concat_cond),
+                         symbolic_null ? B : 0);
+    if (!symbolic_null) {
+      cond2 = Tensor::empty({2 * B, L, cfg.cond_channels}, DType::BF16, dev);
+      stack_rows(cond, null_cond, cond2);
+    }
   }
   const std::vector<double> ts = timesteps(o.steps, o.rescale_t);
+  // Which forwards the schedule runs: both branches batched, or the conditional one alone.
+  bool any_batched = false, any_cond_alone = false;
+  for (int k = 0; k < o.steps; ++k) {
+    const bool in_interval = o.interval_lo <= ts[k] && ts[k] <= o.interval_hi;
+    const bool need_uncond = in_interval && o.guidance != 1.0;
+    const bool need_cond = !(in_interval && o.guidance == 0.0);
+    const bool batched = need_uncond && need_cond && o.batched_cfg;
+    any_batched |= batched;
+    any_cond_alone |= need_cond && !batched;
+  }
+  // cond_kv_cache: the conditional forwards' condition projected once per request. The
+  // batched reference forward's condition includes the zero half, so it has its own.
+  const bool batched_ref = o.batched_cfg && !symbolic_null;
+  model::CondKV kv_cond, kv_batched;
+  if (o.cond_kv_cache) {
+    if (any_cond_alone || (any_batched && symbolic_null)) kv_cond = model.precompute_cond_kv(cond);
+    if (any_batched && batched_ref) kv_batched = model.precompute_cond_kv(cond2);
+  }
+  const model::CondKV* kv1 = o.cond_kv_cache ? &kv_cond : nullptr;
+  const model::CondKV* kv2 = o.cond_kv_cache ? (batched_ref ? &kv_batched : &kv_cond) : nullptr;
+  const model::Condition cond_c{cond, 0, kv1};
+  const model::Condition cond_u = symbolic_null ? model::Condition{Tensor(), B, nullptr}
+                                                : model::Condition{null_cond, 0, nullptr};
+  const model::Condition cond_2 = symbolic_null ? model::Condition{cond, B, kv2}
+                                                : model::Condition{cond2, 0, kv2};
   std::vector<float> t_table;
   for (int k = 0; k < o.steps; ++k)
     for (int r = 0; r < 2 * B; ++r) t_table.push_back(static_cast<float>(1000.0 * ts[k]));
@@ -134,13 +179,13 @@ Output sample(const model::SLatFlowModel& model, const Inputs& in, const Sampler
     if (need_uncond && need_cond && o.batched_cfg) {
       Tensor x2 = Tensor::empty({2 * T, cfg.out_channels}, DType::F32, dev);
       stack_rows(x, x, x2);
-      Tensor v2 = model.forward(req2, x2, t_row.reshape({2 * B}), cond2);
+      Tensor v2 = model.forward(req2, x2, t_row.reshape({2 * B}), cond_2, &null_path);
       v_cond = v2.rows(0, T);
       v_uncond = v2.rows(T, 2 * T);
     } else {
       Tensor t_b = t_row.reshape({2 * B}).rows(0, B);
-      if (need_cond) v_cond = model.forward(req, x, t_b, cond);
-      if (need_uncond) v_uncond = model.forward(req, x, t_b, null_cond);
+      if (need_cond) v_cond = model.forward(req, x, t_b, cond_c);
+      if (need_uncond) v_uncond = model.forward(req, x, t_b, cond_u, &null_path);
     }
     if (k == 0 && keep_first_forward) {
       if (v_cond.defined()) out.first_v_cond = v_cond.to(Device::CPU);

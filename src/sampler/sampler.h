@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "model/execution_plan.h"
+#include "model/null_context.h"
 #include "model/slat_flow.h"
 
 namespace s3d::sampler {
@@ -21,6 +23,15 @@ struct SamplerOptions {
   double guidance_rescale = 0.0; // rho
   double sigma_min = 1e-5;
   bool batched_cfg = false;
+  // Null-context elimination and the condition K/V cache (execution_plan.h flags). The
+  // null-context flags need `null_context`, built once at start-up (NullContext::build).
+  bool null_context_exact = false;
+  bool null_context_cache = false;
+  bool cond_kv_cache = false;
+  const model::NullContext* null_context = nullptr;
+
+  // Sets batched_cfg and the flags above from an execution plan.
+  void apply(const model::ExecutionPlan& plan);
 
   // DESIGN.md's benchmark protocol: 15 steps, rescale_t 3, g 7.5 on every step.
   static SamplerOptions protocol();

@@ -165,6 +165,32 @@ TEST(ElementwiseCpu, CopyRowsBetweenStridedViews) {
   }
 }
 
+TEST(ElementwiseCpu, BroadcastRowCopiesBitsIntoEveryRow) {
+  for (DType dt : kFloatTypes) {
+    const int64_t C = 24;
+    Tensor row = random_tensor({1, C}, dt, 67);
+    Tensor base = Tensor::empty({9, C}, dt, Device::CPU);
+    base.poison();
+    Tensor out = base.rows(3, 8);  // a row slice, as the null rows of a batched tensor
+    kernels::broadcast_row(row, out);
+    const size_t es = dtype_size(dt);
+    const auto* b = static_cast<const char*>(base.data());
+    for (int64_t r = 0; r < 9; ++r) {
+      const bool written = r >= 3 && r < 8;
+      if (written) {
+        ASSERT_EQ(std::memcmp(b + r * C * es, row.data(), C * es), 0) << dtype_name(dt) << " row " << r;
+      } else {
+        ASSERT_EQ(testing::count_poisoned(base.rows(r, r + 1)), C) << "row " << r << " was written";
+      }
+    }
+  }
+  Tensor out = Tensor::empty({4, 8}, DType::BF16, Device::CPU);
+  EXPECT_TRUE(throws_error([&] { kernels::broadcast_row(random_tensor({1, 7}, DType::BF16, 1), out); },
+                           {"broadcast_row", "one row"}));
+  EXPECT_TRUE(throws_error([&] { kernels::broadcast_row(random_tensor({1, 8}, DType::F32, 1), out); },
+                           {"broadcast_row"}));
+}
+
 TEST(ElementwiseCpu, SiluMatchesFp64) {
   for (const Shape& s : kShapes) {
     for (DType in : kFloatTypes) {

@@ -1,0 +1,76 @@
+#include "contract/fallback.h"
+
+#include <cstdio>
+#include <map>
+#include <mutex>
+#include <utility>
+
+#include "core/error.h"
+
+namespace s3d::contract {
+namespace {
+
+struct Registry {
+  std::mutex mu;
+  std::map<std::pair<std::string, std::string>, uint64_t> counts;
+};
+
+Registry& registry() {
+  static Registry r;
+  return r;
+}
+
+}  // namespace
+
+void record_fallback(const std::string& optimization, const std::string& reason) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  uint64_t& n = r.counts[{optimization, reason}];
+  if (n++ == 0) {
+    std::fprintf(stderr, "fallback: %s: %s\n", optimization.c_str(), reason.c_str());
+    std::fflush(stderr);
+  }
+}
+
+std::vector<FallbackCount> fallback_counts() {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  std::vector<FallbackCount> out;
+  for (const auto& [key, n] : r.counts) out.push_back(FallbackCount{key.first, key.second, n});
+  return out;
+}
+
+void reset_fallbacks() {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  r.counts.clear();
+}
+
+std::string format_fallbacks(const std::vector<FallbackCount>& counts) {
+  if (counts.empty()) return "  none\n";
+  std::string s;
+  for (const auto& c : counts)
+    s += cat("  ", c.optimization, ": ", c.reason, " (", c.count, "x)\n");
+  return s;
+}
+
+io::Json fallbacks_to_json(const std::vector<FallbackCount>& counts) {
+  io::Json a = io::Json::array();
+  for (const auto& c : counts)
+    a.push_back(io::Json{{"optimization", c.optimization}, {"reason", c.reason}, {"count", c.count}});
+  return a;
+}
+
+std::vector<FallbackCount> fallbacks_from_json(const io::Json& j, const std::string& what) {
+  S3D_CHECK(j.is_array(), what, ": 'fallbacks' must be a list, found ", io::excerpt(j));
+  std::vector<FallbackCount> out;
+  for (size_t i = 0; i < j.size(); ++i) {
+    const std::string w = cat(what, " fallbacks[", i, "]");
+    io::check_known_keys(j[i], {"optimization", "reason", "count"}, w);
+    out.push_back(FallbackCount{io::get_string(j[i], "optimization", w),
+                                io::get_string(j[i], "reason", w), io::get_u64(j[i], "count", w)});
+  }
+  return out;
+}
+
+}  // namespace s3d::contract

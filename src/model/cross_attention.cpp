@@ -1,0 +1,164 @@
+// The cross-attention branch of a block, x + to_out(SDPA(q(norm2(x)), K, V of the
+// condition)), in its three forms: the reference (pure_eager, optionally with the
+// condition's K/V cached per request) and the two null-context forms (article section 2):
+// with the null condition every value row is v0, the softmax weights of each query sum to 1
+// over the context, so every output row is v0 whatever the queries are, and the branch
+// reduces to to_out(v0 rows) (Exact) or to the constant row c = to_out(v0) (Cache).
+#include <cmath>
+
+#include "core/error.h"
+#include "gemm/linear.h"
+#include "kernels/elementwise.h"
+#include "kernels/layernorm.h"
+#include "kernels/qk_norm_rope.h"
+#include "model/slat_flow.h"
+
+namespace s3d::model {
+namespace {
+
+constexpr float kBlockNormEps = 1e-6f;  // LayerNorm32 inside blocks (as slat_flow.cpp)
+
+std::string block_prefix(int i) { return "blocks." + std::to_string(i) + "."; }
+
+}  // namespace
+
+size_t CondKV::bytes() const {
+  size_t n = 0;
+  for (const auto& t : kv) n += t.nbytes();
+  for (const auto& t : k_normed) n += t.nbytes();
+  return n;
+}
+
+SLatFlowModel::CrossKV SLatFlowModel::condition_kv(int block, const Tensor& cond2d) const {
+  const ModelConfig& c = config();
+  const int64_t C = c.model_channels, BL = cond2d.size(0);
+  const std::string p = block_prefix(block);
+  CrossKV r;
+  r.kv = Tensor::empty({BL, 2 * C}, DType::BF16, device_);
+  gemm::linear(cond2d, w(p + "cross_attn.to_kv.weight"), &w(p + "cross_attn.to_kv.bias"), r.kv);
+  if (c.qk_rms_norm_cross) {
+    r.k_normed = Tensor::empty({BL, c.num_heads, c.head_dim()}, DType::BF16, device_);
+    kernels::head_rmsnorm(RowView{r.kv, 0, BL, C, 2 * C}, w(p + "cross_attn.k_rms_norm.gamma"),
+                          c.num_heads, c.head_dim(), r.k_normed);
+  }
+  return r;
+}
+
+CondKV SLatFlowModel::precompute_cond_kv(const Tensor& tokens) const {
+  const ModelConfig& c = config();
+  S3D_CHECK(tokens.defined() && tokens.ndim() == 3 && tokens.dtype() == DType::BF16 &&
+                tokens.size(2) == c.cond_channels && tokens.device() == device_,
+            "precompute_cond_kv: tokens must be bf16 [B, L, ", c.cond_channels, "] on ",
+            device_name(device_), ", got ", tokens.describe());
+  const Tensor cond2d = tokens.reshape({tokens.size(0) * tokens.size(1), c.cond_channels});
+  CondKV out;
+  for (int i = 0; i < c.num_blocks; ++i) {
+    CrossKV kv = condition_kv(i, cond2d);
+    out.kv.push_back(kv.kv);
+    if (kv.k_normed.defined()) out.k_normed.push_back(kv.k_normed);
+  }
+  return out;
+}
+
+// Conditional rows [0, rows) of the branch up to the attention output: norm2, to_q, the
+// condition's K/V (cached or projected), q/k RMSNorm, SDPA over the given layouts.
+// Writes attn (bf16 [rows, C]).
+static void attend_condition(const SLatFlowModel& m, int i, const Tensor& x, Tensor& hn,
+                             const Condition& cond, const attention::SeqLayout& q_layout,
+                             const attention::SeqLayout& kv_layout, Tensor& attn) {
+  const ModelConfig& c = m.config();
+  const int64_t T = x.size(0), C = c.model_channels;
+  const int H = c.num_heads, D = c.head_dim();
+  const std::string p = block_prefix(i);
+  const Device dev = m.device();
+  kernels::layer_norm(x, &m.parameter(p + "norm2.weight"), &m.parameter(p + "norm2.bias"),
+                      kBlockNormEps, hn);
+  Tensor q = Tensor::empty({T, C}, DType::BF16, dev);
+  gemm::linear(hn, m.parameter(p + "cross_attn.to_q.weight"),
+               &m.parameter(p + "cross_attn.to_q.bias"), q);
+  SLatFlowModel::CrossKV kv;
+  if (cond.kv) {
+    kv.kv = cond.kv->kv[i];
+    if (c.qk_rms_norm_cross) kv.k_normed = cond.kv->k_normed[i];
+  } else {
+    kv = m.condition_kv(i, cond.tokens.reshape({cond.tokens.size(0) * cond.tokens.size(1),
+                                                 c.cond_channels}));
+  }
+  const int64_t BL = kv.kv.size(0);
+  RowView cq = RowView::of(q), ck{kv.kv, 0, BL, C, 2 * C}, cv{kv.kv, C, BL, C, 2 * C};
+  Tensor qn;
+  if (c.qk_rms_norm_cross) {
+    qn = Tensor::empty({T, H, D}, DType::BF16, dev);
+    kernels::head_rmsnorm(cq, m.parameter(p + "cross_attn.q_rms_norm.gamma"), H, D, qn);
+    cq = RowView::of(qn.reshape({T, C}));
+    ck = RowView::of(kv.k_normed.reshape({BL, C}));
+  }
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
+  attention::sdpa_varlen(cq, q_layout, ck, cv, kv_layout, H, D, scale, attn);
+}
+
+Tensor SLatFlowModel::cross_attention(int i, const Request& req, const Tensor& x, Tensor& hn,
+                                      const Condition& cond, const NullPath* null) const {
+  if (cond.null_assets > 0) return cross_attention_null(i, req, x, hn, cond, *null);
+  const int64_t T = req.tokens, C = config().model_channels;
+  const std::string p = block_prefix(i);
+  Tensor attn = Tensor::empty({T, C}, DType::BF16, device_);
+  attend_condition(*this, i, x, hn, cond, req.tokens_layout, req.cond_layout, attn);
+  Tensor ca = Tensor::empty({T, C}, DType::BF16, device_);
+  gemm::linear(attn, w(p + "cross_attn.to_out.weight"), &w(p + "cross_attn.to_out.bias"), ca);
+  Tensor x2 = Tensor::empty({T, C}, DType::BF16, device_);
+  kernels::add(x, ca, x2);
+  return x2;
+}
+
+// Null assets are the last ones, so their tokens are rows [Tc, T): the conditional part
+// [0, Tc) runs as the reference (on its own assets' layouts), the null part is v0 or c.
+Tensor SLatFlowModel::cross_attention_null(int i, const Request& req, const Tensor& x,
+                                           Tensor& hn, const Condition& cond,
+                                           const NullPath& null) const {
+  const int64_t T = req.tokens, C = config().model_channels;
+  const bool all_null = cond.null_assets == req.batch;
+  const int64_t Tc = all_null ? 0 : req.cond_part_tokens;
+  const std::string p = block_prefix(i);
+  const Tensor& w_out = w(p + "cross_attn.to_out.weight");
+  const Tensor& b_out = w(p + "cross_attn.to_out.bias");
+  const Tensor& row = null.rows[static_cast<size_t>(i)];
+  auto bf16 = [&](Shape s) { return Tensor::empty(s, DType::BF16, device_); };
+  auto attend = [&](Tensor& attn_c) {
+    Tensor hn_c = hn.rows(0, Tc);
+    attend_condition(*this, i, x.rows(0, Tc), hn_c, cond, req.cond_part_tokens_layout,
+                     req.cond_part_cond_layout, attn_c);
+  };
+
+  Tensor x2 = bf16({T, C});
+  if (null.mode == NullContextMode::Exact) {
+    // [attention rows of the conditional assets; v0 rows], then the reference-shaped to_out.
+    Tensor attn = bf16({T, C});
+    if (Tc > 0) {
+      Tensor attn_c = attn.rows(0, Tc);
+      attend(attn_c);
+    }
+    Tensor attn_null = attn.rows(Tc, T);
+    kernels::broadcast_row(row, attn_null);
+    Tensor ca = bf16({T, C});
+    gemm::linear(attn, w_out, &b_out, ca);
+    kernels::add(x, ca, x2);
+    return x2;
+  }
+  S3D_CHECK(null.mode == NullContextMode::Cache, "cross_attention_null: mode must be Exact or "
+            "Cache");
+  if (Tc > 0) {
+    Tensor attn_c = bf16({Tc, C});
+    attend(attn_c);
+    Tensor ca = bf16({Tc, C});
+    gemm::linear(attn_c, w_out, &b_out, ca);
+    Tensor out_c = x2.rows(0, Tc);
+    kernels::add(x.rows(0, Tc), ca, out_c);
+  }
+  // x + c with c broadcast over the rows: no [N, C] tensor for the null branch.
+  Tensor out_null = x2.rows(Tc, T);
+  kernels::add(x.rows(Tc, T), row, out_null);
+  return x2;
+}
+
+}  // namespace s3d::model

@@ -1,0 +1,201 @@
+#include "model/null_context.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "attention/attention.h"
+#include "contract/fallback.h"
+#include "core/error.h"
+#include "core/rng.h"
+#include "kernels/elementwise.h"
+
+namespace s3d::model {
+namespace {
+
+// First row of host bf16 [rows, cols] view (offset, stride) whose bits differ from `want`.
+int64_t first_differing_row(const Tensor& host, int64_t offset, int64_t rows, int64_t cols,
+                            int64_t stride, const uint16_t* want, std::string* what) {
+  const uint16_t* p = host.data_as<uint16_t>() + offset;
+  for (int64_t r = 0; r < rows; ++r) {
+    const uint16_t* got = p + r * stride;
+    for (int64_t c = 0; c < cols; ++c) {
+      if (got[c] == want[c]) continue;
+      *what = cat("row ", r, " column ", c, ": bits 0x", std::hex, got[c], " vs 0x", want[c]);
+      return r;
+    }
+  }
+  return -1;
+}
+
+// Runs the condition-side transform of block i on the null condition (L zero rows), checks
+// the value rows and the null cross-attention output, and returns v0 (bf16 [1, C]).
+Tensor probe_block(const SLatFlowModel& m, int i, const NullContextOptions& o, int L,
+                   BlockProbe& probe) {
+  const ModelConfig& c = m.config();
+  const int64_t C = c.model_channels;
+  const Device dev = m.device();
+  Tensor zeros = Tensor::zeros({L, c.cond_channels}, DType::BF16, dev);
+  SLatFlowModel::CrossKV kv = m.condition_kv(i, zeros);
+  if (o.condition_transform) o.condition_transform(i, kv.kv);
+  Tensor v0 = Tensor::empty({1, C}, DType::BF16, dev);
+  RowView v0_view = RowView::of(v0);
+  kernels::copy_rows(RowView{kv.kv, C, 1, C, 2 * C}, v0_view);
+  Tensor host = kv.kv.to(Device::CPU);
+  const uint16_t* v0_bits = host.data_as<uint16_t>() + C;
+  probe.differing_value_row =
+      first_differing_row(host, C, L, C, 2 * C, v0_bits, &probe.difference);
+  if (probe.differing_value_row >= 0) return v0;
+
+  // The null cross-attention at random queries: every output row must be v0.
+  const int64_t P = o.probe_queries;
+  std::vector<float> qv(static_cast<size_t>(P * C));
+  normal_fill(o.seed ^ static_cast<uint64_t>(i), 0, qv.size(), qv.data());
+  Tensor q = Tensor::from_floats(qv, {P, C}, DType::BF16).to(dev);
+  RowView k = c.qk_rms_norm_cross ? RowView::of(kv.k_normed.reshape({L, C}))
+                                  : RowView{kv.kv, 0, L, C, 2 * C};
+  attention::SeqLayout q_layout = attention::make_seq_layout({static_cast<int32_t>(P)}, dev);
+  attention::SeqLayout kv_layout = attention::make_seq_layout({L}, dev);
+  Tensor out = Tensor::empty({P, C}, DType::BF16, dev);
+  attention::sdpa_varlen(RowView::of(q), q_layout, k, RowView{kv.kv, C, L, C, 2 * C}, kv_layout,
+                         c.num_heads, c.head_dim(),
+                         static_cast<float>(1.0 / std::sqrt(double(c.head_dim()))), out);
+  Tensor out_host = out.to(Device::CPU);
+  probe.differing_attention_row =
+      first_differing_row(out_host, 0, P, C, C, v0_bits, &probe.difference);
+  return v0;
+}
+
+}  // namespace
+
+const contract::Fingerprint& current_fingerprint() {
+  static const contract::Fingerprint fp = contract::environment_fingerprint();
+  return fp;
+}
+
+Applicability judge_applicability(const NullContextFacts& f, const std::vector<BlockProbe>& blocks) {
+  Applicability a;
+  a.facts.push_back(cat("attention dropout: ", f.attention_dropout));
+  a.facts.push_back(cat("context tokens (L): ", f.context_tokens));
+  a.facts.push_back(f.joint_attention ? "joint attention: context and shape tokens share one softmax"
+                                      : "separate cross-attention: softmax over the context only");
+  auto refuse = [&](std::string why) {
+    if (a.reason.empty()) a.reason = std::move(why);
+  };
+  if (f.attention_dropout != 0.0)
+    refuse(cat("attention dropout is ", f.attention_dropout, ": the output rows are not v0"));
+  if (f.context_tokens < 1)
+    refuse("no valid context token (L = 0): the null attention has nothing to average");
+  if (f.joint_attention)
+    refuse("joint attention: removing the context changes the shape tokens' softmax");
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    const BlockProbe& b = blocks[i];
+    if (b.differing_value_row >= 0)
+      refuse(cat("block ", i, ": the value rows of the null condition differ after the "
+                 "condition-side transform (", b.difference, ")"));
+    else if (b.differing_attention_row >= 0)
+      refuse(cat("block ", i, ": the null cross-attention output is not v0 (", b.difference, ")"));
+  }
+  if (f.context_tokens >= 1 && blocks.empty()) refuse("no block was probed");
+  a.facts.push_back(cat(blocks.size(), " blocks probed: value rows identical and attention "
+                        "output = v0 in ",
+                        std::count_if(blocks.begin(), blocks.end(),
+                                      [](const BlockProbe& b) {
+                                        return b.differing_value_row < 0 &&
+                                               b.differing_attention_row < 0;
+                                      })));
+  a.ok = a.reason.empty();
+  return a;
+}
+
+NullContext NullContext::build(const SLatFlowModel& model, const NullContextOptions& o) {
+  S3D_CHECK(o.probe_queries >= 1, "null context: probe_queries must be >= 1, got ",
+            o.probe_queries);
+  NullContextFacts facts;
+  facts.context_tokens = o.context_tokens;
+  if (o.adjust_facts) o.adjust_facts(facts);
+  NullContext nc;
+  nc.fingerprint_ = current_fingerprint();
+  nc.weights_version_ = model.weights_version();
+  std::vector<BlockProbe> probes;
+  if (facts.context_tokens >= 1) {
+    for (int i = 0; i < model.config().num_blocks; ++i) {
+      BlockProbe b;
+      nc.value_rows_.push_back(probe_block(model, i, o, facts.context_tokens, b));
+      probes.push_back(b);
+    }
+  }
+  nc.applicability_ = judge_applicability(facts, probes);
+  if (nc.applicability_.ok && (o.qualify_cache || o.qualify_slices))
+    nc.qualification_ = qualify_null_context(model, nc.value_rows_, o.qualification,
+                                             o.qualify_cache, o.qualify_slices);
+  return nc;
+}
+
+NullPath NullContext::path_for(const SLatFlowModel& model, bool want_cache, bool batched,
+                               int context_tokens) const {
+  const std::string opt = want_cache ? "null_context_cache" : "null_context_exact";
+  NullPath path;
+  if (context_tokens < 1) {
+    contract::record_fallback(opt, "the request has no context token (L = 0); ran pure_eager");
+    return path;
+  }
+  const std::string stale = validity_problem(fingerprint_, weights_version_, current_fingerprint(),
+                                             model.weights_version());
+  if (!stale.empty()) {
+    contract::record_fallback(opt, "null context " + stale + "; ran pure_eager");
+    return path;
+  }
+  if (!applicability_.ok) {
+    contract::record_fallback(opt, "not applicable: " + applicability_.reason + "; ran pure_eager");
+    return path;
+  }
+  const Qualification& q = qualification_;
+  const std::string invalid = q.invalid_reason(current_fingerprint(), model.weights_version());
+  if (batched) {
+    std::string why = invalid;
+    if (why.empty() && !q.slices_checked)
+      why = "batched CFG slice checks were not run (build with qualify_slices)";
+    if (why.empty() && !q.slices_ok) why = "batched CFG: " + q.slice_failure;
+    if (!why.empty()) {
+      contract::record_fallback(opt, why + "; ran pure_eager");
+      return path;
+    }
+  }
+  path.mode = NullContextMode::Exact;
+  path.rows = value_rows_;
+  if (!want_cache) return path;
+  std::string why = invalid;
+  if (why.empty() && !q.rows_checked) why = "the cached row was not qualified (qualify_cache off)";
+  if (why.empty() && q.m == 0) {
+    why = "no candidate M reproduced the reference bits: " + q.summary();
+    if (!q.candidates.empty()) why += "; largest M: " + q.candidates.back().failure;
+  }
+  if (why.empty() && batched && !q.options.batched) why = "batched CFG shapes were not qualified";
+  if (why.empty() && !batched && !q.options.serial) why = "serial CFG shapes were not qualified";
+  if (!why.empty()) {
+    contract::record_fallback(opt, why + "; ran null_context_exact");
+    return path;
+  }
+  path.mode = NullContextMode::Cache;
+  path.rows = q.cached_rows;
+  return path;
+}
+
+std::string NullContext::report() const {
+  std::string s = cat("null context: ", applicability_.ok ? "applicable" : "refused: " + applicability_.reason, "\n");
+  for (const auto& f : applicability_.facts) s += "  " + f + "\n";
+  const Qualification& q = qualification_;
+  if (!q.ran) return s + "  not qualified\n";
+  if (q.rows_checked) {
+    s += "  canonical cache: " + q.summary() + "\n";
+    for (const auto& c : q.candidates)
+      if (!c.passed) s += cat("    M=", c.m, " failed: ", c.failure, "\n");
+  }
+  if (q.slices_checked)
+    s += q.slices_ok ? "  batched CFG slices: bitwise\n"
+                     : "  batched CFG slices: differ: " + q.slice_failure + "\n";
+  return s;
+}
+
+}  // namespace s3d::model

@@ -1,0 +1,92 @@
+// Null-context elimination (article section 2; DESIGN.md "Execution paths"): with the null
+// condition every value row of a block's cross-attention is the same row v0, so the
+// unconditional branch's cross-attention output is v0 for every token, whatever the queries.
+// NullContext is built once at start-up: it runs the condition-side transform on the null
+// condition per block (on the model's device), checks the applicability rule instead of
+// assuming it, keeps v0 per block, and (for the cache path) qualifies the cached row. Per
+// request it picks the path, counting every refusal as a fallback.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "model/null_context_qualify.h"
+#include "model/slat_flow.h"
+
+namespace s3d::model {
+
+// Model-level facts the transform depends on, as recorded in the applicability report.
+struct NullContextFacts {
+  double attention_dropout = 0.0;  // the engine is inference-only: no dropout anywhere
+  bool joint_attention = false;    // cross_attn is its own softmax over the context tokens
+  int context_tokens = 0;          // L of the null condition
+};
+
+// What the probe saw in one block.
+struct BlockProbe {
+  int64_t differing_value_row = -1;      // first V row of the null condition != row 0, or -1
+  int64_t differing_attention_row = -1;  // first null cross-attention output row != v0, or -1
+  std::string difference;                // the bits that differed
+};
+
+struct Applicability {
+  bool ok = false;
+  std::string reason;              // why refused; empty when ok
+  std::vector<std::string> facts;  // the checks, in words, for the report
+};
+
+// The applicability rule: no attention dropout, at least one context token, separate
+// (not joint) softmax, all value rows identical after the condition-side transform in every
+// block, and the null cross-attention output equal to v0 (softmax rows summing to one).
+Applicability judge_applicability(const NullContextFacts& facts,
+                                  const std::vector<BlockProbe>& blocks);
+
+struct NullContextOptions {
+  int context_tokens = 16;  // rows of the null condition the probe transforms (L)
+  int probe_queries = 64;   // random queries of the attention probe
+  uint64_t seed = 0x0c0de;
+  bool qualify_cache = false;   // search M and build the cached rows (canonical_cache_null)
+  bool qualify_slices = false;  // batched-CFG slice checks (either path with batched_cfg)
+  QualificationOptions qualification;
+  // Test hooks. condition_transform: applied to to_kv's output [L, 2C] for the null
+  // condition before the checks, standing in for a model whose condition side is not an
+  // affine map of zero (a positional term on the context, say). adjust_facts: edits the
+  // model facts (dropout, joint attention) to exercise each refusal.
+  std::function<void(int block, Tensor& kv)> condition_transform;
+  std::function<void(NullContextFacts&)> adjust_facts;
+};
+
+class NullContext {
+ public:
+  static NullContext build(const SLatFlowModel& model, const NullContextOptions& options);
+
+  const Applicability& applicability() const { return applicability_; }
+  const Qualification& qualification() const { return qualification_; }
+  const std::vector<Tensor>& value_rows() const { return value_rows_; }  // v0_i, bf16 [1, C]
+
+  // The path for one request, decided once per request outside the step loop. want_cache:
+  // null_context_cache (else null_context_exact); batched: batched CFG; context_tokens: the
+  // request's L. Every refusal is counted (contract/fallback.h): a refused cache falls back
+  // to the exact path, a refused exact path to the reference (mode Reference). Everything
+  // here (v0 included) was read from the weights in one environment: another weights
+  // version or fingerprint refuses both paths.
+  NullPath path_for(const SLatFlowModel& model, bool want_cache, bool batched,
+                    int context_tokens) const;
+
+  // Lines for `run`: the applicability facts and the qualification summary.
+  std::string report() const;
+
+ private:
+  Applicability applicability_;
+  Qualification qualification_;
+  std::vector<Tensor> value_rows_;
+  contract::Fingerprint fingerprint_;
+  uint64_t weights_version_ = 0;
+};
+
+// The process's environment fingerprint, taken once (qualification validity checks it per
+// request).
+const contract::Fingerprint& current_fingerprint();
+
+}  // namespace s3d::model

@@ -1,0 +1,95 @@
+// Start-up qualification of the null-context fast paths (article section 7.3; DESIGN.md
+// "Numerical contracts"). Two questions, answered per target layer by comparing raw bf16 bits
+// (never a tolerance) at the production-equivalent shapes configured for the worker:
+//   rows:   does the cached row c = to_out(canonical M rows of v0)[0] equal every
+//           unconditional row of the reference projection, to_out at [N, C] (serial CFG) and
+//           the null half of to_out at [2N, C] (batched CFG)? The smallest candidate M that
+//           passes on every layer and shape is kept; none passing means no cache.
+//           In batched CFG the cache path also projects the conditional rows alone: the
+//           [N, C] to_out must be bitwise the conditional slice of the [2N, C] one.
+//   slices: batched CFG with a symbolic null runs the conditional assets' to_q and to_kv at
+//           half the reference M (both null paths); is the [N] projection bitwise the
+//           conditional slice of the [2N] one (to_kv: N = context rows, zero rows below)?
+// A result is valid only for the environment fingerprint and the weights version it was
+// taken with.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "contract/fingerprint.h"
+#include "core/tensor.h"
+#include "model/slat_flow.h"
+
+namespace s3d::model {
+
+// y = x W^T + b at x's shape: gemm::linear in production; tests inject a stub whose
+// rounding depends on M so that both the pass and the fail branch run.
+using Projection =
+    std::function<void(const Tensor& x, const Tensor& weight, const Tensor* bias, Tensor& y)>;
+
+struct QualificationOptions {
+  std::vector<int64_t> candidate_m = {1, 64, 128, 256, 512, 1024};
+  // Tokens per CFG branch (N); the reference shapes are [N, C] and [2N, C].
+  std::vector<int64_t> token_counts = {3664, 30227};
+  // Condition rows per branch (B x L) for the to_kv slice check.
+  std::vector<int64_t> context_rows = {4101};
+  bool serial = true;   // check the [N, C] serial-CFG reference
+  bool batched = true;  // check the [2N, C] batched-CFG reference and the slices
+  uint64_t seed = 0x9e11;
+  Projection projection;  // empty: gemm::linear
+  // Test hook: called on each candidate cached row before it is compared (e.g. to flip a bit
+  // and force the failure branch).
+  std::function<void(int block, Tensor& row)> tamper_cached_row;
+};
+
+struct CandidateResult {
+  int64_t m = 0;
+  bool passed = false;
+  std::string failure;  // the first mismatch (layer, shape, column), empty if passed
+};
+
+struct Qualification {
+  bool ran = false;
+  // rows
+  bool rows_checked = false;
+  int64_t m = 0;  // smallest M that passed every layer and shape; 0 = none
+  std::vector<CandidateResult> candidates;
+  std::vector<Tensor> cached_rows;  // c_i at M, bf16 [1, C] on the model's device
+  // slices (batched CFG)
+  bool slices_checked = false;
+  bool slices_ok = false;
+  std::string slice_failure;
+  // validity
+  contract::Fingerprint fingerprint;
+  uint64_t weights_version = 0;
+  QualificationOptions options;  // what was checked (without the callbacks' meaning)
+
+  // Empty when this result applies to the given environment and weights; else why not.
+  std::string invalid_reason(const contract::Fingerprint& fp, uint64_t weights_version) const;
+  // "M=256 (failed: 1, 64, 128; passed: 256, 512)" or "no M passed (...)".
+  std::string summary() const;
+};
+
+// Runs the checks. value_rows: v0 per block (null_context.h). check_rows: search M and build
+// the cache; check_slices: the batched-CFG slice checks (when options.batched).
+Qualification qualify_null_context(const SLatFlowModel& model,
+                                   const std::vector<Tensor>& value_rows,
+                                   const QualificationOptions& options, bool check_rows,
+                                   bool check_slices);
+
+// The cached row: to_out applied to M rows all equal to v0, first row kept. bf16 [1, C].
+Tensor canonical_row(const Projection& projection, const Tensor& v0, int64_t m,
+                     const Tensor& w_out, const Tensor& b_out);
+
+// Empty when a result taken with (taken_fp, taken_version) applies to (fp, version); else why
+// not (a weight reload, another GPU or library version).
+std::string validity_problem(const contract::Fingerprint& taken_fp, uint64_t taken_version,
+                             const contract::Fingerprint& fp, uint64_t version);
+
+// True when the two same-shaped bf16 tensors hold identical 16-bit patterns.
+bool bits_equal(const Tensor& a, const Tensor& b);
+
+}  // namespace s3d::model

@@ -1,0 +1,174 @@
+// Null-context paths and the condition K/V cache at model level on the CPU backend (tiny
+// preset): latents and first-step denoiser outputs bitwise equal to pure_eager, in serial and
+// batched CFG. The CPU backend computes every GEMM row on its own, so every M gives the same
+// bits and bitwise equality must hold for every path (on the GPU it holds after
+// qualification: tests/gpu/test_null_context_gpu.cpp).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+
+#include "contract/fallback.h"
+#include "model/checkpoint.h"
+#include "model/execution_plan.h"
+#include "model/null_context.h"
+#include "sampler/sampler.h"
+#include "../model_inputs.h"
+#include "../null_context_checks.h"
+#include "../test_numerics.h"
+
+namespace s3d::model {
+namespace {
+
+namespace fs = std::filesystem;
+
+using testing::same_bits;
+
+struct NullModelCpu : ::testing::Test {
+  static void SetUpTestSuite() {
+    dir = (fs::temp_directory_path() / ("sparse3d_null_model_" + std::to_string(getpid()))).string();
+    fs::create_directories(dir);
+    make_checkpoint(preset("tiny"), 7, dir + "/tiny", DType::BF16);
+  }
+  static void TearDownTestSuite() { fs::remove_all(dir); }
+  void SetUp() override { contract::reset_fallbacks(); }
+  static std::string dir;
+
+  static NullContextOptions options(int L, std::vector<int64_t> tokens) {
+    NullContextOptions o;
+    o.context_tokens = L;
+    o.qualify_cache = true;
+    o.qualify_slices = true;
+    o.qualification.token_counts = std::move(tokens);
+    o.qualification.context_rows = {L};
+    return o;
+  }
+
+  // Runs `spec` and pure_eager (+ the same CFG mode) and compares everything bitwise.
+  static void expect_same_as_pure_eager(const SLatFlowModel& m, const sampler::Inputs& in,
+                                        const sampler::SamplerOptions& base,
+                                        const std::string& spec, const NullContext* nc) {
+    auto ref = testing::reference_run(m, in, base, testing::spec_is_batched(spec));
+    testing::expect_same_bits_as(ref, m, in, base, spec, nc);
+  }
+};
+std::string NullModelCpu::dir;
+
+TEST_F(NullModelCpu, EveryPathIsBitwisePureEagerOneAsset) {
+  SLatFlowModel m(load_checkpoint(dir + "/tiny.json", Device::CPU));
+  auto in = testing::synthetic_inputs({61}, 9, m.config().cond_channels, 32, 3);
+  NullContext nc = NullContext::build(m, options(9, {61}));
+  ASSERT_TRUE(nc.applicability().ok) << nc.applicability().reason;
+  ASSERT_EQ(nc.qualification().m, 1) << nc.report();  // the CPU GEMM: every M is exact
+  sampler::SamplerOptions o;
+  o.steps = 3;
+  o.guidance_rescale = 0.5;
+  for (const auto& spec : testing::null_context_specs()) expect_same_as_pure_eager(m, in, o, spec, &nc);
+  EXPECT_TRUE(contract::fallback_counts().empty())
+      << contract::format_fallbacks(contract::fallback_counts());
+}
+
+TEST_F(NullModelCpu, EveryPathIsBitwisePureEagerThreeAssetsWithAnInterval) {
+  // Several assets of different sizes (the conditional part's layouts), and the released
+  // sampler: steps outside the guidance interval run the conditional forward alone.
+  SLatFlowModel m(load_checkpoint(dir + "/tiny.json", Device::CPU));
+  auto in = testing::synthetic_inputs({17, 40, 5}, 6, m.config().cond_channels, 32, 5);
+  NullContext nc = NullContext::build(m, options(6, {62}));
+  sampler::SamplerOptions o = sampler::SamplerOptions::released();
+  o.steps = 4;
+  for (const auto& spec : testing::null_context_specs()) expect_same_as_pure_eager(m, in, o, spec, &nc);
+  EXPECT_TRUE(contract::fallback_counts().empty());
+}
+
+TEST_F(NullModelCpu, SymbolicNullForwardEqualsTheZeroTensorForward) {
+  SLatFlowModel m(load_checkpoint(dir + "/tiny.json", Device::CPU));
+  auto in = testing::synthetic_inputs({23, 30}, 5, m.config().cond_channels, 32, 7);
+  NullContext nc = NullContext::build(m, options(5, {53}));
+  Request req = m.prepare(in.coords, 2, 5);
+  Tensor t = Tensor::from_floats({800.0f, 200.0f}, {2}, DType::F32);
+  Tensor zero = Tensor::zeros(in.cond.shape(), DType::BF16, Device::CPU);
+  Tensor ref = m.forward(req, in.noise, t, zero);
+  for (bool cache : {false, true}) {
+    NullPath p = nc.path_for(m, cache, false, 5);
+    ASSERT_EQ(p.mode, cache ? NullContextMode::Cache : NullContextMode::Exact);
+    Tensor got = m.forward(req, in.noise, t, Condition{Tensor(), 2, nullptr}, &p);
+    EXPECT_TRUE(same_bits(ref, got, cache ? "cache" : "exact"));
+  }
+  // Asset 1 null, asset 0 conditional, in one forward.
+  Request half = m.prepare(in.coords, 2, 5, Tensor(), 1);
+  Tensor mixed = Tensor::zeros(in.cond.shape(), DType::BF16, Device::CPU);
+  mixed.rows(0, 1).copy_from(in.cond.rows(0, 1));
+  Tensor want = m.forward(req, in.noise, t, mixed);
+  for (bool cache : {false, true}) {
+    NullPath p = nc.path_for(m, cache, true, 5);
+    Tensor got = m.forward(half, in.noise, t, Condition{in.cond.rows(0, 1), 1, nullptr}, &p);
+    EXPECT_TRUE(same_bits(want, got, cache ? "mixed cache" : "mixed exact"));
+  }
+  // A symbolic null without a null-context path is an error, not a silent zero.
+  EXPECT_NE(testing::error_of([&] { m.forward(req, in.noise, t, Condition{Tensor(), 2, nullptr}); })
+                .find("symbolic null condition needs a null-context path"),
+            std::string::npos);
+  EXPECT_NE(testing::error_of([&] {
+              NullPath p = nc.path_for(m, false, false, 5);
+              m.forward(req, in.noise, t, Condition{in.cond.rows(0, 1), 1, nullptr}, &p);
+            }).find("prepared for 0"),
+            std::string::npos);
+}
+
+TEST_F(NullModelCpu, ForcedQualificationFailureFallsBackCountedAndStaysBitwise) {
+  SLatFlowModel m(load_checkpoint(dir + "/tiny.json", Device::CPU));
+  auto in = testing::synthetic_inputs({44}, 7, m.config().cond_channels, 32, 9);
+  NullContextOptions o = options(7, {44});
+  o.qualification.tamper_cached_row = [](int, Tensor& row) { row.data_as<uint16_t>()[0] ^= 1u; };
+  NullContext nc = NullContext::build(m, o);
+  ASSERT_EQ(nc.qualification().m, 0);
+  sampler::SamplerOptions s;
+  s.steps = 2;
+  expect_same_as_pure_eager(m, in, s, "canonical_cache_null", &nc);
+  expect_same_as_pure_eager(m, in, s, "canonical_cache_null+batched_cfg", &nc);
+  auto f = contract::fallback_counts();
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].optimization, "null_context_cache");
+  EXPECT_EQ(f[0].count, 2u);  // once per request
+  EXPECT_NE(f[0].reason.find("ran null_context_exact"), std::string::npos);
+}
+
+TEST_F(NullModelCpu, RefusedApplicabilityRunsTheReferenceCountedAndBitwise) {
+  SLatFlowModel m(load_checkpoint(dir + "/tiny.json", Device::CPU));
+  auto in = testing::synthetic_inputs({30}, 4, m.config().cond_channels, 32, 11);
+  NullContextOptions o = options(4, {30});
+  o.condition_transform = [](int block, Tensor& kv) {
+    if (block == 1) kv.rows(1, 2).copy_from(Tensor::zeros({1, kv.size(1)}, DType::BF16, Device::CPU));
+  };
+  NullContext nc = NullContext::build(m, o);
+  ASSERT_FALSE(nc.applicability().ok);
+  sampler::SamplerOptions s;
+  s.steps = 2;
+  expect_same_as_pure_eager(m, in, s, "prior_exact_null+batched_cfg", &nc);
+  EXPECT_EQ(contract::fallback_counts().size(), 1u);
+  EXPECT_NE(contract::fallback_counts()[0].reason.find("not applicable: block 1"),
+            std::string::npos);
+}
+
+TEST_F(NullModelCpu, NullFlagsWithoutANullContextAreAnError) {
+  SLatFlowModel m(load_checkpoint(dir + "/tiny.json", Device::CPU));
+  auto in = testing::synthetic_inputs({10}, 3, m.config().cond_channels, 32, 1);
+  sampler::SamplerOptions s;
+  s.steps = 1;
+  s.apply(ExecutionPlan::parse("prior_exact_null"));
+  EXPECT_NE(testing::error_of([&] { sampler::sample(m, in, s); }).find("NullContext"),
+            std::string::npos);
+}
+
+TEST_F(NullModelCpu, CondKvCacheHoldsBlocksTimesRowsTimesThreeC) {
+  SLatFlowModel m(load_checkpoint(dir + "/tiny.json", Device::CPU));
+  auto in = testing::synthetic_inputs({10}, 3, m.config().cond_channels, 32, 1);
+  CondKV kv = m.precompute_cond_kv(in.cond);
+  const size_t C = m.config().model_channels;
+  // to_kv's [BL, 2C] plus the RMS-normalised K [BL, C] (qk_rms_norm_cross), bf16, per block.
+  EXPECT_EQ(kv.bytes(), 2u * 3u * (2 * C + C) * 2u);
+}
+
+}  // namespace
+}  // namespace s3d::model

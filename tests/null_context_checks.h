@@ -1,0 +1,78 @@
+// Shared by the CPU and GPU null-context tests: raw-bit comparison of tensors (int16 view of
+// bf16, int32 view of fp32) and "this execution path gives pure_eager's bits" over a whole
+// sampler run (final latent and the first step's conditional and unconditional outputs).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+
+#include "core/tensor.h"
+#include "model/execution_plan.h"
+#include "model/null_context.h"
+#include "sampler/sampler.h"
+
+namespace s3d::testing {
+
+inline ::testing::AssertionResult same_bits(const Tensor& a, const Tensor& b, const char* what) {
+  if (!a.defined() && !b.defined()) return ::testing::AssertionSuccess();
+  if (a.defined() != b.defined() || a.shape() != b.shape() || a.dtype() != b.dtype())
+    return ::testing::AssertionFailure() << what << ": " << (a.defined() ? a.describe() : "none")
+                                         << " vs " << (b.defined() ? b.describe() : "none");
+  Tensor ha = a.to(Device::CPU), hb = b.to(Device::CPU);
+  const auto* pa = static_cast<const unsigned char*>(ha.data());
+  const auto* pb = static_cast<const unsigned char*>(hb.data());
+  const size_t es = dtype_size(a.dtype());
+  int64_t differing = 0, first = -1;
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    if (std::memcmp(pa + i * es, pb + i * es, es) == 0) continue;
+    if (first < 0) first = i;
+    ++differing;
+  }
+  if (differing == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << what << ": " << differing << " of " << a.numel()
+                                       << " elements differ, the first at " << first << " ("
+                                       << ha.to_floats()[first] << " vs "
+                                       << hb.to_floats()[first] << ")";
+}
+
+// The reference run for a plan's CFG mode: pure_eager, plus batched_cfg if the plan has it.
+inline sampler::Output reference_run(const model::SLatFlowModel& m, const sampler::Inputs& in,
+                                     sampler::SamplerOptions base, bool batched) {
+  base.batched_cfg = batched;
+  return sampler::sample(m, in, base, true);
+}
+
+inline void expect_same_bits_as(const sampler::Output& ref, const model::SLatFlowModel& m,
+                                const sampler::Inputs& in, sampler::SamplerOptions base,
+                                const std::string& spec, const model::NullContext* nc) {
+  base.apply(model::ExecutionPlan::parse(spec));
+  base.null_context = nc;
+  sampler::Output got = sampler::sample(m, in, base, true);
+  EXPECT_TRUE(same_bits(ref.latent, got.latent, "latent")) << spec;
+  EXPECT_TRUE(same_bits(ref.first_v_cond, got.first_v_cond, "first v_cond")) << spec;
+  EXPECT_TRUE(same_bits(ref.first_v_uncond, got.first_v_uncond, "first v_uncond")) << spec;
+}
+
+// Every null-context and K/V-cache combination, serial and batched.
+inline const std::vector<std::string>& null_context_specs() {
+  static const std::vector<std::string> specs = {
+      "prior_exact_null",
+      "prior_exact_null+batched_cfg",
+      "canonical_cache_null",
+      "canonical_cache_null+batched_cfg",
+      "pure_eager+cond_kv_cache",
+      "pure_eager+batched_cfg+cond_kv_cache",
+      "canonical_cache_null+cond_kv_cache",
+      "canonical_cache_null+batched_cfg+cond_kv_cache",
+      "prior_exact_null+batched_cfg+cond_kv_cache",
+  };
+  return specs;
+}
+
+inline bool spec_is_batched(const std::string& spec) {
+  return model::ExecutionPlan::parse(spec).on("batched_cfg");
+}
+
+}  // namespace s3d::testing
