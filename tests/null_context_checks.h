@@ -7,6 +7,7 @@
 
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "core/tensor.h"
 #include "model/execution_plan.h"
@@ -35,6 +36,18 @@ inline ::testing::AssertionResult same_bits(const Tensor& a, const Tensor& b, co
                                        << " elements differ, the first at " << first << " ("
                                        << ha.to_floats()[first] << " vs "
                                        << hb.to_floats()[first] << ")";
+}
+
+// Null-context options that qualify both the canonical cache and the batched-CFG slices at
+// the given token counts, with L condition tokens.
+inline model::NullContextOptions qualified_options(int L, std::vector<int64_t> tokens) {
+  model::NullContextOptions o;
+  o.context_tokens = L;
+  o.qualify_cache = true;
+  o.qualify_slices = true;
+  o.qualification.token_counts = std::move(tokens);
+  o.qualification.context_rows = {L};
+  return o;
 }
 
 // The reference run for a plan's CFG mode: pure_eager, plus batched_cfg if the plan has it.

@@ -36,13 +36,7 @@ struct NullModelCpu : ::testing::Test {
   static std::string dir;
 
   static NullContextOptions options(int L, std::vector<int64_t> tokens) {
-    NullContextOptions o;
-    o.context_tokens = L;
-    o.qualify_cache = true;
-    o.qualify_slices = true;
-    o.qualification.token_counts = std::move(tokens);
-    o.qualification.context_rows = {L};
-    return o;
+    return testing::qualified_options(L, std::move(tokens));
   }
 
   // Runs `spec` and pure_eager (+ the same CFG mode) and compares everything bitwise.

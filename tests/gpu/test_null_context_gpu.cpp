@@ -48,13 +48,7 @@ int env_int(const char* name, int fallback) {
 }
 
 NullContextOptions qualified(int L, std::vector<int64_t> tokens) {
-  NullContextOptions o;
-  o.context_tokens = L;
-  o.qualify_cache = true;
-  o.qualify_slices = true;
-  o.qualification.token_counts = std::move(tokens);
-  o.qualification.context_rows = {L};
-  return o;
+  return testing::qualified_options(L, std::move(tokens));
 }
 
 // Runs every spec against pure_eager (per CFG mode) on the inputs, bitwise.
