@@ -116,6 +116,7 @@ Command add_profile(CLI::App& app) {
     payload::Asset asset = payload::read_asset(manifest, *entry);
     const int64_t T = asset.coords.size(0);
     model::Request req = m.prepare(asset.coords, 1, manifest.cond_tokens, asset.concat_cond);
+    req.fusion = model::FusionFlags::from_plan(plan);
     Tensor x = Tensor::empty({T, m.config().out_channels}, DType::F32, Device::CPU);
     normal_fill(asset.noise_seed, 0, static_cast<uint64_t>(x.numel()), x.data_as<float>());
     x = x.to(Device::CUDA);

@@ -7,6 +7,7 @@
 #include "core/cuda_util.h"
 #include "kernels/cuda_common.cuh"
 #include "kernels/layernorm_cuda.h"
+#include "kernels/layernorm_row.cuh"
 #include "kernels/reference_math.h"
 
 namespace s3d::kernels::cuda {
@@ -21,39 +22,8 @@ __global__ void layer_norm_kernel(const Tin* x, const float* w, const float* b, 
   const int64_t step = kVec ? kChunk : 1;
   const int64_t first = threadIdx.x * step, stride = blockDim.x * step;
 
-  double sum = 0.0;
-  for (int64_t i = first; i < C; i += stride) {
-    if constexpr (kVec) {
-      float v[kChunk];
-      load_chunk(xr + i, v);
-#pragma unroll
-      for (int k = 0; k < kChunk; ++k) sum += v[k];
-    } else {
-      sum += to_float(xr[i]);
-    }
-  }
-  sum = block_sum(sum, scratch);
-  const double mean_d = sum / static_cast<double>(C);
-
-  double sum_sq = 0.0;
-  for (int64_t i = first; i < C; i += stride) {
-    if constexpr (kVec) {
-      float v[kChunk];
-      load_chunk(xr + i, v);
-#pragma unroll
-      for (int k = 0; k < kChunk; ++k) {
-        const double d = v[k] - mean_d;
-        sum_sq += d * d;
-      }
-    } else {
-      const double d = to_float(xr[i]) - mean_d;
-      sum_sq += d * d;
-    }
-  }
-  sum_sq = block_sum(sum_sq, scratch);
-
-  const float mean = math::mean_from_sum(sum, C);
-  const float rstd = math::layer_norm_rstd(math::mean_from_sum(sum_sq, C), eps);
+  float mean, rstd;
+  layer_norm_row_stats<Tin, kVec>(xr, C, eps, scratch, mean, rstd);
   for (int64_t i = first; i < C; i += stride) {
     if constexpr (kVec) {
       float v[kChunk];
@@ -77,8 +47,7 @@ void layer_norm(const Tensor& x, const Tensor* weight, const Tensor* bias, float
   const float* w = weight ? weight->data_as<float>() : nullptr;
   const float* b = bias ? bias->data_as<float>() : nullptr;
   const bool vec = C % kChunk == 0 && aligned16(x.data()) && aligned16(out.data());
-  const int64_t steps = vec ? C / kChunk : C;
-  const int threads = static_cast<int>(std::clamp<int64_t>((steps + 31) / 32 * 32, 32, 512));
+  const int threads = layer_norm_threads(C, vec);
   dispatch_float(x.dtype(), [&](auto tx) {
     dispatch_float(out.dtype(), [&](auto ty) {
       using Tin = decltype(tx);

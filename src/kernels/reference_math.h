@@ -70,6 +70,22 @@ S3D_HD void rope_rotate(float a, float b, float c, float s, float& re, float& im
   im = a * s + b * c;
 }
 
+// ---- fused chains (issue 5): several reference ops per element, every bf16 store of the
+// reference chain kept as a round_bf16 (core/bf16.h), so that a fused kernel reproduces the
+// chain's bits. Each returns the fp32 value whose bf16 rounding the caller stores. ----
+
+// modulate(LayerNorm(x)): h = bf16(ln); s = bf16(scale + 1); m = bf16(h * s); m + shift
+// (the eager layer_norm -> bf16, add_scalar -> bf16, mul -> bf16, add chain).
+S3D_HD float modulate_chain(float ln, float scale, float shift) {
+  const float h = round_bf16(ln);
+  const float s = round_bf16(scale + 1.0f);
+  const float m = round_bf16(h * s);
+  return m + shift;
+}
+
+// Gated residual: x + bf16(h * gate) (the eager mul -> bf16, add chain).
+S3D_HD float gated_residual_chain(float x, float h, float gate) { return x + round_bf16(h * gate); }
+
 // ---- sampler ----
 
 S3D_HD float cfg_combine(float v_cond, float v_uncond, float g, float one_minus_g) {

@@ -6,9 +6,11 @@
 // reduces to to_out(v0 rows) (Exact) or to the constant row c = to_out(v0) (Cache).
 #include <cmath>
 
+#include "contract/fallback.h"
 #include "core/error.h"
 #include "gemm/linear.h"
 #include "kernels/elementwise.h"
+#include "kernels/fused_qk.h"
 #include "kernels/layernorm.h"
 #include "kernels/qk_norm_rope.h"
 #include "model/slat_flow.h"
@@ -62,10 +64,14 @@ CondKV SLatFlowModel::precompute_cond_kv(const Tensor& tokens) const {
 
 // Conditional rows [0, rows) of the branch up to the attention output: norm2, to_q, the
 // condition's K/V (cached or projected), q/k RMSNorm, SDPA over the given layouts.
-// Writes attn (bf16 [rows, C]).
+// Writes attn (bf16 [rows, C]). With qk_rmsnorm_cross_inplace, q's RMSNorm runs in place in
+// the to_q output; K keeps the reference op (its [BL, H, D] layout is the one the condition
+// K/V cache stores and the attention reads; normalising it in place inside to_kv's [BL, 2C]
+// output would change K's row stride, and with cond_kv_cache it runs once per request).
 static void attend_condition(const SLatFlowModel& m, int i, const Tensor& x, Tensor& hn,
                              const Condition& cond, const attention::SeqLayout& q_layout,
-                             const attention::SeqLayout& kv_layout, Tensor& attn) {
+                             const attention::SeqLayout& kv_layout, const FusionFlags& fused,
+                             Tensor& attn) {
   const ModelConfig& c = m.config();
   const int64_t T = x.size(0), C = c.model_channels;
   const int H = c.num_heads, D = c.head_dim();
@@ -87,7 +93,15 @@ static void attend_condition(const SLatFlowModel& m, int i, const Tensor& x, Ten
   const int64_t BL = kv.kv.size(0);
   RowView cq = RowView::of(q), ck{kv.kv, 0, BL, C, 2 * C}, cv{kv.kv, C, BL, C, 2 * C};
   Tensor qn;
-  if (c.qk_rms_norm_cross) {
+  std::string why;
+  if (c.qk_rms_norm_cross && fused.qk_rmsnorm_cross_inplace) {
+    why = kernels::fused_qk_unsupported(q, C, H, D, nullptr, nullptr);
+    if (!why.empty()) contract::record_fallback("qk_rmsnorm_cross_inplace", why);
+  }
+  if (c.qk_rms_norm_cross && fused.qk_rmsnorm_cross_inplace && why.empty()) {
+    kernels::head_rmsnorm_inplace(q, m.parameter(p + "cross_attn.q_rms_norm.gamma"), H, D);
+    ck = RowView::of(kv.k_normed.reshape({BL, C}));
+  } else if (c.qk_rms_norm_cross) {
     qn = Tensor::empty({T, H, D}, DType::BF16, dev);
     kernels::head_rmsnorm(cq, m.parameter(p + "cross_attn.q_rms_norm.gamma"), H, D, qn);
     cq = RowView::of(qn.reshape({T, C}));
@@ -103,7 +117,7 @@ Tensor SLatFlowModel::cross_attention(int i, const Request& req, const Tensor& x
   const int64_t T = req.tokens, C = config().model_channels;
   const std::string p = block_prefix(i);
   Tensor attn = Tensor::empty({T, C}, DType::BF16, device_);
-  attend_condition(*this, i, x, hn, cond, req.tokens_layout, req.cond_layout, attn);
+  attend_condition(*this, i, x, hn, cond, req.tokens_layout, req.cond_layout, req.fusion, attn);
   Tensor ca = Tensor::empty({T, C}, DType::BF16, device_);
   gemm::linear(attn, w(p + "cross_attn.to_out.weight"), &w(p + "cross_attn.to_out.bias"), ca);
   Tensor x2 = Tensor::empty({T, C}, DType::BF16, device_);
@@ -127,7 +141,7 @@ Tensor SLatFlowModel::cross_attention_null(int i, const Request& req, const Tens
   auto attend = [&](Tensor& attn_c) {
     Tensor hn_c = hn.rows(0, Tc);
     attend_condition(*this, i, x.rows(0, Tc), hn_c, cond, req.cond_part_tokens_layout,
-                     req.cond_part_cond_layout, attn_c);
+                     req.cond_part_cond_layout, req.fusion, attn_c);
   };
 
   Tensor x2 = bf16({T, C});

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "model/fusion.h"
 
 namespace s3d::model {
 namespace {
@@ -22,7 +23,8 @@ std::string known_flags() {
 }  // namespace
 
 const std::vector<FlagInfo>& optimization_flags() {
-  // calls_per_step counts for the full 30-block preset (one cross-attention per block).
+  // calls_per_step counts for the full 30-block preset (one cross-attention per block); the
+  // fused-kernel counts are per denoise step in serial CFG (two forwards per step).
   static const std::vector<FlagInfo> flags = {
       {"batched_cfg",
        "both CFG branches as one varlen batch of 2B assets (GEMM M doubles, launches halve); "
@@ -42,6 +44,27 @@ const std::vector<FlagInfo>& optimization_flags() {
        "the condition's to_kv projection (and K RMSNorm) once per request instead of every "
        "step; same GEMM shapes, bitwise contract",
        30},
+      {"qk_rmsnorm_rope_inplace",
+       "self-attention q/k per-head RMSNorm and RoPE in one kernel, in place in the packed "
+       "QKV (no split, no temporaries, no restack); bitwise contract",
+       60},
+      {"modulated_layernorm",
+       "LayerNorm + (1 + scale[b]) * h + shift[b] in one kernel, scale/shift read by batch "
+       "index from the [B, 6C] modulation (no gathered [T, C] tensors); bitwise contract",
+       120},
+      {"gated_residual_add", "x + gate[b] * h in one kernel; bitwise contract", 120},
+      {"qk_rmsnorm_cross_inplace",
+       "cross-attention q per-head RMSNorm in place (K keeps the reference op: its layout is "
+       "shared with the condition K/V cache); bitwise contract",
+       60},
+      {"gelu_tanh",
+       "the standalone GELU as a wider kernel (two 16-byte chunks per thread); same "
+       "rounding points, bitwise; no effect when gemm_gelu_epilogue is on",
+       60},
+      {"gemm_gelu_epilogue",
+       "MLP fc1 with the cuBLASLt bias+GELU epilogue (one rounding instead of two): bounded "
+       "error, not bitwise",
+       60},
   };
   return flags;
 }
@@ -50,19 +73,34 @@ const std::vector<PathInfo>& execution_paths() {
   static const std::vector<PathInfo> paths = {
       {"pure_eager", "every op its own kernel, at the rounding points of the PyTorch original", {},
        true, ""},
-      {"kernel_fusion", "fused kernels + cuBLASLt bias+GELU epilogue", {}, false,
-       "the fused kernels are issue 5"},
+      {"kernel_fusion", "fused kernels + cuBLASLt bias+GELU epilogue (gelu_tanh stays off)",
+       {"qk_rmsnorm_rope_inplace", "modulated_layernorm", "gated_residual_add",
+        "qk_rmsnorm_cross_inplace", "gemm_gelu_epilogue"},
+       true, ""},
       {"prior_exact_null", "unconditional cross-attention removed, reference-shaped projection",
        {"null_context_exact"}, true, ""},
       {"canonical_cache_null",
        "unconditional cross-attention = cached canonical row (qualified; else prior_exact_null)",
        {"null_context_cache"}, true, ""},
-      {"canonical_cache_combined", "kernel_fusion + canonical_cache_null", {}, false,
-       "issues 4 and 5"},
+      {"canonical_cache_combined", "kernel_fusion + canonical_cache_null",
+       {"qk_rmsnorm_rope_inplace", "modulated_layernorm", "gated_residual_add",
+        "qk_rmsnorm_cross_inplace", "gemm_gelu_epilogue", "null_context_cache"},
+       true, ""},
       {"beyond", "everything above plus launch-overhead removal and batched CFG", {"batched_cfg"},
        false, "issue 6"},
   };
   return paths;
+}
+
+FusionFlags FusionFlags::from_plan(const ExecutionPlan& plan) {
+  FusionFlags f;
+  f.qk_rmsnorm_rope_inplace = plan.on("qk_rmsnorm_rope_inplace");
+  f.modulated_layernorm = plan.on("modulated_layernorm");
+  f.gated_residual_add = plan.on("gated_residual_add");
+  f.qk_rmsnorm_cross_inplace = plan.on("qk_rmsnorm_cross_inplace");
+  f.gelu_tanh = plan.on("gelu_tanh");
+  f.gemm_gelu_epilogue = plan.on("gemm_gelu_epilogue");
+  return f;
 }
 
 ExecutionPlan ExecutionPlan::of_path(const std::string& path) {

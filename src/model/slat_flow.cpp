@@ -2,10 +2,15 @@
 
 #include <cmath>
 
+#include "contract/fallback.h"
 #include "core/error.h"
 #include "gemm/linear.h"
 #include "kernels/elementwise.h"
 #include "kernels/embedding.h"
+#include "kernels/fused_gelu.h"
+#include "kernels/fused_norm.h"
+#include "kernels/fused_qk.h"
+#include "kernels/fused_residual.h"
 #include "kernels/layernorm.h"
 #include "kernels/qk_norm_rope.h"
 #include "payload/payload.h"
@@ -217,8 +222,27 @@ Tensor SLatFlowModel::block(int i, const Request& req, const Tensor& x_in,
   auto chunk = [&](int k) { return RowView::columns(mod, k * C, C); };
   enum { kShiftMsa, kScaleMsa, kGateMsa, kShiftMlp, kScaleMlp, kGateMlp };
 
-  // h * (1 + scale[batch]) + shift[batch], as the eager ops: every step materialised.
-  auto modulate = [&](const Tensor& hn, int shift_k, int scale_k) {
+  const FusionFlags& fused = req.fusion;
+  // A fused op that is on but cannot take this shape: the reference chain runs, counted.
+  auto usable = [](bool on, const char* flag, const std::string& why) {
+    if (!on) return false;
+    if (why.empty()) return true;
+    contract::record_fallback(flag, why);
+    return false;
+  };
+
+  // LayerNorm(x) * (1 + scale[batch]) + shift[batch]. The reference writes the norm into
+  // hn and materialises every eager step; modulated_layernorm does it in one kernel (hn is
+  // then left unwritten: only the reference chain and cross-attention's scratch use it).
+  auto norm_modulate = [&](const Tensor& x, Tensor& hn, int shift_k, int scale_k) {
+    Tensor out = bf16({T, C});
+    if (usable(fused.modulated_layernorm, "modulated_layernorm",
+               kernels::modulated_layer_norm_unsupported(x, chunk(shift_k), chunk(scale_k), out))) {
+      kernels::modulated_layer_norm(x, chunk(shift_k), chunk(scale_k), req.batch_index,
+                                    kBlockNormEps, out);
+      return out;
+    }
+    kernels::layer_norm(x, nullptr, nullptr, kBlockNormEps, hn);
     Tensor one_plus = bf16({B, C});
     kernels::add_scalar(chunk(scale_k), 1.0f, one_plus);
     Tensor g = bf16({T, C});
@@ -226,17 +250,21 @@ Tensor SLatFlowModel::block(int i, const Request& req, const Tensor& x_in,
     Tensor scaled = bf16({T, C});
     kernels::mul(hn, g, scaled);
     kernels::gather_rows(chunk(shift_k), req.batch_index, g);
-    Tensor out = bf16({T, C});
     kernels::add(scaled, g, out);
     return out;
   };
   // x + h * gate[batch]
   auto gated_residual = [&](const Tensor& x, const Tensor& hb, int gate_k) {
+    Tensor out = bf16({T, C});
+    if (usable(fused.gated_residual_add, "gated_residual_add",
+               kernels::gated_residual_add_unsupported(x, hb, chunk(gate_k), out))) {
+      kernels::gated_residual_add(x, hb, chunk(gate_k), req.batch_index, out);
+      return out;
+    }
     Tensor g = bf16({T, C});
     kernels::gather_rows(chunk(gate_k), req.batch_index, g);
     Tensor gh = bf16({T, C});
     kernels::mul(hb, g, gh);
-    Tensor out = bf16({T, C});
     kernels::add(x, gh, out);
     return out;
   };
@@ -250,14 +278,25 @@ Tensor SLatFlowModel::block(int i, const Request& req, const Tensor& x_in,
   // Self-attention branch.
   Tensor x = x_in;
   Tensor hn = bf16({T, C});
-  kernels::layer_norm(x, nullptr, nullptr, kBlockNormEps, hn);
-  Tensor hm = modulate(hn, kShiftMsa, kScaleMsa);
+  Tensor hm = norm_modulate(x, hn, kShiftMsa, kScaleMsa);
   Tensor qkv = linear(hm, p + "self_attn.to_qkv", 3 * C);
   const RowView q_view{qkv, 0, T, C, 3 * C}, k_view{qkv, C, T, C, 3 * C},
       v_view{qkv, 2 * C, T, C, 3 * C};
   Tensor attn_in = qkv;
   const bool rope = c.pe_mode == "rope";
-  if (c.qk_rms_norm || rope) {
+  const Tensor* q_gamma = c.qk_rms_norm ? &w(p + "self_attn.q_rms_norm.gamma") : nullptr;
+  const Tensor* k_gamma = c.qk_rms_norm ? &w(p + "self_attn.k_rms_norm.gamma") : nullptr;
+  const Tensor* cos = rope ? &req.rope_cos : nullptr;
+  const Tensor* sin = rope ? &req.rope_sin : nullptr;
+  if ((c.qk_rms_norm || rope) &&
+      usable(fused.qk_rmsnorm_rope_inplace, "qk_rmsnorm_rope_inplace",
+             kernels::fused_qk_unsupported(qkv, 3 * C, static_cast<int>(H), static_cast<int>(D),
+                                           cos, sin))) {
+    // q and k normalised and rotated in place; attention reads q, k, v straight from qkv
+    // (the same [T, 3C] layout the reference restack produces).
+    kernels::qk_rmsnorm_rope_inplace(qkv, static_cast<int>(H), static_cast<int>(D), q_gamma,
+                                     k_gamma, cos, sin);
+  } else if (c.qk_rms_norm || rope) {
     // unbind -> RMSNorm (bf16 out) -> RoPE (bf16 out) -> torch.stack, as the original.
     auto prep = [&](const RowView& view, const char* gamma) {
       Tensor t = bf16({T, H, D});
@@ -293,12 +332,21 @@ Tensor SLatFlowModel::block(int i, const Request& req, const Tensor& x_in,
   x = cross_attention(i, req, x, hn, cond, null);
 
   // MLP branch.
-  kernels::layer_norm(x, nullptr, nullptr, kBlockNormEps, hn);
-  hm = modulate(hn, kShiftMlp, kScaleMlp);
-  Tensor u = linear(hm, p + "mlp.mlp.0", c.mlp_hidden());
+  hm = norm_modulate(x, hn, kShiftMlp, kScaleMlp);
+  // Three MLP paths: the cuBLASLt bias+GELU epilogue (one rounding: bounded error); the
+  // reference rounding points with the wide GELU kernel (gelu_tanh: bitwise); the reference.
   Tensor ug = bf16({T, c.mlp_hidden()});
-  kernels::gelu_tanh(u, ug);
-  u = Tensor();
+  if (fused.gemm_gelu_epilogue) {
+    gemm::linear(hm, w(p + "mlp.mlp.0.weight"), &w(p + "mlp.mlp.0.bias"), ug,
+                 Epilogue::BiasGelu);
+  } else {
+    Tensor u = linear(hm, p + "mlp.mlp.0", c.mlp_hidden());
+    if (fused.gelu_tanh) {
+      kernels::gelu_tanh_wide(u, ug);
+    } else {
+      kernels::gelu_tanh(u, ug);
+    }
+  }
   Tensor mo = linear(ug, p + "mlp.mlp.2", C);
   return gated_residual(x, mo, kGateMlp);
 }

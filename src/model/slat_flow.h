@@ -12,6 +12,7 @@
 #include "core/tensor.h"
 #include "model/checkpoint.h"
 #include "model/config.h"
+#include "model/fusion.h"
 
 namespace s3d::model {
 
@@ -35,6 +36,9 @@ struct Request {
   int64_t cond_part_tokens = 0;                 // tokens of the conditional part
   attention::SeqLayout cond_part_tokens_layout;
   attention::SeqLayout cond_part_cond_layout;
+  // Fused kernels to use (issue 5); all off = pure_eager. Set by the caller after prepare
+  // (the sampler copies SamplerOptions::fusion).
+  FusionFlags fusion;
 };
 
 // The condition of one forward. pure_eager passes real tokens for every asset, the

@@ -53,6 +53,7 @@ void SamplerOptions::apply(const model::ExecutionPlan& plan) {
   null_context_exact = plan.on("null_context_exact");
   null_context_cache = plan.on("null_context_cache");
   cond_kv_cache = plan.on("cond_kv_cache");
+  fusion = model::FusionFlags::from_plan(plan);
 }
 
 SamplerOptions SamplerOptions::released() {
@@ -105,6 +106,7 @@ Output sample(const model::SLatFlowModel& model, const Inputs& in, const Sampler
 
   // Once per request: the layout, the conditions on the device, the whole t schedule.
   model::Request req = model.prepare(in.coords, B, L, in.concat_cond);
+  req.fusion = o.fusion;
   Tensor cond = Tensor::empty(in.cond.shape(), DType::BF16, dev);
   if (in.cond.dtype() == DType::BF16) {
     cond.copy_from(in.cond);
@@ -128,6 +130,7 @@ Output sample(const model::SLatFlowModel& model, const Inputs& in, const Sampler
   if (o.batched_cfg) {
     req2 = model.prepare(doubled_coords(in.coords, B), 2 * B, L, doubled_rows(in.concat_cond),
                          symbolic_null ? B : 0);
+    req2.fusion = o.fusion;
     if (!symbolic_null) {
       cond2 = Tensor::empty({2 * B, L, cfg.cond_channels}, DType::BF16, dev);
       stack_rows(cond, null_cond, cond2);

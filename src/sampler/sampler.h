@@ -29,8 +29,10 @@ struct SamplerOptions {
   bool null_context_cache = false;
   bool cond_kv_cache = false;
   const model::NullContext* null_context = nullptr;
+  // Fused kernels (issue 5), copied into every request this sampler prepares.
+  model::FusionFlags fusion;
 
-  // Sets batched_cfg and the flags above from an execution plan.
+  // Sets batched_cfg, the flags above and `fusion` from an execution plan.
   void apply(const model::ExecutionPlan& plan);
 
   // DESIGN.md's benchmark protocol: 15 steps, rescale_t 3, g 7.5 on every step.

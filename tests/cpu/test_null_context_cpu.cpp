@@ -96,7 +96,10 @@ TEST(ExecutionPlanNull, PathsCarryTheirFlags) {
   EXPECT_TRUE(cache.on("null_context_cache"));
   EXPECT_TRUE(cache.on("cond_kv_cache"));
   EXPECT_EQ(cache.label(), "canonical_cache_null+batched_cfg+cond_kv_cache");
-  EXPECT_THROW(ExecutionPlan::parse("canonical_cache_combined"), Error);
+  ExecutionPlan combined = ExecutionPlan::parse("canonical_cache_combined");
+  EXPECT_TRUE(combined.on("null_context_cache"));
+  EXPECT_TRUE(combined.on("modulated_layernorm"));
+  EXPECT_FALSE(combined.on("gelu_tanh"));
   EXPECT_THROW(ExecutionPlan::parse("beyond"), Error);
 }
 

@@ -1,0 +1,24 @@
+// gelu_tanh_wide: argument checks and dispatch; the CPU version is the reference op's loop.
+#include "kernels/fused_gelu.h"
+
+#include "kernels/elementwise.h"
+#include "kernels/fused_gelu_cuda.h"
+#include "kernels/kernel_checks.h"
+
+namespace s3d::kernels {
+
+void gelu_tanh_wide(const Tensor& x, Tensor& out) {
+  const char* op = "gelu_tanh_wide";
+  detail::check_dtype(x, DType::BF16, op, "x");
+  detail::check_dtype(out, DType::BF16, op, "out");
+  detail::check_same_shape(out, x, op, "out", "x");
+  detail::check_same_device(op, {{"x", &x}, {"out", &out}});
+  if (x.numel() == 0) return;
+  if (x.is_cuda()) {
+    cuda::gelu_tanh_wide(x, out);
+  } else {
+    gelu_tanh(x, out);  // the CPU has one GELU loop: the reference op's
+  }
+}
+
+}  // namespace s3d::kernels

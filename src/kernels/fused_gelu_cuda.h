@@ -1,0 +1,10 @@
+// CUDA launcher of gelu_tanh_wide (fused_gelu.cu).
+#pragma once
+
+#include "core/tensor.h"
+
+namespace s3d::kernels::cuda {
+
+void gelu_tanh_wide(const Tensor& x, Tensor& out);
+
+}  // namespace s3d::kernels::cuda

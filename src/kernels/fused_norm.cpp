@@ -1,0 +1,107 @@
+// Modulated LayerNorm: support rule, argument checks, device dispatch, and the CPU version
+// (cpu::layer_norm's row statistics, then math::modulate_chain per element).
+#include "kernels/fused_norm.h"
+
+#include "core/error.h"
+#include "kernels/fused_norm_cuda.h"
+#include "kernels/kernel_checks.h"
+#include "kernels/reference_math.h"
+
+namespace s3d::kernels {
+namespace {
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+}  // namespace
+
+namespace cpu {
+
+void modulated_layer_norm(const Tensor& x, const RowView& shift, const RowView& scale,
+                          const Tensor& batch_index, float eps, Tensor& out) {
+  const int64_t T = x.size(0), C = x.size(1);
+  const uint16_t* xp = x.data_as<uint16_t>();
+  const auto* shp = static_cast<const uint16_t*>(shift.data());
+  const auto* scp = static_cast<const uint16_t*>(scale.data());
+  const int32_t* bidx = batch_index.data_as<int32_t>();
+  uint16_t* yp = out.data_as<uint16_t>();
+  for (int64_t t = 0; t < T; ++t) {
+    S3D_CHECK(bidx[t] >= 0 && bidx[t] < shift.rows, "modulated_layer_norm: batch_index[", t,
+              "] = ", bidx[t], " is outside [0, ", shift.rows, ")");
+  }
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < T; ++t) {
+    const uint16_t* xr = xp + t * C;
+    // Two passes in double, as cpu::layer_norm.
+    double sum = 0.0;
+    for (int64_t c = 0; c < C; ++c) sum += bf16_to_float(xr[c]);
+    const double mean_d = sum / static_cast<double>(C);
+    double sum_sq = 0.0;
+    for (int64_t c = 0; c < C; ++c) {
+      const double d = bf16_to_float(xr[c]) - mean_d;
+      sum_sq += d * d;
+    }
+    const float mean = math::mean_from_sum(sum, C);
+    const float rstd = math::layer_norm_rstd(math::mean_from_sum(sum_sq, C), eps);
+    const uint16_t* sh = shp + bidx[t] * shift.stride;
+    const uint16_t* sc = scp + bidx[t] * scale.stride;
+    for (int64_t c = 0; c < C; ++c) {
+      const float ln =
+          math::layer_norm_apply(bf16_to_float(xr[c]), mean, rstd, nullptr, nullptr, c);
+      yp[t * C + c] =
+          float_to_bf16(math::modulate_chain(ln, bf16_to_float(sc[c]), bf16_to_float(sh[c])));
+    }
+  }
+}
+
+}  // namespace cpu
+
+std::string modulated_layer_norm_unsupported(const Tensor& x, const RowView& shift,
+                                             const RowView& scale, const Tensor& out) {
+  if (x.dtype() != DType::BF16) return cat("x is ", x.describe(), ", not bf16");
+  if (out.dtype() != DType::BF16 || shift.dtype() != DType::BF16 || scale.dtype() != DType::BF16)
+    return "out, shift and scale must be bf16";
+  const int64_t C = x.ndim() == 2 ? x.size(1) : 0;
+  if (C % 8 != 0) return cat("C = ", C, " is not a multiple of 8 (16-byte chunks)");
+  if (shift.stride % 8 != 0 || scale.stride % 8 != 0)
+    return cat("modulation row stride ", shift.stride, " is not a multiple of 8");
+  if (!aligned16(x.data()) || !aligned16(out.data()) || !aligned16(shift.data()) ||
+      !aligned16(scale.data()))
+    return "rows are not 16-byte aligned";
+  return "";
+}
+
+void modulated_layer_norm(const Tensor& x, const RowView& shift, const RowView& scale,
+                          const Tensor& batch_index, float eps, Tensor& out) {
+  const char* op = "modulated_layer_norm";
+  detail::check_dtype(x, DType::BF16, op, "x");
+  S3D_CHECK(x.ndim() == 2 && x.size(1) > 0, op, ": x must be bf16 [T, C], got ", x.describe());
+  const int64_t T = x.size(0), C = x.size(1);
+  detail::check_view(shift, op, "shift");
+  detail::check_view(scale, op, "scale");
+  detail::check_dtype(shift.base, DType::BF16, op, "shift");
+  detail::check_dtype(scale.base, DType::BF16, op, "scale");
+  S3D_CHECK(shift.cols == C && scale.cols == C && shift.rows == scale.rows && shift.rows > 0,
+            op, ": shift and scale must be views of the same B >= 1 rows of ", C,
+            " elements, got ", shift.rows, " x ", shift.cols, " and ", scale.rows, " x ",
+            scale.cols);
+  S3D_CHECK(shift.stride == scale.stride, op, ": shift and scale must share a row stride, got ",
+            shift.stride, " and ", scale.stride);
+  detail::check_dtype(batch_index, DType::I32, op, "batch_index");
+  detail::check_shape(batch_index, {T}, op, "batch_index");
+  detail::check_dtype(out, DType::BF16, op, "out");
+  detail::check_same_shape(out, x, op, "out", "x");
+  detail::check_same_device(op, {{"x", &x}, {"shift", &shift.base}, {"scale", &scale.base},
+                                 {"batch_index", &batch_index}, {"out", &out}});
+  S3D_CHECK(eps >= 0.0f, op, ": eps must be >= 0, got ", eps);
+  const std::string why = modulated_layer_norm_unsupported(x, shift, scale, out);
+  S3D_CHECK(why.empty(), op, ": unsupported shape: ", why, " (x ", x.describe(),
+            "); the caller runs the reference chain");
+  if (T == 0) return;
+  if (x.is_cuda()) {
+    cuda::modulated_layer_norm(x, shift, scale, batch_index, eps, out);
+  } else {
+    cpu::modulated_layer_norm(x, shift, scale, batch_index, eps, out);
+  }
+}
+
+}  // namespace s3d::kernels

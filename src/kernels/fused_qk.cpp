@@ -1,0 +1,146 @@
+// Fused q/k ops: support rule, argument checks, device dispatch, and the CPU version (the
+// reference chain's arithmetic, element by element, written back in place).
+#include "kernels/fused_qk.h"
+
+#include <cstdint>
+#include <vector>
+
+#include "core/error.h"
+#include "kernels/kernel_checks.h"
+#include "kernels/fused_qk_cuda.h"
+#include "kernels/reference_math.h"
+
+namespace s3d::kernels {
+namespace {
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+}  // namespace
+
+namespace cpu {
+
+// Per (token, slot, head): the sum of squares in sequential order (as cpu::head_rmsnorm),
+// y = bf16(norm apply), then the pairs rotated from the bf16 y and rounded again (as
+// cpu::rope_apply).
+void qk_inplace(Tensor& x, int64_t row_stride, int slots, int heads, int head_dim,
+                const float* const* gamma, float scale, const float* cos, const float* sin) {
+  uint16_t* base = x.data_as<uint16_t>();
+  const int64_t T = x.size(0), H = heads, D = head_dim, half = D / 2;
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < T; ++t) {
+    std::vector<float> y(static_cast<size_t>(D));
+    for (int s = 0; s < slots; ++s) {
+      for (int64_t h = 0; h < H; ++h) {
+        uint16_t* v = base + t * row_stride + (s * H + h) * D;
+        if (gamma[s] != nullptr) {
+          const float* g = gamma[s] + h * D;
+          double sum_sq = 0.0;
+          for (int64_t d = 0; d < D; ++d) {
+            const double f = bf16_to_float(v[d]);
+            sum_sq += f * f;
+          }
+          const float norm = math::l2_norm_from_squares(sum_sq);
+          for (int64_t d = 0; d < D; ++d)
+            y[d] = round_bf16(math::head_rmsnorm_apply(bf16_to_float(v[d]), norm, g[d], scale));
+        } else {
+          for (int64_t d = 0; d < D; ++d) y[d] = bf16_to_float(v[d]);
+        }
+        if (cos != nullptr) {
+          for (int64_t p = 0; p < half; ++p) {
+            float re, im;
+            math::rope_rotate(y[2 * p], y[2 * p + 1], cos[t * half + p], sin[t * half + p], re,
+                              im);
+            y[2 * p] = re;
+            y[2 * p + 1] = im;
+          }
+        }
+        for (int64_t d = 0; d < D; ++d) v[d] = float_to_bf16(y[d]);
+      }
+    }
+  }
+}
+
+}  // namespace cpu
+
+std::string fused_qk_unsupported(const Tensor& x, int64_t row_stride, int heads, int head_dim,
+                                 const Tensor* cos, const Tensor* sin) {
+  if (x.dtype() != DType::BF16) return cat("x is ", x.describe(), ", not bf16");
+  if (head_dim % 8 != 0)
+    return cat("head_dim ", head_dim, " is not a multiple of 8 (one 16-byte chunk per lane)");
+  if (row_stride % 8 != 0) return cat("row stride ", row_stride, " is not a multiple of 8");
+  if (!aligned16(x.data())) return "q/k rows are not 16-byte aligned";
+  if ((cos && !aligned16(cos->data())) || (sin && !aligned16(sin->data())))
+    return "the RoPE tables are not 16-byte aligned";
+  (void)heads;
+  return "";
+}
+
+namespace {
+
+// Validates and runs the op on the first `slots` C-wide slots of each row of x (the row
+// holds x.size(1) >= slots * C elements; a third, untouched slot for the packed QKV).
+void qk_inplace_checked(const char* op, Tensor& x, int slots, int heads, int head_dim,
+                        const Tensor* gamma0, const Tensor* gamma1, const Tensor* cos,
+                        const Tensor* sin) {
+  detail::check_dtype(x, DType::BF16, op, "x");
+  S3D_CHECK(heads > 0 && head_dim > 0 && head_dim % 2 == 0, op,
+            ": heads and head_dim must be positive, head_dim even, got ", heads, " x ", head_dim);
+  const int64_t C = int64_t{heads} * head_dim;
+  S3D_CHECK(x.ndim() == 2 && x.size(1) >= slots * C, op, ": x must be bf16 [T, >= ", slots,
+            " * ", C, "], got ", x.describe());
+  const int64_t T = x.size(0);
+  for (const Tensor* g : {gamma0, gamma1}) {
+    if (g == nullptr) continue;
+    detail::check_dtype(*g, DType::F32, op, "gamma");
+    detail::check_shape(*g, {heads, head_dim}, op, "gamma");
+    detail::check_same_device(op, {{"x", &x}, {"gamma", g}});
+  }
+  S3D_CHECK((cos == nullptr) == (sin == nullptr), op, ": give both cos and sin or neither");
+  if (cos != nullptr) {
+    detail::check_dtype(*cos, DType::F32, op, "cos");
+    detail::check_shape(*cos, {T, head_dim / 2}, op, "cos");
+    detail::check_dtype(*sin, DType::F32, op, "sin");
+    detail::check_shape(*sin, {T, head_dim / 2}, op, "sin");
+    detail::check_same_device(op, {{"x", &x}, {"cos", cos}, {"sin", sin}});
+  }
+  S3D_CHECK(gamma0 != nullptr || cos != nullptr, op, ": nothing to do (no gamma, no RoPE)");
+  const std::string why = fused_qk_unsupported(x, x.size(1), heads, head_dim, cos, sin);
+  S3D_CHECK(why.empty(), op, ": unsupported shape: ", why, " (x ", x.describe(),
+            "); the caller runs the reference chain");
+  if (T == 0) return;
+  const float scale = math::head_rmsnorm_scale(head_dim);
+  const float* g0 = gamma0 ? gamma0->data_as<float>() : nullptr;
+  const float* g1 = gamma1 ? gamma1->data_as<float>() : nullptr;
+  const float* cp = cos ? cos->data_as<float>() : nullptr;
+  const float* sp = sin ? sin->data_as<float>() : nullptr;
+  if (x.is_cuda()) {
+    cuda::qk_inplace(x, x.size(1), slots, heads, head_dim, g0, g1, scale, cp, sp);
+  } else {
+    const float* gammas[2] = {g0, g1};
+    cpu::qk_inplace(x, x.size(1), slots, heads, head_dim, gammas, scale, cp, sp);
+  }
+}
+
+}  // namespace
+
+void qk_rmsnorm_rope_inplace(Tensor& qkv, int heads, int head_dim, const Tensor* q_gamma,
+                             const Tensor* k_gamma, const Tensor* cos, const Tensor* sin) {
+  const char* op = "qk_rmsnorm_rope_inplace";
+  S3D_CHECK((q_gamma == nullptr) == (k_gamma == nullptr), op,
+            ": give both q and k gammas or neither");
+  detail::check_defined(qkv, op, "qkv");
+  S3D_CHECK(qkv.ndim() == 2 && qkv.size(1) == 3 * int64_t{heads} * head_dim, op,
+            ": qkv must be bf16 [T, 3 * ", heads, " * ", head_dim, "], got ", qkv.describe());
+  // q and k are the first 2C columns of each 3C row; v is never touched.
+  qk_inplace_checked(op, qkv, 2, heads, head_dim, q_gamma, k_gamma, cos, sin);
+}
+
+void head_rmsnorm_inplace(Tensor& x, const Tensor& gamma, int heads, int head_dim) {
+  const char* op = "head_rmsnorm_inplace";
+  detail::check_defined(x, op, "x");
+  S3D_CHECK(x.ndim() == 2 && x.size(1) == int64_t{heads} * head_dim, op, ": x must be bf16 [T, ",
+            heads, " * ", head_dim, "], got ", x.describe());
+  qk_inplace_checked(op, x, 1, heads, head_dim, &gamma, nullptr, nullptr, nullptr);
+}
+
+}  // namespace s3d::kernels

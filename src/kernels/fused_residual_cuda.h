@@ -1,0 +1,12 @@
+// CUDA launcher of gated_residual_add (fused_residual.cu); called by fused_residual.cpp
+// after validation (vector path only).
+#pragma once
+
+#include "core/tensor.h"
+
+namespace s3d::kernels::cuda {
+
+void gated_residual_add(const Tensor& x, const Tensor& h, const RowView& gate,
+                        const Tensor& batch_index, Tensor& out);
+
+}  // namespace s3d::kernels::cuda
