@@ -159,6 +159,14 @@ Command add_run(CLI::App& app) {
                 "%s CFG\n",
                 plan.label().c_str(), o.steps, o.rescale_t, o.guidance, o.interval_lo,
                 o.interval_hi, o.guidance_rescale, o.batched_cfg ? "batched" : "serial");
+    if (device == Device::CUDA && !plan.unvalidated().empty()) {
+      std::string flags;
+      for (const auto& f : plan.unvalidated()) flags += (flags.empty() ? "" : ", ") + f;
+      std::fprintf(stderr,
+                   "warning: path %s uses flags whose GPU kernels have not been validated on a "
+                   "GPU yet (%s); their contracts are tested on the CPU backend only\n",
+                   plan.label().c_str(), flags.c_str());
+    }
 
     // Null-context elimination: probe, check applicability and qualify once, at start-up.
     std::unique_ptr<model::NullContext> null_context;

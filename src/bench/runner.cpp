@@ -198,6 +198,10 @@ BenchResult run_bench(const BenchOptions& o, const Log& log) {
     return r.paths.back();
   };
   for (const auto& spec : o.paths) add_plan(model::ExecutionPlan::parse(spec), true);
+  for (const auto& p : plans)
+    if (!p.unvalidated().empty())
+      log(cat("warning: path ", p.label(), " uses flags not yet validated on a GPU: ",
+              p.unvalidated().size(), " of them (", p.unvalidated().front(), ", ...)"));
   if (o.ablate) {
     const model::ExecutionPlan ref = plans.back();
     r.ablation.reference_path = r.paths.back();

@@ -47,24 +47,24 @@ const std::vector<FlagInfo>& optimization_flags() {
       {"qk_rmsnorm_rope_inplace",
        "self-attention q/k per-head RMSNorm and RoPE in one kernel, in place in the packed "
        "QKV (no split, no temporaries, no restack); bitwise contract",
-       60},
+       60, false},
       {"modulated_layernorm",
        "LayerNorm + (1 + scale[b]) * h + shift[b] in one kernel, scale/shift read by batch "
        "index from the [B, 6C] modulation (no gathered [T, C] tensors); bitwise contract",
-       120},
-      {"gated_residual_add", "x + gate[b] * h in one kernel; bitwise contract", 120},
+       120, false},
+      {"gated_residual_add", "x + gate[b] * h in one kernel; bitwise contract", 120, false},
       {"qk_rmsnorm_cross_inplace",
        "cross-attention q per-head RMSNorm in place (K keeps the reference op: its layout is "
        "shared with the condition K/V cache); bitwise contract",
-       60},
+       60, false},
       {"gelu_tanh",
        "the standalone GELU as a wider kernel (two 16-byte chunks per thread); same "
        "rounding points, bitwise; no effect when gemm_gelu_epilogue is on",
-       60},
+       60, false},
       {"gemm_gelu_epilogue",
        "MLP fc1 with the cuBLASLt bias+GELU epilogue (one rounding instead of two): bounded "
        "error, not bitwise",
-       60},
+       60, false},
   };
   return flags;
 }
@@ -157,6 +157,13 @@ std::vector<std::string> ExecutionPlan::enabled() const {
   std::vector<std::string> v;
   for (const auto& [name, on] : flags_)
     if (on) v.push_back(name);
+  return v;
+}
+
+std::vector<std::string> ExecutionPlan::unvalidated() const {
+  std::vector<std::string> v;
+  for (const auto& f : optimization_flags())
+    if (!f.gpu_validated && on(f.name)) v.push_back(f.name);
   return v;
 }
 

@@ -15,6 +15,8 @@ struct FlagInfo {
   std::string help;
   // Calls per denoise step the flag changes, for the leave-one-out table (0 = n/a).
   int calls_per_step = 0;
+  // False until the flag's GPU tests have passed on a GPU (run and bench warn about it).
+  bool gpu_validated = true;
 };
 
 struct PathInfo {
@@ -38,6 +40,8 @@ class ExecutionPlan {
   void disable(const std::string& flag);
   bool on(const std::string& flag) const;
   std::vector<std::string> enabled() const;
+  // Enabled flags whose GPU versions have not been validated on a GPU yet.
+  std::vector<std::string> unvalidated() const;
 
   const std::string& path() const { return path_; }
   // Canonical spelling: the path, then "+flag" for flags the path lacks, "-flag" for flags

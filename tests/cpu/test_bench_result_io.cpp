@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "bench/report.h"
 #include "bench/result_io.h"
 #include "core/error.h"
@@ -116,3 +118,17 @@ TEST(ExecutionPlan, PathsFlagsAndLabels) {
 
 }  // namespace
 }  // namespace s3d::bench
+
+namespace s3d::model {
+namespace {
+
+TEST(ExecutionPlanValidation, FusedFlagsAreMarkedUntilTheGpuTestsRan) {
+  EXPECT_TRUE(ExecutionPlan::parse("pure_eager").unvalidated().empty());
+  EXPECT_TRUE(ExecutionPlan::parse("canonical_cache_null+cond_kv_cache").unvalidated().empty());
+  auto fused = ExecutionPlan::parse("kernel_fusion").unvalidated();
+  EXPECT_FALSE(fused.empty());
+  EXPECT_NE(std::find(fused.begin(), fused.end(), "gemm_gelu_epilogue"), fused.end());
+}
+
+}  // namespace
+}  // namespace s3d::model
