@@ -3,12 +3,29 @@
 // whichever device the inputs live. Shared by the CPU and GPU fused-kernel tests.
 #pragma once
 
+#include <vector>
+
 #include "core/tensor.h"
 #include "kernels/elementwise.h"
 #include "kernels/layernorm.h"
 #include "kernels/qk_norm_rope.h"
 
 namespace s3d::testing {
+
+// A copy of t on t's device (fused ops write in place; the tests keep the input).
+inline Tensor copy_of(const Tensor& t) {
+  Tensor c = Tensor::empty(t.shape(), t.dtype(), t.device());
+  c.copy_from(t);
+  return c;
+}
+
+// Batch indices: B assets, tokens in runs (as packed requests are), every asset present
+// when T >= B.
+inline Tensor batch_runs(int64_t T, int B) {
+  std::vector<int32_t> v(static_cast<size_t>(T));
+  for (int64_t t = 0; t < T; ++t) v[t] = static_cast<int32_t>(t * B / T);
+  return Tensor::from_ints(v, {T});
+}
 
 // q/k: RMSNorm (if gammas) -> bf16 [T, H, D] -> RoPE (if cos) -> bf16 -> restack with v into
 // a new [T, 3C].

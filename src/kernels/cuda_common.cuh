@@ -9,6 +9,7 @@
 
 #include "core/bf16.h"
 #include "core/tensor.h"
+#include "kernels/kernel_checks.h"
 
 namespace s3d::kernels::cuda {
 
@@ -58,7 +59,7 @@ __device__ __forceinline__ void store_chunk(float* p, const float (&v)[kChunk]) 
   reinterpret_cast<float4*>(p)[1] = make_float4(v[4], v[5], v[6], v[7]);
 }
 
-inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+using detail::aligned16;
 
 // Sum over the block, in a fixed order (so repeated runs agree bitwise); the result is
 // returned to every thread. blockDim.x must be a multiple of 32 and every thread must call.

@@ -10,7 +10,7 @@
 namespace s3d::kernels {
 namespace {
 
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+using detail::aligned16;
 
 }  // namespace
 

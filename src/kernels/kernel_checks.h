@@ -12,6 +12,9 @@
 
 namespace s3d::kernels::detail {
 
+// 16-byte alignment, the condition for the kernels' vector (8 x bf16) access.
+inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
 inline void check_defined(const Tensor& t, const char* op, const char* name) {
   S3D_CHECK(t.defined(), op, ": ", name, " is missing (undefined tensor)");
 }

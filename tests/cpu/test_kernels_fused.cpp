@@ -37,19 +37,8 @@ using test::throws_error;
 using testing::count_poisoned;
 using testing::same_bits;
 
-Tensor copy_of(const Tensor& t) {
-  Tensor c = Tensor::empty(t.shape(), t.dtype(), t.device());
-  c.copy_from(t);
-  return c;
-}
-
-// Batch indices: B assets, tokens in runs (as packed requests are), every asset present
-// when T >= B.
-Tensor batch_runs(int64_t T, int B) {
-  std::vector<int32_t> v(static_cast<size_t>(T));
-  for (int64_t t = 0; t < T; ++t) v[t] = static_cast<int32_t>(t * B / T);
-  return Tensor::from_ints(v, {T});
-}
+using testing::batch_runs;
+using testing::copy_of;
 
 // ---- qk_rmsnorm_rope_inplace ----
 

@@ -48,17 +48,8 @@ constexpr int kH = 12, kD = 128;
 constexpr int64_t kC = int64_t{kH} * kD;  // 1536
 const std::vector<int64_t> kTokens = {1, 7, 1000, 30227};
 
-Tensor copy_of(const Tensor& t) {
-  Tensor c = Tensor::empty(t.shape(), t.dtype(), t.device());
-  c.copy_from(t);
-  return c;
-}
-
-Tensor batch_runs(int64_t T, int B) {
-  std::vector<int32_t> v(static_cast<size_t>(T));
-  for (int64_t t = 0; t < T; ++t) v[t] = static_cast<int32_t>(t * B / T);
-  return Tensor::from_ints(v, {T});
-}
+using testing::batch_runs;
+using testing::copy_of;
 
 TEST(FusedGpu, QkRmsNormRopeInPlace) {
   S3D_REQUIRE_CUDA();
