@@ -4,10 +4,12 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 
 #include "apps/commands.h"
 #include "apps/sampler_flags.h"
+#include "bench/kernel_bandwidth.h"
 #include "bench/report.h"
 #include "bench/result_io.h"
 #include "bench/runner.h"
@@ -45,6 +47,12 @@ Command add_bench(CLI::App& app) {
   sub->add_option("--warmup", a->o.warmup, "Warm-up loops per (path, asset)")->capture_default_str();
   sub->add_option("--repeats", a->o.repeats, "Timed loops per (path, asset)")->capture_default_str();
   sub->add_flag("--ablate", a->o.ablate, "Leave-one-out over the last path's flags");
+  sub->add_option("--ablate-assets", a->o.ablate_assets,
+                  "Assets (names or sets) the leave-one-out variants run on (default: all)");
+  sub->add_option("--instrument-steps", a->o.instrument_steps,
+                  "Steps of the instrumented loop, scaled to the whole loop (0 = all; needs "
+                  "CFG on every step)")
+      ->capture_default_str();
   sub->add_option("--qualify-tokens", a->o.qualify_tokens,
                   "Null-context qualification: tokens per CFG branch (default: the assets')");
   sub->add_option("--qualify-m", a->o.qualify_m,
@@ -214,6 +222,31 @@ Command add_bench_report(CLI::App& app) {
     bench::write_report_files(r, a->out, stem);
     std::printf("%s\nwrote %s/%s.{json,md,svg}\n", bench::to_markdown(r).c_str(), a->out.c_str(),
                 stem.c_str());
+    return 0;
+  };
+}
+
+Command add_bench_kernels(CLI::App& app) {
+  struct Args {
+    std::string preset = "trellis2-shape-1024", out = "bench/results", stem;
+    std::vector<int64_t> tokens = {3664, 30227};
+  };
+  auto a = std::make_shared<Args>();
+  auto* sub = app.add_subcommand(
+      "bench-kernels", "Achieved bandwidth of the fused kernels vs the GPU's copy bandwidth (GPU)");
+  sub->add_option("--preset", a->preset, "Model preset whose shapes are used")->capture_default_str();
+  sub->add_option("--tokens", a->tokens, "Token counts")->capture_default_str();
+  sub->add_option("--out", a->out, "Folder for the report files")->capture_default_str();
+  sub->add_option("--stem", a->stem, "File name stem (default kernels-<date>)");
+  return [a]() {
+    const bench::KernelBandwidth k =
+        bench::measure_kernel_bandwidth(model::preset(a->preset), a->tokens);
+    const std::string stem = a->stem.empty() ? "kernels-" + k.date.substr(0, 10) : a->stem;
+    std::filesystem::create_directories(a->out);
+    const std::string md = bench::to_markdown(k);
+    std::ofstream(a->out + "/" + stem + ".md") << md;
+    std::ofstream(a->out + "/" + stem + ".json") << bench::to_json(k).dump(2) << "\n";
+    std::printf("%s\nwrote %s/%s.{json,md}\n", md.c_str(), a->out.c_str(), stem.c_str());
     return 0;
   };
 }

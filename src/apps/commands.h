@@ -20,5 +20,6 @@ Command add_run(CLI::App& app);
 Command add_bench(CLI::App& app);
 Command add_profile(CLI::App& app);
 Command add_bench_report(CLI::App& app);
+Command add_bench_kernels(CLI::App& app);
 
 }  // namespace s3d::apps

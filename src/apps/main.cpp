@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
   commands["bench"] = s3d::apps::add_bench(app);
   commands["profile"] = s3d::apps::add_profile(app);
   commands["bench-report"] = s3d::apps::add_bench_report(app);
+  commands["bench-kernels"] = s3d::apps::add_bench_kernels(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -122,9 +122,21 @@ LooTable loo_table(const std::string& name, const std::vector<size_t>& set, cons
   t.set = name;
   t.reference_path = r.ablation.reference_path;
   const PathFigures* ref = find_path(fig, t.reference_path);
-  std::vector<size_t> timed;  // the assets of the set the reference timed
-  for (size_t i : set)
-    if (ref && ref->assets[i].wall) timed.push_back(i);
+  // The assets of the set the reference timed and the ablation covered (bench
+  // --ablate-assets may run the leave-one-out variants on a subset).
+  std::vector<const PathFigures*> variant_figs;
+  for (const auto& flag : r.ablation.flags) {
+    const auto vp = r.ablation.variant_path.find(flag);
+    if (vp != r.ablation.variant_path.end())
+      if (const PathFigures* v = find_path(fig, vp->second)) variant_figs.push_back(v);
+  }
+  std::vector<size_t> timed;
+  for (size_t i : set) {
+    if (!ref || !ref->assets[i].wall) continue;
+    bool covered = variant_figs.empty();
+    for (const PathFigures* v : variant_figs) covered |= v->assets[i].wall.has_value();
+    if (covered) timed.push_back(i);
+  }
   t.n_assets = static_cast<int>(timed.size());
   std::vector<int64_t> tokens;
   for (size_t i : timed) {

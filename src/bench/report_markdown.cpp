@@ -167,6 +167,18 @@ void loo_table(std::ostringstream& o, const LooTable& t) {
   o << '\n';
 }
 
+// " (of k steps, scaled to the loop's n)" when the instrumented loop was shorter.
+std::string instrumented_note(const BenchResult& r) {
+  if (!r.settings.is_object() || !r.settings.contains("instrumented_steps") ||
+      !r.settings.contains("steps"))
+    return "";
+  const int k = r.settings["instrumented_steps"].get<int>(), n = r.settings["steps"].get<int>();
+  if (k >= n) return "";
+  return " (" + std::to_string(k) + " of the " + std::to_string(n) +
+         " steps, CFG on each, counts and times scaled by " + std::to_string(n) + "/" +
+         std::to_string(k) + ")";
+}
+
 void how_measured(std::ostringstream& o, const BenchResult& r) {
   auto peak = [](double tflops, const std::string& shape) {
     return tflops > 0 ? fixed(tflops, 1) + " TFLOPS" + (shape.empty() ? "" : " at " + shape)
@@ -180,7 +192,9 @@ void how_measured(std::ostringstream& o, const BenchResult& r) {
        "faster), and speedup the geometric mean of the per-asset t_ref / t_path, t being "
        "per-asset medians: not ratios of summed time. Launches, peak memory and the attention/GEMM "
        "split come from "
-       "one extra instrumented loop per cell; other = median wall - attention - GEMM, clamped "
+       "one extra instrumented loop per cell"
+    << instrumented_note(r)
+    << "; other = median wall - attention - GEMM, clamped "
        "at 0 because the instrumented loop runs slower than the timed ones. Ideal = attention "
        "FLOPs at the measured attention peak ("
     << peak(r.peaks.attention_tflops, r.peaks.attention_shape)

@@ -186,6 +186,7 @@ BenchResult run_bench(const BenchOptions& o, const Log& log) {
   // Paths: the given specs (a spec given twice is measured twice, "NAME#2", an A/A check of
   // the measurement itself), plus (with --ablate) the last one with each flag turned off.
   std::vector<model::ExecutionPlan> plans;
+  std::vector<bool> ablation_variant;  // per plan: a leave-one-out variant
   auto add_plan = [&](const model::ExecutionPlan& p, bool duplicate_ok) {
     int seen = 0;
     for (size_t i = 0; i < plans.size(); ++i)
@@ -194,6 +195,7 @@ BenchResult run_bench(const BenchOptions& o, const Log& log) {
         ++seen;
       }
     plans.push_back(p);
+    ablation_variant.push_back(false);
     r.paths.push_back(seen ? cat(p.label(), "#", seen + 1) : p.label());
     return r.paths.back();
   };
@@ -209,7 +211,9 @@ BenchResult run_bench(const BenchOptions& o, const Log& log) {
       model::ExecutionPlan off = ref;
       off.disable(flag);
       r.ablation.flags.push_back(flag);
+      const size_t before = plans.size();
       r.ablation.variant_path[flag] = add_plan(off, false);
+      if (plans.size() > before) ablation_variant.back() = true;
       for (const auto& f : model::optimization_flags())
         if (f.name == flag) r.ablation.calls_per_iteration[flag] = f.calls_per_step;
     }
@@ -235,6 +239,27 @@ BenchResult run_bench(const BenchOptions& o, const Log& log) {
     r.assets.push_back(p.info);
     assets.push_back(std::move(p));
   }
+  // Which (path, asset) cells run: the leave-one-out variants only on --ablate-assets.
+  std::vector<bool> ablated_asset(assets.size(), true);
+  if (!o.ablate_assets.empty()) {
+    const auto chosen = select_assets(manifest, o.ablate_assets);
+    for (size_t ai = 0; ai < assets.size(); ++ai) {
+      ablated_asset[ai] = false;
+      for (const auto* e : chosen) ablated_asset[ai] = ablated_asset[ai] || e->name == assets[ai].info.name;
+    }
+  }
+  auto runs = [&](size_t pi, size_t ai) { return !ablation_variant[pi] || ablated_asset[ai]; };
+  const std::vector<double> schedule = sampler::timesteps(o.sampler.steps, o.sampler.rescale_t);
+  bool cfg_every_step = o.sampler.guidance != 1.0;
+  for (int k = 0; k < o.sampler.steps; ++k)
+    cfg_every_step &= o.sampler.interval_lo <= schedule[k] && schedule[k] <= o.sampler.interval_hi;
+  S3D_CHECK(o.instrument_steps >= 0, "bench: --instrument-steps must be >= 0");
+  const int instrument_steps =
+      o.instrument_steps > 0 && o.instrument_steps < o.sampler.steps ? o.instrument_steps : o.sampler.steps;
+  S3D_CHECK(instrument_steps == o.sampler.steps || cfg_every_step,
+            "bench: --instrument-steps ", o.instrument_steps,
+            " needs CFG on every step (the steps differ in work otherwise); use 0");
+  const double instrument_scale = double(o.sampler.steps) / instrument_steps;
   r.settings = io::Json{{"checkpoint", o.checkpoint},
                         {"manifest", o.manifest},
                         {"steps", o.sampler.steps},
@@ -244,6 +269,7 @@ BenchResult run_bench(const BenchOptions& o, const Log& log) {
                         {"guidance_rescale", o.sampler.guidance_rescale},
                         {"warmup", o.warmup},
                         {"repeats", o.repeats},
+                        {"instrumented_steps", instrument_steps},
                         {"model_parameters", m.weight_bytes()},
                         {"cond_tokens", manifest.cond_tokens}};
 
@@ -294,13 +320,14 @@ BenchResult run_bench(const BenchOptions& o, const Log& log) {
   for (int w = 0; w < o.warmup; ++w)
     for (size_t ai = 0; ai < assets.size(); ++ai)
       for (size_t pi = 0; pi < plans.size(); ++pi) {
+        if (!runs(pi, ai)) continue;
         sampler::SamplerOptions s = options_for(plans[pi]);
         s.steps = 1;
         auto out = sampler::sample(m, assets[ai].inputs, s);
         warm_seconds[{pi, ai}] = out.loop_seconds * o.sampler.steps;
       }
   double estimate = 0;
-  for (const auto& [k, s] : warm_seconds) estimate += s * (o.repeats + 1);
+  for (const auto& [k, s] : warm_seconds) estimate += s * (o.repeats + 1.0 / instrument_scale);
   if (!warm_seconds.empty())
     log(cat("estimated measurement time: ", std::lround(estimate), " s for ", plans.size(),
             " paths x ", assets.size(), " assets x (", o.repeats,
@@ -310,6 +337,7 @@ BenchResult run_bench(const BenchOptions& o, const Log& log) {
   // One instrumented loop per cell: launches, peak memory, attention/GEMM time and FLOPs.
   for (size_t ai = 0; ai < assets.size(); ++ai)
     for (size_t pi = 0; pi < plans.size(); ++pi) {
+      if (!runs(pi, ai)) continue;
       Cell& c = cells[{pi, ai}];
       c.path = r.paths[pi];
       c.asset = assets[ai].info.name;
@@ -317,18 +345,24 @@ BenchResult run_bench(const BenchOptions& o, const Log& log) {
       DeviceAllocator::instance().reset_peak();
       reset_launch_counts();
       profiler::start(profiler::Mode::Library);
-      auto out = sampler::sample(m, assets[ai].inputs, options_for(plans[pi]));
+      sampler::SamplerOptions s = options_for(plans[pi]);
+      s.steps = instrument_steps;
+      auto out = sampler::sample(m, assets[ai].inputs, s);
       auto totals = profiler::stop_and_collect();
       log(cat("[instrumented] ", c.asset, " ", c.path, ": ", out.loop_seconds, " s, ",
               launch_counts().total, " launches"));
+      // Per whole loop: counts and times of a shorter instrumented loop scaled up (every
+      // step does the same work then; checked above).
+      auto per_loop = [&](double v) { return v * instrument_scale; };
+      auto per_loop_n = [&](uint64_t n) { return static_cast<uint64_t>(std::llround(n * instrument_scale)); };
       LaunchCounts lc = launch_counts();
-      c.launches = lc.total;
-      c.launches_by_op = lc.by_op;
+      c.launches = per_loop_n(lc.total);
+      for (const auto& [op, n] : lc.by_op) c.launches_by_op[op] = per_loop_n(n);
       c.peak_bytes = DeviceAllocator::instance().stats().peak_allocated_bytes;
-      c.attention_seconds = totals["attention"].seconds;
-      c.attention_flops = totals["attention"].flops;
-      c.gemm_seconds = totals["gemm"].seconds;
-      c.gemm_flops = totals["gemm"].flops;
+      c.attention_seconds = per_loop(totals["attention"].seconds);
+      c.attention_flops = per_loop(totals["attention"].flops);
+      c.gemm_seconds = per_loop(totals["gemm"].seconds);
+      c.gemm_flops = per_loop(totals["gemm"].flops);
     }
 
   // Timed repeats, interleaved: the asset order and the path order rotate every repeat.
@@ -338,6 +372,7 @@ BenchResult run_bench(const BenchOptions& o, const Log& log) {
       const size_t ai = (i + rep) % assets.size();
       for (size_t j = 0; j < plans.size(); ++j) {
         const size_t pi = (j + rep + i) % plans.size();
+        if (!runs(pi, ai)) continue;
         auto out = sampler::sample(m, assets[ai].inputs, options_for(plans[pi]));
         cells[{pi, ai}].loop_seconds.push_back(out.loop_seconds);
         double spent =

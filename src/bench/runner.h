@@ -23,6 +23,12 @@ struct BenchOptions {
   int warmup = 1;                   // one-step warm-up loops per (path, asset)
   int repeats = 3;
   bool ablate = false;              // leave-one-out over the last path's flags
+  // Assets the leave-one-out variants run on (names or sets; empty: every asset).
+  std::vector<std::string> ablate_assets;
+  // Steps of the instrumented loop (0: all). Fewer steps need CFG on every step (the
+  // protocol), so that every step does the same work; its counts and times are then scaled
+  // by steps / instrument_steps.
+  int instrument_steps = 0;
   bool measure_peaks = true;
   // Null-context qualification shapes (tokens per CFG branch; default: the assets' token
   // counts) and candidate M (default: QualificationOptions's).

@@ -333,6 +333,7 @@ Tensor SLatFlowModel::block(int i, const Request& req, const Tensor& x_in,
 
   // MLP branch.
   hm = norm_modulate(x, hn, kShiftMlp, kScaleMlp);
+  if (req.mlp_probe) req.mlp_probe(i, hm);
   // Three MLP paths: the cuBLASLt bias+GELU epilogue (one rounding: bounded error); the
   // reference rounding points with the wide GELU kernel (gelu_tanh: bitwise); the reference.
   Tensor ug = bf16({T, c.mlp_hidden()});

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,9 @@ struct Request {
   // Fused kernels to use (issue 5); all off = pure_eager. Set by the caller after prepare
   // (the sampler copies SamplerOptions::fusion).
   FusionFlags fusion;
+  // Diagnostics only (the per-layer gemm_gelu_epilogue check): called with each block's MLP
+  // input (bf16 [T, C], the modulated LayerNorm output) before fc1. Empty in production.
+  std::function<void(int block, const Tensor& mlp_in)> mlp_probe;
 };
 
 // The condition of one forward. pure_eager passes real tokens for every asset, the

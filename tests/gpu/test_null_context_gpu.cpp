@@ -24,6 +24,7 @@
 #include "model/null_context.h"
 #include "payload/payload.h"
 #include "sampler/sampler.h"
+#include "full_checkpoint.h"
 #include "model_inputs.h"
 #include "null_context_checks.h"
 #include "test_numerics.h"
@@ -40,11 +41,6 @@ std::string work_dir() {
   fs::path p = fs::temp_directory_path() / ("sparse3d_null_gpu_" + std::to_string(getpid()));
   fs::create_directories(p);
   return p.string();
-}
-
-int env_int(const char* name, int fallback) {
-  const char* v = std::getenv(name);
-  return v && *v ? std::atoi(v) : fallback;
 }
 
 NullContextOptions qualified(int L, std::vector<int64_t> tokens) {
@@ -126,7 +122,7 @@ TEST(NullContextGpu, FullSizeBlocksAt3664And30227TokensBitwise) {
   NullContext nc = NullContext::build(m, qualified(L, {3664, 30227}));
   ASSERT_TRUE(nc.applicability().ok) << nc.applicability().reason;
   sampler::SamplerOptions o;
-  o.steps = env_int("SPARSE3D_NULL_STEPS", 3);
+  o.steps = testing::env_int("SPARSE3D_NULL_STEPS", 3);
   for (int64_t tokens : {3664, 30227}) {
     auto in = testing::synthetic_inputs({tokens}, L, c.cond_channels, c.out_channels, 7);
     check_all_paths(m, in, o, nc, "full-size blocks, " + std::to_string(tokens) + " tokens");
@@ -140,53 +136,22 @@ TEST(NullContextGpu, FullSizeBlocksAt3664And30227TokensBitwise) {
 // tokens, else the smallest and the largest.
 TEST(NullContextGpu, FullCheckpointEveryPathBitwise) {
   S3D_REQUIRE_GPU();
-  const char* ckpt = std::getenv("SPARSE3D_FULL_CKPT");
-  const char* manifest_path = std::getenv("SPARSE3D_FULL_MANIFEST");
-  if (!ckpt || !manifest_path || !fs::exists(ckpt) || !fs::exists(manifest_path))
-    GTEST_SKIP() << "set SPARSE3D_FULL_CKPT=NAME.json and SPARSE3D_FULL_MANIFEST=manifest.json "
-                    "(scripts/device/prepare_model.sh makes /tmp/s3d/shape.json and "
-                    "/tmp/s3d/pl/manifest.json)";
+  const testing::FullCheckpoint full = testing::full_checkpoint();
+  if (!full.missing.empty()) GTEST_SKIP() << full.missing;
   contract::reset_fallbacks();
-  SLatFlowModel m(load_checkpoint(ckpt, Device::CUDA));
-  payload::Manifest man = payload::read_manifest(manifest_path);
-  std::vector<const payload::ManifestEntry*> picked;
-  const char* env_names = std::getenv("SPARSE3D_FULL_ASSETS");
-  const std::string names = env_names ? env_names : "";
-  std::vector<std::string> wanted;
-  for (size_t at = 0; at < names.size();) {
-    size_t cut = names.find(',', at);
-    if (cut == std::string::npos) cut = names.size();
-    wanted.push_back(names.substr(at, cut - at));
-    at = cut + 1;
-  }
-  for (const auto& e : man.assets) {
-    const bool named = std::find(wanted.begin(), wanted.end(), e.name) != wanted.end();
-    if (named || (wanted.empty() && (e.tokens == 3664 || e.tokens == 30227))) picked.push_back(&e);
-  }
-  if (picked.empty() && !man.assets.empty()) {
-    auto by_tokens = [](const auto* a, const auto* b) { return a->tokens < b->tokens; };
-    std::vector<const payload::ManifestEntry*> all;
-    for (const auto& e : man.assets) all.push_back(&e);
-    picked = {*std::min_element(all.begin(), all.end(), by_tokens),
-              *std::max_element(all.begin(), all.end(), by_tokens)};
-  }
-  ASSERT_FALSE(picked.empty()) << manifest_path << " has no assets";
+  SLatFlowModel m(load_checkpoint(full.checkpoint, Device::CUDA));
+  payload::Manifest man = payload::read_manifest(full.manifest);
+  const auto picked = testing::full_assets(man);
+  ASSERT_FALSE(picked.empty()) << full.manifest << " has no assets";
   std::vector<int64_t> tokens;
   for (const auto* e : picked) tokens.push_back(e->tokens);
   NullContext nc = NullContext::build(m, qualified(man.cond_tokens, tokens));
   ASSERT_TRUE(nc.applicability().ok) << nc.applicability().reason;
   sampler::SamplerOptions o = sampler::SamplerOptions::protocol();
-  o.steps = env_int("SPARSE3D_FULL_STEPS", 15);
-  for (const auto* e : picked) {
-    payload::Asset a = payload::read_asset(man, *e);
-    sampler::Inputs in;
-    in.coords = a.coords;
-    in.cond = a.cond.reshape({1, a.cond.size(0), a.cond.size(1)});
-    in.noise = Tensor::empty({a.coords.size(0), m.config().out_channels}, DType::F32, Device::CPU);
-    normal_fill(a.noise_seed, 0, static_cast<uint64_t>(in.noise.numel()), in.noise.data_as<float>());
-    in.concat_cond = a.concat_cond;
-    check_all_paths(m, in, o, nc, e->name);
-  }
+  o.steps = testing::env_int("SPARSE3D_FULL_STEPS", 15);
+  std::printf("[full] %d steps\n", o.steps);
+  for (const auto* e : picked)
+    check_all_paths(m, testing::asset_inputs(man, *e, m.config().out_channels), o, nc, e->name);
   report(nc, "full");
 }
 
