@@ -20,6 +20,7 @@
 #include "model/execution_plan.h"
 #include "model/null_context.h"
 #include "full_checkpoint.h"
+#include "epilogue_error.h"
 #include "gelu_epilogue_contract.h"
 #include "null_context_checks.h"
 #include "test_numerics.h"
@@ -65,7 +66,7 @@ TEST(EpilogueFullGpu, EveryMlpLayerOnRealPayloadsAndTheFinalLatent) {
       Tensor fused = test::poisoned({T, N}, DType::BF16, Device::CUDA);
       gemm::linear(hm, m.parameter(p + "weight"), &m.parameter(p + "bias"), fused,
                    gemm::Epilogue::BiasGelu);
-      const testing::EpilogueError err = testing::gelu_epilogue_error(u, ref, fused);
+      const testing::EpilogueError err = testing::gelu_epilogue_error_gpu(u, ref, fused);
       std::printf("| %d | %.4g | %.3e | %.3f | %lld | %lld |\n", block, err.max_abs, err.rel_l2,
                   err.worst_excess, static_cast<long long>(err.outside),
                   static_cast<long long>(err.non_finite));
@@ -74,6 +75,7 @@ TEST(EpilogueFullGpu, EveryMlpLayerOnRealPayloadsAndTheFinalLatent) {
       EXPECT_EQ(err.non_finite, 0) << "block " << block;
       EXPECT_EQ(err.outside, 0) << "block " << block;
       EXPECT_LE(err.rel_l2, 0x1.0p-8) << "block " << block;
+      std::fflush(stdout);
     };
     m.forward(req, x, t, cond);
     synchronize();
@@ -93,6 +95,7 @@ TEST(EpilogueFullGpu, EveryMlpLayerOnRealPayloadsAndTheFinalLatent) {
                   static_cast<long long>(s.non_finite));
       EXPECT_EQ(s.non_finite, 0) << spec;
       EXPECT_LE(s.rel_l2, kLatentRelL2) << spec;
+      std::fflush(stdout);
     }
   }
   std::printf("[ epilogue ] over every layer and asset: max abs %.4g, max rel L2 %.3e\n",

@@ -30,6 +30,7 @@
 #include "model/execution_plan.h"
 #include "sampler/sampler.h"
 #include "fused_reference.h"
+#include "epilogue_error.h"
 #include "gelu_epilogue_contract.h"
 #include "model_inputs.h"
 #include "null_context_checks.h"
@@ -220,6 +221,14 @@ TEST(FusedGpu, GemmGeluEpilogueTolerance) {
     gemm::linear(x_d, w_d, &b_d, got_d, gemm::Epilogue::BiasGelu);
     EXPECT_EQ(count_poisoned(got_d), 0) << what;
     EXPECT_TRUE(testing::meets_gelu_epilogue_contract(u_d, ref_d, got_d, what));
+    // The GPU version of the check (used on the full model) agrees with the host's.
+    const testing::EpilogueError host = testing::gelu_epilogue_error(u_d, ref_d, got_d),
+                                 dev = testing::gelu_epilogue_error_gpu(u_d, ref_d, got_d);
+    EXPECT_EQ(dev.max_abs, host.max_abs) << what;
+    EXPECT_EQ(dev.worst_excess, host.worst_excess) << what;
+    EXPECT_EQ(dev.outside, host.outside) << what;
+    EXPECT_EQ(dev.non_finite, host.non_finite) << what;
+    EXPECT_NEAR(dev.rel_l2, host.rel_l2, 1e-9 + 1e-6 * host.rel_l2) << what;
     // fp64 golden on up to 9 rows (the first 8 and the last).
     const auto xv = x.to_floats(), wv = w.to_floats(), bv = b.to_floats();
     const auto rv = ref_d.to(Device::CPU).to_floats(), fv = got_d.to(Device::CPU).to_floats();
