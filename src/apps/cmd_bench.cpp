@@ -66,6 +66,8 @@ Command add_bench(CLI::App& app) {
   sub->add_option("--python", a->o.python, "Python with torch for the baseline")->capture_default_str();
   sub->add_option("--out", a->out, "Folder for the report files")->capture_default_str();
   sub->add_option("--stem", a->stem, "Report file name stem (default bench-<date>)");
+  sub->add_option("--also-compare", a->o.also_compare,
+                  "Paths to compare every path with, besides the first (reduction and speedup)");
   return [a]() {
     bench::BenchOptions o = a->o;
     o.sampler = a->sampler.resolve();
@@ -189,6 +191,7 @@ namespace s3d::apps {
 Command add_bench_report(CLI::App& app) {
   struct Args {
     std::string result, torch, torch_compile, out = "bench/results", stem;
+    std::vector<std::string> also_compare;
   };
   auto a = std::make_shared<Args>();
   auto* sub = app.add_subcommand(
@@ -198,8 +201,12 @@ Command add_bench_report(CLI::App& app) {
   sub->add_option("--torch-compile-timing", a->torch_compile, "The same under --compile");
   sub->add_option("--out", a->out, "Folder for the report files")->capture_default_str();
   sub->add_option("--stem", a->stem, "File name stem (default: the result's)");
+  sub->add_option("--also-compare", a->also_compare,
+                  "Engine paths to compare every path with, besides the reference (reduction "
+                  "and speedup columns)");
   return [a]() {
     bench::BenchResult r = bench::result_from_json(io::read_json_file(a->result), a->result);
+    if (!a->also_compare.empty()) r.settings["also_compare"] = a->also_compare;
     auto drop = [&](const std::string& name) {
       r.cells.erase(std::remove_if(r.cells.begin(), r.cells.end(),
                                    [&](const bench::Cell& c) { return c.path == name; }),

@@ -179,6 +179,15 @@ Figures derive(const BenchResult& r) {
   if (!r.paths.empty()) {
     fig.reference = r.paths[0];
     fig.comparators.push_back(fig.reference);
+    if (r.settings.is_object() && r.settings.contains("also_compare"))
+      for (const auto& p : r.settings.at("also_compare")) {
+        const std::string path = p.get<std::string>();
+        S3D_CHECK(std::find(r.paths.begin(), r.paths.end(), path) != r.paths.end(),
+                  "bench result: also_compare names '", path, "', which is not a measured path");
+        if (path == fig.reference) continue;
+        fig.comparators.push_back(path);
+        ++fig.path_comparators;
+      }
     for (const auto& b : r.baselines)
       if (b.ran && b.name != fig.reference) fig.comparators.push_back(b.name);
   }

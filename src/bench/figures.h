@@ -73,7 +73,10 @@ struct LooTable {
 
 struct Figures {
   std::string reference;                 // BenchResult::paths[0]
-  std::vector<std::string> comparators;  // the reference, then each baseline that ran
+  // The reference, then the engine paths named in settings "also_compare" (bench
+  // --also-compare), then each baseline that ran.
+  std::vector<std::string> comparators;
+  size_t path_comparators = 0;  // how many of comparators[1..] are such engine paths
   std::vector<std::string> sets;         // asset sets in order of first appearance
   // BenchResult::paths in order, then any ablation path or baseline that it lacks.
   std::vector<PathFigures> paths;

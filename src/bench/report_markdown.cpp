@@ -110,8 +110,10 @@ void summary_table(std::ostringstream& o, const Figures& fig, size_t set, int n_
   o << "## Summary: " << md(fig.sets[set]) << " set (" << assets(n_assets) << ")\n\n";
   const std::string ref = fig.reference.empty() ? kDash : md(fig.reference);
   std::vector<std::string> head = {"path", "reduction vs " + ref, "speedup vs " + ref};
-  for (size_t c = 1; c < fig.comparators.size(); ++c)
+  for (size_t c = 1; c < fig.comparators.size(); ++c) {
+    if (c <= fig.path_comparators) head.push_back("reduction vs " + md(fig.comparators[c]));
     head.push_back("speedup vs " + md(fig.comparators[c]));
+  }
   for (const char* h : {"peak GiB", "launches/loop", "attention ms (%)", "GEMM ms (%)",
                         "other ms (%)", "ideal ms", "wall/ideal"})
     head.push_back(h);
@@ -123,7 +125,7 @@ void summary_table(std::ostringstream& o, const Figures& fig, size_t set, int n_
     if (s.vs.empty()) cells.insert(cells.end(), {kDash, kDash});  // no reference path
     for (size_t c = 0; c < s.vs.size(); ++c) {
       const Comparison& v = s.vs[c];
-      if (c == 0)
+      if (c <= fig.path_comparators)
         cells.push_back(v.macro_reduction ? pct(*v.macro_reduction, 2) + coverage(v.n, v.of)
                                           : kDash);
       cells.push_back(v.geomean_speedup ? times(*v.geomean_speedup) + coverage(v.n, v.of) : kDash);

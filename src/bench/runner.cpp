@@ -272,6 +272,12 @@ BenchResult run_bench(const BenchOptions& o, const Log& log) {
                         {"instrumented_steps", instrument_steps},
                         {"model_parameters", m.weight_bytes()},
                         {"cond_tokens", manifest.cond_tokens}};
+  if (!o.also_compare.empty()) {
+    for (const auto& p : o.also_compare)
+      S3D_CHECK(std::find(r.paths.begin(), r.paths.end(), p) != r.paths.end(), "bench --also-compare ",
+                p, ": not one of the measured paths");
+    r.settings["also_compare"] = o.also_compare;
+  }
 
   int64_t max_tokens = 0;
   for (const auto& a : assets) max_tokens = std::max(max_tokens, a.info.tokens);
@@ -352,12 +358,21 @@ BenchResult run_bench(const BenchOptions& o, const Log& log) {
       log(cat("[instrumented] ", c.asset, " ", c.path, ": ", out.loop_seconds, " s, ",
               launch_counts().total, " launches"));
       // Per whole loop: counts and times of a shorter instrumented loop scaled up (every
-      // step does the same work then; checked above).
+      // step does the same work then; checked above). Attention and GEMM times include the
+      // request's set-up (the condition K/V projection, < 0.5% of a loop's GEMM FLOPs) and
+      // are scaled whole.
       auto per_loop = [&](double v) { return v * instrument_scale; };
-      auto per_loop_n = [&](uint64_t n) { return static_cast<uint64_t>(std::llround(n * instrument_scale)); };
+      // Launches: the request's set-up once, the loop's scaled.
+      auto per_loop_n = [&](uint64_t setup, uint64_t all) {
+        return setup + static_cast<uint64_t>(std::llround((all - setup) * instrument_scale));
+      };
       LaunchCounts lc = launch_counts();
-      c.launches = per_loop_n(lc.total);
-      for (const auto& [op, n] : lc.by_op) c.launches_by_op[op] = per_loop_n(n);
+      const LaunchCounts& setup = out.launches_before_loop;
+      c.launches = per_loop_n(setup.total, lc.total);
+      for (const auto& [op, n] : lc.by_op) {
+        const auto it = setup.by_op.find(op);
+        c.launches_by_op[op] = per_loop_n(it == setup.by_op.end() ? 0 : it->second, n);
+      }
       c.peak_bytes = DeviceAllocator::instance().stats().peak_allocated_bytes;
       c.attention_seconds = per_loop(totals["attention"].seconds);
       c.attention_flops = per_loop(totals["attention"].flops);

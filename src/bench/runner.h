@@ -29,6 +29,8 @@ struct BenchOptions {
   // protocol), so that every step does the same work; its counts and times are then scaled
   // by steps / instrument_steps.
   int instrument_steps = 0;
+  // Measured paths (labels) that the report also compares every path with.
+  std::vector<std::string> also_compare;
   bool measure_peaks = true;
   // Null-context qualification shapes (tokens per CFG branch; default: the assets' token
   // counts) and candidate M (default: QualificationOptions's).

@@ -170,6 +170,7 @@ Output sample(const model::SLatFlowModel& model, const Inputs& in, const Sampler
   Tensor x = in.noise.to(dev);
   Output out;
   if (dev == Device::CUDA) synchronize();
+  out.launches_before_loop = launch_counts();
   auto start = std::chrono::steady_clock::now();
   for (int k = 0; k < o.steps; ++k) {
     const double t = ts[k], t_prev = ts[k + 1];

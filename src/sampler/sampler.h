@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "core/cuda_util.h"
 #include "core/tensor.h"
 #include "model/execution_plan.h"
 #include "model/null_context.h"
@@ -66,6 +67,10 @@ struct Output {
   Tensor first_v_cond, first_v_uncond;  // f32 [T, out], host, when asked for
   std::vector<StepRecord> steps;
   double loop_seconds = 0;              // the whole denoise loop, device-synchronised
+  // The process's launch counter (core/cuda_util.h) when the loop started: what the
+  // request's set-up (layouts, condition K/V cache, ...) had launched by then, for callers
+  // that scale a shorter loop's counts to a whole loop.
+  LaunchCounts launches_before_loop;
 };
 
 using StepCallback = std::function<void(const StepRecord&)>;

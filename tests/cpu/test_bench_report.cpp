@@ -208,6 +208,26 @@ TEST(BenchReport, MarkdownHasTheExpectedRows) {
   EXPECT_NE(md.find("500.0 TFLOPS at d128 h12"), std::string::npos);
 }
 
+// --also-compare: reduction and speedup against a second engine path, per asset pairs it
+// timed: beyond vs fused on the default set: 1 - 0.04/0.05 = 20%, 1 - 0.10/0.15 = 33.3%,
+// mean 26.67%; speedup sqrt(1.25 * 1.5) = 1.37x.
+TEST(BenchReport, AlsoComparedPathGetsReductionAndSpeedupColumns) {
+  BenchResult r = synthetic();
+  r.settings["also_compare"] = {"fused"};
+  const std::string md = to_markdown(r);
+  EXPECT_TRUE(has_line(
+      md,
+      "| path | reduction vs pure_eager | speedup vs pure_eager | reduction vs fused | "
+      "speedup vs fused | speedup vs torch_eager | peak GiB | launches/loop | attention ms (%) | "
+      "GEMM ms (%) | other ms (%) | ideal ms | wall/ideal |"))
+      << md;
+  EXPECT_NE(md.find("| beyond | 55.00% | 2.24x | 26.67% | 1.37x | 4.47x |"), std::string::npos)
+      << md;
+  EXPECT_NE(md.find("| fused | 37.50% | 1.63x | 0.00% | 1.00x | 3.27x |"), std::string::npos) << md;
+  r.settings["also_compare"] = {"ghost"};
+  EXPECT_ERROR(to_markdown(r), "also_compare names 'ghost'");
+}
+
 TEST(BenchReport, MarkdownOfAnEmptyResultSaysDash) {
   const std::string md = to_markdown(BenchResult{});
   EXPECT_EQ(md.rfind("# sparse3d bench, -\n", 0), 0u);

@@ -122,12 +122,18 @@ TEST(ExecutionPlan, PathsFlagsAndLabels) {
 namespace s3d::model {
 namespace {
 
-TEST(ExecutionPlanValidation, FusedFlagsAreMarkedUntilTheGpuTestsRan) {
-  EXPECT_TRUE(ExecutionPlan::parse("pure_eager").unvalidated().empty());
-  EXPECT_TRUE(ExecutionPlan::parse("canonical_cache_null+cond_kv_cache").unvalidated().empty());
-  auto fused = ExecutionPlan::parse("kernel_fusion").unvalidated();
-  EXPECT_FALSE(fused.empty());
-  EXPECT_NE(std::find(fused.begin(), fused.end(), "gemm_gelu_epilogue"), fused.end());
+// A path lists exactly its enabled flags that have not been validated on a GPU.
+TEST(ExecutionPlanValidation, UnvalidatedListsTheEnabledFlagsNotYetRunOnAGpu) {
+  for (const auto& info : execution_paths()) {
+    if (!info.available) continue;
+    ExecutionPlan p = ExecutionPlan::of_path(info.name);
+    for (const auto& f : optimization_flags()) p.enable(f.name);
+    std::vector<std::string> want;
+    for (const auto& f : optimization_flags())
+      if (!f.gpu_validated) want.push_back(f.name);
+    EXPECT_EQ(p.unvalidated(), want) << info.name;
+    EXPECT_TRUE(ExecutionPlan::of_path("pure_eager").unvalidated().empty());
+  }
 }
 
 }  // namespace

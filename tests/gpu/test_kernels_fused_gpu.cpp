@@ -322,7 +322,8 @@ TEST_F(FusedModelGpu, ReplacedEagerLaunchesAreGone) {
     synchronize();
     return launch_counts();
   };
-  const LaunchCounts eager = count("pure_eager"), fused = count("kernel_fusion");
+  const LaunchCounts eager = count("pure_eager"),
+                     fused = count("kernel_fusion+qk_rmsnorm_cross_inplace");
   const int blocks = m.config().num_blocks;
   std::cout << "[ launches ] one forward: pure_eager " << eager.total << ", kernel_fusion "
             << fused.total << "\n";
