@@ -66,6 +66,9 @@ Command add_bench(CLI::App& app) {
   sub->add_option("--python", a->o.python, "Python with torch for the baseline")->capture_default_str();
   sub->add_option("--out", a->out, "Folder for the report files")->capture_default_str();
   sub->add_option("--stem", a->stem, "Report file name stem (default bench-<date>)");
+  sub->add_option("--batch", a->o.batch_sizes,
+                  "Multi-asset batching: K values > 1; K copies of each asset packed into one "
+                  "request (throughput table)");
   sub->add_option("--also-compare", a->o.also_compare,
                   "Paths to compare every path with, besides the first (reduction and speedup)");
   return [a]() {

@@ -41,6 +41,13 @@ io::Json raw_json(const BenchResult& r) {
     j["baselines"].push_back({{"name", b.name}, {"ran", b.ran}, {"reason", b.reason}});
   j["fallbacks"] = contract::fallbacks_to_json(r.fallbacks);
   j["null_context"] = r.null_context;
+  j["throughput"] = io::Json::array();
+  for (const auto& t : r.throughput)
+    j["throughput"].push_back({{"path", t.path},
+                               {"asset", t.asset},
+                               {"batch", t.batch},
+                               {"loop_seconds", t.loop_seconds},
+                               {"peak_bytes", t.peak_bytes}});
   j["cells"] = io::Json::array();
   for (const auto& c : r.cells)
     j["cells"].push_back({{"path", c.path},

@@ -1,5 +1,7 @@
 // to_markdown: the report a reader takes in, in the article's formats (sections 4.3, 6.1).
+#include <algorithm>
 #include <functional>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -7,6 +9,7 @@
 #include "bench/figures.h"
 #include "bench/format.h"
 #include "bench/report.h"
+#include "bench/stats.h"
 #include "core/error.h"
 
 namespace s3d::bench {
@@ -181,6 +184,51 @@ std::string instrumented_note(const BenchResult& r) {
          std::to_string(k) + ")";
 }
 
+// Multi-asset batching: per (asset, path), K = 1 (the regular cell) and each measured K.
+void throughput_table(std::ostringstream& o, const BenchResult& r) {
+  if (r.throughput.empty()) return;
+  o << "## Throughput: multi-asset batching\n\n"
+       "K copies of one asset (each with its own noise) packed into one varlen request; all K "
+       "finish together, so each asset's latency is the loop time. K = 1 is the asset's "
+       "regular cell above.\n\n";
+  const std::vector<std::string> head = {"asset", "tokens", "path", "K", "loop ms",
+                                         "latency per asset ms", "assets/hour",
+                                         "throughput vs K = 1", "peak GiB"};
+  row(o, head);
+  rule(o, 3, head.size() - 3);
+  auto spread_of = [](const std::vector<double>& seconds) {
+    Cell c;
+    c.loop_seconds = seconds;
+    return wall_spread(c);
+  };
+  for (const auto& a : r.assets)
+    for (const auto& path : r.paths) {
+      std::vector<const ThroughputCell*> ks;
+      for (const auto& t : r.throughput)
+        if (t.asset == a.name && t.path == path) ks.push_back(&t);
+      if (ks.empty()) continue;
+      std::optional<double> single;  // assets per second at K = 1
+      std::vector<std::pair<int, std::pair<std::vector<double>, size_t>>> rows;
+      for (const auto& c : r.cells)
+        if (c.asset == a.name && c.path == path && !c.loop_seconds.empty())
+          rows.push_back({1, {c.loop_seconds, c.peak_bytes}});
+      for (const auto* t : ks) rows.push_back({t->batch, {t->loop_seconds, t->peak_bytes}});
+      std::stable_sort(rows.begin(), rows.end(),
+                       [](const auto& x, const auto& y) { return x.first < y.first; });
+      for (const auto& [k, v] : rows) {
+        const auto sp = spread_of(v.first);
+        if (!sp) continue;
+        const double per_s = k / sp->median;
+        if (k == 1) single = per_s;
+        row(o, {md(a.name), group_digits(a.tokens), md(path), std::to_string(k),
+                ms(sp->median) + " (" + ms(sp->min) + "-" + ms(sp->max) + ")", ms(sp->median),
+                fixed(per_s * 3600, 0), single ? times(per_s / *single) : kDash,
+                v.second ? fixed(static_cast<double>(v.second) / (1ull << 30), 2) : kDash});
+      }
+    }
+  o << '\n';
+}
+
 void how_measured(std::ostringstream& o, const BenchResult& r) {
   auto peak = [](double tflops, const std::string& shape) {
     return tflops > 0 ? fixed(tflops, 1) + " TFLOPS" + (shape.empty() ? "" : " at " + shape)
@@ -233,6 +281,7 @@ std::string to_markdown(const BenchResult& r) {
         o << "- " << b.name << ": " << (b.reason.empty() ? "no reason given" : b.reason) << "\n";
     o << '\n';
   }
+  throughput_table(o, r);
   if (!r.null_context.empty())
     o << "## Null-context qualification\n\n```\n" << r.null_context << "```\n\n";
   o << "## Fallbacks\n\n";

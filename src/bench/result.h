@@ -56,6 +56,17 @@ struct BaselineStatus {
   std::string reason;
 };
 
+// Multi-asset batching (bench --batch K): K copies of one asset (each with its own noise)
+// packed into one request, timed as whole denoise loops. All K finish together, so the
+// latency of each asset is the loop time and the throughput K / loop time.
+struct ThroughputCell {
+  std::string path;
+  std::string asset;
+  int batch = 1;                     // K
+  std::vector<double> loop_seconds;  // one per repeat
+  size_t peak_bytes = 0;
+};
+
 struct BenchResult {
   io::Json fingerprint;
   io::Json settings;               // sampler, warm-up, repeats, checkpoint, manifest
@@ -70,6 +81,7 @@ struct BenchResult {
   // report (applicability, which M qualified and which failed); empty when not used.
   std::vector<contract::FallbackCount> fallbacks;
   std::string null_context;
+  std::vector<ThroughputCell> throughput;  // empty unless bench --batch
 };
 
 }  // namespace s3d::bench

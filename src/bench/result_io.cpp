@@ -33,6 +33,19 @@ BenchResult result_from_json(const io::Json& j, const std::string& what) {
     // Absent in results written before null-context elimination.
     if (j.contains("fallbacks")) r.fallbacks = contract::fallbacks_from_json(j.at("fallbacks"), what);
     r.null_context = j.value("null_context", std::string());
+    // Absent in results written before multi-asset batching.
+    if (j.contains("throughput"))
+      for (const auto& t : j.at("throughput")) {
+        ThroughputCell tc;
+        tc.path = t.at("path").get<std::string>();
+        tc.asset = t.at("asset").get<std::string>();
+        tc.batch = t.at("batch").get<int>();
+        tc.loop_seconds = t.at("loop_seconds").get<std::vector<double>>();
+        tc.peak_bytes = t.at("peak_bytes").get<size_t>();
+        S3D_CHECK(tc.batch >= 1 && !tc.loop_seconds.empty(), what, ": throughput cell (",
+                  tc.path, ", ", tc.asset, ", K ", tc.batch, ") has no timing or K < 1");
+        r.throughput.push_back(std::move(tc));
+      }
     for (const auto& c : j.at("cells")) {
       Cell cell;
       cell.path = c.at("path").get<std::string>();

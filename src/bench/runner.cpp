@@ -100,6 +100,7 @@ Peaks measure_peaks(const model::ModelConfig& c, int64_t tokens, const Log& log)
 struct Prepared {
   AssetInfo info;
   sampler::Inputs inputs;
+  uint64_t noise_seed = 0;
 };
 
 std::vector<const payload::ManifestEntry*> select_assets(const payload::Manifest& m,
@@ -175,6 +176,8 @@ BenchResult run_bench(const BenchOptions& o, const Log& log) {
   S3D_CHECK(cuda_available(), "sparse3d bench needs a CUDA GPU (none found)");
   S3D_CHECK(o.repeats >= 1 && o.warmup >= 0, "bench: repeats must be >= 1 and warm-up >= 0");
   S3D_CHECK(!o.paths.empty(), "bench: no execution path given");
+  for (int k : o.batch_sizes)
+    S3D_CHECK(k >= 1 && k <= 64, "bench --batch: K must be in [1, 64], got ", k);
   cudaStream_t stream;
   S3D_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   set_current_stream(stream);
@@ -233,6 +236,7 @@ BenchResult run_bench(const BenchOptions& o, const Log& log) {
     p.inputs.batch = 1;
     p.inputs.cond = a.cond.reshape({1, a.cond.size(0), a.cond.size(1)});
     p.inputs.noise = Tensor::empty({a.coords.size(0), m.config().out_channels}, DType::F32, Device::CPU);
+    p.noise_seed = a.noise_seed;
     normal_fill(a.noise_seed, 0, static_cast<uint64_t>(p.inputs.noise.numel()),
                 p.inputs.noise.data_as<float>());
     p.inputs.concat_cond = a.concat_cond;
@@ -300,7 +304,11 @@ BenchResult run_bench(const BenchOptions& o, const Log& log) {
     nco.qualify_slices = want_batched;
     nco.qualification.context_rows = {manifest.cond_tokens};
     nco.qualification.token_counts.clear();
-    for (const auto& a : assets) nco.qualification.token_counts.push_back(a.info.tokens);
+    for (const auto& a : assets) {
+      nco.qualification.token_counts.push_back(a.info.tokens);
+      for (int k : o.batch_sizes)
+        if (k > 1) nco.qualification.token_counts.push_back(k * a.info.tokens);
+    }
     if (!o.qualify_tokens.empty()) nco.qualification.token_counts = o.qualify_tokens;
     if (!o.qualify_m.empty()) nco.qualification.candidate_m = o.qualify_m;
     auto t0 = std::chrono::steady_clock::now();
@@ -398,6 +406,46 @@ BenchResult run_bench(const BenchOptions& o, const Log& log) {
       }
     }
   for (auto& [key, c] : cells) r.cells.push_back(std::move(c));
+
+  // Multi-asset batching: K copies of each asset in one request, per path; warm-up one step,
+  // then the repeats with the path order rotating.
+  for (int k : o.batch_sizes) {
+    if (k <= 1) continue;
+    for (size_t ai = 0; ai < assets.size(); ++ai) {
+      std::vector<sampler::Inputs> copies(static_cast<size_t>(k), assets[ai].inputs);
+      for (int c = 1; c < k; ++c) {
+        Tensor& noise = copies[static_cast<size_t>(c)].noise;
+        noise = Tensor::empty(noise.shape(), DType::F32, Device::CPU);
+        normal_fill(assets[ai].noise_seed, static_cast<uint64_t>(c) * noise.numel(),
+                    static_cast<uint64_t>(noise.numel()), noise.data_as<float>());
+      }
+      const sampler::Inputs packed = sampler::pack(copies);
+      std::vector<ThroughputCell> row(plans.size());
+      for (size_t pi = 0; pi < plans.size(); ++pi) {
+        if (ablation_variant[pi]) continue;
+        row[pi] = ThroughputCell{r.paths[pi], assets[ai].info.name, k, {}, 0};
+        sampler::SamplerOptions s = options_for(plans[pi]);
+        s.steps = 1;
+        sampler::sample(m, packed, s);
+      }
+      for (int rep = 0; rep < o.repeats; ++rep)
+        for (size_t j = 0; j < plans.size(); ++j) {
+          const size_t pi = (j + rep) % plans.size();
+          if (ablation_variant[pi]) continue;
+          synchronize();
+          DeviceAllocator::instance().reset_peak();
+          auto out = sampler::sample(m, packed, options_for(plans[pi]));
+          row[pi].loop_seconds.push_back(out.loop_seconds);
+          row[pi].peak_bytes = std::max(row[pi].peak_bytes,
+                                        DeviceAllocator::instance().stats().peak_allocated_bytes);
+          log(cat("[batch ", k, ", repeat ", rep + 1, "/", o.repeats, "] ", assets[ai].info.name,
+                  " x ", k, " (", packed.coords.size(0), " tokens) ", r.paths[pi], ": ",
+                  out.loop_seconds, " s, ", k * 3600.0 / out.loop_seconds, " assets/hour"));
+        }
+      for (auto& t : row)
+        if (!t.loop_seconds.empty()) r.throughput.push_back(std::move(t));
+    }
+  }
   r.fallbacks = contract::fallback_counts();
   log(cat("fallbacks:\n", contract::format_fallbacks(r.fallbacks)));
   set_current_stream(nullptr);

@@ -46,6 +46,63 @@ void stack_rows(const Tensor& a, const Tensor& b, Tensor& out) {
 
 }  // namespace
 
+Inputs pack(const std::vector<Inputs>& requests) {
+  S3D_CHECK(!requests.empty(), "pack: no request to pack");
+  const Inputs& first = requests[0];
+  int64_t T = 0;
+  int B = 0;
+  for (const Inputs& r : requests) {
+    S3D_CHECK(r.coords.defined() && r.coords.ndim() == 2 && r.coords.size(1) == 4 &&
+                  r.coords.dtype() == DType::I32 && r.coords.device() == Device::CPU,
+              "pack: coordinates must be host i32 [T, 4], got ", r.coords.describe());
+    S3D_CHECK(r.cond.defined() && r.cond.ndim() == 3 && r.cond.size(0) == r.batch &&
+                  r.cond.size(1) == first.cond.size(1) && r.cond.size(2) == first.cond.size(2) &&
+                  r.cond.dtype() == first.cond.dtype(),
+              "pack: every condition must be [B, ", first.cond.size(1), ", ",
+              first.cond.size(2), "] of one dtype, got ", r.cond.describe());
+    S3D_CHECK(r.noise.defined() && r.noise.size(0) == r.coords.size(0) &&
+                  r.noise.shape() == Shape({r.coords.size(0), first.noise.size(1)}),
+              "pack: noise must be [T, ", first.noise.size(1), "], got ", r.noise.describe());
+    S3D_CHECK(r.concat_cond.defined() == first.concat_cond.defined(),
+              "pack: either every request has concat_cond or none");
+    T += r.coords.size(0);
+    B += r.batch;
+  }
+  Inputs out;
+  out.batch = B;
+  out.coords = Tensor::empty({T, 4}, DType::I32, Device::CPU);
+  out.noise = Tensor::empty({T, first.noise.size(1)}, DType::F32, Device::CPU);
+  out.cond = Tensor::empty({B, first.cond.size(1), first.cond.size(2)}, first.cond.dtype(),
+                           Device::CPU);
+  if (first.concat_cond.defined())
+    out.concat_cond = Tensor::empty({T, first.concat_cond.size(1)}, DType::F32, Device::CPU);
+  int64_t row = 0;
+  int asset = 0;
+  int32_t* dst = out.coords.data_as<int32_t>();
+  for (const Inputs& r : requests) {
+    const int64_t n = r.coords.size(0);
+    const int32_t* src = r.coords.data_as<int32_t>();
+    for (int64_t t = 0; t < n; ++t) {
+      S3D_CHECK(src[4 * t] >= 0 && src[4 * t] < r.batch, "pack: batch index ", src[4 * t],
+                " of token ", t, " is outside [0, ", r.batch, ")");
+      dst[4 * (row + t)] = src[4 * t] + asset;
+      for (int k = 1; k < 4; ++k) dst[4 * (row + t) + k] = src[4 * t + k];
+    }
+    out.noise.rows(row, row + n).copy_from(r.noise);
+    if (out.concat_cond.defined()) out.concat_cond.rows(row, row + n).copy_from(r.concat_cond);
+    out.cond.rows(asset, asset + r.batch).copy_from(r.cond);
+    row += n;
+    asset += r.batch;
+  }
+  return out;
+}
+
+std::vector<int64_t> pack_offsets(const std::vector<Inputs>& requests) {
+  std::vector<int64_t> off = {0};
+  for (const Inputs& r : requests) off.push_back(off.back() + r.coords.size(0));
+  return off;
+}
+
 SamplerOptions SamplerOptions::protocol() { return SamplerOptions{}; }
 
 void SamplerOptions::apply(const model::ExecutionPlan& plan) {

@@ -54,6 +54,13 @@ struct Inputs {
   Tensor concat_cond;  // f32 [T, in - out] host (texture models) or undefined
 };
 
+// Several requests as one (multi-asset batching): assets in order, coordinates' batch
+// indices renumbered, conditions, noise and concat_cond stacked. Conditions must share L and
+// the channel counts. The latent of asset i is rows [offset_i, offset_i + T_i) of the packed
+// result (pack_offsets).
+Inputs pack(const std::vector<Inputs>& requests);
+std::vector<int64_t> pack_offsets(const std::vector<Inputs>& requests);
+
 struct StepRecord {
   int index = 0;        // 0-based
   int total = 0;
