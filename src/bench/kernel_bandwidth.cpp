@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "bench/format.h"
+#include "bench/measure.h"
 #include "contract/fingerprint.h"
 #include "core/cuda_util.h"
 #include "core/error.h"
@@ -27,13 +28,6 @@ namespace {
 // (50 MiB on an H200): every timed call reads cold data, as in the model.
 constexpr double kRotationBytes = 512.0 * (1 << 20);
 
-Tensor random_on_device(const Shape& shape, DType dtype, uint64_t seed, float scale = 1.0f) {
-  std::vector<float> v(static_cast<size_t>(shape_numel(shape)));
-  normal_fill(seed, 0, v.size(), v.data());
-  for (float& x : v) x *= scale;
-  return Tensor::from_floats(v, shape, dtype).to(Device::CUDA);
-}
-
 // Copies of `t` (same bytes) for the rotation.
 std::vector<Tensor> replicas(const Tensor& t, int n) {
   std::vector<Tensor> out;
@@ -45,22 +39,9 @@ std::vector<Tensor> replicas(const Tensor& t, int n) {
   return out;
 }
 
-// Seconds per call of fn(set), cycling over `sets`, after a warm-up pass.
+// Seconds per call of fn(set), cycling over `sets`, after a warm-up pass over them.
 double time_rotating(int sets, const std::function<void(int)>& fn) {
-  for (int i = 0; i < sets; ++i) fn(i);
-  const int calls = std::max(sets, 20);
-  cudaEvent_t a, b;
-  S3D_CUDA_CHECK(cudaEventCreate(&a));
-  S3D_CUDA_CHECK(cudaEventCreate(&b));
-  S3D_CUDA_CHECK(cudaEventRecord(a, current_stream()));
-  for (int i = 0; i < calls; ++i) fn(i % sets);
-  S3D_CUDA_CHECK(cudaEventRecord(b, current_stream()));
-  S3D_CUDA_CHECK(cudaEventSynchronize(b));
-  float ms = 0;
-  S3D_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  return ms * 1e-3 / calls;
+  return time_calls([&](int i) { fn(i % sets); }, sets, std::max(sets, 20));
 }
 
 int sets_for(double bytes_per_call) {
@@ -101,9 +82,9 @@ KernelBandwidth measure_kernel_bandwidth(const model::ModelConfig& c,
 
   const int H = c.num_heads, D = c.head_dim();
   const int64_t C = c.model_channels, hidden = c.mlp_hidden();
-  Tensor q_gamma = random_on_device({H, D}, DType::F32, 11, 0.2f);
-  Tensor k_gamma = random_on_device({H, D}, DType::F32, 12, 0.2f);
-  Tensor mod = random_on_device({1, 6 * C}, DType::BF16, 13, 0.3f);
+  Tensor q_gamma = random_device({H, D}, DType::F32, 11, 0.2f);
+  Tensor k_gamma = random_device({H, D}, DType::F32, 12, 0.2f);
+  Tensor mod = random_device({1, 6 * C}, DType::BF16, 13, 0.3f);
   const RowView shift = RowView::columns(mod, 0, C), scale = RowView::columns(mod, C, C),
                 gate = RowView::columns(mod, 2 * C, C);
   for (const int64_t T : token_counts) {
@@ -112,11 +93,11 @@ KernelBandwidth measure_kernel_bandwidth(const model::ModelConfig& c,
       k.rows.push_back(KernelBandwidthRow{kernel, role, T, bytes, time_rotating(sets, fn)});
     };
     Tensor batch_index = Tensor::zeros({T}, DType::I32, Device::CUDA);
-    Tensor cos = random_on_device({T, D / 2}, DType::F32, 14), sin = random_on_device({T, D / 2}, DType::F32, 15);
+    Tensor cos = random_device({T, D / 2}, DType::F32, 14), sin = random_device({T, D / 2}, DType::F32, 15);
     {  // self-attention q/k: RMSNorm + RoPE in place in the packed QKV
       const double bytes = double(T) * (2 * C * 2 * 2) + double(T) * (D / 2) * 4 * 2;
       const int n = sets_for(bytes);
-      auto qkv = replicas(random_on_device({T, 3 * C}, DType::BF16, 16), n);
+      auto qkv = replicas(random_device({T, 3 * C}, DType::BF16, 16), n);
       add("qk_rmsnorm_rope_inplace", "fused", bytes, n, [&](int i) {
         kernels::qk_rmsnorm_rope_inplace(qkv[i], H, D, &q_gamma, &k_gamma, &cos, &sin);
       });
@@ -124,15 +105,15 @@ KernelBandwidth measure_kernel_bandwidth(const model::ModelConfig& c,
     {  // cross-attention q RMSNorm in place
       const double bytes = double(T) * C * 2 * 2;
       const int n = sets_for(bytes);
-      auto q = replicas(random_on_device({T, C}, DType::BF16, 17), n);
+      auto q = replicas(random_device({T, C}, DType::BF16, 17), n);
       add("head_rmsnorm_inplace (qk_rmsnorm_cross_inplace)", "fused", bytes, n,
           [&](int i) { kernels::head_rmsnorm_inplace(q[i], q_gamma, H, D); });
     }
     {  // modulated LayerNorm, and the reference's LayerNorm alone (same traffic)
       const double bytes = double(T) * C * 2 * 2 + double(T) * 4;
       const int n = sets_for(bytes);
-      auto x = replicas(random_on_device({T, C}, DType::BF16, 18), n);
-      auto out = replicas(random_on_device({T, C}, DType::BF16, 19), n);
+      auto x = replicas(random_device({T, C}, DType::BF16, 18), n);
+      auto out = replicas(random_device({T, C}, DType::BF16, 19), n);
       add("modulated_layer_norm", "fused", bytes, n, [&](int i) {
         kernels::modulated_layer_norm(x[i], shift, scale, batch_index, 1e-6f, out[i]);
       });
@@ -142,9 +123,9 @@ KernelBandwidth measure_kernel_bandwidth(const model::ModelConfig& c,
     {  // gated residual
       const double bytes = double(T) * C * 2 * 3 + double(T) * 4;
       const int n = sets_for(bytes);
-      auto x = replicas(random_on_device({T, C}, DType::BF16, 20), n);
-      auto h = replicas(random_on_device({T, C}, DType::BF16, 21), n);
-      auto out = replicas(random_on_device({T, C}, DType::BF16, 22), n);
+      auto x = replicas(random_device({T, C}, DType::BF16, 20), n);
+      auto h = replicas(random_device({T, C}, DType::BF16, 21), n);
+      auto out = replicas(random_device({T, C}, DType::BF16, 22), n);
       add("gated_residual_add", "fused", bytes, n, [&](int i) {
         kernels::gated_residual_add(x[i], h[i], gate, batch_index, out[i]);
       });
@@ -154,8 +135,8 @@ KernelBandwidth measure_kernel_bandwidth(const model::ModelConfig& c,
     {  // GELU on the MLP hidden: the wide candidate and the reference kernel
       const double bytes = double(T) * hidden * 2 * 2;
       const int n = sets_for(bytes);
-      auto x = replicas(random_on_device({T, hidden}, DType::BF16, 23), n);
-      auto out = replicas(random_on_device({T, hidden}, DType::BF16, 24), n);
+      auto x = replicas(random_device({T, hidden}, DType::BF16, 23), n);
+      auto out = replicas(random_device({T, hidden}, DType::BF16, 24), n);
       add("gelu_tanh_wide (gelu_tanh candidate)", "fused", bytes, n,
           [&](int i) { kernels::gelu_tanh_wide(x[i], out[i]); });
       add("gelu_tanh (reference op)", "reference", bytes, n,

@@ -14,6 +14,7 @@
 
 #include "attention/attention.h"
 #include "bench/result_io.h"
+#include "bench/measure.h"
 #include "contract/fallback.h"
 #include "contract/fingerprint.h"
 #include "core/allocator.h"
@@ -38,30 +39,6 @@ std::string utc_now() {
   return buf;
 }
 
-Tensor random_device(const Shape& shape, DType dtype, uint64_t seed) {
-  std::vector<float> v(static_cast<size_t>(shape_numel(shape)));
-  normal_fill(seed, 0, v.size(), v.data());
-  return Tensor::from_floats(v, shape, dtype).to(Device::CUDA);
-}
-
-// Seconds per call of `fn`, timed with events over `reps` calls after 3 warm-up calls.
-template <class F>
-double time_calls(F&& fn, int reps) {
-  for (int i = 0; i < 3; ++i) fn();
-  cudaEvent_t a, b;
-  S3D_CUDA_CHECK(cudaEventCreate(&a));
-  S3D_CUDA_CHECK(cudaEventCreate(&b));
-  S3D_CUDA_CHECK(cudaEventRecord(a, current_stream()));
-  for (int i = 0; i < reps; ++i) fn();
-  S3D_CUDA_CHECK(cudaEventRecord(b, current_stream()));
-  S3D_CUDA_CHECK(cudaEventSynchronize(b));
-  float ms = 0;
-  S3D_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  return ms * 1e-3 / reps;
-}
-
 // The libraries' rates at the model's shapes, measured in this run: cuBLASLt bf16 at the
 // two MLP GEMMs and cuDNN SDPA self-attention at the model's head shape; the best of each.
 Peaks measure_peaks(const model::ModelConfig& c, int64_t tokens, const Log& log) {
@@ -72,7 +49,7 @@ Peaks measure_peaks(const model::ModelConfig& c, int64_t tokens, const Log& log)
     Tensor x = random_device({M, K}, DType::BF16, 1), w = random_device({N, K}, DType::BF16, 2);
     Tensor b = random_device({N}, DType::BF16, 3);
     Tensor y = Tensor::empty({M, N}, DType::BF16, Device::CUDA);
-    double s = time_calls([&] { gemm::linear(x, w, &b, y); }, 20);
+    double s = time_calls([&](int) { gemm::linear(x, w, &b, y); }, 3, 20);
     double tflops = 2.0 * M * N * K / s / 1e12;
     if (tflops > p.gemm_tflops) {
       p.gemm_tflops = tflops;
@@ -85,11 +62,11 @@ Peaks measure_peaks(const model::ModelConfig& c, int64_t tokens, const Log& log)
   Tensor out = Tensor::empty({T, int64_t(H) * D}, DType::BF16, Device::CUDA);
   attention::SeqLayout layout = attention::make_seq_layout({static_cast<int32_t>(T)}, Device::CUDA);
   const int64_t HD = int64_t(H) * D;
-  double s = time_calls([&] {
+  double s = time_calls([&](int) {
     attention::sdpa_varlen(RowView{qkv, 0, T, HD, 3 * HD}, layout, RowView{qkv, HD, T, HD, 3 * HD},
                            RowView{qkv, 2 * HD, T, HD, 3 * HD}, layout, H, D,
                            static_cast<float>(1.0 / std::sqrt(double(D))), out);
-  }, 10);
+  }, 3, 10);
   p.attention_tflops = 4.0 * double(T) * T * H * D / s / 1e12;
   p.attention_shape = cat("bf16 self-attention T=", T, " H=", H, " D=", D);
   log(cat("peaks: cuBLASLt ", p.gemm_tflops, " TFLOP/s (", p.gemm_shape, "), cuDNN SDPA ",
