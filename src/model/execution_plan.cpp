@@ -44,6 +44,11 @@ const std::vector<FlagInfo>& optimization_flags() {
        "the condition's to_kv projection (and K RMSNorm) once per request instead of every "
        "step; same GEMM shapes, bitwise contract",
        30},
+      {"step_tables",
+       "every step's t-only work (timestep embedding, t MLP, adaLN, each block's modulation) "
+       "once per request before the loop, at the forwards' shapes (shared by serial CFG's two "
+       "forwards); bitwise contract",
+       134, false},
       {"qk_rmsnorm_rope_inplace",
        "self-attention q/k per-head RMSNorm and RoPE in one kernel, in place in the packed "
        "QKV (no split, no temporaries, no restack); bitwise contract",

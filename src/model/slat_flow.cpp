@@ -103,7 +103,8 @@ Tensor SLatFlowModel::forward(const Request& req, const Tensor& x, const Tensor&
 }
 
 Tensor SLatFlowModel::forward(const Request& req, const Tensor& x, const Tensor& t1000,
-                              const Condition& cond, const NullPath* null) const {
+                              const Condition& cond, const NullPath* null,
+                              const Modulation* mod) const {
   const ModelConfig& c = config();
   const int64_t T = req.tokens, C = c.model_channels;
   const int B = req.batch;
@@ -129,6 +130,13 @@ Tensor SLatFlowModel::forward(const Request& req, const Tensor& x, const Tensor&
     S3D_CHECK(n_null == B || n_null == req.null_assets, "forward: ", n_null,
               " null assets, but the request was prepared for ", req.null_assets,
               " (prepare(..., null_assets))");
+  }
+  if (mod) {
+    S3D_CHECK(mod->blocks.size() == static_cast<size_t>(c.num_blocks),
+              "forward: the given modulation holds ", mod->blocks.size(), " blocks for ",
+              c.num_blocks);
+    for (const Tensor& m : mod->blocks)
+      check_tensor(m, "forward modulation", DType::BF16, {B, 6 * C});
   }
   if (cond.kv) {
     S3D_CHECK(cond.kv->kv.size() == static_cast<size_t>(c.num_blocks) &&
@@ -163,6 +171,31 @@ Tensor SLatFlowModel::forward(const Request& req, const Tensor& x, const Tensor&
     h = sum;
   }
 
+  // The t-only part: every block's modulation (precomputed per step with step_tables).
+  Modulation computed;
+  if (mod == nullptr) {
+    computed = modulation(t1000);
+    mod = &computed;
+  }
+  for (int i = 0; i < c.num_blocks; ++i) h = block(i, req, h, mod->blocks[i], cond, null);
+
+  // Output: fp32 LayerNorm (eps 1e-5, no affine) and the fp32 out_layer.
+  Tensor o32 = Tensor::empty({T, C}, DType::F32, dev);
+  kernels::cast(h, o32);
+  Tensor on = Tensor::empty({T, C}, DType::F32, dev);
+  kernels::layer_norm(o32, nullptr, nullptr, kOutNormEps, on);
+  Tensor v = Tensor::empty({T, c.out_channels}, DType::F32, dev);
+  gemm::linear(on, w("out_layer.weight"), &w("out_layer.bias"), v);
+  return v;
+}
+
+Modulation SLatFlowModel::modulation(const Tensor& t1000) const {
+  const ModelConfig& c = config();
+  const int64_t C = c.model_channels;
+  check_tensor(t1000, "modulation t", DType::F32, {t1000.numel()});
+  const int B = static_cast<int>(t1000.size(0));
+  const Device dev = device_;
+  auto bf16 = [&](Shape s) { return Tensor::empty(s, DType::BF16, dev); };
   // Timestep embedding and shared modulation, fp32, [B, ...].
   Tensor freq = Tensor::empty({B, 256}, DType::F32, dev);
   kernels::timestep_embedding(t1000, freq);
@@ -186,20 +219,26 @@ Tensor SLatFlowModel::forward(const Request& req, const Tensor& x, const Tensor&
     kernels::cast(t_emb, t_emb_bf16);
   }
 
-  for (int i = 0; i < c.num_blocks; ++i) h = block(i, req, h, mod_shared, t_emb_bf16, cond, null);
-
-  // Output: fp32 LayerNorm (eps 1e-5, no affine) and the fp32 out_layer.
-  Tensor o32 = Tensor::empty({T, C}, DType::F32, dev);
-  kernels::cast(h, o32);
-  Tensor on = Tensor::empty({T, C}, DType::F32, dev);
-  kernels::layer_norm(o32, nullptr, nullptr, kOutNormEps, on);
-  Tensor v = Tensor::empty({T, c.out_channels}, DType::F32, dev);
-  gemm::linear(on, w("out_layer.weight"), &w("out_layer.bias"), v);
-  return v;
+  Modulation out;
+  for (int i = 0; i < c.num_blocks; ++i) {
+    const std::string p = "blocks." + std::to_string(i) + ".";
+    // mod = (block.modulation + m).to(bf16), or the block's own adaLN on SiLU(t_emb).
+    Tensor mod = bf16({B, 6 * C});
+    if (c.share_mod) {
+      Tensor sum32 = Tensor::empty({B, 6 * C}, DType::F32, dev);
+      kernels::add(mod_shared, w(p + "modulation"), sum32);
+      kernels::cast(sum32, mod);
+    } else {
+      Tensor s = bf16({B, C});
+      kernels::silu(t_emb_bf16, s);
+      gemm::linear(s, w(p + "adaLN_modulation.1.weight"), &w(p + "adaLN_modulation.1.bias"), mod);
+    }
+    out.blocks.push_back(std::move(mod));
+  }
+  return out;
 }
 
-Tensor SLatFlowModel::block(int i, const Request& req, const Tensor& x_in,
-                            const Tensor& mod_shared, const Tensor& t_emb_bf16,
+Tensor SLatFlowModel::block(int i, const Request& req, const Tensor& x_in, const Tensor& mod,
                             const Condition& cond, const NullPath* null) const {
   const ModelConfig& c = config();
   const int64_t T = req.tokens, C = c.model_channels, H = c.num_heads, D = c.head_dim();
@@ -208,17 +247,6 @@ Tensor SLatFlowModel::block(int i, const Request& req, const Tensor& x_in,
   const std::string p = "blocks." + std::to_string(i) + ".";
   auto bf16 = [&](Shape s) { return Tensor::empty(s, DType::BF16, dev); };
 
-  // mod = (block.modulation + m).to(bf16), or the block's own adaLN on SiLU(t_emb).
-  Tensor mod = bf16({B, 6 * C});
-  if (c.share_mod) {
-    Tensor sum32 = Tensor::empty({B, 6 * C}, DType::F32, dev);
-    kernels::add(mod_shared, w(p + "modulation"), sum32);
-    kernels::cast(sum32, mod);
-  } else {
-    Tensor s = bf16({B, C});
-    kernels::silu(t_emb_bf16, s);
-    gemm::linear(s, w(p + "adaLN_modulation.1.weight"), &w(p + "adaLN_modulation.1.bias"), mod);
-  }
   auto chunk = [&](int k) { return RowView::columns(mod, k * C, C); };
   enum { kShiftMsa, kScaleMsa, kGateMsa, kShiftMlp, kScaleMlp, kGateMlp };
 

@@ -78,6 +78,14 @@ struct NullPath {
   std::vector<Tensor> rows;  // per block, bf16 [1, C]: v0_i (Exact) or c_i (Cache)
 };
 
+// Everything of a forward that depends on the timestep alone: each block's modulation,
+// bf16 [B, 6C] (shift, scale, gate of the attention and the MLP branch). The forward
+// computes it from t unless given one (flag step_tables: the sampler computes every step's
+// once per request, at the forward's own shapes, so the bits are the forward's).
+struct Modulation {
+  std::vector<Tensor> blocks;
+};
+
 class SLatFlowModel {
  public:
   explicit SLatFlowModel(Checkpoint checkpoint);
@@ -101,8 +109,14 @@ class SLatFlowModel {
   // The same with a Condition: null assets need `null` (mode Exact or Cache) and either all
   // assets null or null_assets == req.null_assets; with no null assets this is the forward
   // above (the pure_eager ops), except that cond.kv replaces the to_kv projection.
+  // mod: the blocks' modulation for t1000 (modulation(t1000)), or null to compute it here.
   Tensor forward(const Request& req, const Tensor& x, const Tensor& t1000, const Condition& cond,
-                 const NullPath* null = nullptr) const;
+                 const NullPath* null = nullptr, const Modulation* mod = nullptr) const;
+
+  // The t-only part of a forward over B = t1000.numel() assets: timestep embedding, the
+  // t_embedder MLP, the shared adaLN (or each block's) and every block's modulation, with the
+  // forward's ops and shapes.
+  Modulation modulation(const Tensor& t1000) const;
 
   // The condition-side transform of block `block` on cond2d bf16 [BL, cond_channels]: to_kv
   // ([BL, 2C], V in columns C..2C) and, with qk_rms_norm_cross, K's RMSNorm ([BL, H, D];
@@ -124,8 +138,8 @@ class SLatFlowModel {
   size_t weight_bytes() const;
 
  private:
-  Tensor block(int i, const Request& req, const Tensor& x, const Tensor& mod_shared,
-               const Tensor& t_emb_bf16, const Condition& cond, const NullPath* null) const;
+  Tensor block(int i, const Request& req, const Tensor& x, const Tensor& mod,
+               const Condition& cond, const NullPath* null) const;
   // The cross-attention branch (cross_attention.cpp): returns x + CrossAttn(norm2(x)).
   // hn is a [T, C] scratch buffer.
   Tensor cross_attention(int i, const Request& req, const Tensor& x, Tensor& hn,

@@ -110,6 +110,7 @@ void SamplerOptions::apply(const model::ExecutionPlan& plan) {
   null_context_exact = plan.on("null_context_exact");
   null_context_cache = plan.on("null_context_cache");
   cond_kv_cache = plan.on("cond_kv_cache");
+  step_tables = plan.on("step_tables");
   fusion = model::FusionFlags::from_plan(plan);
 }
 
@@ -224,6 +225,28 @@ Output sample(const model::SLatFlowModel& model, const Inputs& in, const Sampler
     for (int r = 0; r < 2 * B; ++r) t_table.push_back(static_cast<float>(1000.0 * ts[k]));
   Tensor t_all = Tensor::from_floats(t_table, {o.steps, 2 * B}, DType::F32).to(dev);
 
+  // step_tables: the t-only part of every forward, once per step and shape, before the
+  // loop (serial CFG's two forwards of a step share it). Same ops at the same shapes as in
+  // the forward, so the same bits.
+  std::vector<model::Modulation> mod_single(static_cast<size_t>(o.steps)),
+      mod_double(static_cast<size_t>(o.steps));
+  if (o.step_tables) {
+    for (int k = 0; k < o.steps; ++k) {
+      const bool in_interval = o.interval_lo <= ts[k] && ts[k] <= o.interval_hi;
+      const bool need_uncond = in_interval && o.guidance != 1.0;
+      const bool need_cond = !(in_interval && o.guidance == 0.0);
+      Tensor t_row = t_all.rows(k, k + 1).reshape({2 * B});
+      if (need_uncond && need_cond && o.batched_cfg) {
+        mod_double[k] = model.modulation(t_row);
+      } else {
+        mod_single[k] = model.modulation(t_row.rows(0, B));
+      }
+    }
+  }
+  auto table = [&](std::vector<model::Modulation>& v, int k) {
+    return o.step_tables ? &v[static_cast<size_t>(k)] : nullptr;
+  };
+
   Tensor x = in.noise.to(dev);
   Output out;
   if (dev == Device::CUDA) synchronize();
@@ -240,13 +263,15 @@ Output sample(const model::SLatFlowModel& model, const Inputs& in, const Sampler
     if (need_uncond && need_cond && o.batched_cfg) {
       Tensor x2 = Tensor::empty({2 * T, cfg.out_channels}, DType::F32, dev);
       stack_rows(x, x, x2);
-      Tensor v2 = model.forward(req2, x2, t_row.reshape({2 * B}), cond_2, &null_path);
+      Tensor v2 = model.forward(req2, x2, t_row.reshape({2 * B}), cond_2, &null_path,
+                                table(mod_double, k));
       v_cond = v2.rows(0, T);
       v_uncond = v2.rows(T, 2 * T);
     } else {
       Tensor t_b = t_row.reshape({2 * B}).rows(0, B);
-      if (need_cond) v_cond = model.forward(req, x, t_b, cond_c);
-      if (need_uncond) v_uncond = model.forward(req, x, t_b, cond_u, &null_path);
+      const model::Modulation* mk = table(mod_single, k);
+      if (need_cond) v_cond = model.forward(req, x, t_b, cond_c, nullptr, mk);
+      if (need_uncond) v_uncond = model.forward(req, x, t_b, cond_u, &null_path, mk);
     }
     if (k == 0 && keep_first_forward) {
       if (v_cond.defined()) out.first_v_cond = v_cond.to(Device::CPU);

@@ -29,6 +29,9 @@ struct SamplerOptions {
   bool null_context_exact = false;
   bool null_context_cache = false;
   bool cond_kv_cache = false;
+  // Every step's modulation (model::Modulation) computed once per request before the loop,
+  // at the forwards' shapes, instead of in every forward (flag step_tables).
+  bool step_tables = false;
   const model::NullContext* null_context = nullptr;
   // Fused kernels (issue 5), copied into every request this sampler prepares.
   model::FusionFlags fusion;

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 
 #include "core/allocator.h"
@@ -112,6 +113,40 @@ TEST_F(ModelGpu, PackedAssetsStayCloseToEachRunAlone) {
     EXPECT_LE(eb, 1e-2);
     for (float v : pa) ASSERT_TRUE(std::isfinite(v));
     for (float v : pb) ASSERT_TRUE(std::isfinite(v));
+  }
+}
+
+// step_tables on the GPU: the same ops at the same shapes, so the same bits (the CPU test
+// covers every path and schedule); fewer launches per loop in serial CFG (one modulation per
+// step instead of one per forward).
+TEST_F(ModelGpu, StepTablesAreBitwiseAndLaunchLess) {
+  SLatFlowModel gpu(load_checkpoint(dir + "/tiny.json", Device::CUDA));
+  const auto in = make_inputs({333, 77}, 8, 64, 53);
+  for (bool batched : {false, true}) {
+    sampler::SamplerOptions o;
+    o.steps = 3;
+    o.batched_cfg = batched;
+    sampler::sample(gpu, in, o);  // warm-up
+    synchronize();
+    reset_launch_counts();
+    const Tensor ref = sampler::sample(gpu, in, o).latent;
+    const uint64_t without = launch_counts().total;
+    o.step_tables = true;
+    reset_launch_counts();
+    const Tensor got = sampler::sample(gpu, in, o).latent;
+    const uint64_t with = launch_counts().total;
+    std::printf("step_tables (%s CFG): %llu launches per run, %llu without\n",
+                batched ? "batched" : "serial", static_cast<unsigned long long>(with),
+                static_cast<unsigned long long>(without));
+    const auto a = ref.to_floats(), b = got.to_floats();
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i)
+      ASSERT_EQ(std::memcmp(&a[i], &b[i], sizeof(float)), 0) << "element " << i;
+    if (batched) {
+      EXPECT_EQ(with, without);  // one forward per step either way: the work only moves
+    } else {
+      EXPECT_LT(with, without);
+    }
   }
 }
 

@@ -1,0 +1,90 @@
+// step_tables (issue 6 item 3): every step's t-only work (the blocks' modulation) computed
+// once per request before the loop. Contract: bitwise equal to computing it in every
+// forward, for every path, CFG mode and schedule (same ops at the same shapes), and a given
+// modulation that does not fit the forward is an error.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "contract/fallback.h"
+#include "model/checkpoint.h"
+#include "model/execution_plan.h"
+#include "model/null_context.h"
+#include "sampler/sampler.h"
+#include "io_test_util.h"
+#include "../model_inputs.h"
+#include "../null_context_checks.h"
+
+namespace s3d::model {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct StepTablesCpu : ::testing::TestWithParam<bool> {  // param: share_mod
+  void SetUp() override {
+    dir = (fs::temp_directory_path() /
+           ("sparse3d_step_tables_" + std::to_string(getpid()) + (GetParam() ? "_s" : "_o")))
+              .string();
+    ModelConfig c = preset("tiny");
+    c.share_mod = GetParam();
+    make_checkpoint(c, 11, dir + "/tiny", DType::BF16);
+    contract::reset_fallbacks();
+  }
+  void TearDown() override { fs::remove_all(dir); }
+  std::string dir;
+};
+
+TEST_P(StepTablesCpu, EveryPathIsBitwiseTheForwardsOwnModulation) {
+  SLatFlowModel m(load_checkpoint(dir + "/tiny.json", Device::CPU));
+  ASSERT_EQ(m.config().share_mod, GetParam());
+  const auto in = testing::synthetic_inputs({19, 7}, 5, m.config().cond_channels,
+                                            m.config().out_channels, 31);
+  NullContext nc = NullContext::build(m, testing::qualified_options(5, {26}));
+  for (bool interval : {false, true}) {
+    sampler::SamplerOptions o;
+    o.steps = 4;
+    o.guidance_rescale = 0.3;
+    if (interval) o.interval_lo = 0.5, o.interval_hi = 0.9;  // mixed steps: some without CFG
+    for (const char* spec :
+         {"pure_eager+step_tables", "pure_eager+step_tables+batched_cfg",
+          "kernel_fusion+step_tables", "canonical_cache_null+step_tables+cond_kv_cache",
+          "canonical_cache_null+step_tables+batched_cfg"}) {
+      SCOPED_TRACE(std::string(spec) + (interval ? " interval" : ""));
+      auto ref = testing::reference_run(m, in, o, testing::spec_is_batched(spec));
+      if (std::string(spec).rfind("kernel_fusion", 0) == 0) {
+        // The epilogue is not bitwise: compare with the same path without the tables.
+        sampler::SamplerOptions f = o;
+        f.apply(ExecutionPlan::parse("kernel_fusion"));
+        ref = sampler::sample(m, in, f, true);
+      }
+      testing::expect_same_bits_as(ref, m, in, o, spec, &nc);
+    }
+  }
+  EXPECT_TRUE(contract::fallback_counts().empty())
+      << contract::format_fallbacks(contract::fallback_counts());
+}
+
+TEST_P(StepTablesCpu, AModulationThatDoesNotFitIsAnError) {
+  SLatFlowModel m(load_checkpoint(dir + "/tiny.json", Device::CPU));
+  const auto in = testing::synthetic_inputs({9}, 5, m.config().cond_channels,
+                                            m.config().out_channels, 32);
+  Request req = m.prepare(in.coords, 1, 5);
+  const Tensor t = Tensor::from_floats({700.0f}, {1}, DType::F32);
+  const Condition cond{in.cond, 0, nullptr};
+  Modulation two = m.modulation(Tensor::from_floats({700.0f, 700.0f}, {2}, DType::F32));
+  EXPECT_ERROR(m.forward(req, in.noise, t, cond, nullptr, &two), "forward modulation");
+  Modulation short_one = m.modulation(t);
+  short_one.blocks.pop_back();
+  EXPECT_ERROR(m.forward(req, in.noise, t, cond, nullptr, &short_one), "holds 1 blocks for 2");
+  // And a fitting one gives the forward's own bits.
+  const Modulation mine = m.modulation(t);
+  EXPECT_TRUE(testing::same_bits(m.forward(req, in.noise, t, cond, nullptr, &mine),
+                                 m.forward(req, in.noise, t, cond), "forward output"));
+}
+
+INSTANTIATE_TEST_SUITE_P(ShareMod, StepTablesCpu, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "shared" : "per_block"; });
+
+}  // namespace
+}  // namespace s3d::model
