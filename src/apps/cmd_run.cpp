@@ -9,11 +9,13 @@
 
 #include "apps/commands.h"
 #include "apps/sampler_flags.h"
+#include "bench/result_io.h"
 #include "contract/fallback.h"
 #include "core/allocator.h"
 #include "core/cuda_util.h"
 #include "core/error.h"
 #include "core/rng.h"
+#include "io/json.h"
 #include "io/safetensors.h"
 #include "model/checkpoint.h"
 #include "model/execution_plan.h"
@@ -21,6 +23,7 @@
 #include "model/params.h"
 #include "model/slat_flow.h"
 #include "payload/payload.h"
+#include "sampler/cfg_choice.h"
 #include "sampler/sampler.h"
 
 namespace s3d::apps {
@@ -85,6 +88,7 @@ Command add_run(CLI::App& app) {
     SamplerFlags sampler;
     double max_mem_gib = 0;
     bool dump_first = false;
+    std::string cfg_choice;
   };
   auto a = std::make_shared<Args>();
   auto* sub = app.add_subcommand("run", "Denoise assets of a payload manifest");
@@ -109,6 +113,10 @@ Command add_run(CLI::App& app) {
   a->sampler.add_to(sub);
   sub->add_flag("--dump-first-forward", a->dump_first,
                 "Also write x_T, v_cond, v_uncond of the first step");
+  sub->add_option("--cfg-choice", a->cfg_choice,
+                  "A bench result JSON that timed the path with and without batched_cfg: "
+                  "serial or batched CFG per asset, whichever it measured faster at the "
+                  "asset's token count");
   sub->add_option("--max-device-memory", a->max_mem_gib,
                   "Use at most this many GiB of device memory (0 = all)");
 
@@ -119,6 +127,17 @@ Command add_run(CLI::App& app) {
     for (const auto& f : a->disable) plan.disable(f);
     o.apply(plan);
     S3D_CHECK(a->max_mem_gib >= 0, "--max-device-memory must be >= 0");
+    // --cfg-choice: the timings of this path, serial and batched, from one bench run.
+    std::vector<sampler::CfgTimingPoint> cfg_points;
+    const bool cfg_auto = !a->cfg_choice.empty();
+    if (cfg_auto) {
+      model::ExecutionPlan serial = plan, batched = plan;
+      serial.disable("batched_cfg");
+      batched.enable("batched_cfg");
+      cfg_points = bench::cfg_timing_points(
+          bench::result_from_json(io::read_json_file(a->cfg_choice), a->cfg_choice),
+          serial.label(), batched.label(), a->cfg_choice);
+    }
 
     const Device device = choose_device(a->device);
     cudaStream_t stream = nullptr;
@@ -158,7 +177,8 @@ Command add_run(CLI::App& app) {
     std::printf("path %s; sampler: %d steps, rescale_t %g, cfg %g on t in [%g, %g], rescale %g, "
                 "%s CFG\n",
                 plan.label().c_str(), o.steps, o.rescale_t, o.guidance, o.interval_lo,
-                o.interval_hi, o.guidance_rescale, o.batched_cfg ? "batched" : "serial");
+                o.interval_hi, o.guidance_rescale,
+                cfg_auto ? "per-asset (--cfg-choice)" : o.batched_cfg ? "batched" : "serial");
     if (device == Device::CUDA && !plan.unvalidated().empty()) {
       std::string flags;
       for (const auto& f : plan.unvalidated()) flags += (flags.empty() ? "" : ", ") + f;
@@ -174,7 +194,7 @@ Command add_run(CLI::App& app) {
       model::NullContextOptions nco;
       nco.context_tokens = manifest.cond_tokens;
       nco.qualify_cache = o.null_context_cache;
-      nco.qualify_slices = o.batched_cfg;
+      nco.qualify_slices = o.batched_cfg || cfg_auto;
       nco.qualification.context_rows = {manifest.cond_tokens};
       nco.qualification.token_counts = a->qualify_tokens;
       if (a->qualify_tokens.empty())
@@ -191,7 +211,22 @@ Command add_run(CLI::App& app) {
     for (const auto* e : todo) {
       payload::Asset asset = payload::read_asset(manifest, *e);
       const int64_t T = asset.coords.size(0);
-      check_memory(m, e->name, T, 1, manifest.cond_tokens, o.batched_cfg, o.cond_kv_cache,
+      sampler::SamplerOptions oa = o;
+      if (cfg_auto) {
+        sampler::CfgChoice choice = sampler::choose_cfg_mode(cfg_points, T);
+        if (choice.batched) {
+          try {
+            check_memory(m, e->name, T, 1, manifest.cond_tokens, true, o.cond_kv_cache,
+                         a->max_mem_gib);
+          } catch (const Error&) {
+            choice.batched = false;
+            choice.reason += "; batched would not fit in device memory: serial CFG";
+          }
+        }
+        oa.batched_cfg = choice.batched;
+        std::printf("[%s] %s\n", e->name.c_str(), choice.reason.c_str());
+      }
+      check_memory(m, e->name, T, 1, manifest.cond_tokens, oa.batched_cfg, o.cond_kv_cache,
                    a->max_mem_gib);
       sampler::Inputs in;
       in.coords = asset.coords;
@@ -204,7 +239,7 @@ Command add_run(CLI::App& app) {
       if (device == Device::CUDA) DeviceAllocator::instance().reset_peak();
       reset_launch_counts();
       sampler::Output out = sampler::sample(
-          m, in, o, a->dump_first, [&](const sampler::StepRecord& r) {
+          m, in, oa, a->dump_first, [&](const sampler::StepRecord& r) {
             std::printf("[%s] step %2d/%d  t=%.4f -> %.4f  %s  elapsed %.3f s\n", e->name.c_str(),
                         r.index + 1, r.total, r.t, r.t_prev, r.cfg ? "cfg " : "cond",
                         r.elapsed_s);
@@ -222,7 +257,8 @@ Command add_run(CLI::App& app) {
       const std::string path = (std::filesystem::path(a->out) / (e->name + ".safetensors")).string();
       io::write_safetensors(path, tensors,
                             {{"asset", e->name}, {"steps", std::to_string(o.steps)},
-                             {"path", plan.label()}});
+                             {"path", plan.label()},
+                             {"cfg", oa.batched_cfg ? "batched" : "serial"}});
       LaunchCounts lc = launch_counts();
       std::printf("[%s] %lld tokens: denoise loop %.3f s, %llu launches, peak device memory "
                   "%.2f GiB, %lld non-finite outputs -> %s\n",

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "bench/stats.h"
 #include "core/error.h"
 
 namespace s3d::bench {
@@ -101,6 +102,26 @@ void add_baseline_timing(BenchResult& r, const io::Json& timing, const std::stri
   st.ran = true;
   if (std::find(r.paths.begin(), r.paths.end(), name) == r.paths.end()) r.paths.push_back(name);
   r.baselines.push_back(st);
+}
+
+std::vector<sampler::CfgTimingPoint> cfg_timing_points(const BenchResult& r,
+                                                       const std::string& serial_path,
+                                                       const std::string& batched_path,
+                                                       const std::string& what) {
+  std::vector<sampler::CfgTimingPoint> points;
+  for (const auto& a : r.assets) {
+    const Cell *serial = nullptr, *batched = nullptr;
+    for (const auto& c : r.cells) {
+      if (c.asset != a.name || c.loop_seconds.empty()) continue;
+      if (c.path == serial_path) serial = &c;
+      if (c.path == batched_path) batched = &c;
+    }
+    if (!serial || !batched) continue;
+    points.push_back({a.tokens, wall_spread(*serial)->median, wall_spread(*batched)->median});
+  }
+  S3D_CHECK(!points.empty(), what, ": no asset was timed both as ", serial_path, " and as ",
+            batched_path, " (bench --paths ", serial_path, " ", batched_path, ")");
+  return points;
 }
 
 }  // namespace s3d::bench

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "bench/result.h"
+#include "sampler/cfg_choice.h"
 #include "io/json.h"
 
 namespace s3d::bench {
@@ -20,5 +21,13 @@ BenchResult result_from_json(const io::Json& j, const std::string& what);
 // status says which are missing); one that times none is an error.
 void add_baseline_timing(BenchResult& r, const io::Json& timing, const std::string& name,
                          const std::string& what);
+
+// The timings sampler::choose_cfg_mode needs from one bench run: for every asset with cells
+// of both `serial_path` and `serial_path`+batched_cfg, the two medians. Throws naming the
+// labels when the run timed neither.
+std::vector<sampler::CfgTimingPoint> cfg_timing_points(const BenchResult& r,
+                                                       const std::string& serial_path,
+                                                       const std::string& batched_path,
+                                                       const std::string& what);
 
 }  // namespace s3d::bench
