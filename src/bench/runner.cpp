@@ -338,6 +338,10 @@ BenchResult run_bench(const BenchOptions& o, const Log& log) {
       profiler::start(profiler::Mode::Library);
       sampler::SamplerOptions s = options_for(plans[pi]);
       s.steps = instrument_steps;
+      // Profiler events cannot be read inside a CUDA graph: the profiled loop runs the same
+      // kernels eagerly; a graph path's launches come from one more, unprofiled, whole loop.
+      const bool graphs = s.cuda_graphs;
+      s.cuda_graphs = false;
       auto out = sampler::sample(m, assets[ai].inputs, s);
       auto totals = profiler::stop_and_collect();
       log(cat("[instrumented] ", c.asset, " ", c.path, ": ", out.loop_seconds, " s, ",
@@ -359,6 +363,16 @@ BenchResult run_bench(const BenchOptions& o, const Log& log) {
         c.launches_by_op[op] = per_loop_n(it == setup.by_op.end() ? 0 : it->second, n);
       }
       c.peak_bytes = DeviceAllocator::instance().stats().peak_allocated_bytes;
+      if (graphs) {
+        synchronize();
+        DeviceAllocator::instance().reset_peak();
+        reset_launch_counts();
+        sampler::sample(m, assets[ai].inputs, options_for(plans[pi]));
+        const LaunchCounts g = launch_counts();
+        c.launches = g.total;
+        c.launches_by_op = g.by_op;
+        c.peak_bytes = DeviceAllocator::instance().stats().peak_allocated_bytes;
+      }
       c.attention_seconds = per_loop(totals["attention"].seconds);
       c.attention_flops = per_loop(totals["attention"].flops);
       c.gemm_seconds = per_loop(totals["gemm"].seconds);

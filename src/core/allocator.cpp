@@ -24,12 +24,28 @@ size_t round_size(size_t bytes) {
 
 std::string mib(size_t bytes) { return cat(bytes / (1024.0 * 1024.0), " MiB"); }
 
+thread_local uint64_t t_active_pool = 0;  // PoolScope: 0 = the shared cache
+
+// Best fit from a free list, never a block more than twice the request (plus one large
+// round); nullptr when none fits.
+void* take_block(std::multimap<size_t, void*>& free_list, size_t size, size_t* got) {
+  auto it = free_list.lower_bound(size);
+  if (it == free_list.end() || it->first > 2 * size + kLargeRound) return nullptr;
+  void* p = it->second;
+  *got = it->first;
+  free_list.erase(it);
+  return p;
+}
+
 }  // namespace
 
 struct DeviceAllocator::Impl {
   mutable std::mutex mu;
   std::multimap<size_t, void*> free_blocks;       // rounded size -> block
   std::unordered_map<void*, size_t> block_sizes;  // every live or cached block
+  std::map<uint64_t, std::multimap<size_t, void*>> pool_free;  // private pools' free lists
+  std::unordered_map<void*, uint64_t> block_pool;              // blocks owned by a pool
+  uint64_t next_pool = 1;
   AllocatorStats stats;
   bool caching = std::getenv("SPARSE3D_NO_CACHING") == nullptr;
 
@@ -53,13 +69,14 @@ DeviceAllocator::DeviceAllocator() : impl_(new Impl) {}
 void* DeviceAllocator::allocate(size_t bytes) {
   size_t size = round_size(bytes);
   std::lock_guard<std::mutex> lock(impl_->mu);
-  if (impl_->caching) {
-    // Best fit, but never hand a block more than twice the request (plus one large round).
-    auto it = impl_->free_blocks.lower_bound(size);
-    if (it != impl_->free_blocks.end() && it->first <= 2 * size + kLargeRound) {
-      void* p = it->second;
-      size_t got = it->first;
-      impl_->free_blocks.erase(it);
+  const uint64_t pool = t_active_pool;
+  if (pool != 0 || impl_->caching) {
+    size_t got = 0;
+    auto found = impl_->pool_free.find(pool);
+    S3D_CHECK(pool == 0 || found != impl_->pool_free.end(), "allocator: private pool ", pool,
+              " is active but was released");
+    auto& free_list = pool != 0 ? found->second : impl_->free_blocks;
+    if (void* p = take_block(free_list, size, &got)) {
       impl_->stats.allocated_bytes += got;
       if (impl_->stats.allocated_bytes > impl_->stats.peak_allocated_bytes)
         impl_->stats.peak_allocated_bytes = impl_->stats.allocated_bytes;
@@ -82,6 +99,7 @@ void* DeviceAllocator::allocate(size_t bytes) {
          " in tensors, the device has ", mib(free_b), " free of ", mib(total_b));
   }
   impl_->block_sizes[p] = size;
+  if (pool != 0) impl_->block_pool[p] = pool;
   impl_->stats.driver_allocations++;
   impl_->stats.reserved_bytes += size;
   impl_->stats.allocated_bytes += size;
@@ -96,6 +114,10 @@ void DeviceAllocator::release(void* ptr, size_t /*bytes*/) {
   if (it == impl_->block_sizes.end()) return;  // not ours: nothing sensible to do
   size_t size = it->second;
   impl_->stats.allocated_bytes -= size;
+  if (auto owner = impl_->block_pool.find(ptr); owner != impl_->block_pool.end()) {
+    impl_->pool_free[owner->second].emplace(size, ptr);  // pools outlive their blocks' use
+    return;
+  }
   if (impl_->caching) {
     impl_->free_blocks.emplace(size, ptr);
   } else {
@@ -130,6 +152,32 @@ void DeviceAllocator::empty_cache() {
   std::lock_guard<std::mutex> lock(impl_->mu);
   impl_->free_cached_locked();
 }
+
+uint64_t DeviceAllocator::create_pool() {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  const uint64_t id = impl_->next_pool++;
+  impl_->pool_free[id];
+  return id;
+}
+
+void DeviceAllocator::release_pool(uint64_t pool) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  auto it = impl_->pool_free.find(pool);
+  if (it == impl_->pool_free.end()) return;
+  for (auto& [size, ptr] : it->second) {
+    cudaFree(ptr);
+    impl_->block_sizes.erase(ptr);
+    impl_->block_pool.erase(ptr);
+    impl_->stats.reserved_bytes -= size;
+  }
+  impl_->pool_free.erase(it);
+  // Blocks of the pool still in use become shared ones.
+  for (auto b = impl_->block_pool.begin(); b != impl_->block_pool.end();)
+    b = b->second == pool ? impl_->block_pool.erase(b) : std::next(b);
+}
+
+PoolScope::PoolScope(uint64_t pool) : previous_(t_active_pool) { t_active_pool = pool; }
+PoolScope::~PoolScope() { t_active_pool = previous_; }
 
 void* host_allocate(size_t bytes) {
   size_t rounded = (bytes + 63) / 64 * 64;

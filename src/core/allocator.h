@@ -29,13 +29,34 @@ class DeviceAllocator {
   void reset_peak();
   void set_caching(bool enabled);
   bool caching() const;
-  // Returns every cached block to the driver.
+  // Returns every cached block to the driver (private pools keep theirs).
   void empty_cache();
+
+  // Private pools (for CUDA-graph capture, core/cuda_graph.h): while a pool is active on
+  // this thread (PoolScope), allocations come from it and never from the shared cache; a
+  // block of a pool returns to that pool when freed, whichever pool is active then. Its
+  // blocks are cached even with caching off, so a captured graph's addresses stay its own
+  // between replays. release_pool frees the pool's cached blocks; blocks still in use then
+  // become shared ones (freed to the shared cache later).
+  uint64_t create_pool();
+  void release_pool(uint64_t pool);
 
  private:
   DeviceAllocator();
   struct Impl;
   Impl* impl_;
+};
+
+// Makes `pool` the active pool of this thread for the scope's lifetime (0: the shared cache).
+class PoolScope {
+ public:
+  explicit PoolScope(uint64_t pool);
+  ~PoolScope();
+  PoolScope(const PoolScope&) = delete;
+  PoolScope& operator=(const PoolScope&) = delete;
+
+ private:
+  uint64_t previous_;
 };
 
 // Host allocations (64-byte aligned) for CPU tensors.

@@ -11,6 +11,7 @@ cudaStream_t g_stream = nullptr;
 // Keyed by the op's string literal: one pointer compare per launch in the hot path.
 std::unordered_map<const char*, uint64_t> g_launches;
 uint64_t g_total = 0;
+thread_local int t_uncounted = 0;  // UncountedLaunches depth
 
 }  // namespace
 
@@ -34,16 +35,21 @@ void after_launch(const char* op) {
   if (err != cudaSuccess)
     fail("CUDA kernel launch of ", op, " failed: ", cudaGetErrorName(err), " (",
          cudaGetErrorString(err), ")");
+  if (t_uncounted > 0) return;
   ++g_launches[op];
   ++g_total;
   profiler::on_launch(op);
 }
 
 void count_library_call(const char* op) {
+  if (t_uncounted > 0) return;
   ++g_launches[op];
   ++g_total;
   profiler::on_launch(op);
 }
+
+UncountedLaunches::UncountedLaunches() { ++t_uncounted; }
+UncountedLaunches::~UncountedLaunches() { --t_uncounted; }
 
 LaunchCounts launch_counts() {
   LaunchCounts c;

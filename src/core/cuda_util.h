@@ -43,6 +43,15 @@ LaunchCounts launch_counts();
 void reset_launch_counts();
 // Library calls (cuBLASLt, cuDNN) are counted too, under their own names.
 void count_library_call(const char* op);
+// While a CUDA graph is being captured nothing runs: its launches are not counted (the
+// replay counts once, as "cuda_graph"). Nests; this thread only.
+class UncountedLaunches {
+ public:
+  UncountedLaunches();
+  ~UncountedLaunches();
+  UncountedLaunches(const UncountedLaunches&) = delete;
+  UncountedLaunches& operator=(const UncountedLaunches&) = delete;
+};
 
 // Grid size for a 1-D launch over n items with `block` threads each.
 inline unsigned grid_for(int64_t n, int block) {

@@ -49,6 +49,12 @@ const std::vector<FlagInfo>& optimization_flags() {
        "once per request before the loop, at the forwards' shapes (shared by serial CFG's two "
        "forwards); bitwise contract",
        134, false},
+      {"cuda_graphs",
+       "per request, each step kind's forwards (both CFG branches and the CFG combination) "
+       "captured as one CUDA graph after every kind ran once, replayed for the later steps "
+       "from fixed input buffers and a private allocator pool; bitwise contract against the "
+       "eager forwards",
+       1, false},
       {"qk_rmsnorm_rope_inplace",
        "self-attention q/k per-head RMSNorm and RoPE in one kernel, in place in the packed "
        "QKV (no split, no temporaries, no restack); bitwise contract",
@@ -95,10 +101,13 @@ const std::vector<PathInfo>& execution_paths() {
        {"qk_rmsnorm_rope_inplace", "modulated_layernorm", "gated_residual_add",
         "gemm_gelu_epilogue", "null_context_cache"},
        true, ""},
-      {"beyond", "everything above plus launch-overhead removal and batched CFG", {"batched_cfg"},
-       false,
-       "issue 6: per-request CUDA graphs are not built yet (step_tables, batched_cfg with "
-       "run --cfg-choice, and bench --batch exist)"},
+      {"beyond",
+       "canonical_cache_combined + the condition K/V cache + batched CFG + per-request CUDA "
+       "graphs (issue 6; its graph and batching parts not yet run on a GPU)",
+       {"qk_rmsnorm_rope_inplace", "modulated_layernorm", "gated_residual_add",
+        "gemm_gelu_epilogue", "null_context_cache", "cond_kv_cache", "batched_cfg",
+        "cuda_graphs"},
+       true, ""},
   };
   return paths;
 }

@@ -1,9 +1,16 @@
 #include "sampler/sampler.h"
 
+#include <algorithm>
 #include <chrono>
+#include <map>
+#include <memory>
 #include <cmath>
 
+#include "contract/fallback.h"
+#include "core/allocator.h"
+#include "core/cuda_graph.h"
 #include "core/cuda_util.h"
+#include "core/profiler.h"
 #include "core/error.h"
 #include "kernels/elementwise.h"
 #include "kernels/sampler_ops.h"
@@ -111,6 +118,7 @@ void SamplerOptions::apply(const model::ExecutionPlan& plan) {
   null_context_cache = plan.on("null_context_cache");
   cond_kv_cache = plan.on("cond_kv_cache");
   step_tables = plan.on("step_tables");
+  cuda_graphs = plan.on("cuda_graphs");
   fusion = model::FusionFlags::from_plan(plan);
 }
 
@@ -247,6 +255,93 @@ Output sample(const model::SLatFlowModel& model, const Inputs& in, const Sampler
     return o.step_tables ? &v[static_cast<size_t>(k)] : nullptr;
   };
 
+  // The forwards of step k and the CFG combination (not the guidance rescale, whose scalars
+  // depend on t): v is the guided prediction or the one branch that ran.
+  struct StepKind {
+    bool cond, uncond, batched;
+    int code() const { return (cond ? 1 : 0) + (uncond ? 2 : 0) + (batched ? 4 : 0); }
+  };
+  auto kind_of = [&](int k) {
+    const bool in_interval = o.interval_lo <= ts[k] && ts[k] <= o.interval_hi;
+    const bool need_uncond = in_interval && o.guidance != 1.0;
+    const bool need_cond = !(in_interval && o.guidance == 0.0);
+    return StepKind{need_cond, need_uncond, need_uncond && need_cond && o.batched_cfg};
+  };
+  struct StepOut {
+    Tensor v_cond, v_uncond, v;
+  };
+  // x: [T, out]; t2: [2B] (the step's t per asset, both halves); tables: use step_tables.
+  auto forwards = [&](int k, const Tensor& x, const Tensor& t2, bool tables) {
+    const StepKind kind = kind_of(k);
+    StepOut r;
+    if (kind.batched) {
+      Tensor x2 = Tensor::empty({2 * T, cfg.out_channels}, DType::F32, dev);
+      stack_rows(x, x, x2);
+      Tensor v2 = model.forward(req2, x2, t2, cond_2, &null_path,
+                                tables ? table(mod_double, k) : nullptr);
+      r.v_cond = v2.rows(0, T);
+      r.v_uncond = v2.rows(T, 2 * T);
+    } else {
+      Tensor t_b = t2.rows(0, B);
+      const model::Modulation* mk = tables ? table(mod_single, k) : nullptr;
+      if (kind.cond) r.v_cond = model.forward(req, x, t_b, cond_c, nullptr, mk);
+      if (kind.uncond) r.v_uncond = model.forward(req, x, t_b, cond_u, &null_path, mk);
+    }
+    if (!kind.uncond) {
+      r.v = r.v_cond;
+    } else if (!kind.cond) {
+      r.v = r.v_uncond;
+    } else {
+      r.v = Tensor::empty(x.shape(), DType::F32, dev);
+      kernels::cfg_combine(r.v_cond, r.v_uncond, static_cast<float>(o.guidance),
+                           static_cast<float>(1.0 - o.guidance), r.v);
+    }
+    return r;
+  };
+
+  // cuda_graphs: per step kind, the first occurrence runs eagerly (it primes the library
+  // caches and workspaces, inside the kind's private pool); once every kind of the schedule
+  // has run once (so no later first run can grow a workspace a graph points to), the next
+  // occurrence is captured and every later one replays it, reading x and t from fixed
+  // buffers. Refusals are counted fallbacks and run eagerly.
+  bool graphs = o.cuda_graphs;
+  auto refuse_graphs = [&](const std::string& why) {
+    if (graphs) contract::record_fallback("cuda_graphs", why);
+    graphs = false;
+  };
+  if (graphs && dev != Device::CUDA) refuse_graphs("the CPU backend has no CUDA graphs");
+  if (graphs && profiler::mode() != profiler::Mode::Off)
+    refuse_graphs("the profiler is on (its events cannot be read inside a graph)");
+  if (graphs && !DeviceAllocator::instance().caching())
+    refuse_graphs("the caching allocator is off (SPARSE3D_NO_CACHING)");
+  if (graphs && o.step_tables)
+    contract::record_fallback("step_tables",
+                              "inside captured forwards the modulation runs in the graph");
+  // (Eager steps still use the tables: same bits either way.)
+  struct KindGraph {
+    uint64_t pool = 0;
+    bool ran = false;
+    std::unique_ptr<CapturedGraph> graph;
+    StepOut out;  // the graph's outputs (its pool's blocks)
+  };
+  std::map<int, KindGraph> kinds;
+  int all_kinds_ran = 0;  // the step after which every kind of the schedule has run once
+  {
+    std::map<int, int> first;
+    for (int k = 0; k < o.steps; ++k) first.emplace(kind_of(k).code(), k);
+    for (const auto& [code, k] : first) all_kinds_ran = std::max(all_kinds_ran, k);
+  }
+  Tensor x_in, t_in;  // the graphs' fixed inputs
+  if (graphs) {
+    x_in = Tensor::empty({T, cfg.out_channels}, DType::F32, dev);
+    t_in = Tensor::empty({2 * B}, DType::F32, dev);
+  }
+  auto copy_into = [&](const Tensor& src, Tensor& dst) {
+    S3D_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), src.nbytes(),
+                                   cudaMemcpyDeviceToDevice, current_stream()));
+    count_library_call("memcpy");
+  };
+
   Tensor x = in.noise.to(dev);
   Output out;
   if (dev == Device::CUDA) synchronize();
@@ -254,57 +349,65 @@ Output sample(const model::SLatFlowModel& model, const Inputs& in, const Sampler
   auto start = std::chrono::steady_clock::now();
   for (int k = 0; k < o.steps; ++k) {
     const double t = ts[k], t_prev = ts[k + 1];
-    const bool in_interval = o.interval_lo <= t && t <= o.interval_hi;
-    const bool need_uncond = in_interval && o.guidance != 1.0;
-    const bool need_cond = !(in_interval && o.guidance == 0.0);
-    Tensor t_row = t_all.rows(k, k + 1);
+    const StepKind kind = kind_of(k);
+    const bool need_uncond = kind.uncond, need_cond = kind.cond;
+    Tensor t_row = t_all.rows(k, k + 1).reshape({2 * B});
 
-    Tensor v_cond, v_uncond;
-    if (need_uncond && need_cond && o.batched_cfg) {
-      Tensor x2 = Tensor::empty({2 * T, cfg.out_channels}, DType::F32, dev);
-      stack_rows(x, x, x2);
-      Tensor v2 = model.forward(req2, x2, t_row.reshape({2 * B}), cond_2, &null_path,
-                                table(mod_double, k));
-      v_cond = v2.rows(0, T);
-      v_uncond = v2.rows(T, 2 * T);
+    StepOut so;
+    if (!graphs) {
+      so = forwards(k, x, t_row, true);
     } else {
-      Tensor t_b = t_row.reshape({2 * B}).rows(0, B);
-      const model::Modulation* mk = table(mod_single, k);
-      if (need_cond) v_cond = model.forward(req, x, t_b, cond_c, nullptr, mk);
-      if (need_uncond) v_uncond = model.forward(req, x, t_b, cond_u, &null_path, mk);
-    }
-    if (k == 0 && keep_first_forward) {
-      if (v_cond.defined()) out.first_v_cond = v_cond.to(Device::CPU);
-      if (v_uncond.defined()) out.first_v_uncond = v_uncond.to(Device::CPU);
-    }
-
-    Tensor v;
-    if (!need_uncond) {
-      v = v_cond;
-    } else if (!need_cond) {
-      v = v_uncond;
-    } else {
-      v = Tensor::empty(x.shape(), DType::F32, dev);
-      kernels::cfg_combine(v_cond, v_uncond, static_cast<float>(o.guidance),
-                           static_cast<float>(1.0 - o.guidance), v);
-      if (o.guidance_rescale > 0) {
-        // x_0 of the conditional and the guided prediction, std-matched per asset.
-        const float a = static_cast<float>(1.0 - o.sigma_min);
-        const float b = static_cast<float>(o.sigma_min + (1.0 - o.sigma_min) * t);
-        Tensor x0_pos = Tensor::empty(x.shape(), DType::F32, dev);
-        Tensor x0_cfg = Tensor::empty(x.shape(), DType::F32, dev);
-        kernels::axpby_sub(x, a, v_cond, b, x0_pos);
-        kernels::axpby_sub(x, a, v, b, x0_cfg);
-        Tensor std_pos = Tensor::empty({B}, DType::F32, dev);
-        Tensor std_cfg = Tensor::empty({B}, DType::F32, dev);
-        kernels::asset_std(x0_pos, req.token_offsets, std_pos);
-        kernels::asset_std(x0_cfg, req.token_offsets, std_cfg);
-        Tensor x0 = Tensor::empty(x.shape(), DType::F32, dev);
-        kernels::guidance_rescale(x0_cfg, std_pos, std_cfg, req.batch_index,
-                                  static_cast<float>(o.guidance_rescale),
-                                  static_cast<float>(1.0 - o.guidance_rescale), x0);
-        kernels::xstart_to_pred(x, a, x0, b, v);
+      KindGraph& g = kinds[kind.code()];
+      if (g.pool == 0) g.pool = DeviceAllocator::instance().create_pool();
+      if (!g.graph && g.ran && k > all_kinds_ran) {
+        try {
+          g.graph = CapturedGraph::capture(g.pool, [&] { g.out = forwards(k, x_in, t_in, false); });
+          out.graphs_captured++;
+          out.graph_capture_seconds += g.graph->capture_seconds();
+          out.graph_nodes += g.graph->nodes();
+        } catch (const Error& e) {
+          g.out = StepOut{};
+          refuse_graphs(e.what());
+        }
       }
+      if (graphs && g.graph) {
+        copy_into(x, x_in);
+        copy_into(t_row, t_in);
+        g.graph->launch();
+        so = g.out;
+      } else {
+        PoolScope scope(g.pool);
+        so = forwards(k, x, t_row, true);
+        g.ran = true;
+      }
+    }
+    const Tensor& v_cond = so.v_cond;
+    Tensor v = so.v;
+    if (k == 0 && keep_first_forward) {
+      if (so.v_cond.defined()) out.first_v_cond = so.v_cond.to(Device::CPU);
+      if (so.v_uncond.defined()) out.first_v_uncond = so.v_uncond.to(Device::CPU);
+    }
+
+    if (need_uncond && need_cond && o.guidance_rescale > 0) {
+      // x_0 of the conditional and the guided prediction, std-matched per asset.
+      const float a = static_cast<float>(1.0 - o.sigma_min);
+      const float b = static_cast<float>(o.sigma_min + (1.0 - o.sigma_min) * t);
+      Tensor x0_pos = Tensor::empty(x.shape(), DType::F32, dev);
+      Tensor x0_cfg = Tensor::empty(x.shape(), DType::F32, dev);
+      kernels::axpby_sub(x, a, v_cond, b, x0_pos);
+      kernels::axpby_sub(x, a, v, b, x0_cfg);
+      Tensor std_pos = Tensor::empty({B}, DType::F32, dev);
+      Tensor std_cfg = Tensor::empty({B}, DType::F32, dev);
+      kernels::asset_std(x0_pos, req.token_offsets, std_pos);
+      kernels::asset_std(x0_cfg, req.token_offsets, std_cfg);
+      Tensor x0 = Tensor::empty(x.shape(), DType::F32, dev);
+      kernels::guidance_rescale(x0_cfg, std_pos, std_cfg, req.batch_index,
+                                static_cast<float>(o.guidance_rescale),
+                                static_cast<float>(1.0 - o.guidance_rescale), x0);
+      // A new tensor: a graph's output must stay as the graph wrote it.
+      Tensor rescaled = Tensor::empty(x.shape(), DType::F32, dev);
+      kernels::xstart_to_pred(x, a, x0, b, rescaled);
+      v = rescaled;
     }
     Tensor next = Tensor::empty(x.shape(), DType::F32, dev);
     kernels::euler_step(x, v, static_cast<float>(t - t_prev), next);
@@ -321,6 +424,12 @@ Output sample(const model::SLatFlowModel& model, const Inputs& in, const Sampler
   out.loop_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   out.latent = x.to(Device::CPU);
+  // The graphs, then their outputs, then their pools (the device is idle: synchronised above).
+  for (auto& [code, g] : kinds) {
+    g.graph.reset();
+    g.out = StepOut{};
+    DeviceAllocator::instance().release_pool(g.pool);
+  }
   return out;
 }
 

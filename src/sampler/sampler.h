@@ -32,6 +32,9 @@ struct SamplerOptions {
   // Every step's modulation (model::Modulation) computed once per request before the loop,
   // at the forwards' shapes, instead of in every forward (flag step_tables).
   bool step_tables = false;
+  // Per-request CUDA graphs (core/cuda_graph.h): each step kind's forwards captured once and
+  // replayed for every later step of that kind; bitwise contract against the eager forwards.
+  bool cuda_graphs = false;
   const model::NullContext* null_context = nullptr;
   // Fused kernels (issue 5), copied into every request this sampler prepares.
   model::FusionFlags fusion;
@@ -81,6 +84,11 @@ struct Output {
   // request's set-up (layouts, condition K/V cache, ...) had launched by then, for callers
   // that scale a shorter loop's counts to a whole loop.
   LaunchCounts launches_before_loop;
+  // cuda_graphs: graphs captured in this loop, their capture + instantiation time (inside
+  // loop_seconds) and their nodes.
+  int graphs_captured = 0;
+  double graph_capture_seconds = 0;
+  size_t graph_nodes = 0;
 };
 
 using StepCallback = std::function<void(const StepRecord&)>;

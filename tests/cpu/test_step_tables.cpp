@@ -83,6 +83,23 @@ TEST_P(StepTablesCpu, AModulationThatDoesNotFitIsAnError) {
                                  m.forward(req, in.noise, t, cond), "forward output"));
 }
 
+// cuda_graphs on the CPU backend: refused, counted once per request, and the eager forwards
+// run (bitwise).
+TEST_P(StepTablesCpu, CudaGraphsOnTheCpuFallBackCountedAndBitwise) {
+  SLatFlowModel m(load_checkpoint(dir + "/tiny.json", Device::CPU));
+  const auto in = testing::synthetic_inputs({11}, 5, m.config().cond_channels,
+                                            m.config().out_channels, 33);
+  sampler::SamplerOptions o;
+  o.steps = 3;
+  const auto ref = testing::reference_run(m, in, o, false);
+  testing::expect_same_bits_as(ref, m, in, o, "pure_eager+cuda_graphs", nullptr);
+  const auto f = contract::fallback_counts();
+  ASSERT_EQ(f.size(), 1u) << contract::format_fallbacks(f);
+  EXPECT_EQ(f[0].optimization, "cuda_graphs");
+  EXPECT_EQ(f[0].count, 1u);
+  EXPECT_NE(f[0].reason.find("CPU backend"), std::string::npos) << f[0].reason;
+}
+
 INSTANTIATE_TEST_SUITE_P(ShareMod, StepTablesCpu, ::testing::Bool(),
                          [](const auto& info) { return info.param ? "shared" : "per_block"; });
 
