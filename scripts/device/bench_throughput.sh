@@ -1,16 +1,13 @@
 #!/usr/bin/env bash
-# Device call (issue 6 item 4, not run yet): multi-asset batching. The packed-vs-alone GPU
-# test, then `sparse3d bench --batch` at a small and a large token count: K copies of the
-# asset in one request, assets per hour vs K, latency per asset, for the best path so far in
-# serial and batched CFG.
+# Device call (issue 6, 3 of 3): multi-asset batching. `sparse3d bench --batch` at a small
+# and a mid token count: K copies of the asset in one request, assets per hour vs K, latency
+# per asset, for canonical_cache_combined (serial CFG) and beyond (batched CFG, graphs).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/device/env.sh
 source scripts/device/prepare_model.sh
-$BIN/sparse3d_gpu_tests --gtest_filter='ModelGpu.PackedAssets*' > "$OUT/packed_test.log" 2>&1
-echo "packed test exit $?: $(grep -E 'packed vs alone|PASSED|FAILED' "$OUT/packed_test.log" | tr '\n' ' ')"
-$BIN/sparse3d bench --checkpoint $W/shape.json --manifest $W/pl/manifest.json \
-  --assets $SMALL $MID --paths canonical_cache_combined canonical_cache_combined+batched_cfg \
+timeout $((410 - SECONDS)) $BIN/sparse3d bench --checkpoint $W/shape.json --manifest $W/pl/manifest.json \
+  --assets $SMALL $MID --paths canonical_cache_combined beyond \
   --batch 2 4 8 --repeats 2 --warmup 1 --instrument-steps 1 --no-torch --out "$OUT" \
   --stem throughput > "$OUT/bench-throughput.log" 2>&1
 echo "bench exit $?"

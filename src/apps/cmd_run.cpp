@@ -23,7 +23,7 @@
 #include "model/params.h"
 #include "model/slat_flow.h"
 #include "payload/payload.h"
-#include "sampler/cfg_choice.h"
+#include "sampler/flag_choice.h"
 #include "sampler/sampler.h"
 
 namespace s3d::apps {
@@ -88,7 +88,7 @@ Command add_run(CLI::App& app) {
     SamplerFlags sampler;
     double max_mem_gib = 0;
     bool dump_first = false;
-    std::string cfg_choice;
+    std::string cfg_choice, graph_choice;
   };
   auto a = std::make_shared<Args>();
   auto* sub = app.add_subcommand("run", "Denoise assets of a payload manifest");
@@ -117,6 +117,10 @@ Command add_run(CLI::App& app) {
                   "A bench result JSON that timed the path with and without batched_cfg: "
                   "serial or batched CFG per asset, whichever it measured faster at the "
                   "asset's token count");
+  sub->add_option("--graph-choice", a->graph_choice,
+                  "A bench result JSON that timed the path with and without cuda_graphs: "
+                  "capture CUDA graphs per asset where it measured that faster at the asset's "
+                  "token count");
   sub->add_option("--max-device-memory", a->max_mem_gib,
                   "Use at most this many GiB of device memory (0 = all)");
 
@@ -127,17 +131,24 @@ Command add_run(CLI::App& app) {
     for (const auto& f : a->disable) plan.disable(f);
     o.apply(plan);
     S3D_CHECK(a->max_mem_gib >= 0, "--max-device-memory must be >= 0");
-    // --cfg-choice: the timings of this path, serial and batched, from one bench run.
-    std::vector<sampler::CfgTimingPoint> cfg_points;
-    const bool cfg_auto = !a->cfg_choice.empty();
-    if (cfg_auto) {
-      model::ExecutionPlan serial = plan, batched = plan;
-      serial.disable("batched_cfg");
-      batched.enable("batched_cfg");
-      cfg_points = bench::cfg_timing_points(
-          bench::result_from_json(io::read_json_file(a->cfg_choice), a->cfg_choice),
-          serial.label(), batched.label(), a->cfg_choice);
+    // --cfg-choice, --graph-choice: this path's timings with the flag off and on, each from
+    // one bench run; the flag is then chosen per asset.
+    struct AutoFlag {
+      std::string flag, file;
+      std::vector<sampler::FlagTimingPoint> points;
+    };
+    std::vector<AutoFlag> auto_flags;
+    if (!a->cfg_choice.empty()) auto_flags.push_back({"batched_cfg", a->cfg_choice, {}});
+    if (!a->graph_choice.empty()) auto_flags.push_back({"cuda_graphs", a->graph_choice, {}});
+    for (auto& f : auto_flags) {
+      model::ExecutionPlan off = plan, on = plan;
+      off.disable(f.flag);
+      on.enable(f.flag);
+      f.points = bench::flag_timing_points(
+          bench::result_from_json(io::read_json_file(f.file), f.file), off.label(), on.label(),
+          f.file);
     }
+    const bool cfg_auto = !a->cfg_choice.empty();
 
     const Device device = choose_device(a->device);
     cudaStream_t stream = nullptr;
@@ -212,18 +223,18 @@ Command add_run(CLI::App& app) {
       payload::Asset asset = payload::read_asset(manifest, *e);
       const int64_t T = asset.coords.size(0);
       sampler::SamplerOptions oa = o;
-      if (cfg_auto) {
-        sampler::CfgChoice choice = sampler::choose_cfg_mode(cfg_points, T);
-        if (choice.batched) {
+      for (const auto& f : auto_flags) {
+        sampler::FlagChoice choice = sampler::choose_flag(f.flag, f.points, T);
+        if (f.flag == "batched_cfg" && choice.on) {
           try {
             check_memory(m, e->name, T, 1, manifest.cond_tokens, true, o.cond_kv_cache,
                          a->max_mem_gib);
           } catch (const Error&) {
-            choice.batched = false;
-            choice.reason += "; batched would not fit in device memory: serial CFG";
+            choice.on = false;
+            choice.reason += "; batched CFG would not fit in device memory: off";
           }
         }
-        oa.batched_cfg = choice.batched;
+        (f.flag == "batched_cfg" ? oa.batched_cfg : oa.cuda_graphs) = choice.on;
         std::printf("[%s] %s\n", e->name.c_str(), choice.reason.c_str());
       }
       check_memory(m, e->name, T, 1, manifest.cond_tokens, oa.batched_cfg, o.cond_kv_cache,
@@ -258,11 +269,12 @@ Command add_run(CLI::App& app) {
       io::write_safetensors(path, tensors,
                             {{"asset", e->name}, {"steps", std::to_string(o.steps)},
                              {"path", plan.label()},
-                             {"cfg", oa.batched_cfg ? "batched" : "serial"}});
+                             {"cfg", oa.batched_cfg ? "batched" : "serial"},
+                             {"cuda_graphs", oa.cuda_graphs ? "on" : "off"}});
       LaunchCounts lc = launch_counts();
-      std::printf("[%s] %lld tokens: denoise loop %.3f s, %llu launches, peak device memory "
-                  "%.2f GiB, %lld non-finite outputs -> %s\n",
-                  e->name.c_str(), static_cast<long long>(T), out.loop_seconds,
+      std::printf("[%s] %lld tokens: set-up %.3f s + denoise loop %.3f s, %llu launches, peak "
+                  "device memory %.2f GiB, %lld non-finite outputs -> %s\n",
+                  e->name.c_str(), static_cast<long long>(T), out.setup_seconds, out.loop_seconds,
                   static_cast<unsigned long long>(lc.total),
                   device == Device::CUDA
                       ? gib(DeviceAllocator::instance().stats().peak_allocated_bytes)

@@ -82,8 +82,8 @@ void rule(std::ostringstream& o, size_t text, size_t numbers) {
 
 void latency_table(std::ostringstream& o, const BenchResult& r,
                    const std::vector<const PathFigures*>& shown) {
-  o << "## Denoise latency per asset\n\nms per denoise loop: median (min-max) over the timed "
-       "repeats.\n\n";
+  o << "## Denoise latency per asset\n\nms per request (the sampler's set-up + the denoise "
+       "loop): median (min-max) over the timed repeats.\n\n";
   std::vector<std::string> head = {"asset", "set", "tokens"};
   for (const auto* p : shown) head.push_back(md(p->path));
   row(o, head);
@@ -94,6 +94,36 @@ void latency_table(std::ostringstream& o, const BenchResult& r,
     for (const auto* p : shown) {
       const auto& w = p->assets[a].wall;
       cells.push_back(w ? ms(w->median) + " (" + ms(w->min) + "-" + ms(w->max) + ")" : kDash);
+    }
+    row(o, cells);
+  }
+  o << '\n';
+}
+
+// Per asset and engine path: wall / ideal, and the launches per loop (the paths the
+// instrumented loop measured; baselines have neither).
+void ideal_table(std::ostringstream& o, const BenchResult& r,
+                 const std::vector<const PathFigures*>& shown) {
+  std::vector<const PathFigures*> measured;
+  for (const auto* p : shown) {
+    bool any = false;
+    for (const auto& a : p->assets) any |= a.wall_over_ideal.has_value();
+    if (any) measured.push_back(p);
+  }
+  if (measured.empty()) return;
+  o << "## Wall / ideal per asset\n\nMedian wall time over the ideal time (attention and GEMM "
+       "FLOPs at the measured library peaks; see How measured), and launches per loop.\n\n";
+  std::vector<std::string> head = {"asset", "tokens"};
+  for (const auto* p : measured) head.push_back(md(p->path));
+  row(o, head);
+  rule(o, 1, head.size() - 1);
+  for (size_t a = 0; a < r.assets.size(); ++a) {
+    std::vector<std::string> cells = {md(r.assets[a].name), group_digits(r.assets[a].tokens)};
+    for (const auto* p : measured) {
+      const auto& f = p->assets[a];
+      cells.push_back(
+          (f.wall_over_ideal ? times(*f.wall_over_ideal) : kDash) + " / " +
+          (f.launches ? group_digits(static_cast<int64_t>(*f.launches)) : kDash));
     }
     row(o, cells);
   }
@@ -189,9 +219,9 @@ void throughput_table(std::ostringstream& o, const BenchResult& r) {
   if (r.throughput.empty()) return;
   o << "## Throughput: multi-asset batching\n\n"
        "K copies of one asset (each with its own noise) packed into one varlen request; all K "
-       "finish together, so each asset's latency is the loop time. K = 1 is the asset's "
+       "finish together, so each asset's latency is the request's time. K = 1 is the asset's "
        "regular cell above.\n\n";
-  const std::vector<std::string> head = {"asset", "tokens", "path", "K", "loop ms",
+  const std::vector<std::string> head = {"asset", "tokens", "path", "K", "request ms",
                                          "latency per asset ms", "assets/hour",
                                          "throughput vs K = 1", "peak GiB"};
   row(o, head);
@@ -229,14 +259,74 @@ void throughput_table(std::ostringstream& o, const BenchResult& r) {
   o << '\n';
 }
 
+// cuda_graphs: per asset, what capturing cost and what the graphs saved, against the same
+// path without graphs measured in the same run (the path minus cuda_graphs, given as a path
+// or as the leave-one-out variant), and the per-token-count decision `run --graph-choice`
+// makes from this result.
+void graph_table(std::ostringstream& o, const BenchResult& r) {
+  auto cell_of = [&](const std::string& path, const std::string& asset) -> const Cell* {
+    for (const auto& c : r.cells)
+      if (c.path == path && c.asset == asset && !c.loop_seconds.empty()) return &c;
+    return nullptr;
+  };
+  bool header_done = false;
+  for (const auto& path : r.paths) {
+    std::vector<std::string> partners = {path + "-cuda_graphs"};
+    const std::string suffix = "+cuda_graphs";
+    if (path.size() > suffix.size() && path.ends_with(suffix))
+      partners.push_back(path.substr(0, path.size() - suffix.size()));
+    if (r.ablation.reference_path == path)
+      if (auto it = r.ablation.variant_path.find("cuda_graphs"); it != r.ablation.variant_path.end())
+        partners.push_back(it->second);
+    for (const auto& eager_path : partners) {
+      std::vector<std::vector<std::string>> rows;
+      for (const auto& a : r.assets) {
+        const Cell* g = cell_of(path, a.name);
+        const Cell* e = cell_of(eager_path, a.name);
+        if (!g || !e || g->graphs_captured == 0) continue;
+        const double tg = wall_spread(*g)->median, te = wall_spread(*e)->median;
+        rows.push_back({md(a.name), group_digits(a.tokens), std::to_string(g->graphs_captured),
+                        group_digits(static_cast<int64_t>(g->graph_nodes)),
+                        fixed(g->graph_capture_seconds * 1e3, 2),
+                        group_digits(static_cast<int64_t>(e->launches)) + " -> " +
+                            group_digits(static_cast<int64_t>(g->launches)),
+                        ms(te), ms(tg), signed_fixed((te - tg) * 1e3, 1),
+                        pct(1 - tg / te, 2), tg < te ? "capture" : "eager"});
+      }
+      if (rows.empty()) continue;
+      if (!header_done) {
+        o << "## CUDA graphs: capture cost vs time saved\n\n"
+             "Per asset: graphs captured per request, their nodes, capture + instantiation "
+             "time (paid by every request, inside its time), launches per loop without and "
+             "with graphs, the medians of both, and the time saved net of the capture. "
+             "Decision: capture where the graphs measured faster; `sparse3d run --graph-choice "
+             "<this result's JSON>` makes it per asset, interpolating between these token "
+             "counts.\n\n";
+        header_done = true;
+      }
+      o << "`" << md(path) << "` vs `" << md(eager_path) << "`:\n\n";
+      const std::vector<std::string> head = {"asset", "tokens", "graphs", "nodes",
+                                             "capture ms", "launches/loop", "eager ms",
+                                             "graphs ms", "saved ms", "saved", "decision"};
+      row(o, head);
+      rule(o, 2, head.size() - 2);
+      for (const auto& cells : rows) row(o, cells);
+      o << '\n';
+      break;
+    }
+  }
+}
+
 void how_measured(std::ostringstream& o, const BenchResult& r) {
   auto peak = [](double tflops, const std::string& shape) {
     return tflops > 0 ? fixed(tflops, 1) + " TFLOPS" + (shape.empty() ? "" : " at " + shape)
                       : std::string("not measured");
   };
   o << "## How measured\n\n"
-    << "Each latency is the CUDA-synchronised wall time of one whole denoise loop after "
-       "warm-up, over the timed repeats (median, and min-max in parentheses); the order of "
+    << "Each latency is the CUDA-synchronised wall time of one whole request after warm-up: "
+       "the sampler's set-up (layouts, the condition's upload, and what a path computes once "
+       "per request instead of in the loop: condition K/V, step tables) plus the denoise loop "
+       "(with any graph capture), over the timed repeats (median, and min-max in parentheses); the order of "
        "assets and paths rotates between repeats so that drift hits every path alike. "
        "Reduction is the equal-weight mean over assets of 1 - t_path / t_ref (positive = "
        "faster), and speedup the geometric mean of the per-asset t_ref / t_path, t being "
@@ -271,6 +361,7 @@ std::string to_markdown(const BenchResult& r) {
     for (const auto& a : r.assets) n += a.set == fig.sets[s];
     summary_table(o, fig, s, n, shown);
   }
+  ideal_table(o, r, shown);
   for (const auto& t : fig.leave_one_out) loo_table(o, t);
   bool any_missing = false;
   for (const auto& b : r.baselines) any_missing |= !b.ran;
@@ -282,6 +373,7 @@ std::string to_markdown(const BenchResult& r) {
     o << '\n';
   }
   throughput_table(o, r);
+  graph_table(o, r);
   if (!r.null_context.empty())
     o << "## Null-context qualification\n\n```\n" << r.null_context << "```\n\n";
   o << "## Fallbacks\n\n";

@@ -18,12 +18,16 @@ struct AssetInfo {
   std::string set;  // "default" or "long-tail"
 };
 
-// One (path, asset) cell: every timed repeat of the whole denoise loop, and what one
-// extra, instrumented loop counted.
+// One (path, asset) cell: every timed repeat of the whole request, and what one extra,
+// instrumented loop counted.
 struct Cell {
   std::string path;   // execution path or baseline name ("pure_eager", "torch_eager", ...)
   std::string asset;
-  std::vector<double> loop_seconds;  // one per repeat, CUDA-synchronised wall time
+  // One per repeat, CUDA-synchronised wall time of the whole request: the sampler's set-up
+  // (with the work a path hoists out of the loop) + the denoise loop. (Named for the loop;
+  // results before 2026-11-29's third session timed the loop alone.)
+  std::vector<double> loop_seconds;
+  std::vector<double> setup_seconds;  // the set-up part of each repeat (empty: not recorded)
   uint64_t launches = 0;       // kernel launches + library calls per denoise loop (0 = not counted)
   std::map<std::string, uint64_t> launches_by_op;
   size_t peak_bytes = 0;       // peak device memory during the loop (0 = not measured)
@@ -31,6 +35,11 @@ struct Cell {
   double gemm_seconds = 0;       // GPU time inside GEMM calls (instrumented loop)
   double attention_flops = 0;    // per denoise loop
   double gemm_flops = 0;
+  // cuda_graphs, from the unprofiled whole loop: graphs captured, their capture +
+  // instantiation time (part of the request's time) and their nodes.
+  int graphs_captured = 0;
+  double graph_capture_seconds = 0;
+  size_t graph_nodes = 0;
 };
 
 // The measured library peaks that define the ideal time.

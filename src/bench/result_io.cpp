@@ -59,6 +59,11 @@ BenchResult result_from_json(const io::Json& j, const std::string& what) {
       cell.gemm_seconds = c.at("gemm_seconds").get<double>();
       cell.attention_flops = c.at("attention_flops").get<double>();
       cell.gemm_flops = c.at("gemm_flops").get<double>();
+      // Absent in results written before the request set-up and graphs were recorded.
+      cell.setup_seconds = c.value("setup_seconds", std::vector<double>());
+      cell.graphs_captured = c.value("graphs_captured", 0);
+      cell.graph_capture_seconds = c.value("graph_capture_seconds", 0.0);
+      cell.graph_nodes = c.value("graph_nodes", size_t{0});
       r.cells.push_back(std::move(cell));
     }
     return r;
@@ -104,23 +109,23 @@ void add_baseline_timing(BenchResult& r, const io::Json& timing, const std::stri
   r.baselines.push_back(st);
 }
 
-std::vector<sampler::CfgTimingPoint> cfg_timing_points(const BenchResult& r,
-                                                       const std::string& serial_path,
-                                                       const std::string& batched_path,
-                                                       const std::string& what) {
-  std::vector<sampler::CfgTimingPoint> points;
+std::vector<sampler::FlagTimingPoint> flag_timing_points(const BenchResult& r,
+                                                         const std::string& off_path,
+                                                         const std::string& on_path,
+                                                         const std::string& what) {
+  std::vector<sampler::FlagTimingPoint> points;
   for (const auto& a : r.assets) {
-    const Cell *serial = nullptr, *batched = nullptr;
+    const Cell *off = nullptr, *on = nullptr;
     for (const auto& c : r.cells) {
       if (c.asset != a.name || c.loop_seconds.empty()) continue;
-      if (c.path == serial_path) serial = &c;
-      if (c.path == batched_path) batched = &c;
+      if (c.path == off_path) off = &c;
+      if (c.path == on_path) on = &c;
     }
-    if (!serial || !batched) continue;
-    points.push_back({a.tokens, wall_spread(*serial)->median, wall_spread(*batched)->median});
+    if (!off || !on) continue;
+    points.push_back({a.tokens, wall_spread(*off)->median, wall_spread(*on)->median});
   }
-  S3D_CHECK(!points.empty(), what, ": no asset was timed both as ", serial_path, " and as ",
-            batched_path, " (bench --paths ", serial_path, " ", batched_path, ")");
+  S3D_CHECK(!points.empty(), what, ": no asset was timed both as ", off_path, " and as ",
+            on_path, " (bench --paths ", off_path, " ", on_path, ")");
   return points;
 }
 

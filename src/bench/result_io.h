@@ -7,7 +7,7 @@
 #include <string>
 
 #include "bench/result.h"
-#include "sampler/cfg_choice.h"
+#include "sampler/flag_choice.h"
 #include "io/json.h"
 
 namespace s3d::bench {
@@ -22,12 +22,12 @@ BenchResult result_from_json(const io::Json& j, const std::string& what);
 void add_baseline_timing(BenchResult& r, const io::Json& timing, const std::string& name,
                          const std::string& what);
 
-// The timings sampler::choose_cfg_mode needs from one bench run: for every asset with cells
-// of both `serial_path` and `serial_path`+batched_cfg, the two medians. Throws naming the
-// labels when the run timed neither.
-std::vector<sampler::CfgTimingPoint> cfg_timing_points(const BenchResult& r,
-                                                       const std::string& serial_path,
-                                                       const std::string& batched_path,
-                                                       const std::string& what);
+// The timings sampler::choose_flag needs from one bench run: for every asset with cells of
+// both `off_path` and `on_path` (one flag apart), the two medians. Throws naming the labels
+// when the run timed no asset both ways.
+std::vector<sampler::FlagTimingPoint> flag_timing_points(const BenchResult& r,
+                                                         const std::string& off_path,
+                                                         const std::string& on_path,
+                                                         const std::string& what);
 
 }  // namespace s3d::bench

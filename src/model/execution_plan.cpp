@@ -46,15 +46,17 @@ const std::vector<FlagInfo>& optimization_flags() {
        30},
       {"step_tables",
        "every step's t-only work (timestep embedding, t MLP, adaLN, each block's modulation) "
-       "once per request before the loop, at the forwards' shapes (shared by serial CFG's two "
-       "forwards); bitwise contract",
-       134, false},
+       "for the whole schedule in one call before the loop (the t-side GEMMs at M = steps x "
+       "2B), one contiguous buffer per step; tolerance contract: per step and block, relative "
+       "L2 <= 2^-8 against the forward's own modulation (cuBLASLt may sum in another order at "
+       "the larger M; bitwise on the CPU)",
+       134},
       {"cuda_graphs",
        "per request, each step kind's forwards (both CFG branches and the CFG combination) "
        "captured as one CUDA graph after every kind ran once, replayed for the later steps "
        "from fixed input buffers and a private allocator pool; bitwise contract against the "
        "eager forwards",
-       1, false},
+       1},
       {"qk_rmsnorm_rope_inplace",
        "self-attention q/k per-head RMSNorm and RoPE in one kernel, in place in the packed "
        "QKV (no split, no temporaries, no restack); bitwise contract",
@@ -102,11 +104,11 @@ const std::vector<PathInfo>& execution_paths() {
         "gemm_gelu_epilogue", "null_context_cache"},
        true, ""},
       {"beyond",
-       "canonical_cache_combined + the condition K/V cache + batched CFG + per-request CUDA "
-       "graphs (issue 6; its graph and batching parts not yet run on a GPU)",
+       "canonical_cache_combined + the condition K/V cache + batched CFG + step tables + "
+       "per-request CUDA graphs (issue 6)",
        {"qk_rmsnorm_rope_inplace", "modulated_layernorm", "gated_residual_add",
         "gemm_gelu_epilogue", "null_context_cache", "cond_kv_cache", "batched_cfg",
-        "cuda_graphs"},
+        "step_tables", "cuda_graphs"},
        true, ""},
   };
   return paths;

@@ -238,6 +238,44 @@ Modulation SLatFlowModel::modulation(const Tensor& t1000) const {
   return out;
 }
 
+Modulation Modulation::view(const Tensor& buffer, int num_blocks, int rows, int used) {
+  S3D_CHECK(buffer.defined() && buffer.ndim() == 2 && buffer.size(0) == int64_t{num_blocks} * rows &&
+                used >= 1 && used <= rows,
+            "modulation view: expected a buffer of ", num_blocks, " x ", rows,
+            " rows with 1..", rows, " used, got ", buffer.describe(), " with ", used, " used");
+  Modulation m;
+  for (int i = 0; i < num_blocks; ++i)
+    m.blocks.push_back(buffer.rows(int64_t{i} * rows, int64_t{i} * rows + used));
+  return m;
+}
+
+Tensor ModulationTable::step_buffer(int k) const {
+  S3D_CHECK(k >= 0 && k < steps(), "modulation table: step ", k, " of ", steps());
+  return storage.rows(k, k + 1).reshape({int64_t{num_blocks} * rows, width});
+}
+
+ModulationTable SLatFlowModel::modulation_table(const Tensor& t1000) const {
+  S3D_CHECK(t1000.defined() && t1000.ndim() == 2 && t1000.dtype() == DType::F32 &&
+                t1000.size(0) >= 1 && t1000.size(1) >= 1,
+            "modulation table: t must be f32 [steps, rows], got ", t1000.describe());
+  const int64_t S = t1000.size(0), R = t1000.size(1);
+  const ModelConfig& c = config();
+  // One call over every step's rows: each block's modulation [S * R, 6C], step-major.
+  const Modulation all = modulation(t1000.reshape({S * R}));
+  ModulationTable tab;
+  tab.num_blocks = c.num_blocks;
+  tab.rows = static_cast<int>(R);
+  tab.width = 6 * c.model_channels;
+  const int64_t per_block = R * tab.width;  // one block's elements of one step
+  tab.storage = Tensor::empty({S, c.num_blocks * per_block}, DType::BF16, device_);
+  for (int i = 0; i < c.num_blocks; ++i) {
+    RowView dst = RowView::columns(tab.storage, i * per_block, per_block);
+    kernels::copy_rows(RowView::of(all.blocks[static_cast<size_t>(i)].reshape({S, per_block})),
+                       dst);
+  }
+  return tab;
+}
+
 Tensor SLatFlowModel::block(int i, const Request& req, const Tensor& x_in, const Tensor& mod,
                             const Condition& cond, const NullPath* null) const {
   const ModelConfig& c = config();

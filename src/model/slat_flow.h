@@ -84,6 +84,27 @@ struct NullPath {
 // once per request, at the forward's own shapes, so the bits are the forward's).
 struct Modulation {
   std::vector<Tensor> blocks;
+  // Views of one buffer bf16 [num_blocks * rows, 6C] laid out block by block, `rows` rows
+  // each: block i is rows [i * rows, i * rows + used) (used <= rows: serial CFG's forwards
+  // read the first B of a step's 2B rows).
+  static Modulation view(const Tensor& buffer, int num_blocks, int rows, int used);
+};
+
+// Every step's modulation (flag step_tables), computed before the loop in one call of the
+// t-side ops over all steps' rows at once (the three t-side GEMMs see M = steps x rows), then
+// laid out step by step so that one step's whole modulation is one contiguous buffer: a
+// CUDA graph reads it from a fixed buffer that one copy per replay refills.
+struct ModulationTable {
+  Tensor storage;  // bf16 [steps, num_blocks * rows * 6C]
+  int num_blocks = 0, rows = 0;
+  int64_t width = 0;  // 6C
+
+  int steps() const { return storage.defined() ? static_cast<int>(storage.size(0)) : 0; }
+  // Step k's buffer, bf16 [num_blocks * rows, 6C] (a view of storage).
+  Tensor step_buffer(int k) const;
+  Modulation step(int k, int used) const {
+    return Modulation::view(step_buffer(k), num_blocks, rows, used);
+  }
 };
 
 class SLatFlowModel {
@@ -117,6 +138,8 @@ class SLatFlowModel {
   // t_embedder MLP, the shared adaLN (or each block's) and every block's modulation, with the
   // forward's ops and shapes.
   Modulation modulation(const Tensor& t1000) const;
+  // The same for a whole schedule, t1000 f32 [steps, rows], in one call (see ModulationTable).
+  ModulationTable modulation_table(const Tensor& t1000) const;
 
   // The condition-side transform of block `block` on cond2d bf16 [BL, cond_channels]: to_kv
   // ([BL, 2C], V in columns C..2C) and, with qk_rms_norm_cross, K's RMSNorm ([BL, H, D];

@@ -169,6 +169,9 @@ Output sample(const model::SLatFlowModel& model, const Inputs& in, const Sampler
             in.cond.describe());
   const int L = static_cast<int>(in.cond.size(1));
   const int64_t T = in.coords.size(0);
+  // The request's clock: from here to the loop's start is its set-up (Output::setup_seconds).
+  if (dev == Device::CUDA) synchronize();
+  const auto request_start = std::chrono::steady_clock::now();
 
   // Once per request: the layout, the conditions on the device, the whole t schedule.
   model::Request req = model.prepare(in.coords, B, L, in.concat_cond);
@@ -233,27 +236,10 @@ Output sample(const model::SLatFlowModel& model, const Inputs& in, const Sampler
     for (int r = 0; r < 2 * B; ++r) t_table.push_back(static_cast<float>(1000.0 * ts[k]));
   Tensor t_all = Tensor::from_floats(t_table, {o.steps, 2 * B}, DType::F32).to(dev);
 
-  // step_tables: the t-only part of every forward, once per step and shape, before the
-  // loop (serial CFG's two forwards of a step share it). Same ops at the same shapes as in
-  // the forward, so the same bits.
-  std::vector<model::Modulation> mod_single(static_cast<size_t>(o.steps)),
-      mod_double(static_cast<size_t>(o.steps));
-  if (o.step_tables) {
-    for (int k = 0; k < o.steps; ++k) {
-      const bool in_interval = o.interval_lo <= ts[k] && ts[k] <= o.interval_hi;
-      const bool need_uncond = in_interval && o.guidance != 1.0;
-      const bool need_cond = !(in_interval && o.guidance == 0.0);
-      Tensor t_row = t_all.rows(k, k + 1).reshape({2 * B});
-      if (need_uncond && need_cond && o.batched_cfg) {
-        mod_double[k] = model.modulation(t_row);
-      } else {
-        mod_single[k] = model.modulation(t_row.rows(0, B));
-      }
-    }
-  }
-  auto table = [&](std::vector<model::Modulation>& v, int k) {
-    return o.step_tables ? &v[static_cast<size_t>(k)] : nullptr;
-  };
+  // step_tables: the t-only part of every forward, for the whole schedule in one call before
+  // the loop ([steps, 2B] rows; serial CFG's forwards read a step's first B rows).
+  model::ModulationTable tables;
+  if (o.step_tables) tables = model.modulation_table(t_all);
 
   // The forwards of step k and the CFG combination (not the guidance rescale, whose scalars
   // depend on t): v is the guided prediction or the one branch that ran.
@@ -270,20 +256,24 @@ Output sample(const model::SLatFlowModel& model, const Inputs& in, const Sampler
   struct StepOut {
     Tensor v_cond, v_uncond, v;
   };
-  // x: [T, out]; t2: [2B] (the step's t per asset, both halves); tables: use step_tables.
-  auto forwards = [&](int k, const Tensor& x, const Tensor& t2, bool tables) {
+  // x: [T, out]; t2: [2B] (the step's t per asset, both halves); mod_buffer: the step's
+  // modulation (a ModulationTable step buffer) with step_tables, else undefined.
+  auto forwards = [&](int k, const Tensor& x, const Tensor& t2, const Tensor& mod_buffer) {
     const StepKind kind = kind_of(k);
     StepOut r;
+    model::Modulation mod;
+    if (mod_buffer.defined())
+      mod = model::Modulation::view(mod_buffer, tables.num_blocks, tables.rows,
+                                    kind.batched ? 2 * B : B);
+    const model::Modulation* mk = mod_buffer.defined() ? &mod : nullptr;
     if (kind.batched) {
       Tensor x2 = Tensor::empty({2 * T, cfg.out_channels}, DType::F32, dev);
       stack_rows(x, x, x2);
-      Tensor v2 = model.forward(req2, x2, t2, cond_2, &null_path,
-                                tables ? table(mod_double, k) : nullptr);
+      Tensor v2 = model.forward(req2, x2, t2, cond_2, &null_path, mk);
       r.v_cond = v2.rows(0, T);
       r.v_uncond = v2.rows(T, 2 * T);
     } else {
       Tensor t_b = t2.rows(0, B);
-      const model::Modulation* mk = tables ? table(mod_single, k) : nullptr;
       if (kind.cond) r.v_cond = model.forward(req, x, t_b, cond_c, nullptr, mk);
       if (kind.uncond) r.v_uncond = model.forward(req, x, t_b, cond_u, &null_path, mk);
     }
@@ -303,7 +293,8 @@ Output sample(const model::SLatFlowModel& model, const Inputs& in, const Sampler
   // caches and workspaces, inside the kind's private pool); once every kind of the schedule
   // has run once (so no later first run can grow a workspace a graph points to), the next
   // occurrence is captured and every later one replays it, reading x and t from fixed
-  // buffers. Refusals are counted fallbacks and run eagerly.
+  // buffers (with step_tables, the step's modulation too). Refusals are counted fallbacks
+  // and run eagerly.
   bool graphs = o.cuda_graphs;
   auto refuse_graphs = [&](const std::string& why) {
     if (graphs) contract::record_fallback("cuda_graphs", why);
@@ -314,10 +305,6 @@ Output sample(const model::SLatFlowModel& model, const Inputs& in, const Sampler
     refuse_graphs("the profiler is on (its events cannot be read inside a graph)");
   if (graphs && !DeviceAllocator::instance().caching())
     refuse_graphs("the caching allocator is off (SPARSE3D_NO_CACHING)");
-  if (graphs && o.step_tables)
-    contract::record_fallback("step_tables",
-                              "inside captured forwards the modulation runs in the graph");
-  // (Eager steps still use the tables: same bits either way.)
   struct KindGraph {
     uint64_t pool = 0;
     bool ran = false;
@@ -331,11 +318,13 @@ Output sample(const model::SLatFlowModel& model, const Inputs& in, const Sampler
     for (int k = 0; k < o.steps; ++k) first.emplace(kind_of(k).code(), k);
     for (const auto& [code, k] : first) all_kinds_ran = std::max(all_kinds_ran, k);
   }
-  Tensor x_in, t_in;  // the graphs' fixed inputs
+  Tensor x_in, t_in, mod_in;  // the graphs' fixed inputs
   if (graphs) {
     x_in = Tensor::empty({T, cfg.out_channels}, DType::F32, dev);
     t_in = Tensor::empty({2 * B}, DType::F32, dev);
+    if (o.step_tables) mod_in = Tensor::empty(tables.step_buffer(0).shape(), DType::BF16, dev);
   }
+  auto step_mod = [&](int k) { return o.step_tables ? tables.step_buffer(k) : Tensor(); };
   auto copy_into = [&](const Tensor& src, Tensor& dst) {
     S3D_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), src.nbytes(),
                                    cudaMemcpyDeviceToDevice, current_stream()));
@@ -347,6 +336,7 @@ Output sample(const model::SLatFlowModel& model, const Inputs& in, const Sampler
   if (dev == Device::CUDA) synchronize();
   out.launches_before_loop = launch_counts();
   auto start = std::chrono::steady_clock::now();
+  out.setup_seconds = std::chrono::duration<double>(start - request_start).count();
   for (int k = 0; k < o.steps; ++k) {
     const double t = ts[k], t_prev = ts[k + 1];
     const StepKind kind = kind_of(k);
@@ -355,13 +345,13 @@ Output sample(const model::SLatFlowModel& model, const Inputs& in, const Sampler
 
     StepOut so;
     if (!graphs) {
-      so = forwards(k, x, t_row, true);
+      so = forwards(k, x, t_row, step_mod(k));
     } else {
       KindGraph& g = kinds[kind.code()];
       if (g.pool == 0) g.pool = DeviceAllocator::instance().create_pool();
       if (!g.graph && g.ran && k > all_kinds_ran) {
         try {
-          g.graph = CapturedGraph::capture(g.pool, [&] { g.out = forwards(k, x_in, t_in, false); });
+          g.graph = CapturedGraph::capture(g.pool, [&] { g.out = forwards(k, x_in, t_in, mod_in); });
           out.graphs_captured++;
           out.graph_capture_seconds += g.graph->capture_seconds();
           out.graph_nodes += g.graph->nodes();
@@ -373,11 +363,12 @@ Output sample(const model::SLatFlowModel& model, const Inputs& in, const Sampler
       if (graphs && g.graph) {
         copy_into(x, x_in);
         copy_into(t_row, t_in);
+        if (o.step_tables) copy_into(step_mod(k), mod_in);
         g.graph->launch();
         so = g.out;
       } else {
         PoolScope scope(g.pool);
-        so = forwards(k, x, t_row, true);
+        so = forwards(k, x, t_row, step_mod(k));
         g.ran = true;
       }
     }

@@ -29,8 +29,8 @@ struct SamplerOptions {
   bool null_context_exact = false;
   bool null_context_cache = false;
   bool cond_kv_cache = false;
-  // Every step's modulation (model::Modulation) computed once per request before the loop,
-  // at the forwards' shapes, instead of in every forward (flag step_tables).
+  // Every step's modulation (model::ModulationTable) computed once per request before the
+  // loop, in one call for the whole schedule, instead of in every forward (flag step_tables).
   bool step_tables = false;
   // Per-request CUDA graphs (core/cuda_graph.h): each step kind's forwards captured once and
   // replayed for every later step of that kind; bitwise contract against the eager forwards.
@@ -80,6 +80,11 @@ struct Output {
   Tensor first_v_cond, first_v_uncond;  // f32 [T, out], host, when asked for
   std::vector<StepRecord> steps;
   double loop_seconds = 0;              // the whole denoise loop, device-synchronised
+  // The request's set-up before the loop, device-synchronised: layouts, the condition's
+  // upload, and the per-request work the fast paths hoist out of the loop (condition K/V,
+  // step tables). A request's latency is both (request_seconds); `sparse3d bench` times that.
+  double setup_seconds = 0;
+  double request_seconds() const { return setup_seconds + loop_seconds; }
   // The process's launch counter (core/cuda_util.h) when the loop started: what the
   // request's set-up (layouts, condition K/V cache, ...) had launched by then, for callers
   // that scale a shorter loop's counts to a whole loop.

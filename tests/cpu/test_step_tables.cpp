@@ -1,7 +1,8 @@
 // step_tables (issue 6 item 3): every step's t-only work (the blocks' modulation) computed
-// once per request before the loop. Contract: bitwise equal to computing it in every
-// forward, for every path, CFG mode and schedule (same ops at the same shapes), and a given
-// modulation that does not fit the forward is an error.
+// for the whole schedule in one call before the loop. On the CPU backend a GEMM's row does
+// not depend on M, so the contract here is bitwise equality with computing it in every
+// forward, for every path, CFG mode and schedule (the GPU test checks the one-ulp contract);
+// a given modulation that does not fit the forward is an error.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -83,6 +84,32 @@ TEST_P(StepTablesCpu, AModulationThatDoesNotFitIsAnError) {
                                  m.forward(req, in.noise, t, cond), "forward output"));
 }
 
+// The table's layout: step k's buffer holds every block's modulation of that step, block by
+// block, and its views give the forward's own bits for B and for 2B rows.
+TEST_P(StepTablesCpu, TheTableHoldsEachStepsModulationBlockByBlock) {
+  SLatFlowModel m(load_checkpoint(dir + "/tiny.json", Device::CPU));
+  const std::vector<float> t = {1000.f, 1000.f, 1000.f, 1000.f, 812.5f, 812.5f, 812.5f, 812.5f,
+                                333.f,  333.f,  333.f,  333.f};
+  const ModulationTable table = m.modulation_table(Tensor::from_floats(t, {3, 4}, DType::F32));
+  ASSERT_EQ(table.steps(), 3);
+  EXPECT_EQ(table.step_buffer(2).shape(), (Shape{m.config().num_blocks * 4, table.width}));
+  for (int k = 0; k < 3; ++k)
+    for (int used : {2, 4}) {
+      const Modulation own = m.modulation(Tensor::from_floats(
+          std::vector<float>(static_cast<size_t>(used), t[static_cast<size_t>(4 * k)]), {used},
+          DType::F32));
+      const Modulation got = table.step(k, used);
+      ASSERT_EQ(got.blocks.size(), own.blocks.size());
+      for (size_t i = 0; i < own.blocks.size(); ++i)
+        EXPECT_TRUE(testing::same_bits(got.blocks[i], own.blocks[i], "modulation block"))
+            << "step " << k << ", block " << i << ", " << used << " rows";
+    }
+  EXPECT_ERROR(table.step(3, 4), "step 3 of 3");
+  EXPECT_ERROR(table.step(0, 5), "with 5 used");
+  EXPECT_ERROR(m.modulation_table(Tensor::from_floats({1.f, 2.f}, {2}, DType::F32)),
+               "t must be f32 [steps, rows]");
+}
+
 // cuda_graphs on the CPU backend: refused, counted once per request, and the eager forwards
 // run (bitwise).
 TEST_P(StepTablesCpu, CudaGraphsOnTheCpuFallBackCountedAndBitwise) {
@@ -92,7 +119,7 @@ TEST_P(StepTablesCpu, CudaGraphsOnTheCpuFallBackCountedAndBitwise) {
   sampler::SamplerOptions o;
   o.steps = 3;
   const auto ref = testing::reference_run(m, in, o, false);
-  testing::expect_same_bits_as(ref, m, in, o, "pure_eager+cuda_graphs", nullptr);
+  testing::expect_same_bits_as(ref, m, in, o, "pure_eager+cuda_graphs+step_tables", nullptr);
   const auto f = contract::fallback_counts();
   ASSERT_EQ(f.size(), 1u) << contract::format_fallbacks(f);
   EXPECT_EQ(f[0].optimization, "cuda_graphs");

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -116,15 +117,75 @@ TEST_F(ModelGpu, PackedAssetsStayCloseToEachRunAlone) {
   }
 }
 
-// step_tables on the GPU: the same ops at the same shapes, so the same bits (the CPU test
-// covers every path and schedule); fewer launches per loop in serial CFG (one modulation per
-// step instead of one per forward).
-TEST_F(ModelGpu, StepTablesAreBitwiseAndLaunchLess) {
-  SLatFlowModel gpu(load_checkpoint(dir + "/tiny.json", Device::CUDA));
-  const auto in = make_inputs({333, 77}, 8, 64, 53);
+// bf16 bits as a monotone integer line (the distance between two is their ulp distance).
+int32_t bf16_line(uint16_t b) {
+  return (b & 0x8000) ? -static_cast<int32_t>(b & 0x7fff) : static_cast<int32_t>(b);
+}
+
+// step_tables on the GPU. The table is computed for the whole schedule in one call (the three
+// t-side fp32 GEMMs at M = steps x 2B, not B or 2B as in each forward), so cuBLASLt may sum
+// in another order: measured on the H200 (2026-11-29), 126 of 1,658,880 elements of the
+// full-width table differ, by up to 8 bf16 ulp (where the sum of the shared and the block's
+// modulation nearly cancels). Contract: per step and block, relative L2 against the
+// forward's own modulation <= 2^-8 (bf16's rounding unit); the test prints the counts. At
+// the full preset's widths (C 1536, 2 blocks) and at the tiny preset's.
+TEST_F(ModelGpu, StepTablesStayWithinTheirToleranceOfTheForwardsModulation) {
+  ModelConfig full = preset("trellis2-shape-1024");
+  full.num_blocks = 2;
+  make_checkpoint(full, 17, dir + "/full2", DType::BF16);
+  for (const char* name : {"tiny", "full2"}) {
+    SCOPED_TRACE(name);
+    SLatFlowModel gpu(load_checkpoint(dir + "/" + name + ".json", Device::CUDA));
+    const int steps = 15, rows = 4;  // 2B for B = 2
+    std::vector<float> t;
+    for (double v : sampler::timesteps(steps, 3.0)) {
+      if (t.size() == static_cast<size_t>(steps * rows)) break;
+      for (int r = 0; r < rows; ++r) t.push_back(static_cast<float>(1000.0 * v));
+    }
+    const Tensor t_all = Tensor::from_floats(t, {steps, rows}, DType::F32).to(Device::CUDA);
+    const ModulationTable table = gpu.modulation_table(t_all);
+    int64_t differ = 0, total = 0, worst_ulp = 0;
+    double worst_rel = 0;
+    for (int k = 0; k < steps; ++k)
+      for (int used : {rows / 2, rows}) {
+        const Modulation mine = gpu.modulation(t_all.rows(k, k + 1).reshape({rows}).rows(0, used));
+        const Modulation got = table.step(k, used);
+        ASSERT_EQ(got.blocks.size(), mine.blocks.size());
+        for (size_t i = 0; i < mine.blocks.size(); ++i) {
+          const Tensor a = mine.blocks[i].to(Device::CPU), b = got.blocks[i].to(Device::CPU);
+          ASSERT_EQ(a.numel(), b.numel());
+          for (int64_t e = 0; e < a.numel(); ++e) {
+            const int64_t d = std::abs(bf16_line(a.data_as<uint16_t>()[e]) -
+                                       bf16_line(b.data_as<uint16_t>()[e]));
+            differ += d != 0;
+            worst_ulp = std::max(worst_ulp, d);
+            ++total;
+          }
+          const double rel = rel_l2(b.to_floats(), a.to_floats());
+          worst_rel = std::max(worst_rel, rel);
+          EXPECT_LE(rel, 1.0 / 256) << "step " << k << ", block " << i << ", " << used << " rows";
+        }
+      }
+    std::printf("step_tables (%s): %lld of %lld modulation elements differ from the forward's "
+                "own, by at most %lld ulp; worst relative L2 per step and block %.3e\n",
+                name, static_cast<long long>(differ), static_cast<long long>(total),
+                static_cast<long long>(worst_ulp), worst_rel);
+  }
+}
+
+// And the loop: fewer launches (one modulation per request instead of one per forward); the
+// final latent within 1e-2 relative L2 of the per-forward modulation's, printed with the
+// count of differing elements (bitwise at the tiny widths). At the full preset's widths
+// (2 blocks), 15 steps, 1,001 and 77 tokens.
+TEST_F(ModelGpu, StepTablesLaunchLessAndKeepTheLatent) {
+  ModelConfig full = preset("trellis2-shape-1024");
+  full.num_blocks = 2;
+  make_checkpoint(full, 17, dir + "/full2", DType::BF16);
+  SLatFlowModel gpu(load_checkpoint(dir + "/full2.json", Device::CUDA));
+  const auto in = testing::synthetic_inputs({1001, 77}, 64, full.cond_channels, full.out_channels, 53);
   for (bool batched : {false, true}) {
     sampler::SamplerOptions o;
-    o.steps = 3;
+    o.steps = 15;
     o.batched_cfg = batched;
     sampler::sample(gpu, in, o);  // warm-up
     synchronize();
@@ -135,18 +196,18 @@ TEST_F(ModelGpu, StepTablesAreBitwiseAndLaunchLess) {
     reset_launch_counts();
     const Tensor got = sampler::sample(gpu, in, o).latent;
     const uint64_t with = launch_counts().total;
-    std::printf("step_tables (%s CFG): %llu launches per run, %llu without\n",
-                batched ? "batched" : "serial", static_cast<unsigned long long>(with),
-                static_cast<unsigned long long>(without));
     const auto a = ref.to_floats(), b = got.to_floats();
     ASSERT_EQ(a.size(), b.size());
-    for (size_t i = 0; i < a.size(); ++i)
-      ASSERT_EQ(std::memcmp(&a[i], &b[i], sizeof(float)), 0) << "element " << i;
-    if (batched) {
-      EXPECT_EQ(with, without);  // one forward per step either way: the work only moves
-    } else {
-      EXPECT_LT(with, without);
-    }
+    int64_t differ = 0;
+    for (size_t i = 0; i < a.size(); ++i) differ += std::memcmp(&a[i], &b[i], sizeof(float)) != 0;
+    const double err = rel_l2(b, a);
+    std::printf("step_tables (%s CFG): %llu launches per run, %llu without; latent: %lld of %zu "
+                "differ, rel L2 %.3e\n",
+                batched ? "batched" : "serial", static_cast<unsigned long long>(with),
+                static_cast<unsigned long long>(without), static_cast<long long>(differ),
+                a.size(), err);
+    EXPECT_LE(err, 1e-2);
+    EXPECT_LT(with, without);
   }
 }
 
