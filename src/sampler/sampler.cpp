@@ -206,15 +206,23 @@ Output sample(const model::SLatFlowModel& model, const Inputs& in, const Sampler
     }
   }
   const std::vector<double> ts = timesteps(o.steps, o.rescale_t);
-  // Which forwards the schedule runs: both branches batched, or the conditional one alone.
-  bool any_batched = false, any_cond_alone = false;
-  for (int k = 0; k < o.steps; ++k) {
+  // What step k runs: which branches, and whether both as one batch.
+  struct StepKind {
+    bool cond, uncond, batched;
+    int code() const { return (cond ? 1 : 0) + (uncond ? 2 : 0) + (batched ? 4 : 0); }
+  };
+  auto kind_of = [&](int k) {
     const bool in_interval = o.interval_lo <= ts[k] && ts[k] <= o.interval_hi;
     const bool need_uncond = in_interval && o.guidance != 1.0;
     const bool need_cond = !(in_interval && o.guidance == 0.0);
-    const bool batched = need_uncond && need_cond && o.batched_cfg;
-    any_batched |= batched;
-    any_cond_alone |= need_cond && !batched;
+    return StepKind{need_cond, need_uncond, need_uncond && need_cond && o.batched_cfg};
+  };
+  // Which forwards the schedule runs: both branches batched, or the conditional one alone.
+  bool any_batched = false, any_cond_alone = false;
+  for (int k = 0; k < o.steps; ++k) {
+    const StepKind kind = kind_of(k);
+    any_batched |= kind.batched;
+    any_cond_alone |= kind.cond && !kind.batched;
   }
   // cond_kv_cache: the conditional forwards' condition projected once per request. The
   // batched reference forward's condition includes the zero half, so it has its own.
@@ -243,16 +251,6 @@ Output sample(const model::SLatFlowModel& model, const Inputs& in, const Sampler
 
   // The forwards of step k and the CFG combination (not the guidance rescale, whose scalars
   // depend on t): v is the guided prediction or the one branch that ran.
-  struct StepKind {
-    bool cond, uncond, batched;
-    int code() const { return (cond ? 1 : 0) + (uncond ? 2 : 0) + (batched ? 4 : 0); }
-  };
-  auto kind_of = [&](int k) {
-    const bool in_interval = o.interval_lo <= ts[k] && ts[k] <= o.interval_hi;
-    const bool need_uncond = in_interval && o.guidance != 1.0;
-    const bool need_cond = !(in_interval && o.guidance == 0.0);
-    return StepKind{need_cond, need_uncond, need_uncond && need_cond && o.batched_cfg};
-  };
   struct StepOut {
     Tensor v_cond, v_uncond, v;
   };
