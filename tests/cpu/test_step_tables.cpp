@@ -110,6 +110,21 @@ TEST_P(StepTablesCpu, TheTableHoldsEachStepsModulationBlockByBlock) {
                "t must be f32 [steps, rows]");
 }
 
+// The hoisted work is paid for: the request's set-up (here with the table) is timed apart
+// from the loop, and a request's time is both (what `sparse3d bench` records).
+TEST_P(StepTablesCpu, TheRequestsSetUpIsTimedApartFromItsLoop) {
+  SLatFlowModel m(load_checkpoint(dir + "/tiny.json", Device::CPU));
+  const auto in = testing::synthetic_inputs({13}, 5, m.config().cond_channels,
+                                            m.config().out_channels, 34);
+  sampler::SamplerOptions o;
+  o.steps = 2;
+  o.step_tables = true;
+  const sampler::Output out = sampler::sample(m, in, o);
+  EXPECT_GT(out.setup_seconds, 0.0);
+  EXPECT_GT(out.loop_seconds, 0.0);
+  EXPECT_DOUBLE_EQ(out.request_seconds(), out.setup_seconds + out.loop_seconds);
+}
+
 // cuda_graphs on the CPU backend: refused, counted once per request, and the eager forwards
 // run (bitwise).
 TEST_P(StepTablesCpu, CudaGraphsOnTheCpuFallBackCountedAndBitwise) {
