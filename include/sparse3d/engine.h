@@ -1,0 +1,213 @@
+// sparse3d public API: the Engine (docs/API.md).
+//
+// An Engine is loaded once from a checkpoint (the released NAME.json + NAME.safetensors) and
+// serves requests: sample() runs the whole flow-Euler CFG denoise loop, forward() one
+// denoiser call for an external sampler. It owns its CUDA stream, its device allocator, its
+// library plans (cuBLASLt, cuDNN), its null-context qualification state and its counters.
+//
+// Threads: one request at a time per Engine (concurrent calls on one Engine wait for each
+// other); several Engines in one process may serve requests from different threads at once.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "sparse3d/flags.h"
+#include "sparse3d/types.h"
+
+namespace sparse3d {
+
+enum class DeviceChoice : uint8_t { Auto, CUDA, CPU };
+
+struct EngineOptions {
+  // Execution path and edits; default: the fastest path whose contracts hold (beyond).
+  std::string path = std::string(default_path());
+  std::vector<Flag> enable, disable;
+  DeviceChoice device = DeviceChoice::Auto;  // Auto: the GPU when there is one
+  int device_index = 0;
+  // Device memory the engine may use, GiB (0: all). A request that would not fit is refused
+  // before it runs, with the estimate in the message.
+  double max_device_memory_gib = 0;
+  // Null-context qualification cache (docs/CONTRACTS.md). Empty: $SPARSE3D_CACHE_DIR, else
+  // $XDG_CACHE_HOME/sparse3d, else $HOME/.cache/sparse3d. persist = false: memory only.
+  std::string cache_dir;
+  bool persist_qualification = true;
+  // Candidate canonical M for the null-context cache (empty: 1 64 128 256 512 1024).
+  std::vector<int64_t> qualify_m;
+  // Start-up lines (qualification reports, cache hits and refusals); empty: silent.
+  std::function<void(const std::string&)> log;
+};
+
+// The sampler (TRELLIS.2's FlowEulerGuidanceIntervalSampler). Default: the released
+// shape-model settings.
+struct SamplerSettings {
+  int steps = 12;
+  double rescale_t = 3.0;
+  double guidance = 7.5;         // g; 1 = no unconditional forward
+  double interval_lo = 0.6;      // CFG only for t in [lo, hi]
+  double interval_hi = 1.0;
+  double guidance_rescale = 0.5;  // rho in [0, 1]
+  double sigma_min = 1e-5;
+
+  static SamplerSettings released() { return SamplerSettings{}; }
+  // The benchmark protocol: 15 steps, CFG 7.5 on every step, no rescale.
+  static SamplerSettings protocol() { return SamplerSettings{15, 3.0, 7.5, 0.0, 1.0, 0.0, 1e-5}; }
+};
+
+struct StepInfo {
+  int index = 0;  // 0-based
+  int total = 0;
+  double t = 0, t_prev = 0;
+  bool cfg = false;        // an unconditional forward ran this step
+  double elapsed_s = 0;    // since the loop started, after the step finished on the device
+  TensorView latent;       // x after this step, f32 [T, out]; valid during the callback only
+};
+using StepCallback = std::function<void(const StepInfo&)>;
+
+// Instrumentation of one request (`sparse3d bench`): Off costs nothing; Library times every
+// GEMM and attention call; Launches charges the time between launches to each op.
+enum class Profile : uint8_t { Off, Library, Launches };
+
+struct SampleRequest {
+  TensorView coords;       // i32 [T, 4]: (batch, x, y, z), assets packed in batch order
+  int batch = 1;           // B assets
+  TensorView cond;         // bf16 or f32 [B, L, cond_channels]
+  TensorView concat_cond;  // f32 [T, in - out] (texture models), or empty
+  TensorView noise;        // f32 [T, out]: x at t = 1; empty: drawn from `seed`
+  uint64_t seed = 0;       // the counter-based normal stream (docs/FORMATS.md)
+  SamplerSettings sampler;
+  std::optional<FlagSet> flags;  // this request's flags; default: the engine's
+  TensorView out;          // optional caller-owned f32 [T, out] that receives the latent
+  StepCallback on_step;
+  bool keep_first_forward = false;  // also return step 1's v_cond and v_uncond
+  Profile profile = Profile::Off;
+  void* cuda_stream = nullptr;      // run on this cudaStream_t; null: the engine's own
+};
+
+struct OpTime {
+  uint64_t calls = 0;
+  double seconds = 0;
+  double flops = 0;
+};
+
+struct RequestStats {
+  std::string plan;             // the request's flags as a path label
+  int64_t tokens = 0;
+  double setup_seconds = 0;     // layouts, uploads, hoisted per-request work
+  double loop_seconds = 0;      // the denoise loop, device-synchronised
+  uint64_t launches = 0;        // kernels + library calls + graph replays
+  uint64_t launches_before_loop = 0;
+  std::map<std::string, uint64_t> launches_by_op;
+  size_t peak_device_bytes = 0;  // peak allocated during the request
+  int graphs_captured = 0;
+  double graph_capture_seconds = 0;
+  size_t graph_nodes = 0;
+  std::map<std::string, OpTime> profile;  // by category (Library) or op (Launches)
+  double request_seconds() const { return setup_seconds + loop_seconds; }
+};
+
+struct SampleResult {
+  Array latent;                       // f32 [T, out]: `out` when given, else on the device
+  Array first_v_cond, first_v_uncond;  // keep_first_forward only
+  std::vector<StepInfo> steps;        // without latents
+  RequestStats stats;
+};
+
+// One denoiser call v = model(x_t, t, cond) for an external sampler.
+struct ForwardRequest {
+  TensorView x;            // f32 or bf16 [T, out]: the noisy latent
+  TensorView t;            // f32 [B]: 1000 * t per asset, as TRELLIS.2's samplers pass it
+  TensorView coords;       // i32 [T, 4]
+  int batch = 1;
+  TensorView cond;         // bf16 or f32 [B, L, cond_channels]
+  TensorView concat_cond;  // f32 [T, in - out] or empty
+  std::optional<FlagSet> flags;
+  TensorView out;          // optional caller-owned f32 [T, out]
+  void* cuda_stream = nullptr;
+};
+
+struct ModelInfo {
+  std::string family;      // "SLatFlowModel"
+  std::string checkpoint;  // the NAME.json it was loaded from
+  std::string content_hash;  // 16 hex digits over every tensor's name and bytes
+  int resolution = 0, in_channels = 0, out_channels = 0, model_channels = 0;
+  int cond_channels = 0, num_blocks = 0, num_heads = 0;
+  int64_t parameters = 0;
+};
+
+struct FallbackCount {
+  std::string optimization;  // the flag that was refused
+  std::string reason;
+  uint64_t count = 0;
+};
+
+struct Counters {
+  uint64_t requests = 0;
+  uint64_t launches = 0;
+  std::vector<FallbackCount> fallbacks;
+  size_t device_bytes_in_use = 0, device_bytes_reserved = 0, peak_device_bytes = 0;
+  uint64_t qualifications_run = 0;   // null-context qualifications computed
+  uint64_t qualification_cache_hits = 0;
+  uint64_t qualification_cache_refusals = 0;  // stale or corrupt entries not trusted
+};
+
+// The null-context state per condition length L (docs/CONTRACTS.md).
+struct QualificationState {
+  int context_tokens = 0;             // L
+  bool applicable = false;
+  std::string reason;                 // why not, when not applicable
+  std::vector<std::string> facts;
+  struct Shape {
+    int64_t tokens = 0;               // N, tokens per CFG branch
+    bool batched = false;             // the batched-CFG checks too
+    int64_t m = 0;                    // smallest candidate M that passed; 0 = none
+    std::string source;               // "qualified" or "cache"
+    std::string summary;
+  };
+  std::vector<Shape> shapes;
+};
+
+class Engine {
+ public:
+  // Loads NAME.json + NAME.safetensors (strict: names, shapes, finite values).
+  explicit Engine(const std::string& checkpoint_json, EngineOptions options = {});
+  ~Engine();
+  Engine(Engine&&) noexcept;
+  Engine& operator=(Engine&&) noexcept;
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  const ModelInfo& model() const;
+  Device device() const;
+  const ExecutionPlan& plan() const;  // the engine's default flags
+
+  SampleResult sample(const SampleRequest& request);
+  Array forward(const ForwardRequest& request);
+
+  // Builds, ahead of the first request, what a request at these token counts would build on
+  // first use: cuDNN graphs, cuBLASLt plans, the allocator's blocks, and (null-context paths)
+  // the qualification of these shapes for condition length `cond_tokens`.
+  void warm_up(const std::vector<int64_t>& token_counts, int cond_tokens);
+
+  Counters counters() const;
+  void reset_counters();  // launches, fallbacks and the memory peak
+  // The environment the engine's qualifications and measurements are valid for.
+  std::vector<std::pair<std::string, std::string>> fingerprint() const;
+  std::vector<QualificationState> qualification() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// The engine's noise for `seed` (what SampleRequest draws when `noise` is empty): standard
+// normal f32 [rows, cols] on the host.
+Array draw_noise(uint64_t seed, int64_t rows, int64_t cols);
+
+}  // namespace sparse3d
