@@ -6,5 +6,11 @@ cd "$(dirname "$0")/.."
 export PATH="/usr/local/cuda/bin:$PATH"
 BUILD_DIR=${BUILD_DIR:-build}
 gen=(); command -v ninja >/dev/null && gen=(-G Ninja)
-cmake -S . -B "$BUILD_DIR" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
+# ccache, where installed, makes a rebuild of unchanged files (another checkout too) free.
+launch=()
+if command -v ccache >/dev/null; then
+  export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD}
+  launch=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
+fi
+cmake -S . -B "$BUILD_DIR" "${gen[@]}" "${launch[@]}" -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
 cmake --build "$BUILD_DIR" -j "${BUILD_JOBS:-$(nproc)}"

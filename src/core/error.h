@@ -7,12 +7,12 @@
 #include <string>
 #include <utility>
 
+#include "sparse3d/types.h"
+
 namespace s3d {
 
-class Error : public std::runtime_error {
- public:
-  explicit Error(const std::string& what) : std::runtime_error(what) {}
-};
+// The public error type (include/sparse3d/types.h) is the engine's one error type.
+using Error = ::sparse3d::Error;
 
 // Concatenates any streamable values into one string.
 template <class... Args>

@@ -10,10 +10,12 @@
 #include <string>
 #include <vector>
 
+#include "sparse3d/types.h"
+
 namespace s3d {
 
-enum class DType : uint8_t { BF16, F32, I32 };
-enum class Device : uint8_t { CPU, CUDA };
+using ::sparse3d::DType;
+using ::sparse3d::Device;
 
 using Shape = std::vector<int64_t>;
 
