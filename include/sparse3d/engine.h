@@ -26,8 +26,10 @@ namespace sparse3d {
 enum class DeviceChoice : uint8_t { Auto, CUDA, CPU };
 
 struct EngineOptions {
-  // Execution path and edits; default: the fastest path whose contracts hold (beyond).
-  std::string path = std::string(default_path());
+  // Execution path (a spec such as "beyond-cuda_graphs") and edits. Empty: the fastest
+  // path whose contracts hold, default_path() (beyond); on the CPU backend without
+  // cuda_graphs, which it has no use for.
+  std::string path;
   std::vector<Flag> enable, disable;
   DeviceChoice device = DeviceChoice::Auto;  // Auto: the GPU when there is one
   int device_index = 0;
@@ -189,6 +191,11 @@ class Engine {
 
   SampleResult sample(const SampleRequest& request);
   Array forward(const ForwardRequest& request);
+
+  // Empty when a sample() of `tokens` tokens in `batch` assets with `cond_tokens` condition
+  // tokens under `flags` fits the device memory the engine may use; else why not (the
+  // message sample() would throw).
+  std::string fits(int64_t tokens, int batch, int cond_tokens, const FlagSet& flags) const;
 
   // Builds, ahead of the first request, what a request at these token counts would build on
   // first use: cuDNN graphs, cuBLASLt plans, the allocator's blocks, and (null-context paths)

@@ -1,115 +1,172 @@
-// sparse3d run: the full denoise loop for assets of a payload manifest.
+// sparse3d run: the full denoise loop for assets of a payload manifest, through the public
+// Engine API (include/sparse3d/engine.h) like any other client.
 #include <CLI/CLI.hpp>
 
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
 
 #include "apps/commands.h"
+#include "apps/engine_flags.h"
 #include "apps/sampler_flags.h"
 #include "bench/result_io.h"
-#include "contract/fallback.h"
-#include "core/allocator.h"
-#include "core/cuda_util.h"
 #include "core/error.h"
-#include "core/rng.h"
+#include "core/tensor.h"
 #include "io/json.h"
 #include "io/safetensors.h"
-#include "model/checkpoint.h"
-#include "model/execution_plan.h"
-#include "model/null_context.h"
-#include "model/params.h"
-#include "model/slat_flow.h"
 #include "payload/payload.h"
 #include "sampler/flag_choice.h"
-#include "sampler/sampler.h"
+#include "sparse3d/engine.h"
 
 namespace s3d::apps {
 namespace {
 
-// The CPU backend is a correctness oracle, not a product path: beyond this size a run
-// would take hours, so it is refused with a pointer to what works.
-constexpr int64_t kCpuParameterLimit = 50'000'000;
-
 double gib(size_t bytes) { return bytes / (1024.0 * 1024.0 * 1024.0); }
 
-Device choose_device(const std::string& wanted) {
-  bool gpu = cuda_available();
-  if (wanted == "cuda") {
-    S3D_CHECK(gpu, "--device cuda: no usable CUDA device found");
-    return Device::CUDA;
+struct RunArgs {
+  std::string manifest, out = "out/latents";
+  std::vector<std::string> assets;
+  EngineFlags engine;
+  SamplerFlags sampler{"released"};
+  bool dump_first = false;
+  std::string cfg_choice, graph_choice;
+};
+
+// --cfg-choice, --graph-choice: this path's timings with the flag off and on from one bench
+// run; the flag is then chosen per asset by token count.
+struct AutoFlag {
+  sparse3d::Flag flag;
+  std::string file;
+  std::vector<sampler::FlagTimingPoint> points;
+};
+
+std::vector<AutoFlag> auto_flags(const RunArgs& a, const sparse3d::ExecutionPlan& plan) {
+  std::vector<AutoFlag> out;
+  if (!a.cfg_choice.empty()) out.push_back({sparse3d::Flag::batched_cfg, a.cfg_choice, {}});
+  if (!a.graph_choice.empty()) out.push_back({sparse3d::Flag::cuda_graphs, a.graph_choice, {}});
+  for (auto& f : out) {
+    sparse3d::ExecutionPlan off = plan, on = plan;
+    off.disable(f.flag);
+    on.enable(f.flag);
+    f.points = bench::flag_timing_points(
+        bench::result_from_json(io::read_json_file(f.file), f.file), off.label(), on.label(),
+        f.file);
   }
-  if (wanted == "cpu") return Device::CPU;
-  if (!gpu) std::printf("no CUDA device found: running the CPU backend (a reference, slow)\n");
-  return gpu ? Device::CUDA : Device::CPU;
+  return out;
 }
 
-// Refuses, before the loop starts, a request whose activations cannot fit.
-void check_memory(const model::SLatFlowModel& m, const std::string& asset, int64_t tokens,
-                  int batch, int cond_tokens, bool batched_cfg, bool cond_kv_cache,
-                  double cap_gib) {
-  if (m.device() != Device::CUDA) return;
-  const int64_t t_eff = batched_cfg ? 2 * tokens : tokens;
-  const int b_eff = batched_cfg ? 2 * batch : batch;
-  size_t need = m.activation_bytes(t_eff, b_eff, cond_tokens);
-  if (cond_kv_cache) {
-    // Per block: to_kv's [BL, 2C] and the normalised K [BL, C], bf16, for every row the
-    // conditional forwards attend to (both halves in the batched reference forward).
-    const auto& c = m.config();
-    need += static_cast<size_t>(c.num_blocks) * b_eff * cond_tokens * 3 * c.model_channels * 2;
+// The request's flags: the engine's, with the per-asset choices applied (batched CFG only
+// where it fits in memory).
+sparse3d::FlagSet asset_flags(const sparse3d::Engine& engine, const std::vector<AutoFlag>& autos,
+                              const std::string& asset, int64_t tokens, int cond_tokens) {
+  sparse3d::FlagSet flags = engine.plan().flags();
+  for (const auto& f : autos) {
+    sampler::FlagChoice choice = sampler::choose_flag(std::string(sparse3d::name(f.flag)), f.points, tokens);
+    if (f.flag == sparse3d::Flag::batched_cfg && choice.on) {
+      sparse3d::FlagSet batched = flags;
+      batched.set(sparse3d::Flag::batched_cfg);
+      if (!engine.fits(tokens, 1, cond_tokens, batched).empty()) {
+        choice.on = false;
+        choice.reason += "; batched CFG would not fit in device memory: off";
+      }
+    }
+    flags.set(f.flag, choice.on);
+    std::printf("[%s] %s\n", asset.c_str(), choice.reason.c_str());
   }
-  size_t free_b = 0, total_b = 0;
-  S3D_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
-  // Blocks the caching allocator holds count as free for this purpose.
-  AllocatorStats st = DeviceAllocator::instance().stats();
-  size_t available = free_b + (st.reserved_bytes - st.allocated_bytes);
-  if (cap_gib > 0) {
-    size_t cap = static_cast<size_t>(cap_gib * 1024 * 1024 * 1024);
-    size_t used = st.allocated_bytes;
-    available = std::min(available, cap > used ? cap - used : 0);
+  return flags;
+}
+
+std::vector<const payload::ManifestEntry*> selected(const payload::Manifest& m,
+                                                    const RunArgs& a) {
+  std::vector<const payload::ManifestEntry*> todo;
+  for (const auto& name : a.assets) {
+    const payload::ManifestEntry* found = nullptr;
+    for (const auto& e : m.assets)
+      if (e.name == name) found = &e;
+    S3D_CHECK(found, "--asset ", name, ": no such asset in ", a.manifest);
+    todo.push_back(found);
   }
-  S3D_CHECK(need <= available, "asset ", asset, ": ", t_eff, " tokens",
-            batched_cfg ? " (both CFG branches batched)" : "", " need an estimated ", gib(need),
-            " GiB of device memory for activations, but only ", gib(available),
-            " GiB are available (weights hold ", gib(m.weight_bytes()),
-            " GiB); use fewer tokens", batched_cfg ? " or serial CFG" : "",
-            " (nothing was run)");
+  if (a.assets.empty())
+    for (const auto& e : m.assets) todo.push_back(&e);
+  return todo;
+}
+
+sparse3d::TensorView view_of(const Tensor& t) {
+  sparse3d::TensorView v;
+  v.data = const_cast<void*>(t.data());
+  v.dtype = t.dtype();
+  v.device = t.device();
+  v.shape = t.shape();
+  return v;
+}
+
+Tensor host_tensor(const sparse3d::Array& a) {
+  Tensor t = Tensor::from_floats(a.to_floats(), a.view.shape, DType::F32);
+  return t;
+}
+
+// Runs one asset and writes OUT/<asset>.safetensors; returns its non-finite output count.
+int64_t run_asset(sparse3d::Engine& engine, const RunArgs& a, const payload::Manifest& manifest,
+                  const payload::ManifestEntry& e, const std::vector<AutoFlag>& autos) {
+  payload::Asset asset = payload::read_asset(manifest, e);
+  const int64_t T = asset.coords.size(0);
+  Tensor cond = asset.cond.reshape({1, asset.cond.size(0), asset.cond.size(1)});
+  sparse3d::SampleRequest r;
+  r.coords = view_of(asset.coords);
+  r.cond = view_of(cond);
+  if (asset.concat_cond.defined()) r.concat_cond = view_of(asset.concat_cond);
+  r.seed = asset.noise_seed;
+  r.sampler = a.sampler.resolve();
+  r.flags = asset_flags(engine, autos, e.name, T, manifest.cond_tokens);
+  r.keep_first_forward = a.dump_first;
+  r.on_step = [&](const sparse3d::StepInfo& s) {
+    std::printf("[%s] step %2d/%d  t=%.4f -> %.4f  %s  elapsed %.3f s\n", e.name.c_str(),
+                s.index + 1, s.total, s.t, s.t_prev, s.cfg ? "cfg " : "cond", s.elapsed_s);
+    std::fflush(stdout);
+  };
+  engine.reset_counters();
+  sparse3d::SampleResult out = engine.sample(r);
+  Tensor latent = host_tensor(out.latent);
+  int64_t non_finite = 0;
+  for (float v : latent.to_floats()) non_finite += std::isfinite(v) ? 0 : 1;
+  std::vector<std::pair<std::string, Tensor>> tensors = {{"latent", latent},
+                                                         {"coords", asset.coords}};
+  if (a.dump_first) {
+    tensors.emplace_back("x_T", host_tensor(sparse3d::draw_noise(e.noise_seed, T, latent.size(1))));
+    if (out.first_v_cond.defined()) tensors.emplace_back("v_cond", host_tensor(out.first_v_cond));
+    if (out.first_v_uncond.defined())
+      tensors.emplace_back("v_uncond", host_tensor(out.first_v_uncond));
+  }
+  const bool batched = r.flags->on(sparse3d::Flag::batched_cfg);
+  const std::string path = (std::filesystem::path(a.out) / (e.name + ".safetensors")).string();
+  if (non_finite > 0) {
+    std::printf("[%s] %lld non-finite outputs: %s not written\n", e.name.c_str(),
+                static_cast<long long>(non_finite), path.c_str());
+    return non_finite;
+  }
+  io::write_safetensors(path, tensors,
+                        {{"asset", e.name}, {"steps", std::to_string(r.sampler.steps)},
+                         {"path", out.stats.plan}, {"cfg", batched ? "batched" : "serial"},
+                         {"cuda_graphs", r.flags->on(sparse3d::Flag::cuda_graphs) ? "on" : "off"}});
+  std::printf("[%s] %lld tokens: set-up %.3f s + denoise loop %.3f s, %llu launches, peak "
+              "device memory %.2f GiB, %lld non-finite outputs -> %s\n",
+              e.name.c_str(), static_cast<long long>(T), out.stats.setup_seconds,
+              out.stats.loop_seconds, static_cast<unsigned long long>(out.stats.launches),
+              gib(out.stats.peak_device_bytes), static_cast<long long>(non_finite), path.c_str());
+  return non_finite;
 }
 
 }  // namespace
 
 Command add_run(CLI::App& app) {
-  struct Args {
-    std::string checkpoint, manifest, out = "out/latents", device = "auto", path = "pure_eager";
-    std::vector<std::string> assets, enable, disable;
-    std::vector<int64_t> qualify_tokens, qualify_m;
-    SamplerFlags sampler;
-    double max_mem_gib = 0;
-    bool dump_first = false;
-    std::string cfg_choice, graph_choice;
-  };
-  auto a = std::make_shared<Args>();
+  auto a = std::make_shared<RunArgs>();
   auto* sub = app.add_subcommand("run", "Denoise assets of a payload manifest");
-  sub->add_option("--checkpoint", a->checkpoint, "NAME.json (NAME.safetensors beside it)")
-      ->required();
+  a->engine.add_to(sub);
   sub->add_option("--manifest", a->manifest, "Payload manifest.json")->required();
   sub->add_option("--asset", a->assets, "Asset name (repeatable; default: every asset)");
   sub->add_option("--out", a->out, "Folder for <asset>.safetensors outputs")
       ->capture_default_str();
-  sub->add_option("--device", a->device, "auto | cuda | cpu")
-      ->check(CLI::IsMember({"auto", "cuda", "cpu"}))
-      ->capture_default_str();
-  sub->add_option("--path", a->path, "Execution path (DESIGN.md)")->capture_default_str();
-  sub->add_option("--enable", a->enable, "Turn an optimization flag on (e.g. batched_cfg)");
-  sub->add_option("--disable", a->disable, "Turn an optimization flag off");
-  sub->add_option("--qualify-tokens", a->qualify_tokens,
-                  "Null-context qualification: tokens per CFG branch to check (default: the "
-                  "token counts of the assets to run)");
-  sub->add_option("--qualify-m", a->qualify_m,
-                  "Null-context qualification: candidate canonical M (default 1 64 128 256 512 "
-                  "1024)");
   a->sampler.add_to(sub);
   sub->add_flag("--dump-first-forward", a->dump_first,
                 "Also write x_T, v_cond, v_uncond of the first step");
@@ -121,168 +178,38 @@ Command add_run(CLI::App& app) {
                   "A bench result JSON that timed the path with and without cuda_graphs: "
                   "capture CUDA graphs per asset where it measured that faster at the asset's "
                   "token count");
-  sub->add_option("--max-device-memory", a->max_mem_gib,
-                  "Use at most this many GiB of device memory (0 = all)");
 
   return [a]() {
-    sampler::SamplerOptions o = a->sampler.resolve();
-    model::ExecutionPlan plan = model::ExecutionPlan::parse(a->path);
-    for (const auto& f : a->enable) plan.enable(f);
-    for (const auto& f : a->disable) plan.disable(f);
-    o.apply(plan);
-    S3D_CHECK(a->max_mem_gib >= 0, "--max-device-memory must be >= 0");
-    // --cfg-choice, --graph-choice: this path's timings with the flag off and on, each from
-    // one bench run; the flag is then chosen per asset.
-    struct AutoFlag {
-      std::string flag, file;
-      std::vector<sampler::FlagTimingPoint> points;
-    };
-    std::vector<AutoFlag> auto_flags;
-    if (!a->cfg_choice.empty()) auto_flags.push_back({"batched_cfg", a->cfg_choice, {}});
-    if (!a->graph_choice.empty()) auto_flags.push_back({"cuda_graphs", a->graph_choice, {}});
-    for (auto& f : auto_flags) {
-      model::ExecutionPlan off = plan, on = plan;
-      off.disable(f.flag);
-      on.enable(f.flag);
-      f.points = bench::flag_timing_points(
-          bench::result_from_json(io::read_json_file(f.file), f.file), off.label(), on.label(),
-          f.file);
-    }
-    const bool cfg_auto = !a->cfg_choice.empty();
-
-    const Device device = choose_device(a->device);
-    cudaStream_t stream = nullptr;
-    if (device == Device::CUDA) {
-      S3D_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-      set_current_stream(stream);
-    }
-    model::ModelConfig cfg = model::read_config_file(a->checkpoint);
-    const int64_t params = model::parameter_count(cfg);
-    S3D_CHECK(device == Device::CUDA || params <= kCpuParameterLimit, "checkpoint ",
-              a->checkpoint, " has ", params,
-              " parameters: the CPU backend is a reference for small models (the tiny "
-              "preset); run this checkpoint on a GPU");
+    sparse3d::EngineOptions eo = a->engine.resolve();
+    const sparse3d::SamplerSettings settings = a->sampler.resolve();
+    const std::vector<AutoFlag> autos = auto_flags(*a, sparse3d::ExecutionPlan::parse(a->engine.path));
     payload::Manifest manifest = payload::read_manifest(a->manifest);
-    S3D_CHECK(manifest.cond_channels == cfg.cond_channels, "manifest ", a->manifest,
-              " has conditions of ", manifest.cond_channels, " channels, but checkpoint ",
-              a->checkpoint, " expects ", cfg.cond_channels);
-    S3D_CHECK(manifest.concat_channels == cfg.in_channels - cfg.out_channels, "manifest ",
-              a->manifest, " has ", manifest.concat_channels,
-              " concat channels per token, but the checkpoint takes ", cfg.in_channels,
-              " input channels for ", cfg.out_channels, " latent channels");
-    std::vector<const payload::ManifestEntry*> todo;
-    for (const auto& name : a->assets) {
-      const payload::ManifestEntry* found = nullptr;
-      for (const auto& e : manifest.assets)
-        if (e.name == name) found = &e;
-      S3D_CHECK(found, "--asset ", name, ": no such asset in ", a->manifest);
-      todo.push_back(found);
-    }
-    if (a->assets.empty())
-      for (const auto& e : manifest.assets) todo.push_back(&e);
-
-    std::printf("loading %s (%lld parameters) on %s\n", a->checkpoint.c_str(),
-                static_cast<long long>(params), device_name(device));
-    model::SLatFlowModel m(model::load_checkpoint(a->checkpoint, device));
-    std::filesystem::create_directories(a->out);
-    std::printf("path %s; sampler: %d steps, rescale_t %g, cfg %g on t in [%g, %g], rescale %g, "
-                "%s CFG\n",
-                plan.label().c_str(), o.steps, o.rescale_t, o.guidance, o.interval_lo,
-                o.interval_hi, o.guidance_rescale,
-                cfg_auto ? "per-asset (--cfg-choice)" : o.batched_cfg ? "batched" : "serial");
-    if (device == Device::CUDA && !plan.unvalidated().empty()) {
-      std::string flags;
-      for (const auto& f : plan.unvalidated()) flags += (flags.empty() ? "" : ", ") + f;
-      std::fprintf(stderr,
-                   "warning: path %s uses flags whose GPU kernels have not been validated on a "
-                   "GPU yet (%s); their contracts are tested on the CPU backend only\n",
-                   plan.label().c_str(), flags.c_str());
-    }
-
-    // Null-context elimination: probe, check applicability and qualify once, at start-up.
-    std::unique_ptr<model::NullContext> null_context;
-    if (o.null_context_exact || o.null_context_cache) {
-      model::NullContextOptions nco;
-      nco.context_tokens = manifest.cond_tokens;
-      nco.qualify_cache = o.null_context_cache;
-      nco.qualify_slices = o.batched_cfg || cfg_auto;
-      nco.qualification.context_rows = {manifest.cond_tokens};
-      nco.qualification.token_counts = a->qualify_tokens;
-      if (a->qualify_tokens.empty())
-        for (const auto* e : todo) nco.qualification.token_counts.push_back(e->tokens);
-      if (!a->qualify_m.empty()) nco.qualification.candidate_m = a->qualify_m;
-      auto t0 = std::chrono::steady_clock::now();
-      null_context = std::make_unique<model::NullContext>(model::NullContext::build(m, nco));
-      std::printf("%s  (start-up %.2f s)\n", null_context->report().c_str(),
-                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-      o.null_context = null_context.get();
-    }
-
+    const auto todo = selected(manifest, *a);
+    // The output folder is checked before anything is loaded.
+    a->engine.prepare_output_folder(a->out);
+    eo.log = [](const std::string& line) { std::printf("%s\n", line.c_str()); };
+    std::printf("loading %s\n", a->engine.checkpoint.c_str());
+    sparse3d::Engine engine(a->engine.checkpoint, eo);
+    a->engine.check_manifest(engine, manifest, a->manifest);
+    std::printf("path %s on %s; sampler: %d steps, rescale_t %g, cfg %g on t in [%g, %g], "
+                "rescale %g, %s CFG\n",
+                engine.plan().label().c_str(), engine.device() == sparse3d::Device::CUDA ? "cuda" : "cpu",
+                settings.steps, settings.rescale_t, settings.guidance, settings.interval_lo,
+                settings.interval_hi, settings.guidance_rescale,
+                !a->cfg_choice.empty() ? "per-asset (--cfg-choice)"
+                : engine.plan().on(sparse3d::Flag::batched_cfg) ? "batched" : "serial");
+    a->engine.warn_unvalidated(engine);
     int failures = 0;
+    uint64_t fallbacks = 0;
+    std::string fallback_lines;
     for (const auto* e : todo) {
-      payload::Asset asset = payload::read_asset(manifest, *e);
-      const int64_t T = asset.coords.size(0);
-      sampler::SamplerOptions oa = o;
-      for (const auto& f : auto_flags) {
-        sampler::FlagChoice choice = sampler::choose_flag(f.flag, f.points, T);
-        if (f.flag == "batched_cfg" && choice.on) {
-          try {
-            check_memory(m, e->name, T, 1, manifest.cond_tokens, true, o.cond_kv_cache,
-                         a->max_mem_gib);
-          } catch (const Error&) {
-            choice.on = false;
-            choice.reason += "; batched CFG would not fit in device memory: off";
-          }
-        }
-        (f.flag == "batched_cfg" ? oa.batched_cfg : oa.cuda_graphs) = choice.on;
-        std::printf("[%s] %s\n", e->name.c_str(), choice.reason.c_str());
+      failures += run_asset(engine, *a, manifest, *e, autos) > 0 ? 1 : 0;
+      for (const auto& f : engine.counters().fallbacks) {
+        fallbacks += f.count;
+        fallback_lines += cat("  [", e->name, "] ", f.optimization, ": ", f.reason, " (", f.count, "x)\n");
       }
-      check_memory(m, e->name, T, 1, manifest.cond_tokens, oa.batched_cfg, o.cond_kv_cache,
-                   a->max_mem_gib);
-      sampler::Inputs in;
-      in.coords = asset.coords;
-      in.batch = 1;
-      in.cond = asset.cond.reshape({1, asset.cond.size(0), asset.cond.size(1)});
-      in.noise = Tensor::empty({T, cfg.out_channels}, DType::F32, Device::CPU);
-      normal_fill(asset.noise_seed, 0, static_cast<uint64_t>(in.noise.numel()),
-                  in.noise.data_as<float>());
-      in.concat_cond = asset.concat_cond;
-      if (device == Device::CUDA) DeviceAllocator::instance().reset_peak();
-      reset_launch_counts();
-      sampler::Output out = sampler::sample(
-          m, in, oa, a->dump_first, [&](const sampler::StepRecord& r) {
-            std::printf("[%s] step %2d/%d  t=%.4f -> %.4f  %s  elapsed %.3f s\n", e->name.c_str(),
-                        r.index + 1, r.total, r.t, r.t_prev, r.cfg ? "cfg " : "cond",
-                        r.elapsed_s);
-            std::fflush(stdout);
-          });
-      int64_t non_finite = 0;
-      for (float v : out.latent.to_floats()) non_finite += std::isfinite(v) ? 0 : 1;
-      std::vector<std::pair<std::string, Tensor>> tensors = {{"latent", out.latent},
-                                                             {"coords", asset.coords}};
-      if (a->dump_first) {
-        tensors.emplace_back("x_T", in.noise);
-        if (out.first_v_cond.defined()) tensors.emplace_back("v_cond", out.first_v_cond);
-        if (out.first_v_uncond.defined()) tensors.emplace_back("v_uncond", out.first_v_uncond);
-      }
-      const std::string path = (std::filesystem::path(a->out) / (e->name + ".safetensors")).string();
-      io::write_safetensors(path, tensors,
-                            {{"asset", e->name}, {"steps", std::to_string(o.steps)},
-                             {"path", plan.label()},
-                             {"cfg", oa.batched_cfg ? "batched" : "serial"},
-                             {"cuda_graphs", oa.cuda_graphs ? "on" : "off"}});
-      LaunchCounts lc = launch_counts();
-      std::printf("[%s] %lld tokens: set-up %.3f s + denoise loop %.3f s, %llu launches, peak "
-                  "device memory %.2f GiB, %lld non-finite outputs -> %s\n",
-                  e->name.c_str(), static_cast<long long>(T), out.setup_seconds, out.loop_seconds,
-                  static_cast<unsigned long long>(lc.total),
-                  device == Device::CUDA
-                      ? gib(DeviceAllocator::instance().stats().peak_allocated_bytes)
-                      : 0.0,
-                  static_cast<long long>(non_finite), path.c_str());
-      if (non_finite) ++failures;
     }
-    std::printf("fallbacks:\n%s", contract::format_fallbacks(contract::fallback_counts()).c_str());
+    std::printf("fallbacks:\n%s", fallbacks ? fallback_lines.c_str() : "  none\n");
     S3D_CHECK(failures == 0, failures, " asset(s) produced non-finite latents");
     return 0;
   };

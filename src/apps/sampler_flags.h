@@ -8,19 +8,20 @@
 #include <string>
 #include <vector>
 
-#include "sampler/sampler.h"
+#include "sparse3d/engine.h"
 
 namespace s3d::apps {
 
 struct SamplerFlags {
-  std::string preset = "protocol";
+  // "released" (run's default: TRELLIS.2's shape-model settings) or "protocol" (bench's).
+  std::string preset = "released";
   int steps = -1;
   double rescale_t = NAN, cfg = NAN, rescale = NAN;
   std::vector<double> interval;
 
   void add_to(CLI::App* sub);
-  // The preset with every given override applied, validated.
-  sampler::SamplerOptions resolve() const;
+  // The preset with every given override applied.
+  sparse3d::SamplerSettings resolve() const;
 };
 
 }  // namespace s3d::apps

@@ -34,6 +34,7 @@
 
 #include "attention/cudnn_sdpa.h"
 #include "core/allocator.h"
+#include "core/context.h"
 #include "core/cuda_util.h"
 #include "core/error.h"
 
@@ -75,11 +76,10 @@ struct CachedGraph {
 struct DeviceState {
   cudnnHandle_t handle = nullptr;
   void* workspace = nullptr;
+  std::shared_ptr<DeviceAllocator> allocator;  // the workspace's (its context's)
   size_t workspace_capacity = 0;
   std::map<GraphKey, CachedGraph> graphs;
 };
-
-int64_t g_graphs_built = 0;
 
 std::string describe(const SdpaShape& s) {
   return cat("B=", s.batch, " H=", s.heads, " D=", s.head_dim, " S_q bucket ", s.s_q_bucket,
@@ -101,11 +101,24 @@ void check_cudnn(cudnnStatus_t status, const char* call, const std::string& cont
     fail("cuDNN ", call, " failed: ", cudnnGetErrorString(status), " (", context, ")");
 }
 
-// Handles, graphs and workspaces live until release_cudnn_sdpa() (or the process) ends them.
-std::map<int, DeviceState>& all_states() {
-  static auto* states = new std::map<int, DeviceState>();
-  return *states;
+void release_states(std::map<int, DeviceState>& states) {
+  for (auto& [device, st] : states) {
+    st.graphs.clear();
+    if (st.workspace) st.allocator->release(st.workspace, st.workspace_capacity);
+    if (st.handle) cudnnDestroy(st.handle);
+  }
+  states.clear();
 }
+
+// Handles, graphs and workspaces per device, owned by the current context (core/context.h):
+// they live until release_cudnn_sdpa() or the context's end.
+struct ContextStates {
+  std::map<int, DeviceState> by_device;
+  int64_t graphs_built = 0;
+  ~ContextStates() { release_states(by_device); }
+};
+
+std::map<int, DeviceState>& all_states() { return current_context().state<ContextStates>().by_device; }
 
 DeviceState& device_state(int device) {
   DeviceState& st = all_states()[device];
@@ -225,10 +238,10 @@ void ensure_workspace(DeviceState& st, int64_t bytes) {
   const size_t need = static_cast<size_t>(bytes > 0 ? bytes : 0);
   if (st.workspace != nullptr && need <= st.workspace_capacity) return;
   // Released to the caching allocator: work already queued on the stream finishes first.
-  if (st.workspace != nullptr)
-    DeviceAllocator::instance().release(st.workspace, st.workspace_capacity);
+  if (st.workspace != nullptr) st.allocator->release(st.workspace, st.workspace_capacity);
+  st.allocator = current_context().allocator_handle();
   st.workspace_capacity = need < 256 ? 256 : need;
-  st.workspace = DeviceAllocator::instance().allocate(st.workspace_capacity);
+  st.workspace = st.allocator->allocate(st.workspace_capacity);
 }
 
 }  // namespace
@@ -242,7 +255,7 @@ void cudnn_sdpa_forward(const SdpaShape& shape, const SdpaPointers& p, cudaStrea
   auto it = st.graphs.find(key);
   if (it == st.graphs.end()) {
     it = st.graphs.emplace(key, build_cached(shape, st.handle)).first;
-    ++g_graphs_built;
+    ++current_context().state<ContextStates>().graphs_built;
   }
   const CachedGraph& c = it->second;
   ensure_workspace(st, c.workspace_bytes);
@@ -268,16 +281,9 @@ void cudnn_sdpa_forward(const SdpaShape& shape, const SdpaPointers& p, cudaStrea
   count_library_call("sdpa");
 }
 
-int64_t cudnn_sdpa_graphs_built() { return g_graphs_built; }
+int64_t cudnn_sdpa_graphs_built() { return current_context().state<ContextStates>().graphs_built; }
 
-void release_cudnn_sdpa() {
-  for (auto& [device, st] : all_states()) {
-    st.graphs.clear();
-    if (st.workspace) DeviceAllocator::instance().release(st.workspace, st.workspace_capacity);
-    if (st.handle) cudnnDestroy(st.handle);
-  }
-  all_states().clear();
-}
+void release_cudnn_sdpa() { release_states(all_states()); }
 
 std::string cudnn_sdpa_cache_summary() {
   int device = 0;

@@ -333,7 +333,7 @@ BenchResult run_bench(const BenchOptions& o, const Log& log) {
       c.path = r.paths[pi];
       c.asset = assets[ai].info.name;
       synchronize();
-      DeviceAllocator::instance().reset_peak();
+      DeviceAllocator::current().reset_peak();
       reset_launch_counts();
       profiler::start(profiler::Mode::Library);
       sampler::SamplerOptions s = options_for(plans[pi]);
@@ -362,10 +362,10 @@ BenchResult run_bench(const BenchOptions& o, const Log& log) {
         const auto it = setup.by_op.find(op);
         c.launches_by_op[op] = per_loop_n(it == setup.by_op.end() ? 0 : it->second, n);
       }
-      c.peak_bytes = DeviceAllocator::instance().stats().peak_allocated_bytes;
+      c.peak_bytes = DeviceAllocator::current().stats().peak_allocated_bytes;
       if (graphs) {
         synchronize();
-        DeviceAllocator::instance().reset_peak();
+        DeviceAllocator::current().reset_peak();
         reset_launch_counts();
         const auto whole = sampler::sample(m, assets[ai].inputs, options_for(plans[pi]));
         c.graphs_captured = whole.graphs_captured;
@@ -374,7 +374,7 @@ BenchResult run_bench(const BenchOptions& o, const Log& log) {
         const LaunchCounts g = launch_counts();
         c.launches = g.total;
         c.launches_by_op = g.by_op;
-        c.peak_bytes = DeviceAllocator::instance().stats().peak_allocated_bytes;
+        c.peak_bytes = DeviceAllocator::current().stats().peak_allocated_bytes;
       }
       c.attention_seconds = per_loop(totals["attention"].seconds);
       c.attention_flops = per_loop(totals["attention"].flops);
@@ -428,11 +428,11 @@ BenchResult run_bench(const BenchOptions& o, const Log& log) {
           const size_t pi = (j + rep) % plans.size();
           if (ablation_variant[pi]) continue;
           synchronize();
-          DeviceAllocator::instance().reset_peak();
+          DeviceAllocator::current().reset_peak();
           auto out = sampler::sample(m, packed, options_for(plans[pi]));
           row[pi].loop_seconds.push_back(out.request_seconds());
           row[pi].peak_bytes = std::max(row[pi].peak_bytes,
-                                        DeviceAllocator::instance().stats().peak_allocated_bytes);
+                                        DeviceAllocator::current().stats().peak_allocated_bytes);
           log(cat("[batch ", k, ", repeat ", rep + 1, "/", o.repeats, "] ", assets[ai].info.name,
                   " x ", k, " (", packed.coords.size(0), " tokens) ", r.paths[pi], ": ",
                   out.request_seconds(), " s, ", k * 3600.0 / out.request_seconds(),

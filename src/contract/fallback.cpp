@@ -5,20 +5,19 @@
 #include <mutex>
 #include <utility>
 
+#include "core/context.h"
 #include "core/error.h"
 
 namespace s3d::contract {
 namespace {
 
+// One per context (core/context.h): each Engine counts its own fallbacks.
 struct Registry {
   std::mutex mu;
   std::map<std::pair<std::string, std::string>, uint64_t> counts;
 };
 
-Registry& registry() {
-  static Registry r;
-  return r;
-}
+Registry& registry() { return current_context().state<Registry>(); }
 
 }  // namespace
 

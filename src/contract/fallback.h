@@ -20,10 +20,10 @@ struct FallbackCount {
 };
 
 // Counts one fallback; logs "fallback: OPTIMIZATION: REASON" to stderr the first time the
-// key is seen in this process. Thread-safe.
+// key is seen in the current context (core/context.h: one per Engine). Thread-safe.
 void record_fallback(const std::string& optimization, const std::string& reason);
 
-// Every counter so far, sorted by (optimization, reason).
+// The current context's counters so far, sorted by (optimization, reason).
 std::vector<FallbackCount> fallback_counts();
 
 // Forgets every counter (and which keys were logged): for tests.

@@ -3,10 +3,12 @@
 #include <cuda_runtime.h>
 
 #include <fstream>
+#include <mutex>
 #include <regex>
 #include <sstream>
 
 #include "attention/attention.h"
+#include "core/context.h"
 #include "core/cuda_util.h"
 #include "gemm/linear.h"
 
@@ -82,6 +84,21 @@ std::string Fingerprint::to_text() const {
      << "cublaslt: " << cublaslt << "\n"
      << "cudnn: " << cudnn << "\n";
   return os.str();
+}
+
+namespace {
+
+struct FingerprintSlot {
+  std::once_flag once;
+  Fingerprint fingerprint;
+};
+
+}  // namespace
+
+const Fingerprint& context_fingerprint() {
+  FingerprintSlot& slot = current_context().state<FingerprintSlot>();
+  std::call_once(slot.once, [&] { slot.fingerprint = environment_fingerprint(); });
+  return slot.fingerprint;
 }
 
 }  // namespace s3d::contract

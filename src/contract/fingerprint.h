@@ -26,5 +26,8 @@ struct Fingerprint {
 };
 
 Fingerprint environment_fingerprint();
+// The current context's fingerprint (core/context.h), taken once per context: what its
+// qualifications and measurements are valid for.
+const Fingerprint& context_fingerprint();
 
 }  // namespace s3d::contract

@@ -7,6 +7,7 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "core/context.h"
 #include "core/cuda_util.h"
 #include "core/error.h"
 
@@ -59,12 +60,19 @@ struct DeviceAllocator::Impl {
   }
 };
 
-DeviceAllocator& DeviceAllocator::instance() {
-  static DeviceAllocator* a = new DeviceAllocator();  // never destroyed: outlives tensors
-  return *a;
-}
+DeviceAllocator& DeviceAllocator::current() { return current_context().allocator(); }
 
 DeviceAllocator::DeviceAllocator() : impl_(new Impl) {}
+
+DeviceAllocator::~DeviceAllocator() {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->free_cached_locked();
+    for (auto& [pool, blocks] : impl_->pool_free)
+      for (auto& [size, ptr] : blocks) cudaFree(ptr);
+  }
+  delete impl_;
+}
 
 void* DeviceAllocator::allocate(size_t bytes) {
   size_t size = round_size(bytes);

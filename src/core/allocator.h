@@ -17,9 +17,16 @@ struct AllocatorStats {
   uint64_t driver_allocations = 0;  // cudaMalloc calls so far
 };
 
+// One per context (core/context.h): each Engine has its own blocks, cache and statistics.
 class DeviceAllocator {
  public:
-  static DeviceAllocator& instance();
+  // The current context's allocator.
+  static DeviceAllocator& current();
+  DeviceAllocator();
+  // Returns every cached and pooled block to the driver.
+  ~DeviceAllocator();
+  DeviceAllocator(const DeviceAllocator&) = delete;
+  DeviceAllocator& operator=(const DeviceAllocator&) = delete;
 
   // Throws s3d::Error naming the request and the memory state when the device is full.
   void* allocate(size_t bytes);
@@ -42,7 +49,6 @@ class DeviceAllocator {
   void release_pool(uint64_t pool);
 
  private:
-  DeviceAllocator();
   struct Impl;
   Impl* impl_;
 };

@@ -2,16 +2,19 @@
 
 #include <unordered_map>
 
+#include "core/context.h"
 #include "core/profiler.h"
 
 namespace s3d {
 namespace {
 
-cudaStream_t g_stream = nullptr;
-// Keyed by the op's string literal: one pointer compare per launch in the hot path.
-std::unordered_map<const char*, uint64_t> g_launches;
-uint64_t g_total = 0;
 thread_local int t_uncounted = 0;  // UncountedLaunches depth
+
+void count(const char* op) {
+  LaunchCounter& c = current_context().launches();
+  ++c.by_op[op];
+  ++c.total;
+}
 
 }  // namespace
 
@@ -25,10 +28,10 @@ bool cuda_available() {
   return n > 0;
 }
 
-cudaStream_t current_stream() { return g_stream; }
-void set_current_stream(cudaStream_t stream) { g_stream = stream; }
+cudaStream_t current_stream() { return current_context().stream(); }
+void set_current_stream(cudaStream_t stream) { current_context().set_stream(stream); }
 
-void synchronize() { S3D_CUDA_CHECK(cudaStreamSynchronize(g_stream)); }
+void synchronize() { S3D_CUDA_CHECK(cudaStreamSynchronize(current_stream())); }
 
 void after_launch(const char* op) {
   cudaError_t err = cudaGetLastError();
@@ -36,15 +39,13 @@ void after_launch(const char* op) {
     fail("CUDA kernel launch of ", op, " failed: ", cudaGetErrorName(err), " (",
          cudaGetErrorString(err), ")");
   if (t_uncounted > 0) return;
-  ++g_launches[op];
-  ++g_total;
+  count(op);
   profiler::on_launch(op);
 }
 
 void count_library_call(const char* op) {
   if (t_uncounted > 0) return;
-  ++g_launches[op];
-  ++g_total;
+  count(op);
   profiler::on_launch(op);
 }
 
@@ -52,15 +53,17 @@ UncountedLaunches::UncountedLaunches() { ++t_uncounted; }
 UncountedLaunches::~UncountedLaunches() { --t_uncounted; }
 
 LaunchCounts launch_counts() {
+  const LaunchCounter& counter = current_context().launches();
   LaunchCounts c;
-  c.total = g_total;
-  for (auto& [op, n] : g_launches) c.by_op[op] += n;
+  c.total = counter.total;
+  for (auto& [op, n] : counter.by_op) c.by_op[op] += n;
   return c;
 }
 
 void reset_launch_counts() {
-  g_launches.clear();
-  g_total = 0;
+  LaunchCounter& counter = current_context().launches();
+  counter.by_op.clear();
+  counter.total = 0;
 }
 
 }  // namespace s3d

@@ -24,7 +24,8 @@ namespace s3d {
 // True when a CUDA device is present and usable; never throws.
 bool cuda_available();
 
-// The stream every engine kernel and library call runs on. Default: the legacy stream 0.
+// The stream every engine kernel and library call runs on: the current context's
+// (core/context.h); the process default context uses the legacy stream 0.
 cudaStream_t current_stream();
 void set_current_stream(cudaStream_t stream);
 
@@ -35,6 +36,7 @@ void synchronize();
 // and counts it under `op` (a string literal naming the op, e.g. "layer_norm").
 void after_launch(const char* op);
 
+// The current context's launch counts.
 struct LaunchCounts {
   uint64_t total = 0;
   std::map<std::string, uint64_t> by_op;

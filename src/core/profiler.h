@@ -8,22 +8,54 @@
 // Events are recorded on the current stream; collect() synchronises and returns the totals.
 #pragma once
 
+#include <cuda_runtime.h>
+
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
+#include <vector>
 
 namespace s3d::profiler {
 
 enum class Mode { Off, Library, Launches };
-
-void start(Mode mode);  // clears previous totals
-Mode mode();
 
 struct OpTotals {
   uint64_t calls = 0;
   double seconds = 0;
   double flops = 0;
 };
+
+}  // namespace s3d::profiler
+
+namespace s3d {
+
+// One context's profiler (core/context.h): its mode, its events and what they bracket.
+struct ProfilerState {
+  struct Pending {
+    const char* name;
+    double flops;
+    cudaEvent_t begin;
+    cudaEvent_t end;
+  };
+  profiler::Mode mode = profiler::Mode::Off;
+  std::vector<cudaEvent_t> pool;  // events reused across runs
+  size_t pool_used = 0;
+  std::vector<Pending> pending;
+  std::map<std::string, profiler::OpTotals> flops_only;
+  cudaEvent_t last = nullptr;  // launches mode: the previous event
+  ~ProfilerState();
+};
+
+}  // namespace s3d
+
+namespace s3d::profiler {
+
+std::unique_ptr<ProfilerState> make_state();
+
+// Both act on the current context's profiler.
+void start(Mode mode);  // clears previous totals
+Mode mode();
 
 // Synchronises the current stream, stops, and returns totals by category (library mode:
 // "gemm", "attention") or by op name (launches mode).

@@ -8,6 +8,7 @@
 
 #include "core/allocator.h"
 #include "core/bf16.h"
+#include "core/context.h"
 #include "core/cuda_util.h"
 #include "core/error.h"
 
@@ -18,11 +19,20 @@ class Storage {
   Storage(size_t bytes, Device device) : bytes_(bytes), device_(device) {
     // Zero-byte tensors still get a distinct, valid pointer.
     size_t n = bytes == 0 ? 1 : bytes;
-    ptr_ = device == Device::CUDA ? DeviceAllocator::instance().allocate(n) : host_allocate(n);
+    if (device == Device::CUDA) {
+      allocator_ = current_context().allocator_handle();
+      ptr_ = allocator_->allocate(n);
+    } else {
+      ptr_ = host_allocate(n);
+    }
   }
+  // Borrowed memory (a caller-owned buffer): never freed here.
+  Storage(void* ptr, size_t bytes, Device device)
+      : ptr_(ptr), bytes_(bytes), device_(device), borrowed_(true) {}
   ~Storage() {
+    if (borrowed_) return;
     if (device_ == Device::CUDA) {
-      DeviceAllocator::instance().release(ptr_, bytes_ == 0 ? 1 : bytes_);
+      allocator_->release(ptr_, bytes_ == 0 ? 1 : bytes_);
     } else {
       host_release(ptr_);
     }
@@ -37,6 +47,9 @@ class Storage {
   void* ptr_ = nullptr;
   size_t bytes_;
   Device device_;
+  bool borrowed_ = false;
+  // The allocator a device block returns to (it outlives the context that made it).
+  std::shared_ptr<DeviceAllocator> allocator_;
 };
 
 size_t dtype_size(DType dtype) {
@@ -76,6 +89,17 @@ int64_t shape_numel(const Shape& shape) {
     n *= d;
   }
   return n;
+}
+
+Tensor Tensor::borrow(void* data, const Shape& shape, DType dtype, Device device) {
+  S3D_CHECK(data != nullptr, "a borrowed tensor ", shape_str(shape), " has a null pointer");
+  Tensor t;
+  t.shape_ = shape;
+  t.numel_ = shape_numel(shape);
+  t.dtype_ = dtype;
+  t.device_ = device;
+  t.storage_ = std::make_shared<Storage>(data, t.nbytes(), device);
+  return t;
 }
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {

@@ -37,6 +37,9 @@ class Tensor {
   // Host tensors from values; bf16 tensors round each float to nearest even.
   static Tensor from_floats(const std::vector<float>& values, const Shape& shape, DType dtype);
   static Tensor from_ints(const std::vector<int32_t>& values, const Shape& shape);
+  // A view of caller-owned memory (contiguous, row-major): nothing is copied or freed; the
+  // caller keeps `data` valid while the tensor or any view of it is used.
+  static Tensor borrow(void* data, const Shape& shape, DType dtype, Device device);
 
   bool defined() const { return storage_ != nullptr; }
   const Shape& shape() const { return shape_; }
@@ -71,6 +74,8 @@ class Tensor {
   void poison();
   // "bf16[3664, 1536] on cuda"
   std::string describe() const;
+  // What keeps this tensor's memory alive (for handing a result to a caller).
+  std::shared_ptr<void> keepalive() const { return storage_; }
 
  private:
   std::shared_ptr<Storage> storage_;

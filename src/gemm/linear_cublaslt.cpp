@@ -13,10 +13,12 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <tuple>
 
 #include "core/allocator.h"
+#include "core/context.h"
 #include "core/cuda_util.h"
 #include "core/error.h"
 #include "gemm/linear.h"
@@ -60,22 +62,43 @@ struct Plan {
 struct DeviceState {
   cublasLtHandle_t handle = nullptr;
   void* workspace = nullptr;
+  std::shared_ptr<DeviceAllocator> allocator;  // the workspace's (its context's)
   std::map<PlanKey, Plan> plans;
 };
 
-// Handles, plans and workspaces live until release_cublaslt() (or the process) ends them.
-std::map<int, DeviceState>& all_states() {
-  static auto* states = new std::map<int, DeviceState>();
-  return *states;
-}
+void release_states(std::map<int, DeviceState>& states);
+
+// Handles, plans and workspaces per device, owned by the current context (core/context.h):
+// they live until release_cublaslt() or the context's end.
+struct ContextStates {
+  std::map<int, DeviceState> by_device;
+  ~ContextStates() { release_states(by_device); }
+};
+
+std::map<int, DeviceState>& all_states() { return current_context().state<ContextStates>().by_device; }
 
 DeviceState& device_state(int device) {
   DeviceState& s = all_states()[device];
   if (s.handle == nullptr) {
     check_lt(cublasLtCreate(&s.handle), "cublasLtCreate", cat("device ", device));
-    s.workspace = DeviceAllocator::instance().allocate(kWorkspaceBytes);
+    s.allocator = current_context().allocator_handle();
+    s.workspace = s.allocator->allocate(kWorkspaceBytes);
   }
   return s;
+}
+
+void release_states(std::map<int, DeviceState>& states) {
+  for (auto& [device, s] : states) {
+    for (auto& [key, p] : s.plans) {
+      cublasLtMatrixLayoutDestroy(p.a);
+      cublasLtMatrixLayoutDestroy(p.b);
+      cublasLtMatrixLayoutDestroy(p.d);
+      cublasLtMatmulDescDestroy(p.desc);
+    }
+    if (s.workspace) s.allocator->release(s.workspace, kWorkspaceBytes);
+    if (s.handle) cublasLtDestroy(s.handle);
+  }
+  states.clear();
 }
 
 const char* epilogue_name(Epilogue e) {
@@ -177,19 +200,7 @@ void linear_cublaslt(const Tensor& x, const Tensor& weight, const Tensor* bias, 
   count_library_call("gemm");
 }
 
-void release_cublaslt() {
-  for (auto& [device, s] : all_states()) {
-    for (auto& [key, p] : s.plans) {
-      cublasLtMatrixLayoutDestroy(p.a);
-      cublasLtMatrixLayoutDestroy(p.b);
-      cublasLtMatrixLayoutDestroy(p.d);
-      cublasLtMatmulDescDestroy(p.desc);
-    }
-    if (s.workspace) DeviceAllocator::instance().release(s.workspace, kWorkspaceBytes);
-    if (s.handle) cublasLtDestroy(s.handle);
-  }
-  all_states().clear();
-}
+void release_cublaslt() { release_states(all_states()); }
 
 }  // namespace detail
 

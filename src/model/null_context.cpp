@@ -69,8 +69,7 @@ Tensor probe_block(const SLatFlowModel& m, int i, const NullContextOptions& o, i
 }  // namespace
 
 const contract::Fingerprint& current_fingerprint() {
-  static const contract::Fingerprint fp = contract::environment_fingerprint();
-  return fp;
+  return contract::context_fingerprint();
 }
 
 Applicability judge_applicability(const NullContextFacts& f, const std::vector<BlockProbe>& blocks) {

@@ -9,7 +9,7 @@
 
 #include "core/cuda_util.h"
 #include "core/tensor.h"
-#include "model/execution_plan.h"
+#include "sparse3d/flags.h"
 #include "model/null_context.h"
 #include "model/slat_flow.h"
 
@@ -23,24 +23,14 @@ struct SamplerOptions {
   double interval_hi = 1.0;
   double guidance_rescale = 0.0; // rho
   double sigma_min = 1e-5;
-  bool batched_cfg = false;
-  // Null-context elimination and the condition K/V cache (execution_plan.h flags). The
-  // null-context flags need `null_context`, built once at start-up (NullContext::build).
-  bool null_context_exact = false;
-  bool null_context_cache = false;
-  bool cond_kv_cache = false;
-  // Every step's modulation (model::ModulationTable) computed once per request before the
-  // loop, in one call for the whole schedule, instead of in every forward (flag step_tables).
-  bool step_tables = false;
-  // Per-request CUDA graphs (core/cuda_graph.h): each step kind's forwards captured once and
-  // replayed for every later step of that kind; bitwise contract against the eager forwards.
-  bool cuda_graphs = false;
+  // The request's optimization flags (include/sparse3d/flags.h): batched CFG, the null
+  // context (needs `null_context`), the condition K/V cache, step tables, CUDA graphs and
+  // the fused kernels, which every forward of the request reads.
+  sparse3d::FlagSet flags;
   const model::NullContext* null_context = nullptr;
-  // Fused kernels (issue 5), copied into every request this sampler prepares.
-  model::FusionFlags fusion;
 
-  // Sets batched_cfg, the flags above and `fusion` from an execution plan.
-  void apply(const model::ExecutionPlan& plan);
+  // Sets `flags` from an execution plan.
+  void apply(const sparse3d::ExecutionPlan& plan);
 
   // DESIGN.md's benchmark protocol: 15 steps, rescale_t 3, g 7.5 on every step.
   static SamplerOptions protocol();
@@ -76,8 +66,8 @@ struct StepRecord {
 };
 
 struct Output {
-  Tensor latent;                        // f32 [T, out], host
-  Tensor first_v_cond, first_v_uncond;  // f32 [T, out], host, when asked for
+  Tensor latent;                        // f32 [T, out], on the model's device
+  Tensor first_v_cond, first_v_uncond;  // f32 [T, out], on the model's device, when asked for
   std::vector<StepRecord> steps;
   double loop_seconds = 0;              // the whole denoise loop, device-synchronised
   // The request's set-up before the loop, device-synchronised: layouts, the condition's
@@ -96,7 +86,8 @@ struct Output {
   size_t graph_nodes = 0;
 };
 
-using StepCallback = std::function<void(const StepRecord&)>;
+// Called after each step with the step and the latent x after it (on the model's device).
+using StepCallback = std::function<void(const StepRecord&, const Tensor& x)>;
 
 // Runs the denoise loop on the model's device. `keep_first_forward` returns the first
 // step's conditional and unconditional denoiser outputs (for comparisons with the oracle).

@@ -15,7 +15,7 @@ class ReleaseGpuResources : public ::testing::Environment {
     if (!s3d::cuda_available()) return;
     s3d::gemm::release_resources();
     s3d::attention::release_resources();
-    s3d::DeviceAllocator::instance().empty_cache();
+    s3d::DeviceAllocator::current().empty_cache();
   }
 };
 

@@ -25,8 +25,8 @@ namespace fs = std::filesystem;
 
 TEST(AllocatorPoolGpu, PoolBlocksStayThePoolsUntilReleased) {
   S3D_REQUIRE_CUDA();
-  if (!DeviceAllocator::instance().caching()) GTEST_SKIP() << "caching allocator off";
-  auto& alloc = DeviceAllocator::instance();
+  if (!DeviceAllocator::current().caching()) GTEST_SKIP() << "caching allocator off";
+  auto& alloc = DeviceAllocator::current();
   const size_t bytes = 3u << 20;
   const uint64_t pool = alloc.create_pool();
   void* a = nullptr;

@@ -1,0 +1,94 @@
+#include "apps/engine_flags.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+
+#include "core/error.h"
+
+namespace s3d::apps {
+
+void EngineFlags::add_to(CLI::App* sub) {
+  sub->add_option("--checkpoint", checkpoint, "NAME.json (NAME.safetensors beside it)")
+      ->required();
+  sub->add_option("--device", device, "auto | cuda | cpu")
+      ->check(CLI::IsMember({"auto", "cuda", "cpu"}))
+      ->capture_default_str();
+  sub->add_option("--path", path,
+                  "Execution path, optionally with +flag/-flag edits (default: " +
+                      std::string(sparse3d::default_path()) + "; see --help of the top level)");
+  sub->add_option("--enable", enable, "Turn an optimization flag on (e.g. batched_cfg)");
+  sub->add_option("--disable", disable, "Turn an optimization flag off");
+  sub->add_option("--qualify-m", qualify_m,
+                  "Null-context qualification: candidate canonical M (default 1 64 128 256 512 "
+                  "1024)");
+  sub->add_option("--max-device-memory", max_device_memory_gib,
+                  "Use at most this many GiB of device memory (0 = all)")
+      ->check(CLI::NonNegativeNumber);
+  sub->add_option("--cache-dir", cache_dir,
+                  "Qualification cache folder (default $SPARSE3D_CACHE_DIR, else "
+                  "$XDG_CACHE_HOME/sparse3d, else ~/.cache/sparse3d)");
+  sub->add_flag("--no-qualification-cache", no_cache,
+                "Qualify in memory only: neither read nor write the cache file");
+}
+
+sparse3d::EngineOptions EngineFlags::resolve() const {
+  sparse3d::EngineOptions o;
+  o.path = path;
+  for (const auto& f : enable) o.enable.push_back(sparse3d::parse_flag(f));
+  for (const auto& f : disable) o.disable.push_back(sparse3d::parse_flag(f));
+  if (!path.empty()) (void)sparse3d::ExecutionPlan::parse(path);  // unknown names fail here
+  o.device = device == "cuda" ? sparse3d::DeviceChoice::CUDA
+             : device == "cpu" ? sparse3d::DeviceChoice::CPU
+                               : sparse3d::DeviceChoice::Auto;
+  o.max_device_memory_gib = max_device_memory_gib;
+  o.qualify_m = qualify_m;
+  o.cache_dir = cache_dir;
+  o.persist_qualification = !no_cache;
+  return o;
+}
+
+void EngineFlags::prepare_output_folder(const std::string& folder) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  S3D_CHECK(!fs::exists(folder, ec) || fs::is_directory(folder, ec), "--out ", folder,
+            " exists and is not a folder");
+  fs::create_directories(folder, ec);
+  S3D_CHECK(!ec, "--out ", folder, ": cannot create the folder (", ec.message(), ")");
+  S3D_CHECK(::access(folder.c_str(), W_OK) == 0, "--out ", folder, " is not writable");
+}
+
+void EngineFlags::check_manifest(const sparse3d::Engine& engine, const payload::Manifest& m,
+                                 const std::string& path) {
+  const sparse3d::ModelInfo& mi = engine.model();
+  S3D_CHECK(m.cond_channels == mi.cond_channels, "manifest ", path, " has conditions of ",
+            m.cond_channels, " channels, but checkpoint ", mi.checkpoint, " expects ",
+            mi.cond_channels);
+  S3D_CHECK(m.concat_channels == mi.in_channels - mi.out_channels, "manifest ", path, " has ",
+            m.concat_channels, " concat channels per token, but the checkpoint takes ",
+            mi.in_channels, " input channels for ", mi.out_channels, " latent channels");
+}
+
+void EngineFlags::warn_unvalidated(const sparse3d::Engine& engine) {
+  if (engine.device() != sparse3d::Device::CUDA || engine.plan().unvalidated().empty()) return;
+  std::string flags;
+  for (auto f : engine.plan().unvalidated()) flags += (flags.empty() ? "" : ", ") + std::string(sparse3d::name(f));
+  std::fprintf(stderr,
+               "warning: path %s uses flags whose GPU kernels have not been validated on a GPU "
+               "yet (%s); their contracts are tested on the CPU backend only\n",
+               engine.plan().label().c_str(), flags.c_str());
+}
+
+std::string paths_and_flags_help() {
+  std::string s = "\nExecution paths (--path; default " + std::string(sparse3d::default_path()) + "):\n";
+  for (const auto& p : sparse3d::execution_paths())
+    s += cat("  ", p.name, std::string(p.name.size() < 26 ? 26 - p.name.size() : 1, ' '), p.help, "\n");
+  s += "\nOptimization flags (--enable/--disable, or +flag/-flag after a path):\n";
+  for (const auto& f : sparse3d::flag_infos())
+    s += cat("  ", f.name, std::string(f.name.size() < 26 ? 26 - f.name.size() : 1, ' '), f.contract,
+             "\n");
+  return s;
+}
+
+}  // namespace s3d::apps

@@ -1,0 +1,40 @@
+// The Engine's options as command-line flags, registered once for `run`, `bench` and
+// `profile` (the flags and paths themselves come from include/sparse3d/flags.h).
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <string>
+#include <vector>
+
+#include "payload/payload.h"
+#include "sparse3d/engine.h"
+
+namespace s3d::apps {
+
+struct EngineFlags {
+  std::string checkpoint;
+  std::string device = "auto";
+  std::string path;  // empty: the engine's default (beyond; without cuda_graphs on the CPU)
+  std::vector<std::string> enable, disable;
+  std::vector<int64_t> qualify_m;
+  double max_device_memory_gib = 0;
+  std::string cache_dir;
+  bool no_cache = false;
+
+  void add_to(CLI::App* sub);
+  sparse3d::EngineOptions resolve() const;
+
+  // Creates `folder` (or checks it is a writable folder) before anything is loaded.
+  static void prepare_output_folder(const std::string& folder);
+  // The manifest's conditions and concat channels must match the model.
+  static void check_manifest(const sparse3d::Engine& engine, const payload::Manifest& m,
+                             const std::string& path);
+  // A warning on stderr when a GPU run uses flags not yet validated on a GPU.
+  static void warn_unvalidated(const sparse3d::Engine& engine);
+};
+
+// "pure_eager      every op its own kernel ..." per path, then per flag: for --help.
+std::string paths_and_flags_help();
+
+}  // namespace s3d::apps

@@ -1,0 +1,200 @@
+// Engine: load, counters, fingerprint, qualification state (include/sparse3d/engine.h).
+// Requests are in requests.cpp.
+#include <cstdio>
+
+#include "contract/fallback.h"
+#include "contract/fingerprint.h"
+#include "core/allocator.h"
+#include "core/cuda_util.h"
+#include "core/error.h"
+#include "core/hash.h"
+#include "engine/engine_impl.h"
+#include "model/checkpoint.h"
+#include "model/params.h"
+
+namespace sparse3d {
+namespace {
+
+// The CPU backend is a correctness oracle, not a product path: beyond this size a request
+// would take hours, so such a model is refused with a pointer to what works.
+constexpr int64_t kCpuParameterLimit = 50'000'000;
+
+Device choose_device(DeviceChoice wanted) {
+  const bool gpu = s3d::cuda_available();
+  S3D_CHECK(wanted != DeviceChoice::CUDA || gpu, "device cuda: no usable CUDA device found");
+  if (wanted == DeviceChoice::CPU) return Device::CPU;
+  return gpu ? Device::CUDA : Device::CPU;
+}
+
+ExecutionPlan plan_of(const EngineOptions& o, Device device) {
+  ExecutionPlan plan = ExecutionPlan::parse(o.path.empty() ? default_path() : o.path);
+  if (o.path.empty() && device == Device::CPU) plan.disable(Flag::cuda_graphs);
+  for (Flag f : o.enable) plan.enable(f);
+  for (Flag f : o.disable) plan.disable(f);
+  return plan;
+}
+
+ModelInfo model_info(const s3d::model::SLatFlowModel& m, const std::string& checkpoint) {
+  const auto& c = m.config();
+  ModelInfo i;
+  i.family = "SLatFlowModel";
+  i.checkpoint = checkpoint;
+  i.content_hash = s3d::hex16(m.weights_version());
+  i.resolution = c.resolution;
+  i.in_channels = c.in_channels;
+  i.out_channels = c.out_channels;
+  i.model_channels = c.model_channels;
+  i.cond_channels = c.cond_channels;
+  i.num_blocks = c.num_blocks;
+  i.num_heads = c.num_heads;
+  i.parameters = s3d::model::parameter_count(c);
+  return i;
+}
+
+}  // namespace
+
+Engine::Impl::Impl(const std::string& checkpoint, EngineOptions opts)
+    : options(std::move(opts)),
+      device(choose_device(options.device)),
+      plan(plan_of(options, device)),
+      cache(options.persist_qualification
+                ? (options.cache_dir.empty() ? s3d::engine::default_cache_dir() : options.cache_dir)
+                : std::string(),
+            options.log) {
+  S3D_CHECK(options.max_device_memory_gib >= 0, "max_device_memory_gib must be >= 0, got ",
+            options.max_device_memory_gib);
+  for (int64_t m : options.qualify_m)
+    S3D_CHECK(m >= 1 && m <= (1 << 20), "qualify_m: candidate M must be in [1, 1048576], got ", m);
+  if (device == Device::CUDA) {
+    int count = 0;
+    S3D_CUDA_CHECK(cudaGetDeviceCount(&count));
+    S3D_CHECK(options.device_index >= 0 && options.device_index < count, "device_index ",
+              options.device_index, " is not a CUDA device (", count, " found)");
+  }
+  context = std::make_unique<s3d::Context>(device == Device::CUDA ? options.device_index : -1);
+  s3d::ContextScope scope(*context);
+  if (device == Device::CUDA) {
+    S3D_CUDA_CHECK(cudaStreamCreateWithFlags(&own_stream, cudaStreamNonBlocking));
+    context->set_stream(own_stream);
+  }
+  const s3d::model::ModelConfig cfg = s3d::model::read_config_file(checkpoint);
+  const int64_t params = s3d::model::parameter_count(cfg);
+  S3D_CHECK(device == Device::CUDA || params <= kCpuParameterLimit, "checkpoint ", checkpoint,
+            " has ", params, " parameters: the CPU backend is a reference for small models "
+            "(the tiny preset); run this checkpoint on a GPU");
+  model = std::make_unique<s3d::model::SLatFlowModel>(s3d::model::load_checkpoint(checkpoint, device));
+  info = model_info(*model, checkpoint);
+  if (device == Device::CUDA) s3d::synchronize();
+}
+
+Engine::Impl::~Impl() {
+  if (!context) return;
+  {
+    s3d::ContextScope scope(*context);
+    if (device == Device::CUDA) cudaStreamSynchronize(own_stream);
+    null_contexts.clear();
+    model.reset();
+  }
+  context.reset();
+  if (own_stream) cudaStreamDestroy(own_stream);
+}
+
+void Engine::Impl::log(const std::string& line) const {
+  if (options.log) options.log(line);
+}
+
+Engine::Engine(const std::string& checkpoint_json, EngineOptions options)
+    : impl_(std::make_unique<Impl>(checkpoint_json, std::move(options))) {}
+Engine::~Engine() = default;
+Engine::Engine(Engine&&) noexcept = default;
+Engine& Engine::operator=(Engine&&) noexcept = default;
+
+const ModelInfo& Engine::model() const { return impl_->info; }
+Device Engine::device() const { return impl_->device; }
+const ExecutionPlan& Engine::plan() const { return impl_->plan; }
+
+SampleResult Engine::sample(const SampleRequest& request) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->sample(request);
+}
+
+Array Engine::forward(const ForwardRequest& request) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->forward(request);
+}
+
+std::string Engine::fits(int64_t tokens, int batch, int cond_tokens, const FlagSet& flags) const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  s3d::ContextScope scope(*impl_->context);
+  try {
+    impl_->check_memory(tokens, batch, cond_tokens, flags);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+void Engine::warm_up(const std::vector<int64_t>& token_counts, int cond_tokens) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->warm_up(token_counts, cond_tokens);
+}
+
+Counters Engine::counters() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  s3d::ContextScope scope(*impl_->context);
+  Counters c;
+  c.requests = impl_->requests;
+  c.launches = s3d::launch_counts().total;
+  for (const auto& f : s3d::contract::fallback_counts())
+    c.fallbacks.push_back(FallbackCount{f.optimization, f.reason, f.count});
+  const s3d::AllocatorStats st = s3d::DeviceAllocator::current().stats();
+  c.device_bytes_in_use = st.allocated_bytes;
+  c.device_bytes_reserved = st.reserved_bytes;
+  c.peak_device_bytes = std::max(impl_->peak_device_bytes, st.peak_allocated_bytes);
+  c.qualifications_run = impl_->qualifications_run;
+  c.qualification_cache_hits = impl_->cache.stats().hits;
+  c.qualification_cache_refusals = impl_->cache.stats().refusals;
+  return c;
+}
+
+void Engine::reset_counters() {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  s3d::ContextScope scope(*impl_->context);
+  s3d::reset_launch_counts();
+  s3d::contract::reset_fallbacks();
+  s3d::DeviceAllocator::current().reset_peak();
+  impl_->peak_device_bytes = 0;
+}
+
+std::vector<std::pair<std::string, std::string>> Engine::fingerprint() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  s3d::ContextScope scope(*impl_->context);
+  std::vector<std::pair<std::string, std::string>> out;
+  const s3d::io::Json j = s3d::contract::context_fingerprint().to_json();
+  for (auto it = j.begin(); it != j.end(); ++it)
+    out.emplace_back(it.key(), it.value().is_string() ? it.value().get<std::string>()
+                                                      : it.value().dump());
+  return out;
+}
+
+std::vector<QualificationState> Engine::qualification() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  std::vector<QualificationState> out;
+  for (const auto& [L, nc] : impl_->null_contexts) {
+    QualificationState s;
+    s.context_tokens = L;
+    s.applicable = nc->applicability().ok;
+    s.reason = nc->applicability().reason;
+    s.facts = nc->applicability().facts;
+    for (const auto& [n, q] : nc->qualifications()) {
+      auto src = impl_->qualification_source.find({L, n});
+      s.shapes.push_back(QualificationState::Shape{
+          n, q.slices_checked, q.m,
+          src == impl_->qualification_source.end() ? "qualified" : src->second, q.summary()});
+    }
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+}  // namespace sparse3d

@@ -1,0 +1,72 @@
+// Engine::Impl: what one Engine owns (include/sparse3d/engine.h). Internal to src/engine.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "core/context.h"
+#include "core/tensor.h"
+#include "engine/qualification_cache.h"
+#include "model/null_context.h"
+#include "model/slat_flow.h"
+#include "sampler/sampler.h"
+#include "sparse3d/engine.h"
+
+namespace sparse3d {
+
+struct Engine::Impl {
+  EngineOptions options;
+  Device device = Device::CPU;
+  ExecutionPlan plan;
+  std::unique_ptr<s3d::Context> context;  // stream, allocator, counters, library state
+  cudaStream_t own_stream = nullptr;
+  std::unique_ptr<s3d::model::SLatFlowModel> model;
+  ModelInfo info;
+  s3d::engine::QualificationCache cache;
+  // Null-context state per condition length L: the probe once, a qualification per token count.
+  std::map<int, std::unique_ptr<s3d::model::NullContext>> null_contexts;
+  std::map<std::pair<int, int64_t>, std::string> qualification_source;  // (L, N) -> how
+  std::mutex mu;  // one request at a time
+  uint64_t requests = 0;
+  uint64_t qualifications_run = 0;
+  size_t peak_device_bytes = 0;
+
+  Impl(const std::string& checkpoint, EngineOptions opts);
+  ~Impl();
+
+  void log(const std::string& line) const;
+  // The request's flags: its own or the engine's, checked against the backend.
+  FlagSet flags_for(const std::optional<FlagSet>& requested) const;
+  // The NullContext for condition length L, with the token count N qualified (from the
+  // cache when it holds a trusted entry).
+  const s3d::model::NullContext& null_context(int cond_tokens, int64_t tokens);
+  // Refuses, before anything runs, a request whose activations cannot fit.
+  void check_memory(int64_t tokens, int batch, int cond_tokens, const FlagSet& flags) const;
+
+  SampleResult sample(const SampleRequest& r);
+  Array forward(const ForwardRequest& r);
+  void warm_up(const std::vector<int64_t>& token_counts, int cond_tokens);
+};
+
+// Runs the engine's work on `stream` (or the engine's own) for the scope's lifetime.
+class StreamScope {
+ public:
+  StreamScope(s3d::Context& context, void* stream, cudaStream_t own);
+  ~StreamScope();
+
+ private:
+  s3d::Context& context_;
+  cudaStream_t previous_;
+};
+
+// Views <-> tensors (views.cpp). `what` names the argument in errors.
+s3d::Tensor borrow(const TensorView& view, const char* what);
+Array array_of(const s3d::Tensor& tensor);
+// Copies `src` into the caller's `out` (checked: dtype f32, shape, device).
+void copy_into_view(const s3d::Tensor& src, const TensorView& out, const char* what);
+
+}  // namespace sparse3d

@@ -1,0 +1,205 @@
+#include "engine/qualification_cache.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
+#include "core/hash.h"
+#include "io/atomic_file.h"
+
+namespace s3d::engine {
+namespace {
+
+constexpr const char* kFormat = "sparse3d-qualification-cache";
+constexpr int kVersion = 1;
+constexpr const char* kFileName = "qualification.json";
+
+std::string key_of(const io::Json& fingerprint, const std::string& weights,
+                   const io::Json& shapes) {
+  const io::Json k = {{"fingerprint", fingerprint}, {"weights", weights}, {"shapes", shapes}};
+  return hex16(content_hash(k.dump()));
+}
+
+// The checksum covers everything in the entry but itself.
+std::string checksum_of(io::Json entry) {
+  entry.erase("checksum");
+  return hex16(content_hash(entry.dump()));
+}
+
+// "gpu_name H200 -> A100, cudnn 9.19.0 -> 9.20.0": the fields that differ.
+std::string differences(const io::Json& was, const io::Json& now) {
+  std::string out;
+  for (auto it = now.begin(); it != now.end(); ++it) {
+    const io::Json old = was.contains(it.key()) ? was.at(it.key()) : io::Json();
+    if (old != it.value())
+      out += cat(out.empty() ? "" : ", ", it.key(), " ", io::excerpt(old), " -> ",
+                 io::excerpt(it.value()));
+  }
+  return out.empty() ? std::string("fields differ") : out;
+}
+
+}  // namespace
+
+std::string default_cache_dir() {
+  if (const char* d = std::getenv("SPARSE3D_CACHE_DIR"); d && *d) return d;
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x)
+    return (std::filesystem::path(x) / "sparse3d").string();
+  if (const char* h = std::getenv("HOME"); h && *h)
+    return (std::filesystem::path(h) / ".cache" / "sparse3d").string();
+  return "";
+}
+
+io::Json shapes_to_json(const model::QualificationOptions& o) {
+  return {{"candidate_m", o.candidate_m}, {"token_counts", o.token_counts},
+          {"context_rows", o.context_rows}, {"serial", o.serial},
+          {"batched", o.batched}, {"seed", o.seed}};
+}
+
+io::Json qualification_to_json(const model::Qualification& q) {
+  io::Json candidates = io::Json::array();
+  for (const auto& c : q.candidates)
+    candidates.push_back({{"m", c.m}, {"passed", c.passed}, {"failure", c.failure}});
+  return {{"m", q.m},
+          {"rows_checked", q.rows_checked},
+          {"slices_checked", q.slices_checked},
+          {"slices_ok", q.slices_ok},
+          {"slice_failure", q.slice_failure},
+          {"candidates", candidates}};
+}
+
+model::Qualification qualification_from_json(const io::Json& j, const std::string& what) {
+  S3D_CHECK(j.is_object(), what, ": the result must be an object");
+  io::check_known_keys(j, {"m", "rows_checked", "slices_checked", "slices_ok", "slice_failure",
+                           "candidates"}, what);
+  model::Qualification q;
+  q.ran = true;
+  q.m = io::get_int(j, "m", what, 0, int64_t(1) << 40);
+  q.rows_checked = io::get_bool_or(j, "rows_checked", what, false);
+  q.slices_checked = io::get_bool_or(j, "slices_checked", what, false);
+  q.slices_ok = io::get_bool_or(j, "slices_ok", what, false);
+  q.slice_failure = io::get_string_or(j, "slice_failure", what, "");
+  S3D_CHECK(j.contains("candidates") && j.at("candidates").is_array(), what,
+            ": 'candidates' must be an array");
+  for (const auto& c : j.at("candidates")) {
+    S3D_CHECK(c.is_object(), what, ": every candidate must be an object");
+    model::CandidateResult r;
+    r.m = io::get_int(c, "m", what, 1, int64_t(1) << 40);
+    r.passed = io::get_bool_or(c, "passed", what, false);
+    r.failure = io::get_string_or(c, "failure", what, "");
+    q.candidates.push_back(r);
+  }
+  bool chosen_passed = q.m == 0;
+  for (const auto& c : q.candidates) chosen_passed |= c.m == q.m && c.passed;
+  S3D_CHECK(chosen_passed, what, ": M = ", q.m, " is not a candidate that passed");
+  return q;
+}
+
+QualificationCache::QualificationCache(std::string dir, Log log)
+    : dir_(std::move(dir)), log_(std::move(log)) {}
+
+std::string QualificationCache::file() const {
+  return dir_.empty() ? "" : (std::filesystem::path(dir_) / kFileName).string();
+}
+
+void QualificationCache::refuse(const std::string& why) {
+  ++stats_.refusals;
+  if (log_) log_("qualification cache: " + why);
+}
+
+io::Json QualificationCache::read_entries(bool report) {
+  if (dir_.empty()) return memory_;
+  const std::string path = file();
+  if (!std::filesystem::exists(path)) return io::Json::object();
+  try {
+    const io::Json j = io::read_json_file(path);
+    S3D_CHECK(j.is_object() && j.value("format", "") == kFormat, "not a ", kFormat, " file");
+    S3D_CHECK(j.value("version", 0) == kVersion, "format version ", j.value("version", 0),
+              ", this engine reads ", kVersion);
+    S3D_CHECK(j.contains("entries") && j.at("entries").is_object(), "no 'entries' object");
+    return j.at("entries");
+  } catch (const Error& e) {
+    if (report)
+      refuse(cat(path, " is unreadable or corrupt (", e.what(), "): every shape is qualified "
+                 "again and the file rewritten"));
+    return io::Json::object();
+  }
+}
+
+std::optional<model::Qualification> QualificationCache::find(
+    const contract::Fingerprint& fingerprint, const std::string& weights_hash,
+    const model::QualificationOptions& shapes) {
+  const io::Json fp = fingerprint.to_json(), sh = shapes_to_json(shapes);
+  const std::string key = key_of(fp, weights_hash, sh);
+  const io::Json entries = read_entries(true);
+  if (entries.contains(key)) {
+    const io::Json& e = entries.at(key);
+    if (!e.is_object() || e.value("checksum", "") != checksum_of(e)) {
+      refuse(cat("entry ", key, " is corrupt (its checksum does not match its content): "
+                 "qualifying again"));
+      return std::nullopt;
+    }
+    if (e.value("fingerprint", io::Json()) != fp || e.value("weights", "") != weights_hash ||
+        e.value("shapes", io::Json()) != sh) {
+      refuse(cat("entry ", key, " does not describe this environment, checkpoint and shapes: "
+                 "qualifying again"));
+      return std::nullopt;
+    }
+    try {
+      model::Qualification q = qualification_from_json(e.at("result"), "qualification cache entry " + key);
+      q.fingerprint = fingerprint;
+      q.options = shapes;
+      ++stats_.hits;
+      return q;
+    } catch (const Error& err) {
+      refuse(cat(err.what(), ": qualifying again"));
+      return std::nullopt;
+    }
+  }
+  for (auto it = entries.begin(); it != entries.end(); ++it) {
+    const io::Json& e = it.value();
+    if (e.is_object() && e.value("weights", "") == weights_hash &&
+        e.value("shapes", io::Json()) == sh && e.value("fingerprint", io::Json()) != fp) {
+      refuse(cat("entry ", it.key(), " is stale: taken in another environment (",
+                 differences(e.value("fingerprint", io::Json::object()), fp),
+                 "): qualifying again"));
+      return std::nullopt;
+    }
+  }
+  ++stats_.misses;
+  return std::nullopt;
+}
+
+void QualificationCache::store(const model::Qualification& q, const std::string& weights_hash) {
+  const io::Json fp = q.fingerprint.to_json(), sh = shapes_to_json(q.options);
+  io::Json entry = {{"fingerprint", fp},
+                    {"weights", weights_hash},
+                    {"shapes", sh},
+                    {"result", qualification_to_json(q)}};
+  entry["checksum"] = checksum_of(entry);
+  const std::string key = key_of(fp, weights_hash, sh);
+  ++stats_.stores;
+  if (dir_.empty()) {
+    memory_[key] = entry;
+    return;
+  }
+  // The file as it is now (another process may have added entries); stale twins dropped.
+  io::Json entries = read_entries(false);
+  for (auto it = entries.begin(); it != entries.end();) {
+    const bool twin = it.value().is_object() && it.value().value("weights", "") == weights_hash &&
+                      it.value().value("shapes", io::Json()) == sh;
+    it = twin ? entries.erase(it) : std::next(it);
+  }
+  entries[key] = entry;
+  const io::Json doc = {{"format", kFormat}, {"version", kVersion}, {"entries", entries}};
+  // A cache that cannot be written costs the next process a qualification, nothing more.
+  try {
+    std::filesystem::create_directories(dir_);
+    io::write_file_atomic(file(), doc.dump(1) + "\n");
+  } catch (const std::exception& e) {
+    if (log_) log_(cat("qualification cache: not saved (", e.what(), ")"));
+  }
+}
+
+}  // namespace s3d::engine

@@ -1,0 +1,64 @@
+// The null-context qualification, persisted (docs/FORMATS.md "Qualification cache"): a
+// result is stored under a key made of the environment fingerprint, the checkpoint's
+// content hash and the shapes qualified, so that the next process on the same machine and
+// checkpoint starts warm. Nothing read back is trusted blindly: an entry whose checksum does
+// not match its content (corrupt), whose fingerprint differs from this environment (stale)
+// or whose file does not parse is refused, counted, logged, and the shape is qualified again.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "contract/fingerprint.h"
+#include "io/json.h"
+#include "model/null_context_qualify.h"
+
+namespace s3d::engine {
+
+struct CacheStats {
+  uint64_t hits = 0;
+  uint64_t misses = 0;
+  uint64_t refusals = 0;  // corrupt or stale entries, unreadable files
+  uint64_t stores = 0;
+};
+
+class QualificationCache {
+ public:
+  using Log = std::function<void(const std::string&)>;
+  // dir: the cache folder (created on the first store); empty: kept in memory only.
+  QualificationCache(std::string dir, Log log);
+
+  // The stored result for these shapes on this environment and checkpoint, or nothing
+  // (a miss or a refusal). The result's cached rows are not stored: the caller recomputes
+  // them for the stored M (model::restore_cached_rows).
+  std::optional<model::Qualification> find(const contract::Fingerprint& fingerprint,
+                                           const std::string& weights_hash,
+                                           const model::QualificationOptions& shapes);
+  void store(const model::Qualification& result, const std::string& weights_hash);
+
+  const CacheStats& stats() const { return stats_; }
+  std::string file() const;  // the cache file, or "" in memory
+
+ private:
+  // The file's entries ({} when absent; a corrupt file is refused, and counted if `report`).
+  io::Json read_entries(bool report);
+  void refuse(const std::string& why);
+
+  std::string dir_;
+  Log log_;
+  io::Json memory_ = io::Json::object();  // key -> entry, when not persisted
+  CacheStats stats_;
+};
+
+// The folder EngineOptions::cache_dir names, or its default: $SPARSE3D_CACHE_DIR, else
+// $XDG_CACHE_HOME/sparse3d, else $HOME/.cache/sparse3d ("" when none is set).
+std::string default_cache_dir();
+
+// Serialisation of what a qualification decided (no tensors), for the cache and tests.
+io::Json qualification_to_json(const model::Qualification& q);
+model::Qualification qualification_from_json(const io::Json& j, const std::string& what);
+io::Json shapes_to_json(const model::QualificationOptions& o);
+
+}  // namespace s3d::engine

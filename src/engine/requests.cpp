@@ -1,0 +1,300 @@
+// Engine requests: sample(), forward(), warm_up() (include/sparse3d/engine.h).
+#include <algorithm>
+#include <cmath>
+
+#include "contract/fingerprint.h"
+#include "core/allocator.h"
+#include "core/cuda_util.h"
+#include "core/error.h"
+#include "core/profiler.h"
+#include "engine/engine_impl.h"
+#include "kernels/elementwise.h"
+
+namespace sparse3d {
+namespace {
+
+using s3d::Tensor;
+
+double gib(size_t bytes) { return bytes / (1024.0 * 1024.0 * 1024.0); }
+
+// Coordinates on the host (the request's layout is computed there once), checked.
+Tensor host_coords(const TensorView& view) {
+  Tensor c = borrow(view, "coords");
+  s3d::check_tensor(c, "coords", DType::I32, {-1, 4});
+  return c.device() == Device::CPU ? c : c.to(Device::CPU);
+}
+
+// A condition [B, L, channels], bf16 or f32, finite where it can be checked for free.
+Tensor condition(const TensorView& view, int batch, int channels) {
+  Tensor c = borrow(view, "cond");
+  S3D_CHECK(c.ndim() == 3 && c.size(0) == batch && c.size(2) == channels && c.size(1) >= 1,
+            "cond must be [", batch, ", L, ", channels, "] with L >= 1, got ", view.describe());
+  S3D_CHECK(c.dtype() == DType::BF16 || c.dtype() == DType::F32, "cond must be bf16 or f32, got ",
+            view.describe());
+  if (c.device() == Device::CPU) {
+    const std::vector<float> v = c.to_floats();
+    for (size_t i = 0; i < v.size(); ++i)
+      S3D_CHECK(std::isfinite(v[i]), "cond element ", i, " is not finite (", v[i], ")");
+  }
+  return c;
+}
+
+s3d::sampler::SamplerOptions sampler_options(const SamplerSettings& s, const FlagSet& flags) {
+  s3d::sampler::SamplerOptions o;
+  o.steps = s.steps;
+  o.rescale_t = s.rescale_t;
+  o.guidance = s.guidance;
+  o.interval_lo = s.interval_lo;
+  o.interval_hi = s.interval_hi;
+  o.guidance_rescale = s.guidance_rescale;
+  o.sigma_min = s.sigma_min;
+  o.flags = flags;
+  o.validate();
+  return o;
+}
+
+s3d::profiler::Mode profiler_mode(Profile p) {
+  switch (p) {
+    case Profile::Library: return s3d::profiler::Mode::Library;
+    case Profile::Launches: return s3d::profiler::Mode::Launches;
+    case Profile::Off: break;
+  }
+  return s3d::profiler::Mode::Off;
+}
+
+// The first `tokens` voxels of the grid in raster order: a valid layout of any size up to
+// the grid's, for warm-up requests.
+Tensor raster_coords(int64_t tokens, int grid) {
+  const int64_t cells = int64_t(grid) * grid * grid;
+  S3D_CHECK(tokens >= 1 && tokens <= cells, "warm_up: token count ", tokens,
+            " must be in [1, ", cells, "] (the ", grid, "^3 grid)");
+  Tensor c = Tensor::empty({tokens, 4}, DType::I32, Device::CPU);
+  int32_t* p = c.data_as<int32_t>();
+  for (int64_t t = 0; t < tokens; ++t) {
+    p[4 * t] = 0;
+    p[4 * t + 1] = static_cast<int32_t>(t / (int64_t(grid) * grid));
+    p[4 * t + 2] = static_cast<int32_t>((t / grid) % grid);
+    p[4 * t + 3] = static_cast<int32_t>(t % grid);
+  }
+  return c;
+}
+
+ExecutionPlan plan_with(const ExecutionPlan& base, const FlagSet& flags) {
+  ExecutionPlan p = base;
+  for (const FlagInfo& f : flag_infos()) p.set(f.flag, flags.on(f.flag));
+  return p;
+}
+
+void fill_stats(const s3d::sampler::Output& out, const s3d::LaunchCounts& before,
+                RequestStats& st) {
+  const s3d::LaunchCounts after = s3d::launch_counts();
+  st.setup_seconds = out.setup_seconds;
+  st.loop_seconds = out.loop_seconds;
+  st.launches = after.total - before.total;
+  st.launches_before_loop = out.launches_before_loop.total - before.total;
+  for (const auto& [op, n] : after.by_op) {
+    auto b = before.by_op.find(op);
+    const uint64_t d = n - (b == before.by_op.end() ? 0 : b->second);
+    if (d) st.launches_by_op[op] = d;
+  }
+  st.graphs_captured = out.graphs_captured;
+  st.graph_capture_seconds = out.graph_capture_seconds;
+  st.graph_nodes = out.graph_nodes;
+}
+
+}  // namespace
+
+StreamScope::StreamScope(s3d::Context& context, void* stream, cudaStream_t own)
+    : context_(context), previous_(context.stream()) {
+  if (context.device() >= 0) context.set_stream(stream ? static_cast<cudaStream_t>(stream) : own);
+}
+
+StreamScope::~StreamScope() { context_.set_stream(previous_); }
+
+FlagSet Engine::Impl::flags_for(const std::optional<FlagSet>& requested) const {
+  return requested ? *requested : plan.flags();
+}
+
+void Engine::Impl::check_memory(int64_t tokens, int batch, int cond_tokens,
+                                const FlagSet& flags) const {
+  if (device != Device::CUDA) return;
+  const bool batched = flags.on(Flag::batched_cfg);
+  const int64_t t_eff = batched ? 2 * tokens : tokens;
+  const int b_eff = batched ? 2 * batch : batch;
+  size_t need = model->activation_bytes(t_eff, b_eff, cond_tokens);
+  if (flags.on(Flag::cond_kv_cache)) {
+    // Per block: to_kv's [BL, 2C] and the normalised K [BL, C], bf16, for every row the
+    // conditional forwards attend to (both halves in the batched reference forward).
+    const auto& c = model->config();
+    need += static_cast<size_t>(c.num_blocks) * b_eff * cond_tokens * 3 * c.model_channels * 2;
+  }
+  size_t free_b = 0, total_b = 0;
+  S3D_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  // Blocks the caching allocator holds count as free for this purpose.
+  const s3d::AllocatorStats st = s3d::DeviceAllocator::current().stats();
+  size_t available = free_b + (st.reserved_bytes - st.allocated_bytes);
+  if (options.max_device_memory_gib > 0) {
+    const auto cap = static_cast<size_t>(options.max_device_memory_gib * 1024 * 1024 * 1024);
+    available = std::min(available, cap > st.allocated_bytes ? cap - st.allocated_bytes : 0);
+  }
+  S3D_CHECK(need <= available, t_eff, " tokens", batched ? " (both CFG branches batched)" : "",
+            " need an estimated ", gib(need), " GiB of device memory for activations, but only ",
+            gib(available), " GiB are available (weights hold ", gib(model->weight_bytes()),
+            " GiB); use fewer tokens", batched ? " or serial CFG" : "", " (nothing was run)");
+}
+
+const s3d::model::NullContext& Engine::Impl::null_context(int cond_tokens, int64_t tokens) {
+  auto& nc = null_contexts[cond_tokens];
+  if (!nc) {
+    s3d::model::NullContextOptions o;
+    o.context_tokens = cond_tokens;
+    nc = std::make_unique<s3d::model::NullContext>(s3d::model::NullContext::build(*model, o));
+    log(nc->report());
+  }
+  if (!nc->applicability().ok || nc->qualified(tokens)) return *nc;
+  s3d::model::QualificationOptions shapes;
+  if (!options.qualify_m.empty()) shapes.candidate_m = options.qualify_m;
+  shapes.token_counts = {tokens};
+  shapes.context_rows = {cond_tokens};
+  std::optional<s3d::model::Qualification> q =
+      cache.find(s3d::contract::context_fingerprint(), info.content_hash, shapes);
+  std::string source = "cache";
+  if (q) {
+    q->weights_version = model->weights_version();
+    s3d::model::restore_cached_rows(*model, nc->value_rows(), *q);
+  } else {
+    q = s3d::model::qualify_null_context(*model, nc->value_rows(), shapes, true, true);
+    ++qualifications_run;
+    cache.store(*q, info.content_hash);
+    source = "qualified";
+  }
+  log(s3d::cat("null context L=", cond_tokens, " N=", tokens, ": ", q->summary(), " (", source,
+               ")"));
+  qualification_source[{cond_tokens, tokens}] = source;
+  nc->add_qualification(tokens, std::move(*q));
+  return *nc;
+}
+
+SampleResult Engine::Impl::sample(const SampleRequest& r) {
+  s3d::ContextScope scope(*context);
+  StreamScope stream(*context, r.cuda_stream, own_stream);
+  const auto& cfg = model->config();
+  S3D_CHECK(r.batch >= 1, "batch must be >= 1, got ", r.batch);
+  s3d::sampler::Inputs in;
+  in.batch = r.batch;
+  in.coords = host_coords(r.coords);
+  const int64_t T = in.coords.size(0);
+  in.cond = condition(r.cond, r.batch, cfg.cond_channels);
+  if (!r.concat_cond.empty()) in.concat_cond = borrow(r.concat_cond, "concat_cond");
+  if (!r.noise.empty()) {
+    in.noise = borrow(r.noise, "noise");
+  } else {
+    Array n = draw_noise(r.seed, T, cfg.out_channels);
+    in.noise = borrow(n.view, "noise").to(Device::CPU);  // owns its copy past `n`
+  }
+  const FlagSet flags = flags_for(r.flags);
+  s3d::sampler::SamplerOptions o = sampler_options(r.sampler, flags);
+  const int L = static_cast<int>(in.cond.size(1));
+  check_memory(T, r.batch, L, flags);
+  if (flags.on(Flag::null_context_exact) || flags.on(Flag::null_context_cache))
+    o.null_context = &null_context(L, T);
+  if (device == Device::CUDA) s3d::DeviceAllocator::current().reset_peak();
+  const s3d::LaunchCounts before = s3d::launch_counts();
+  s3d::profiler::start(profiler_mode(r.profile));
+  SampleResult result;
+  s3d::sampler::StepCallback on_step;
+  if (r.on_step)
+    on_step = [&](const s3d::sampler::StepRecord& rec, const Tensor& x) {
+      r.on_step(StepInfo{rec.index, rec.total, rec.t, rec.t_prev, rec.cfg, rec.elapsed_s,
+                         array_of(x).view});
+    };
+  s3d::sampler::Output out = s3d::sampler::sample(*model, in, o, r.keep_first_forward, on_step);
+  for (const auto& rec : out.steps)
+    result.steps.push_back(
+        StepInfo{rec.index, rec.total, rec.t, rec.t_prev, rec.cfg, rec.elapsed_s, {}});
+  for (const auto& [name, t] : s3d::profiler::stop_and_collect())
+    result.stats.profile[name] = OpTime{t.calls, t.seconds, t.flops};
+  fill_stats(out, before, result.stats);
+  result.stats.plan = plan_with(plan, flags).label();
+  result.stats.tokens = T;
+  if (device == Device::CUDA) {
+    result.stats.peak_device_bytes = s3d::DeviceAllocator::current().stats().peak_allocated_bytes;
+    peak_device_bytes = std::max(peak_device_bytes, result.stats.peak_device_bytes);
+  }
+  if (!r.out.empty()) {
+    copy_into_view(out.latent, r.out, "out");
+    result.latent.view = r.out;
+  } else {
+    result.latent = array_of(out.latent);
+  }
+  if (out.first_v_cond.defined()) result.first_v_cond = array_of(out.first_v_cond);
+  if (out.first_v_uncond.defined()) result.first_v_uncond = array_of(out.first_v_uncond);
+  ++requests;
+  return result;
+}
+
+Array Engine::Impl::forward(const ForwardRequest& r) {
+  s3d::ContextScope scope(*context);
+  StreamScope stream(*context, r.cuda_stream, own_stream);
+  const auto& cfg = model->config();
+  S3D_CHECK(r.batch >= 1, "batch must be >= 1, got ", r.batch);
+  Tensor coords = host_coords(r.coords);
+  const int64_t T = coords.size(0);
+  Tensor cond_in = condition(r.cond, r.batch, cfg.cond_channels);
+  Tensor x_in = borrow(r.x, "x");
+  S3D_CHECK(x_in.shape() == s3d::Shape({T, cfg.out_channels}) &&
+                (x_in.dtype() == DType::F32 || x_in.dtype() == DType::BF16),
+            "x must be f32 or bf16 [", T, ", ", cfg.out_channels, "], got ", r.x.describe());
+  Tensor t_in = borrow(r.t, "t");
+  s3d::check_tensor(t_in, "t", DType::F32, {r.batch});
+  Tensor concat;
+  if (!r.concat_cond.empty()) concat = borrow(r.concat_cond, "concat_cond").to(Device::CPU);
+  const FlagSet flags = flags_for(r.flags);
+  FlagSet one_forward = flags;  // a forward is one batch, whatever the CFG mode
+  one_forward.set(Flag::batched_cfg, false);
+  check_memory(T, r.batch, static_cast<int>(cond_in.size(1)), one_forward);
+  s3d::model::Request req =
+      model->prepare(coords, r.batch, static_cast<int>(cond_in.size(1)), concat);
+  req.flags = flags;
+  Tensor x = Tensor::empty({T, cfg.out_channels}, DType::F32, device);
+  if (x_in.dtype() == DType::F32) {
+    x.copy_from(x_in);
+  } else {
+    s3d::kernels::cast(x_in.to(device), x);
+  }
+  Tensor cond = Tensor::empty(cond_in.shape(), DType::BF16, device);
+  if (cond_in.dtype() == DType::BF16) {
+    cond.copy_from(cond_in);
+  } else {
+    s3d::kernels::cast(cond_in.to(device), cond);
+  }
+  Tensor v = model->forward(req, x, t_in.to(device), cond);
+  ++requests;
+  if (r.out.empty()) {
+    if (device == Device::CUDA) s3d::synchronize();
+    return array_of(v);
+  }
+  copy_into_view(v, r.out, "out");
+  Array a;
+  a.view = r.out;
+  return a;
+}
+
+void Engine::Impl::warm_up(const std::vector<int64_t>& token_counts, int cond_tokens) {
+  S3D_CHECK(cond_tokens >= 1, "warm_up: cond_tokens must be >= 1, got ", cond_tokens);
+  const auto& cfg = model->config();
+  for (int64_t n : token_counts) {
+    Tensor coords = raster_coords(n, cfg.resolution);
+    Array cond = draw_noise(0x3a3a, cond_tokens, cfg.cond_channels);
+    SampleRequest r;
+    r.coords = array_of(coords).view;
+    r.cond = cond.view;
+    r.cond.shape = {1, cond_tokens, cfg.cond_channels};
+    r.seed = 1;
+    // Two steps: one with both CFG branches, one conditional only (interval [0.9, 1]).
+    r.sampler = SamplerSettings{2, 3.0, 7.5, 0.9, 1.0, 0.5, 1e-5};
+    sample(r);
+  }
+}
+
+}  // namespace sparse3d

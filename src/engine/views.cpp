@@ -1,0 +1,71 @@
+// TensorView and Array (include/sparse3d/types.h) and their bridge to the engine's tensors.
+#include <cuda_runtime.h>
+
+#include "core/cuda_util.h"
+#include "core/error.h"
+#include "core/rng.h"
+#include "core/tensor.h"
+#include "engine/engine_impl.h"
+
+namespace sparse3d {
+
+int64_t TensorView::numel() const { return s3d::shape_numel(shape); }
+
+size_t TensorView::nbytes() const {
+  return static_cast<size_t>(numel()) * s3d::dtype_size(dtype);
+}
+
+std::string TensorView::describe() const {
+  std::string where = device == Device::CUDA ? s3d::cat("cuda:", device_index) : "cpu";
+  return s3d::cat(s3d::dtype_name(dtype), s3d::shape_str(shape), " on ", where);
+}
+
+std::vector<float> Array::to_floats() const {
+  if (!defined()) return {};
+  return borrow(view, "array").to_floats();
+}
+
+const char* version() { return SPARSE3D_VERSION; }
+
+Array draw_noise(uint64_t seed, int64_t rows, int64_t cols) {
+  S3D_CHECK(rows >= 0 && cols >= 0, "draw_noise: shape [", rows, ", ", cols,
+            "] has a negative dimension");
+  s3d::Tensor t = s3d::Tensor::empty({rows, cols}, DType::F32, Device::CPU);
+  s3d::normal_fill(seed, 0, static_cast<uint64_t>(t.numel()), t.data_as<float>());
+  return array_of(t);
+}
+
+s3d::Tensor borrow(const TensorView& v, const char* what) {
+  S3D_CHECK(v.data != nullptr, what, ": no data (a null pointer)");
+  S3D_CHECK(v.dtype == DType::BF16 || v.dtype == DType::F32 || v.dtype == DType::I32, what,
+            ": unknown dtype code ", static_cast<int>(v.dtype));
+  for (int64_t d : v.shape) S3D_CHECK(d >= 0, what, ": shape ", s3d::shape_str(v.shape),
+                                      " has a negative dimension");
+  if (v.device == Device::CUDA) {
+    int current = 0;
+    S3D_CUDA_CHECK(cudaGetDevice(&current));
+    S3D_CHECK(v.device_index == current, what, " is on cuda:", v.device_index,
+              ", but the engine runs on cuda:", current);
+  }
+  return s3d::Tensor::borrow(v.data, v.shape, v.dtype, v.device);
+}
+
+Array array_of(const s3d::Tensor& t) {
+  Array a;
+  a.view.data = const_cast<void*>(t.data());
+  a.view.dtype = t.dtype();
+  a.view.device = t.device();
+  a.view.shape = t.shape();
+  if (t.device() == Device::CUDA) S3D_CUDA_CHECK(cudaGetDevice(&a.view.device_index));
+  a.owner = t.keepalive();
+  return a;
+}
+
+void copy_into_view(const s3d::Tensor& src, const TensorView& out, const char* what) {
+  s3d::Tensor dst = borrow(out, what);
+  S3D_CHECK(dst.dtype() == src.dtype() && dst.shape() == src.shape(), what, " must be ",
+            s3d::dtype_name(src.dtype()), s3d::shape_str(src.shape()), ", got ", out.describe());
+  dst.copy_from(src);
+}
+
+}  // namespace sparse3d
