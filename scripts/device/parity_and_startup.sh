@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Device call: (1) every execution path bit for bit against a reference build of the engine
+# (REF: build-before/bin/sparse3d, built from the commit before the library refactor) at the
+# smallest and largest benchmark payloads (3,664 and 30,227 tokens), serial and batched CFG,
+# STEPS protocol steps, plus `beyond` under the released sampler; (2) cold and warm start of
+# `sparse3d run` (process start to first latent) at 3,664 tokens with an empty and a filled
+# qualification cache. Prints a table last; logs and the parity lines go to $OUT.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+source scripts/device/env.sh
+REF=${REF:-build-before/bin/sparse3d}
+STEPS=${STEPS:-5}
+# The checkpoint and payloads are made by the reference binary: both builds read the same files.
+BIN_SAVED=$BIN; BIN=$(dirname "$REF"); source scripts/device/prepare_model.sh; BIN=$BIN_SAVED
+$BIN/sparse3d info > "$OUT/fingerprint.txt" 2>&1
+ARGS="--checkpoint $W/shape.json --manifest $W/pl/manifest.json"
+summary=()
+check() {  # name, old-args, new-args
+  local name=$1 old=$2 new=$3
+  $REF run $ARGS $old --dump-first-forward --out $W/old/$name > "$OUT/old-$name.log" 2>&1 || echo "old $name exit $?" >> "$OUT/errors.txt"
+  $BIN/sparse3d run $ARGS $new --cache-dir $W/cache --dump-first-forward --out $W/new/$name > "$OUT/new-$name.log" 2>&1 || echo "new $name exit $?" >> "$OUT/errors.txt"
+  echo "== $name" >> "$OUT/parity.log"
+  if python3 tools/same_bits.py $W/new/$name $W/old/$name >> "$OUT/parity.log" 2>&1; then
+    summary+=("$name: bitwise"); else summary+=("$name: DIFFERS"); fi
+}
+for path in pure_eager kernel_fusion prior_exact_null canonical_cache_null canonical_cache_combined beyond; do
+  for mode in serial batched; do
+    if [ $path = beyond ]; then edit=$([ $mode = serial ] && echo "--disable batched_cfg" || echo "")
+    else edit=$([ $mode = batched ] && echo "--enable batched_cfg" || echo ""); fi
+    common="--asset $SMALL --asset $LARGE --path $path $edit --sampler protocol --steps $STEPS"
+    check "$path-$mode" "$common" "$common"
+  done
+done
+check "beyond-released" "--asset $SMALL --path beyond --sampler released" "--asset $SMALL"
+# Start-up: process start to first latent, cold (empty qualification cache) then warm.
+start() {  # label
+  local t0=$(date +%s.%N)
+  $BIN/sparse3d run $ARGS --asset $SMALL --cache-dir $W/cache-start --out $W/start-$1 > "$OUT/start-$1.log" 2>&1
+  local t1=$(date +%s.%N)
+  local req=$(grep -oE "set-up [0-9.]+ s \+ denoise loop [0-9.]+ s" "$OUT/start-$1.log" | awk '{print $2 + $6}')
+  summary+=("start $1: process $(python3 -c "print(round($t1 - $t0, 3))") s, request $req s")
+}
+rm -rf $W/cache-start
+start cold
+start warm
+start warm2
+(cd "$OUT" && tar -czf logs.tgz *.log && rm -f *.log)
+printf '%s\n' "${summary[@]}"

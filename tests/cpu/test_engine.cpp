@@ -1,0 +1,213 @@
+// The public Engine API (include/sparse3d/engine.h) on the CPU backend: requests from
+// caller-owned host buffers, the seed and caller noise agreeing, forward() against the first
+// step of sample(), callbacks, errors with their messages, the qualification cache across
+// Engines, and two Engines on two threads.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <thread>
+
+#include "core/cuda_util.h"
+#include "sparse3d/sparse3d.h"
+#include "../model_inputs.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using sparse3d::DType;
+using sparse3d::Device;
+
+const std::string kTiny = std::string(SPARSE3D_TEST_DATA) + "/golden/inputs/tiny.json";
+
+sparse3d::TensorView view(s3d::Tensor& t) {
+  return {t.data(), t.dtype(), t.device(), 0, t.shape()};
+}
+
+bool same_bytes(const sparse3d::Array& a, const sparse3d::Array& b) {
+  return a.view.shape == b.view.shape && a.view.dtype == b.view.dtype &&
+         std::memcmp(a.view.data, b.view.data, a.view.nbytes()) == 0;
+}
+
+struct EngineApi : ::testing::Test {
+  void SetUp() override {
+    cache = (fs::temp_directory_path() / ("sparse3d_engine_" + std::to_string(getpid()) + "_" +
+                                          ::testing::UnitTest::GetInstance()->current_test_info()->name()))
+                .string();
+    fs::remove_all(cache);
+  }
+  void TearDown() override { fs::remove_all(cache); }
+
+  sparse3d::EngineOptions options(const std::string& path = "") const {
+    sparse3d::EngineOptions o;
+    o.device = sparse3d::DeviceChoice::CPU;
+    o.path = path;
+    o.cache_dir = cache;
+    return o;
+  }
+  // A request over `in`'s host tensors (they must outlive it): 3 steps, CFG on every step.
+  static sparse3d::SampleRequest request(s3d::sampler::Inputs& in, uint64_t seed) {
+    sparse3d::SampleRequest r;
+    r.coords = view(in.coords);
+    r.batch = in.batch;
+    r.cond = view(in.cond);
+    r.seed = seed;
+    r.sampler = sparse3d::SamplerSettings::protocol();
+    r.sampler.steps = 3;
+    r.sampler.guidance_rescale = 0.5;
+    return r;
+  }
+  static s3d::sampler::Inputs inputs(std::vector<int64_t> counts, uint64_t seed) {
+    return s3d::testing::synthetic_inputs(counts, 9, 64, 32, seed);
+  }
+
+  std::string cache;
+};
+
+TEST_F(EngineApi, LoadsTheTinyCheckpointOnTheCpu) {
+  sparse3d::Engine e(kTiny, options());
+  EXPECT_EQ(e.device(), Device::CPU);
+  EXPECT_EQ(e.model().family, "SLatFlowModel");
+  EXPECT_EQ(e.model().out_channels, 32);
+  EXPECT_EQ(e.model().content_hash.size(), 16u);
+  // The CPU default: beyond without CUDA graphs.
+  EXPECT_EQ(e.plan().label(), "beyond-cuda_graphs");
+  EXPECT_FALSE(e.fingerprint().empty());
+}
+
+TEST_F(EngineApi, SeedAndCallerNoiseGiveTheSameBits) {
+  sparse3d::Engine e(kTiny, options());
+  auto in = inputs({61, 40}, 5);
+  sparse3d::SampleRequest r = request(in, 77);
+  sparse3d::SampleResult seeded = e.sample(r);
+  sparse3d::Array noise = sparse3d::draw_noise(77, 101, 32);
+  r.noise = noise.view;
+  std::vector<float> out(101 * 32, -1.0f);
+  r.out = {out.data(), DType::F32, Device::CPU, 0, {101, 32}};
+  sparse3d::SampleResult given = e.sample(r);
+  ASSERT_TRUE(same_bytes(seeded.latent, given.latent));
+  EXPECT_EQ(given.latent.view.data, out.data());  // written into the caller's buffer
+  EXPECT_EQ(seeded.steps.size(), 3u);
+  EXPECT_GT(seeded.stats.launches, 0u);
+  EXPECT_EQ(seeded.stats.tokens, 101);
+}
+
+TEST_F(EngineApi, ForwardIsTheFirstStepOfSample) {
+  sparse3d::Engine e(kTiny, options("kernel_fusion"));
+  auto in = inputs({61}, 6);
+  sparse3d::SampleRequest r = request(in, 9);
+  r.keep_first_forward = true;
+  sparse3d::SampleResult s = e.sample(r);
+  sparse3d::Array x = sparse3d::draw_noise(9, 61, 32);
+  float t1000 = 1000.0f;
+  sparse3d::ForwardRequest f;
+  f.x = x.view;
+  f.t = {&t1000, DType::F32, Device::CPU, 0, {1}};
+  f.coords = view(in.coords);
+  f.cond = view(in.cond);
+  sparse3d::Array v = e.forward(f);
+  EXPECT_TRUE(same_bytes(v, s.first_v_cond));
+}
+
+TEST_F(EngineApi, CallbackSeesEveryStepAndTheLatent) {
+  sparse3d::Engine e(kTiny, options("pure_eager"));
+  auto in = inputs({61}, 7);
+  sparse3d::SampleRequest r = request(in, 3);
+  std::vector<int> seen;
+  r.on_step = [&](const sparse3d::StepInfo& s) {
+    seen.push_back(s.index);
+    EXPECT_EQ(s.total, 3);
+    EXPECT_EQ(s.latent.shape, (std::vector<int64_t>{61, 32}));
+    EXPECT_NE(s.latent.data, nullptr);
+  };
+  e.sample(r);
+  EXPECT_EQ(seen, (std::vector<int>{0, 1, 2}));
+}
+
+void expect_error(const std::function<void()>& fn, const std::string& needle) {
+  try {
+    fn();
+    ADD_FAILURE() << "no error; expected one mentioning '" << needle << "'";
+  } catch (const sparse3d::Error& err) {
+    EXPECT_NE(std::string(err.what()).find(needle), std::string::npos) << err.what();
+  }
+}
+
+TEST_F(EngineApi, BadInputsAreOneClearError) {
+  expect_error([&] { sparse3d::Engine(cache + "/none.json", options()); }, "none.json");
+  expect_error([&] { sparse3d::Engine(kTiny, options("fastest")); }, "unknown execution path 'fastest'");
+  sparse3d::EngineOptions bad_flag = options("beyond+turbo");
+  expect_error([&] { sparse3d::Engine(kTiny, bad_flag); }, "unknown optimization flag 'turbo'");
+  sparse3d::Engine e(kTiny, options());
+  auto in = inputs({61}, 8);
+  sparse3d::SampleRequest r = request(in, 1);
+  r.cond.shape = {1, 9, 63};
+  expect_error([&] { e.sample(r); }, "cond must be [1, L, 64]");
+  r = request(in, 1);
+  r.coords.dtype = DType::F32;
+  expect_error([&] { e.sample(r); }, "coords");
+  r = request(in, 1);
+  r.batch = 2;
+  expect_error([&] { e.sample(r); }, "cond must be [2, L, 64]");
+  r = request(in, 1);
+  r.sampler.steps = 0;
+  expect_error([&] { e.sample(r); }, "steps must be in [1, 10000]");
+  r = request(in, 1);
+  std::vector<float> small(10);
+  r.out = {small.data(), DType::F32, Device::CPU, 0, {10}};
+  expect_error([&] { e.sample(r); }, "out must be f32[61, 32]");
+  r = request(in, 1);
+  r.coords.data = nullptr;
+  expect_error([&] { e.sample(r); }, "coords: no data");
+  // The engine stays usable after a refused request.
+  EXPECT_EQ(e.sample(request(in, 1)).latent.view.shape, (std::vector<int64_t>{61, 32}));
+  if (!s3d::cuda_available()) {
+    sparse3d::EngineOptions cuda = options();
+    cuda.device = sparse3d::DeviceChoice::CUDA;
+    expect_error([&] { sparse3d::Engine(kTiny, cuda); }, "no usable CUDA device");
+  }
+}
+
+TEST_F(EngineApi, SecondEngineStartsWarmFromTheQualificationCache) {
+  auto in = inputs({61}, 10);
+  sparse3d::SampleResult first, second;
+  {
+    sparse3d::Engine e(kTiny, options("canonical_cache_null"));
+    first = e.sample(request(in, 4));
+    EXPECT_EQ(e.counters().qualifications_run, 1u);
+    EXPECT_EQ(e.counters().qualification_cache_hits, 0u);
+    ASSERT_EQ(e.qualification().size(), 1u);
+    ASSERT_EQ(e.qualification()[0].shapes.size(), 1u);
+    EXPECT_EQ(e.qualification()[0].shapes[0].source, "qualified");
+  }
+  sparse3d::Engine e(kTiny, options("canonical_cache_null"));
+  second = e.sample(request(in, 4));
+  EXPECT_EQ(e.counters().qualifications_run, 0u);
+  EXPECT_EQ(e.counters().qualification_cache_hits, 1u);
+  EXPECT_EQ(e.qualification()[0].shapes[0].source, "cache");
+  EXPECT_EQ(e.qualification()[0].shapes[0].m, 1);
+  EXPECT_TRUE(e.counters().fallbacks.empty());
+  EXPECT_TRUE(same_bytes(first.latent, second.latent));
+}
+
+TEST_F(EngineApi, TwoEnginesOnTwoThreadsGiveTheBitsEachGivesAlone) {
+  auto a_in = inputs({61}, 11), b_in = inputs({40, 33}, 12);
+  sparse3d::Engine a(kTiny, options("pure_eager")), b(kTiny, options());
+  const sparse3d::SampleResult a_alone = a.sample(request(a_in, 1));
+  const sparse3d::SampleResult b_alone = b.sample(request(b_in, 2));
+  std::vector<sparse3d::SampleResult> a_runs(3), b_runs(3);
+  std::thread ta([&] { for (auto& r : a_runs) r = a.sample(request(a_in, 1)); });
+  std::thread tb([&] { for (auto& r : b_runs) r = b.sample(request(b_in, 2)); });
+  ta.join();
+  tb.join();
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_TRUE(same_bytes(a_runs[i].latent, a_alone.latent)) << "engine a, run " << i;
+    EXPECT_TRUE(same_bytes(b_runs[i].latent, b_alone.latent)) << "engine b, run " << i;
+  }
+  // Counters are each engine's own.
+  EXPECT_EQ(a.counters().requests, 4u);
+  EXPECT_EQ(b.counters().requests, 4u);
+}
+
+}  // namespace
