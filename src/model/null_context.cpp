@@ -125,14 +125,20 @@ NullContext NullContext::build(const SLatFlowModel& model, const NullContextOpti
     }
   }
   nc.applicability_ = judge_applicability(facts, probes);
-  if (nc.applicability_.ok && (o.qualify_cache || o.qualify_slices))
+  if (nc.applicability_.ok && (o.qualify_cache || o.qualify_slices)) {
     nc.qualification_ = qualify_null_context(model, nc.value_rows_, o.qualification,
                                              o.qualify_cache, o.qualify_slices);
+    for (int64_t n : o.qualification.token_counts) nc.by_tokens_[n] = nc.qualification_;
+  }
   return nc;
 }
 
+void NullContext::add_qualification(int64_t tokens, Qualification q) {
+  by_tokens_[tokens] = std::move(q);
+}
+
 NullPath NullContext::path_for(const SLatFlowModel& model, bool want_cache, bool batched,
-                               int context_tokens) const {
+                               int context_tokens, int64_t tokens) const {
   const std::string opt = want_cache ? "null_context_cache" : "null_context_exact";
   NullPath path;
   if (context_tokens < 1) {
@@ -149,8 +155,11 @@ NullPath NullContext::path_for(const SLatFlowModel& model, bool want_cache, bool
     contract::record_fallback(opt, "not applicable: " + applicability_.reason + "; ran pure_eager");
     return path;
   }
-  const Qualification& q = qualification_;
-  const std::string invalid = q.invalid_reason(current_fingerprint(), model.weights_version());
+  const auto found = by_tokens_.find(tokens);
+  const Qualification& q = found != by_tokens_.end() ? found->second : qualification_;
+  std::string invalid = q.invalid_reason(current_fingerprint(), model.weights_version());
+  if (tokens >= 0 && found == by_tokens_.end())
+    invalid = cat("the request's ", tokens, " tokens per CFG branch were not qualified");
   if (batched) {
     std::string why = invalid;
     if (why.empty() && !q.slices_checked)

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -62,17 +63,26 @@ class NullContext {
   static NullContext build(const SLatFlowModel& model, const NullContextOptions& options);
 
   const Applicability& applicability() const { return applicability_; }
+  // The qualification build() ran (options.qualification's shapes), if any.
   const Qualification& qualification() const { return qualification_; }
   const std::vector<Tensor>& value_rows() const { return value_rows_; }  // v0_i, bf16 [1, C]
 
+  // Qualifications per token count N (tokens per CFG branch): build()'s for each of its
+  // shapes, and those added later (the engine qualifies each request size once, or takes it
+  // from its cache).
+  bool qualified(int64_t tokens) const { return by_tokens_.count(tokens) > 0; }
+  void add_qualification(int64_t tokens, Qualification q);
+  const std::map<int64_t, Qualification>& qualifications() const { return by_tokens_; }
+
   // The path for one request, decided once per request outside the step loop. want_cache:
   // null_context_cache (else null_context_exact); batched: batched CFG; context_tokens: the
-  // request's L. Every refusal is counted (contract/fallback.h): a refused cache falls back
-  // to the exact path, a refused exact path to the reference (mode Reference). Everything
-  // here (v0 included) was read from the weights in one environment: another weights
-  // version or fingerprint refuses both paths.
+  // request's L; tokens: its N, whose qualification decides (-1: build()'s). Every refusal
+  // is counted (contract/fallback.h): a refused cache falls back to the exact path, a
+  // refused exact path to the reference (mode Reference). Everything here (v0 included) was
+  // read from the weights in one environment: another weights version or fingerprint
+  // refuses both paths.
   NullPath path_for(const SLatFlowModel& model, bool want_cache, bool batched,
-                    int context_tokens) const;
+                    int context_tokens, int64_t tokens = -1) const;
 
   // Lines for `run`: the applicability facts and the qualification summary.
   std::string report() const;
@@ -80,6 +90,7 @@ class NullContext {
  private:
   Applicability applicability_;
   Qualification qualification_;
+  std::map<int64_t, Qualification> by_tokens_;
   std::vector<Tensor> value_rows_;
   contract::Fingerprint fingerprint_;
   uint64_t weights_version_ = 0;

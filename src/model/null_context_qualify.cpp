@@ -80,6 +80,21 @@ Tensor canonical_row(const Projection& projection, const Tensor& v0, int64_t m,
   return row;
 }
 
+void restore_cached_rows(const SLatFlowModel& model, const std::vector<Tensor>& value_rows,
+                         Qualification& q) {
+  q.cached_rows.clear();
+  if (q.m == 0 || !q.rows_checked) return;
+  const Projection proj = [](const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y) {
+    gemm::linear(x, w, b, y);
+  };
+  for (int i = 0; i < model.config().num_blocks; ++i) {
+    const std::string p = "blocks." + std::to_string(i) + ".cross_attn.";
+    q.cached_rows.push_back(canonical_row(proj, value_rows[static_cast<size_t>(i)], q.m,
+                                          model.parameter(p + "to_out.weight"),
+                                          model.parameter(p + "to_out.bias")));
+  }
+}
+
 std::string validity_problem(const contract::Fingerprint& taken_fp, uint64_t taken_version,
                              const contract::Fingerprint& fp, uint64_t version) {
   if (version != taken_version)

@@ -80,6 +80,12 @@ Qualification qualify_null_context(const SLatFlowModel& model,
                                    const QualificationOptions& options, bool check_rows,
                                    bool check_slices);
 
+// A qualification taken earlier (the engine's cache stores what was decided, not tensors):
+// recomputes its cached rows, c_i = canonical_row(v0_i, q.m) per block with the production
+// projection, exactly as qualify_null_context made them.
+void restore_cached_rows(const SLatFlowModel& model, const std::vector<Tensor>& value_rows,
+                         Qualification& q);
+
 // The cached row: to_out applied to M rows all equal to v0, first row kept. bf16 [1, C].
 Tensor canonical_row(const Projection& projection, const Tensor& v0, int64_t m,
                      const Tensor& w_out, const Tensor& b_out);
