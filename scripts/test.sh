@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# The test command: set-up, build, the CPU test suite (ctest), and a bounded fuzz run of
-# every parser. GPU tests are a separate executable run on a GPU machine
-# (scripts/device/gpu_final.sh).
+# The test command: set-up, build, the CPU test suite (ctest), the installed package
+# (scripts/check_install.sh: install, find_package from outside the tree, the example), and
+# a bounded fuzz run of every parser. GPU tests are a separate executable run on a GPU
+# machine (scripts/device/gpu_final.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+export BUILD_DIR=${BUILD_DIR:-build}
 scripts/setup.sh
 scripts/build.sh
 log=$(mktemp)
-(cd build && ctest --output-on-failure --timeout 900 -j "$(nproc)") 2>&1 | tee "$log"
+(cd "$BUILD_DIR" && ctest --output-on-failure --timeout 900 -j "$(nproc)") 2>&1 | tee "$log"
+scripts/check_install.sh
 if [ -x scripts/fuzz.sh ]; then
   FUZZ_SECONDS=${FUZZ_SECONDS:-20} scripts/fuzz.sh
 fi
