@@ -1,0 +1,37 @@
+// sparse3d public API: measurements of the GPU the engine runs on, for benchmark reports
+// (`sparse3d bench` computes its ideal time from them). GPU only: each throws an Error on an
+// engine without one.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "sparse3d/engine.h"
+
+namespace sparse3d {
+
+// The libraries' bf16 rates at the engine model's shapes, measured now on its device: the
+// best cuBLASLt GEMM of the two MLP shapes at M = max(tokens, 4096), and cuDNN SDPA
+// self-attention over `tokens` tokens at the model's heads.
+struct LibraryPeaks {
+  double gemm_tflops = 0, attention_tflops = 0;
+  std::string gemm_shape, attention_shape;
+};
+LibraryPeaks measure_library_peaks(Engine& engine, int64_t tokens);
+
+// Each fused kernel's achieved bandwidth (compulsory bytes over time) at the engine model's
+// shapes, next to the reference op it replaces, against a 1 GiB device-to-device copy
+// measured in the same call; inputs rotate past L2.
+struct KernelBandwidthRow {
+  std::string kernel, role;  // role: "fused" or "reference"
+  int64_t tokens = 0;
+  double bytes = 0, seconds = 0;  // per call
+};
+struct KernelBandwidth {
+  double copy_bytes = 0, copy_seconds = 0;
+  std::vector<KernelBandwidthRow> rows;
+};
+KernelBandwidth measure_kernel_bandwidth(Engine& engine, const std::vector<int64_t>& tokens);
+
+}  // namespace sparse3d
