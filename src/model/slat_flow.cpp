@@ -2,12 +2,11 @@
 
 #include <cmath>
 
-#include "contract/fallback.h"
 #include "core/error.h"
 #include "gemm/linear.h"
+#include "gemm/linear_gelu.h"
 #include "kernels/elementwise.h"
 #include "kernels/embedding.h"
-#include "kernels/fused_gelu.h"
 #include "kernels/fused_norm.h"
 #include "kernels/fused_qk.h"
 #include "kernels/fused_residual.h"
@@ -17,8 +16,6 @@
 
 namespace s3d::model {
 namespace {
-
-using gemm::Epilogue;
 
 constexpr float kBlockNormEps = 1e-6f;  // LayerNorm32 inside blocks
 constexpr float kOutNormEps = 1e-5f;    // F.layer_norm default before out_layer
@@ -280,7 +277,6 @@ Tensor SLatFlowModel::block(int i, const Request& req, const Tensor& x_in, const
                             const Condition& cond, const NullPath* null) const {
   const ModelConfig& c = config();
   const int64_t T = req.tokens, C = c.model_channels, H = c.num_heads, D = c.head_dim();
-  const int B = req.batch;
   const Device dev = device_;
   const std::string p = "blocks." + std::to_string(i) + ".";
   auto bf16 = [&](Shape s) { return Tensor::empty(s, DType::BF16, dev); };
@@ -288,50 +284,17 @@ Tensor SLatFlowModel::block(int i, const Request& req, const Tensor& x_in, const
   auto chunk = [&](int k) { return RowView::columns(mod, k * C, C); };
   enum { kShiftMsa, kScaleMsa, kGateMsa, kShiftMlp, kScaleMlp, kGateMlp };
 
-  const FusionFlags& fused = req.fusion;
-  // A fused op that is on but cannot take this shape: the reference chain runs, counted.
-  auto usable = [](bool on, const char* flag, const std::string& why) {
-    if (!on) return false;
-    if (why.empty()) return true;
-    contract::record_fallback(flag, why);
-    return false;
-  };
-
-  // LayerNorm(x) * (1 + scale[batch]) + shift[batch]. The reference writes the norm into
-  // hn and materialises every eager step; modulated_layernorm does it in one kernel (hn is
-  // then left unwritten: only the reference chain and cross-attention's scratch use it).
-  auto norm_modulate = [&](const Tensor& x, Tensor& hn, int shift_k, int scale_k) {
+  // LayerNorm(x) * (1 + scale[batch]) + shift[batch] (the reference chain or the fused kernel).
+  auto norm_modulate = [&](const Tensor& x, int shift_k, int scale_k, bool fused) {
     Tensor out = bf16({T, C});
-    if (usable(fused.modulated_layernorm, "modulated_layernorm",
-               kernels::modulated_layer_norm_unsupported(x, chunk(shift_k), chunk(scale_k), out))) {
-      kernels::modulated_layer_norm(x, chunk(shift_k), chunk(scale_k), req.batch_index,
-                                    kBlockNormEps, out);
-      return out;
-    }
-    kernels::layer_norm(x, nullptr, nullptr, kBlockNormEps, hn);
-    Tensor one_plus = bf16({B, C});
-    kernels::add_scalar(chunk(scale_k), 1.0f, one_plus);
-    Tensor g = bf16({T, C});
-    kernels::gather_rows(RowView::of(one_plus), req.batch_index, g);
-    Tensor scaled = bf16({T, C});
-    kernels::mul(hn, g, scaled);
-    kernels::gather_rows(chunk(shift_k), req.batch_index, g);
-    kernels::add(scaled, g, out);
+    kernels::modulated_layer_norm(x, chunk(shift_k), chunk(scale_k), req.batch_index,
+                                  kBlockNormEps, fused, out);
     return out;
   };
   // x + h * gate[batch]
-  auto gated_residual = [&](const Tensor& x, const Tensor& hb, int gate_k) {
+  auto gated_residual = [&](const Tensor& x, const Tensor& hb, int gate_k, bool fused) {
     Tensor out = bf16({T, C});
-    if (usable(fused.gated_residual_add, "gated_residual_add",
-               kernels::gated_residual_add_unsupported(x, hb, chunk(gate_k), out))) {
-      kernels::gated_residual_add(x, hb, chunk(gate_k), req.batch_index, out);
-      return out;
-    }
-    Tensor g = bf16({T, C});
-    kernels::gather_rows(chunk(gate_k), req.batch_index, g);
-    Tensor gh = bf16({T, C});
-    kernels::mul(hb, g, gh);
-    kernels::add(x, gh, out);
+    kernels::gated_residual_add(x, hb, chunk(gate_k), req.batch_index, fused, out);
     return out;
   };
   auto linear = [&](const Tensor& in, const std::string& name, int64_t out_features) {
@@ -343,79 +306,37 @@ Tensor SLatFlowModel::block(int i, const Request& req, const Tensor& x_in, const
 
   // Self-attention branch.
   Tensor x = x_in;
-  Tensor hn = bf16({T, C});
-  Tensor hm = norm_modulate(x, hn, kShiftMsa, kScaleMsa);
+  Tensor hm = norm_modulate(x, kShiftMsa, kScaleMsa, req.fusion.modulated_layernorm);
   Tensor qkv = linear(hm, p + "self_attn.to_qkv", 3 * C);
-  const RowView q_view{qkv, 0, T, C, 3 * C}, k_view{qkv, C, T, C, 3 * C},
-      v_view{qkv, 2 * C, T, C, 3 * C};
-  Tensor attn_in = qkv;
   const bool rope = c.pe_mode == "rope";
   const Tensor* q_gamma = c.qk_rms_norm ? &w(p + "self_attn.q_rms_norm.gamma") : nullptr;
   const Tensor* k_gamma = c.qk_rms_norm ? &w(p + "self_attn.k_rms_norm.gamma") : nullptr;
   const Tensor* cos = rope ? &req.rope_cos : nullptr;
   const Tensor* sin = rope ? &req.rope_sin : nullptr;
-  if ((c.qk_rms_norm || rope) &&
-      usable(fused.qk_rmsnorm_rope_inplace, "qk_rmsnorm_rope_inplace",
-             kernels::fused_qk_unsupported(qkv, 3 * C, static_cast<int>(H), static_cast<int>(D),
-                                           cos, sin))) {
-    // q and k normalised and rotated in place; attention reads q, k, v straight from qkv
-    // (the same [T, 3C] layout the reference restack produces).
-    kernels::qk_rmsnorm_rope_inplace(qkv, static_cast<int>(H), static_cast<int>(D), q_gamma,
-                                     k_gamma, cos, sin);
-  } else if (c.qk_rms_norm || rope) {
-    // unbind -> RMSNorm (bf16 out) -> RoPE (bf16 out) -> torch.stack, as the original.
-    auto prep = [&](const RowView& view, const char* gamma) {
-      Tensor t = bf16({T, H, D});
-      if (c.qk_rms_norm) {
-        kernels::head_rmsnorm(view, w(p + gamma), static_cast<int>(H), static_cast<int>(D), t);
-      } else {
-        RowView dst = RowView::of(t.reshape({T, C}));
-        kernels::copy_rows(view, dst);
-      }
-      if (!rope) return t;
-      Tensor r = bf16({T, H, D});
-      kernels::rope_apply(t, req.rope_cos, req.rope_sin, r);
-      return r;
-    };
-    Tensor qn = prep(q_view, "self_attn.q_rms_norm.gamma");
-    Tensor kn = prep(k_view, "self_attn.k_rms_norm.gamma");
-    attn_in = bf16({T, 3 * C});
-    RowView dq = RowView::columns(attn_in, 0, C), dk = RowView::columns(attn_in, C, C),
-            dv = RowView::columns(attn_in, 2 * C, C);
-    kernels::copy_rows(RowView::of(qn.reshape({T, C})), dq);
-    kernels::copy_rows(RowView::of(kn.reshape({T, C})), dk);
-    kernels::copy_rows(v_view, dv);
-  }
+  // The attention reads q, k, v from one [T, 3C] tensor: qkv itself (fused, in place) or the
+  // reference chain's restack.
+  const Tensor attn_in =
+      kernels::qk_rmsnorm_rope(qkv, static_cast<int>(H), static_cast<int>(D), q_gamma, k_gamma,
+                               cos, sin, req.fusion.qk_rmsnorm_rope_inplace);
   Tensor attn = bf16({T, C});
   attention::sdpa_varlen(RowView{attn_in, 0, T, C, 3 * C}, req.tokens_layout,
                          RowView{attn_in, C, T, C, 3 * C}, RowView{attn_in, 2 * C, T, C, 3 * C},
                          req.tokens_layout, static_cast<int>(H), static_cast<int>(D), scale,
                          attn);
   Tensor sa = linear(attn, p + "self_attn.to_out", C);
-  x = gated_residual(x, sa, kGateMsa);
+  x = gated_residual(x, sa, kGateMsa, req.fusion.gated_residual_add);
 
   // Cross-attention branch: no modulation, no gate.
-  x = cross_attention(i, req, x, hn, cond, null);
+  x = cross_attention(i, req, x, cond, null);
 
   // MLP branch.
-  hm = norm_modulate(x, hn, kShiftMlp, kScaleMlp);
+  hm = norm_modulate(x, kShiftMlp, kScaleMlp, req.fusion.modulated_layernorm);
   if (req.mlp_probe) req.mlp_probe(i, hm);
-  // Three MLP paths: the cuBLASLt bias+GELU epilogue (one rounding: bounded error); the
-  // reference rounding points with the wide GELU kernel (gelu_tanh: bitwise); the reference.
   Tensor ug = bf16({T, c.mlp_hidden()});
-  if (fused.gemm_gelu_epilogue) {
-    gemm::linear(hm, w(p + "mlp.mlp.0.weight"), &w(p + "mlp.mlp.0.bias"), ug,
-                 Epilogue::BiasGelu);
-  } else {
-    Tensor u = linear(hm, p + "mlp.mlp.0", c.mlp_hidden());
-    if (fused.gelu_tanh) {
-      kernels::gelu_tanh_wide(u, ug);
-    } else {
-      kernels::gelu_tanh(u, ug);
-    }
-  }
+  gemm::linear_gelu(hm, w(p + "mlp.mlp.0.weight"), &w(p + "mlp.mlp.0.bias"),
+                    req.fusion.gemm_gelu_epilogue, req.fusion.gelu_tanh, ug);
   Tensor mo = linear(ug, p + "mlp.mlp.2", C);
-  return gated_residual(x, mo, kGateMlp);
+  return gated_residual(x, mo, kGateMlp, req.fusion.gated_residual_add);
 }
 
 size_t SLatFlowModel::weight_bytes() const {

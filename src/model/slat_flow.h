@@ -164,11 +164,10 @@ class SLatFlowModel {
   Tensor block(int i, const Request& req, const Tensor& x, const Tensor& mod,
                const Condition& cond, const NullPath* null) const;
   // The cross-attention branch (cross_attention.cpp): returns x + CrossAttn(norm2(x)).
-  // hn is a [T, C] scratch buffer.
-  Tensor cross_attention(int i, const Request& req, const Tensor& x, Tensor& hn,
-                         const Condition& cond, const NullPath* null) const;
-  Tensor cross_attention_null(int i, const Request& req, const Tensor& x, Tensor& hn,
-                              const Condition& cond, const NullPath& null) const;
+  Tensor cross_attention(int i, const Request& req, const Tensor& x, const Condition& cond,
+                         const NullPath* null) const;
+  Tensor cross_attention_null(int i, const Request& req, const Tensor& x, const Condition& cond,
+                              const NullPath& null) const;
   const Tensor& w(const std::string& name) const;
 
   Checkpoint ck_;
