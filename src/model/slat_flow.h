@@ -1,7 +1,12 @@
 // SLatFlowModel: the TRELLIS.2 structured-latent flow transformer (MODEL_SPEC.md), run as
 // the pure_eager path: one op per launch, in the order and at the rounding points of the
-// PyTorch original. The same code runs on the CPU backend (tensors on the host) and on the
-// GPU; only the device of the tensors differs.
+// PyTorch original, with the fused kernels (issue 5) behind each op family's entry point
+// (kernels/fused_*.h, gemm/linear_gelu.h). The same code runs on the CPU backend (tensors on
+// the host) and on the GPU; only the device of the tensors differs.
+//
+// Files: slat_flow.cpp (request, forward, modulation, the self-attention and MLP branches),
+// cross_attention.cpp (the cross-attention branch, reference and null-context forms, and the
+// condition's K/V), slat_flow_weights.{h,cpp} (the weights and their checkpoint names).
 #pragma once
 
 #include <cstdint>
@@ -14,6 +19,7 @@
 #include "model/checkpoint.h"
 #include "model/config.h"
 #include "model/fusion.h"
+#include "model/slat_flow_weights.h"
 
 namespace s3d::model {
 
@@ -109,9 +115,12 @@ struct ModulationTable {
 
 class SLatFlowModel {
  public:
+  // Binds the checkpoint's tensors to the model's weight fields once (slat_flow_weights.h).
   explicit SLatFlowModel(Checkpoint checkpoint);
 
   const ModelConfig& config() const { return ck_.config; }
+  const SLatFlowWeights& weights() const { return weights_; }
+
   Device device() const { return device_; }
   uint64_t weights_version() const { return ck_.version; }
 
@@ -152,25 +161,42 @@ class SLatFlowModel {
   // cond_kv_cache: condition_kv of every block for tokens bf16 [B, L, cond_channels].
   CondKV precompute_cond_kv(const Tensor& tokens) const;
 
-  // A loaded parameter by checkpoint name (null-context qualification reads the projections).
-  const Tensor& parameter(const std::string& name) const { return w(name); }
-
   // Bytes of device memory one forward over `tokens` tokens and `batch` assets needs beyond
   // the weights (an upper bound from the shapes of the eager path).
   size_t activation_bytes(int64_t tokens, int batch, int cond_tokens) const;
   size_t weight_bytes() const;
 
  private:
+  // Throws unless the forward's operands fit the request, the config and each other.
+  void check_forward_operands(const Request& req, const Tensor& x, const Tensor& t1000,
+                              const Condition& cond, const NullPath* null,
+                              const Modulation* mod) const;
+  // Input layer (fp32, cast to bf16), plus the absolute position embedding in ape mode.
+  Tensor embed_input(const Request& req, const Tensor& x) const;
+  // Final LayerNorm (fp32, no affine) and the fp32 out_layer.
+  Tensor output_layer(const Tensor& h) const;
+
+  // Block i: x + self-attention, + cross-attention, + MLP; mod is its bf16 [B, 6C].
   Tensor block(int i, const Request& req, const Tensor& x, const Tensor& mod,
                const Condition& cond, const NullPath* null) const;
+  // x + gate_msa[b] * to_out(SDPA(q, k, v of to_qkv(modulated LayerNorm(x)))).
+  Tensor self_attention(const BlockWeights& w, const Request& req, const Tensor& x,
+                        const Tensor& mod) const;
+  // x + gate_mlp[b] * fc2(GELU(fc1(modulated LayerNorm(x)))); i for the request's mlp_probe.
+  Tensor mlp(int i, const BlockWeights& w, const Request& req, const Tensor& x,
+             const Tensor& mod) const;
   // The cross-attention branch (cross_attention.cpp): returns x + CrossAttn(norm2(x)).
   Tensor cross_attention(int i, const Request& req, const Tensor& x, const Condition& cond,
                          const NullPath* null) const;
   Tensor cross_attention_null(int i, const Request& req, const Tensor& x, const Condition& cond,
                               const NullPath& null) const;
-  const Tensor& w(const std::string& name) const;
+  // The conditional rows' attention output (before to_out) over the given layouts.
+  void attend_condition(int i, const Request& req, const Tensor& x, const Condition& cond,
+                        const attention::SeqLayout& q_layout,
+                        const attention::SeqLayout& kv_layout, Tensor& attn) const;
 
   Checkpoint ck_;
+  SLatFlowWeights weights_;
   Device device_;
 };
 
