@@ -21,13 +21,6 @@ constexpr float kBlockNormEps = 1e-6f;  // LayerNorm32 inside blocks (as slat_fl
 
 }  // namespace
 
-size_t CondKV::bytes() const {
-  size_t n = 0;
-  for (const auto& t : kv) n += t.nbytes();
-  for (const auto& t : k_normed) n += t.nbytes();
-  return n;
-}
-
 SLatFlowModel::CrossKV SLatFlowModel::condition_kv(int block, const Tensor& cond2d) const {
   const ModelConfig& c = config();
   const int64_t C = c.model_channels, BL = cond2d.size(0);

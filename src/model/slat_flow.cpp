@@ -44,6 +44,11 @@ SLatFlowModel::SLatFlowModel(Checkpoint checkpoint) : ck_(std::move(checkpoint))
   weights_ = bind_weights(ck_.config, ck_.tensors);
 }
 
+DenoiserSummary SLatFlowModel::summary() const {
+  const ModelConfig& c = config();
+  return DenoiserSummary{"SLatFlowModel", c.in_channels, c.out_channels, c.cond_channels};
+}
+
 Request SLatFlowModel::prepare(const Tensor& coords, int batch, int cond_tokens,
                                const Tensor& concat_cond, int null_assets) const {
   const ModelConfig& c = config();
@@ -101,13 +106,6 @@ Request SLatFlowModel::prepare(const Tensor& coords, int batch, int cond_tokens,
               c.in_channels, " input channels = its ", c.out_channels, " output channels");
   }
   return r;
-}
-
-Tensor SLatFlowModel::forward(const Request& req, const Tensor& x, const Tensor& t1000,
-                              const Tensor& cond) const {
-  check_tensor(cond, "forward cond", DType::BF16,
-               {req.batch, req.cond_tokens, config().cond_channels});
-  return forward(req, x, t1000, Condition{cond, 0, nullptr});
 }
 
 void SLatFlowModel::check_forward_operands(const Request& req, const Tensor& x,
@@ -260,22 +258,6 @@ Modulation SLatFlowModel::modulation(const Tensor& t1000) const {
     out.blocks.push_back(std::move(mod));
   }
   return out;
-}
-
-Modulation Modulation::view(const Tensor& buffer, int num_blocks, int rows, int used) {
-  S3D_CHECK(buffer.defined() && buffer.ndim() == 2 && buffer.size(0) == int64_t{num_blocks} * rows &&
-                used >= 1 && used <= rows,
-            "modulation view: expected a buffer of ", num_blocks, " x ", rows,
-            " rows with 1..", rows, " used, got ", buffer.describe(), " with ", used, " used");
-  Modulation m;
-  for (int i = 0; i < num_blocks; ++i)
-    m.blocks.push_back(buffer.rows(int64_t{i} * rows, int64_t{i} * rows + used));
-  return m;
-}
-
-Tensor ModulationTable::step_buffer(int k) const {
-  S3D_CHECK(k >= 0 && k < steps(), "modulation table: step ", k, " of ", steps());
-  return storage.rows(k, k + 1).reshape({int64_t{num_blocks} * rows, width});
 }
 
 ModulationTable SLatFlowModel::modulation_table(const Tensor& t1000) const {
