@@ -24,6 +24,21 @@ inline Tensor random_tensor(const Shape& shape, DType dtype, uint64_t seed, floa
   return Tensor::from_floats(v, shape, dtype);
 }
 
+// A copy of t on t's device (in-place ops overwrite their input; the tests keep it).
+inline Tensor copy_of(const Tensor& t) {
+  Tensor c = Tensor::empty(t.shape(), t.dtype(), t.device());
+  c.copy_from(t);
+  return c;
+}
+
+// Batch indices of B assets over T tokens, in runs as packed requests hold them; every asset
+// present when T >= B.
+inline Tensor batch_runs(int64_t T, int B) {
+  std::vector<int32_t> v(static_cast<size_t>(T));
+  for (int64_t t = 0; t < T; ++t) v[t] = static_cast<int32_t>(t * B / T);
+  return Tensor::from_ints(v, {T});
+}
+
 struct ErrorStats {
   double rel_l2 = 0;   // ||got - want|| / ||want||
   double max_abs = 0;  // max |got - want|

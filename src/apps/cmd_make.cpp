@@ -8,7 +8,7 @@
 #include "apps/commands.h"
 #include "core/error.h"
 #include "model/checkpoint.h"
-#include "model/params.h"
+#include "model/slat_flow_weights.h"
 #include "payload/generate.h"
 
 namespace s3d::apps {

@@ -99,7 +99,7 @@ KernelBandwidth measure_kernel_bandwidth(const model::ModelConfig& c,
       const int n = sets_for(bytes);
       auto qkv = replicas(random_device({T, 3 * C}, DType::BF16, 16), n);
       add("qk_rmsnorm_rope_inplace", "fused", bytes, n, [&](int i) {
-        kernels::qk_rmsnorm_rope_inplace(qkv[i], H, D, &q_gamma, &k_gamma, &cos, &sin);
+        kernels::fused::qk_rmsnorm_rope_inplace(qkv[i], H, D, &q_gamma, &k_gamma, &cos, &sin);
       });
     }
     {  // cross-attention q RMSNorm in place
@@ -107,7 +107,7 @@ KernelBandwidth measure_kernel_bandwidth(const model::ModelConfig& c,
       const int n = sets_for(bytes);
       auto q = replicas(random_device({T, C}, DType::BF16, 17), n);
       add("head_rmsnorm_inplace (qk_rmsnorm_cross_inplace)", "fused", bytes, n,
-          [&](int i) { kernels::head_rmsnorm_inplace(q[i], q_gamma, H, D); });
+          [&](int i) { kernels::fused::head_rmsnorm_inplace(q[i], q_gamma, H, D); });
     }
     {  // modulated LayerNorm, and the reference's LayerNorm alone (same traffic)
       const double bytes = double(T) * C * 2 * 2 + double(T) * 4;
@@ -115,7 +115,7 @@ KernelBandwidth measure_kernel_bandwidth(const model::ModelConfig& c,
       auto x = replicas(random_device({T, C}, DType::BF16, 18), n);
       auto out = replicas(random_device({T, C}, DType::BF16, 19), n);
       add("modulated_layer_norm", "fused", bytes, n, [&](int i) {
-        kernels::modulated_layer_norm(x[i], shift, scale, batch_index, 1e-6f, out[i]);
+        kernels::fused::modulated_layer_norm(x[i], shift, scale, batch_index, 1e-6f, out[i]);
       });
       add("layer_norm (reference op, no affine)", "reference", double(T) * C * 2 * 2, n,
           [&](int i) { kernels::layer_norm(x[i], nullptr, nullptr, 1e-6f, out[i]); });
@@ -127,7 +127,7 @@ KernelBandwidth measure_kernel_bandwidth(const model::ModelConfig& c,
       auto h = replicas(random_device({T, C}, DType::BF16, 21), n);
       auto out = replicas(random_device({T, C}, DType::BF16, 22), n);
       add("gated_residual_add", "fused", bytes, n, [&](int i) {
-        kernels::gated_residual_add(x[i], h[i], gate, batch_index, out[i]);
+        kernels::fused::gated_residual_add(x[i], h[i], gate, batch_index, out[i]);
       });
       add("add (reference op, one of the three it replaces)", "reference", double(T) * C * 2 * 3,
           n, [&](int i) { kernels::add(x[i], h[i], out[i]); });
@@ -138,7 +138,7 @@ KernelBandwidth measure_kernel_bandwidth(const model::ModelConfig& c,
       auto x = replicas(random_device({T, hidden}, DType::BF16, 23), n);
       auto out = replicas(random_device({T, hidden}, DType::BF16, 24), n);
       add("gelu_tanh_wide (gelu_tanh candidate)", "fused", bytes, n,
-          [&](int i) { kernels::gelu_tanh_wide(x[i], out[i]); });
+          [&](int i) { kernels::fused::gelu_tanh_wide(x[i], out[i]); });
       add("gelu_tanh (reference op)", "reference", bytes, n,
           [&](int i) { kernels::gelu_tanh(x[i], out[i]); });
     }

@@ -1,4 +1,5 @@
-// gelu_tanh_wide: argument checks and dispatch; the CPU version is the reference op's loop.
+// The MLP's GELU: the entry point, and the wide kernel's argument checks and dispatch (its CPU
+// version is the reference op's loop).
 #include "kernels/fused_gelu.h"
 
 #include "kernels/elementwise.h"
@@ -6,6 +7,8 @@
 #include "kernels/kernel_checks.h"
 
 namespace s3d::kernels {
+
+namespace fused {
 
 void gelu_tanh_wide(const Tensor& x, Tensor& out) {
   const char* op = "gelu_tanh_wide";
@@ -18,6 +21,16 @@ void gelu_tanh_wide(const Tensor& x, Tensor& out) {
     cuda::gelu_tanh_wide(x, out);
   } else {
     gelu_tanh(x, out);  // the CPU has one GELU loop: the reference op's
+  }
+}
+
+}  // namespace fused
+
+void mlp_gelu(const Tensor& x, bool fused, Tensor& out) {
+  if (fused) {
+    fused::gelu_tanh_wide(x, out);
+  } else {
+    gelu_tanh(x, out);
   }
 }
 

@@ -1,10 +1,14 @@
-// Modulated LayerNorm: support rule, argument checks, device dispatch, and the CPU version
+// Modulated LayerNorm: the entry point (the reference chain or the fused kernel), the fused
+// kernel's support rule, argument checks and device dispatch, and its CPU version
 // (cpu::layer_norm's row statistics, then math::modulate_chain per element).
 #include "kernels/fused_norm.h"
 
+#include "contract/fallback.h"
 #include "core/error.h"
+#include "kernels/elementwise.h"
 #include "kernels/fused_norm_cuda.h"
 #include "kernels/kernel_checks.h"
+#include "kernels/layernorm.h"
 #include "kernels/reference_math.h"
 
 namespace s3d::kernels {
@@ -55,6 +59,8 @@ void modulated_layer_norm(const Tensor& x, const RowView& shift, const RowView& 
 
 }  // namespace cpu
 
+namespace fused {
+
 std::string modulated_layer_norm_unsupported(const Tensor& x, const RowView& shift,
                                              const RowView& scale, const Tensor& out) {
   if (x.dtype() != DType::BF16) return cat("x is ", x.describe(), ", not bf16");
@@ -102,6 +108,43 @@ void modulated_layer_norm(const Tensor& x, const RowView& shift, const RowView& 
   } else {
     cpu::modulated_layer_norm(x, shift, scale, batch_index, eps, out);
   }
+}
+
+}  // namespace fused
+
+namespace {
+
+// pure_eager's chain, one op per launch at the original's rounding points.
+void modulated_layer_norm_chain(const Tensor& x, const RowView& shift, const RowView& scale,
+                                const Tensor& batch_index, float eps, Tensor& out) {
+  const int64_t T = x.size(0), C = x.size(1), B = scale.rows;
+  const Device dev = x.device();
+  auto bf16 = [&](Shape s) { return Tensor::empty(s, DType::BF16, dev); };
+  Tensor hn = bf16({T, C});
+  layer_norm(x, nullptr, nullptr, eps, hn);
+  Tensor one_plus = bf16({B, C});
+  add_scalar(scale, 1.0f, one_plus);
+  Tensor g = bf16({T, C});
+  gather_rows(RowView::of(one_plus), batch_index, g);
+  Tensor scaled = bf16({T, C});
+  mul(hn, g, scaled);
+  gather_rows(shift, batch_index, g);
+  add(scaled, g, out);
+}
+
+}  // namespace
+
+void modulated_layer_norm(const Tensor& x, const RowView& shift, const RowView& scale,
+                          const Tensor& batch_index, float eps, bool fused, Tensor& out) {
+  if (fused) {
+    const std::string why = fused::modulated_layer_norm_unsupported(x, shift, scale, out);
+    if (why.empty()) {
+      fused::modulated_layer_norm(x, shift, scale, batch_index, eps, out);
+      return;
+    }
+    contract::record_fallback("modulated_layernorm", why);
+  }
+  modulated_layer_norm_chain(x, shift, scale, batch_index, eps, out);
 }
 
 }  // namespace s3d::kernels

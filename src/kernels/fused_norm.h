@@ -1,12 +1,13 @@
-// Modulated LayerNorm (issue 5, article 4.2): LayerNorm without affine, then AdaLN's
-// (1 + scale[b]) * h + shift[b] with b the token's asset, scale and shift read by batch
-// index from the [B, 6C] modulation inside the op. Replaces layer_norm -> bf16 [T, C],
-// add_scalar -> bf16 [B, C], gather_rows -> [T, C], mul -> bf16, gather_rows -> [T, C],
-// add -> bf16 (model/slat_flow.cpp `modulate`).
+// Modulated LayerNorm (issue 5, article 4.2), the AdaLN input of a block's attention and MLP
+// branches: LayerNorm without affine, then (1 + scale[b]) * h + shift[b] with b the token's
+// asset, scale and shift read by batch index from the [B, 6C] modulation.
 //
-// Contract: bitwise equal to that chain on the same backend: every bf16 store of the chain is
-// kept as a rounding (math::modulate_chain), and the row statistics are the layer_norm
-// op's (same reduction order on each backend).
+// One entry point, modulated_layer_norm(..., fused, ...), runs either the reference chain
+// (pure_eager: layer_norm -> bf16 [T, C], add_scalar -> bf16 [B, C], gather_rows -> [T, C],
+// mul -> bf16, gather_rows -> [T, C], add -> bf16) or the fused kernel (fused::, flag
+// modulated_layernorm). Contract: the two are bitwise equal on the same backend: every bf16
+// store of the chain is kept as a rounding (math::modulate_chain), and the row statistics are
+// the layer_norm op's (same reduction order on each backend).
 #pragma once
 
 #include <string>
@@ -15,18 +16,28 @@
 
 namespace s3d::kernels {
 
-// Why modulated_layer_norm cannot run on these operands, or "": C a multiple of 8 and every
-// row 16-byte aligned (x, out, the shift/scale views' first element and stride). Same rule on
-// both backends.
+// x: bf16 [T, C]; shift, scale: bf16 views of B rows of C (chunks of the modulation);
+// batch_index: i32 [T], entries in [0, B); out: bf16 [T, C]. Per element:
+//   out = bf16(bf16(bf16(LN(x)) * bf16(scale[b] + 1)) + shift[b]),  LN = (x - mean) * rstd
+// with mean, rstd those of layer_norm(x, no affine, eps). fused: run the fused kernel where
+// fused::modulated_layer_norm_unsupported allows it; a refused shape runs the reference chain
+// and counts a modulated_layernorm fallback (contract/fallback.h).
+void modulated_layer_norm(const Tensor& x, const RowView& shift, const RowView& scale,
+                          const Tensor& batch_index, float eps, bool fused, Tensor& out);
+
+namespace fused {
+
+// Why the fused kernel cannot run on these operands, or "": C a multiple of 8 and every row
+// 16-byte aligned (x, out, the shift/scale views' first element and stride). Same rule on
+// both backends, so that a CPU test sees the fallbacks a GPU run would take.
 std::string modulated_layer_norm_unsupported(const Tensor& x, const RowView& shift,
                                              const RowView& scale, const Tensor& out);
 
-// x: bf16 [T, C]; shift, scale: bf16 views of B rows of C (chunks of the modulation);
-// batch_index: i32 [T], entries in [0, B) (the GPU traps on others, like gather_rows);
-// out: bf16 [T, C]. Per element:
-//   out = bf16(bf16(bf16(LN(x)) * bf16(scale[b] + 1)) + shift[b]),  LN = (x - mean) * rstd
-// with mean, rstd those of layer_norm(x, no affine, eps).
+// The fused kernel: one pass, no temporaries (the GPU traps on a batch index outside [0, B),
+// like gather_rows). Throws on a shape modulated_layer_norm_unsupported refuses: it never
+// silently degrades.
 void modulated_layer_norm(const Tensor& x, const RowView& shift, const RowView& scale,
                           const Tensor& batch_index, float eps, Tensor& out);
 
+}  // namespace fused
 }  // namespace s3d::kernels

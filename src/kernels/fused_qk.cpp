@@ -1,13 +1,17 @@
-// Fused q/k ops: support rule, argument checks, device dispatch, and the CPU version (the
+// q/k preparation: the entry points (the reference chains or the fused kernels), the fused
+// kernels' support rule, argument checks and device dispatch, and their CPU version (the
 // reference chain's arithmetic, element by element, written back in place).
 #include "kernels/fused_qk.h"
 
 #include <cstdint>
 #include <vector>
 
+#include "contract/fallback.h"
 #include "core/error.h"
-#include "kernels/kernel_checks.h"
+#include "kernels/elementwise.h"
 #include "kernels/fused_qk_cuda.h"
+#include "kernels/kernel_checks.h"
+#include "kernels/qk_norm_rope.h"
 #include "kernels/reference_math.h"
 
 namespace s3d::kernels {
@@ -62,8 +66,10 @@ void qk_inplace(Tensor& x, int64_t row_stride, int slots, int heads, int head_di
 
 }  // namespace cpu
 
-std::string fused_qk_unsupported(const Tensor& x, int64_t row_stride, int heads, int head_dim,
-                                 const Tensor* cos, const Tensor* sin) {
+namespace fused {
+
+std::string qk_unsupported(const Tensor& x, int64_t row_stride, int heads, int head_dim,
+                           const Tensor* cos, const Tensor* sin) {
   if (x.dtype() != DType::BF16) return cat("x is ", x.describe(), ", not bf16");
   if (head_dim % 8 != 0)
     return cat("head_dim ", head_dim, " is not a multiple of 8 (one 16-byte chunk per lane)");
@@ -74,6 +80,8 @@ std::string fused_qk_unsupported(const Tensor& x, int64_t row_stride, int heads,
   (void)heads;
   return "";
 }
+
+}  // namespace fused
 
 namespace {
 
@@ -104,7 +112,7 @@ void qk_inplace_checked(const char* op, Tensor& x, int slots, int heads, int hea
     detail::check_same_device(op, {{"x", &x}, {"cos", cos}, {"sin", sin}});
   }
   S3D_CHECK(gamma0 != nullptr || cos != nullptr, op, ": nothing to do (no gamma, no RoPE)");
-  const std::string why = fused_qk_unsupported(x, x.size(1), heads, head_dim, cos, sin);
+  const std::string why = fused::qk_unsupported(x, x.size(1), heads, head_dim, cos, sin);
   S3D_CHECK(why.empty(), op, ": unsupported shape: ", why, " (x ", x.describe(),
             "); the caller runs the reference chain");
   if (T == 0) return;
@@ -122,6 +130,8 @@ void qk_inplace_checked(const char* op, Tensor& x, int slots, int heads, int hea
 }
 
 }  // namespace
+
+namespace fused {
 
 void qk_rmsnorm_rope_inplace(Tensor& qkv, int heads, int head_dim, const Tensor* q_gamma,
                              const Tensor* k_gamma, const Tensor* cos, const Tensor* sin) {
@@ -141,6 +151,78 @@ void head_rmsnorm_inplace(Tensor& x, const Tensor& gamma, int heads, int head_di
   S3D_CHECK(x.ndim() == 2 && x.size(1) == int64_t{heads} * head_dim, op, ": x must be bf16 [T, ",
             heads, " * ", head_dim, "], got ", x.describe());
   qk_inplace_checked(op, x, 1, heads, head_dim, &gamma, nullptr, nullptr, nullptr);
+}
+
+}  // namespace fused
+
+namespace {
+
+// pure_eager's q or k of the packed QKV: unbind -> RMSNorm (bf16 out; a copy without
+// qk_rms_norm) -> RoPE (bf16 out), as the original.
+Tensor prepare_head_slot(const RowView& slot, int heads, int head_dim, const Tensor* gamma,
+                         const Tensor* cos, const Tensor* sin) {
+  const int64_t T = slot.rows;
+  const Device dev = slot.device();
+  Tensor t = Tensor::empty({T, heads, head_dim}, DType::BF16, dev);
+  if (gamma != nullptr) {
+    head_rmsnorm(slot, *gamma, heads, head_dim, t);
+  } else {
+    RowView dst = RowView::of(t.reshape({T, slot.cols}));
+    copy_rows(slot, dst);
+  }
+  if (cos == nullptr) return t;
+  Tensor r = Tensor::empty({T, heads, head_dim}, DType::BF16, dev);
+  rope_apply(t, *cos, *sin, r);
+  return r;
+}
+
+// pure_eager's chain: q and k prepared apart, then torch.stack with v into a new [T, 3C].
+Tensor qk_rmsnorm_rope_chain(const Tensor& qkv, int heads, int head_dim, const Tensor* q_gamma,
+                             const Tensor* k_gamma, const Tensor* cos, const Tensor* sin) {
+  const int64_t T = qkv.size(0), C = int64_t{heads} * head_dim;
+  const RowView q{qkv, 0, T, C, 3 * C}, k{qkv, C, T, C, 3 * C}, v{qkv, 2 * C, T, C, 3 * C};
+  Tensor qn = prepare_head_slot(q, heads, head_dim, q_gamma, cos, sin);
+  Tensor kn = prepare_head_slot(k, heads, head_dim, k_gamma, cos, sin);
+  Tensor stacked = Tensor::empty({T, 3 * C}, DType::BF16, qkv.device());
+  RowView dq = RowView::columns(stacked, 0, C), dk = RowView::columns(stacked, C, C),
+          dv = RowView::columns(stacked, 2 * C, C);
+  copy_rows(RowView::of(qn.reshape({T, C})), dq);
+  copy_rows(RowView::of(kn.reshape({T, C})), dk);
+  copy_rows(v, dv);
+  return stacked;
+}
+
+}  // namespace
+
+Tensor qk_rmsnorm_rope(Tensor& qkv, int heads, int head_dim, const Tensor* q_gamma,
+                       const Tensor* k_gamma, const Tensor* cos, const Tensor* sin, bool fused) {
+  if (q_gamma == nullptr && cos == nullptr) return qkv;  // no qk_rms_norm, no RoPE
+  if (fused) {
+    const std::string why =
+        fused::qk_unsupported(qkv, 3 * int64_t{heads} * head_dim, heads, head_dim, cos, sin);
+    if (why.empty()) {
+      fused::qk_rmsnorm_rope_inplace(qkv, heads, head_dim, q_gamma, k_gamma, cos, sin);
+      return qkv;
+    }
+    contract::record_fallback("qk_rmsnorm_rope_inplace", why);
+  }
+  return qk_rmsnorm_rope_chain(qkv, heads, head_dim, q_gamma, k_gamma, cos, sin);
+}
+
+Tensor cross_q_rmsnorm(Tensor& q, const Tensor& gamma, int heads, int head_dim, bool fused) {
+  const int64_t C = int64_t{heads} * head_dim;
+  if (fused) {
+    const std::string why = fused::qk_unsupported(q, C, heads, head_dim, nullptr, nullptr);
+    if (why.empty()) {
+      fused::head_rmsnorm_inplace(q, gamma, heads, head_dim);
+      return q;
+    }
+    contract::record_fallback("qk_rmsnorm_cross_inplace", why);
+  }
+  // pure_eager: head_rmsnorm into a new [T, H, D], read as [T, C].
+  Tensor qn = Tensor::empty({q.size(0), heads, head_dim}, DType::BF16, q.device());
+  head_rmsnorm(RowView::of(q), gamma, heads, head_dim, qn);
+  return qn.reshape({q.size(0), C});
 }
 
 }  // namespace s3d::kernels

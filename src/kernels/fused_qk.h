@@ -1,12 +1,17 @@
-// Fused q/k preparation (issue 5): per-head RMSNorm and RoPE applied in place to the q and
-// k slots of the packed QKV tensor, and the cross-attention q RMSNorm in place. They replace
-// the reference chain head_rmsnorm -> bf16 [T, H, D] -> rope_apply -> bf16 [T, H, D] ->
-// copy_rows restack into a new [T, 3C] (qk_norm_rope.h): no split, no temporaries.
+// The q/k preparation of a block's attentions (issue 5): per-head RMSNorm and RoPE of the
+// self-attention's q and k, and the cross-attention's q RMSNorm.
 //
-// Contract: bitwise equal to the reference chain on the same backend. Both bf16 roundings
-// of the chain are kept (the RMSNorm output is rounded to bf16, RoPE reads those bf16
-// values, works in fp32 and rounds again); the sum of squares is added in the reference
-// kernel's order (CPU: sequential; GPU: the head_rmsnorm kernel's lane order and butterfly).
+// Two entry points, each running either the reference chain (pure_eager) or the fused kernel
+// (fused::), which works in place in the projection's output: no split, no temporaries.
+//   qk_rmsnorm_rope (flag qk_rmsnorm_rope_inplace): reference head_rmsnorm -> bf16 [T, H, D]
+//     -> rope_apply -> bf16 [T, H, D] per q and k, then the copy_rows restack with v into a
+//     new [T, 3C] (qk_norm_rope.h).
+//   cross_q_rmsnorm (flag qk_rmsnorm_cross_inplace): reference head_rmsnorm of q into a new
+//     [T, H, D].
+// Contract: fused and reference bitwise equal on the same backend. Both bf16 roundings of the
+// chain are kept (the RMSNorm output is rounded to bf16, RoPE reads those bf16 values, works
+// in fp32 and rounds again); the sum of squares is added in the reference kernel's order
+// (CPU: sequential; GPU: the head_rmsnorm kernel's lane order and butterfly).
 #pragma once
 
 #include <string>
@@ -15,25 +20,41 @@
 
 namespace s3d::kernels {
 
-// Why the fused ops cannot run on x (bf16, rows of `row_stride` elements) with these
-// heads, or "" when they can: head_dim a multiple of 8 (one 16-byte chunk per lane),
-// row_stride a multiple of 8, x and the RoPE tables 16-byte aligned. The same rule on both
-// backends, so that a CPU test sees the fallbacks a GPU run would take.
-std::string fused_qk_unsupported(const Tensor& x, int64_t row_stride, int heads, int head_dim,
-                                 const Tensor* cos, const Tensor* sin);
-
-// qkv: bf16 [T, 3 * H * D] (q, k, v slots of H heads of D). For each token and head of the
-// q and k slots: if q_gamma/k_gamma (f32 [H, D], both or neither) are given,
+// qkv: bf16 [T, 3 * H * D] (q, k, v slots of H heads of D), the self-attention's to_qkv
+// output. For each token and head of the q and k slots: if q_gamma/k_gamma (f32 [H, D], both
+// or neither) are given,
 //   y = bf16(x / max(||x||, 1e-12) * gamma * sqrt(D))       (as head_rmsnorm)
 // else y = x; then if cos/sin (f32 [T, D/2], both or neither) are given,
 //   (y[2p], y[2p+1]) = bf16(rotate(y[2p], y[2p+1], cos[t, p], sin[t, p]))  (as rope_apply).
-// Written back into the same q and k elements; v is untouched. Throws when
-// fused_qk_unsupported says why not (callers check it first and fall back).
+// Returns the [T, 3C] tensor the attention reads q, k, v from: qkv itself when the fused
+// kernel ran (in place) or there is nothing to do (no gamma, no RoPE), else the reference
+// chain's restack (qkv untouched). fused: the fused kernel where fused::qk_unsupported allows
+// it; a refused shape runs the reference chain and counts a qk_rmsnorm_rope_inplace fallback.
+Tensor qk_rmsnorm_rope(Tensor& qkv, int heads, int head_dim, const Tensor* q_gamma,
+                       const Tensor* k_gamma, const Tensor* cos, const Tensor* sin, bool fused);
+
+// q: bf16 [T, H * D], the cross-attention's to_q output; gamma: f32 [H, D]. Returns the
+// per-head RMSNorm of q (as head_rmsnorm) as bf16 [T, H * D]: q itself when the fused kernel
+// ran in place, else a new tensor (q untouched). fused: as above; a refused shape counts a
+// qk_rmsnorm_cross_inplace fallback.
+Tensor cross_q_rmsnorm(Tensor& q, const Tensor& gamma, int heads, int head_dim, bool fused);
+
+namespace fused {
+
+// Why the fused kernels cannot run on x (bf16, rows of `row_stride` elements) with these
+// heads, or "" when they can: head_dim a multiple of 8 (one 16-byte chunk per lane),
+// row_stride a multiple of 8, x and the RoPE tables 16-byte aligned. The same rule on both
+// backends, so that a CPU test sees the fallbacks a GPU run would take.
+std::string qk_unsupported(const Tensor& x, int64_t row_stride, int heads, int head_dim,
+                           const Tensor* cos, const Tensor* sin);
+
+// The fused kernel of qk_rmsnorm_rope: q and k normalised and rotated in place in qkv; v is
+// untouched. Throws when qk_unsupported says why not.
 void qk_rmsnorm_rope_inplace(Tensor& qkv, int heads, int head_dim, const Tensor* q_gamma,
                              const Tensor* k_gamma, const Tensor* cos, const Tensor* sin);
 
-// x: bf16 [T, H * D] (e.g. the cross-attention q); per-head RMSNorm in place, as
-// head_rmsnorm (bitwise).
+// The fused kernel of cross_q_rmsnorm: x bf16 [T, H * D] normalised per head in place.
 void head_rmsnorm_inplace(Tensor& x, const Tensor& gamma, int heads, int head_dim);
 
+}  // namespace fused
 }  // namespace s3d::kernels

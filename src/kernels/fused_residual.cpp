@@ -1,7 +1,10 @@
-// Gated residual add: support rule, argument checks, device dispatch, and the CPU version.
+// Gated residual add: the entry point (the reference chain or the fused kernel), the fused
+// kernel's support rule, argument checks and device dispatch, and its CPU version.
 #include "kernels/fused_residual.h"
 
+#include "contract/fallback.h"
 #include "core/error.h"
+#include "kernels/elementwise.h"
 #include "kernels/fused_residual_cuda.h"
 #include "kernels/kernel_checks.h"
 #include "kernels/reference_math.h"
@@ -39,6 +42,8 @@ void gated_residual_add(const Tensor& x, const Tensor& h, const RowView& gate,
 }
 
 }  // namespace cpu
+
+namespace fused {
 
 std::string gated_residual_add_unsupported(const Tensor& x, const Tensor& h, const RowView& gate,
                                            const Tensor& out) {
@@ -81,6 +86,26 @@ void gated_residual_add(const Tensor& x, const Tensor& h, const RowView& gate,
   } else {
     cpu::gated_residual_add(x, h, gate, batch_index, out);
   }
+}
+
+}  // namespace fused
+
+void gated_residual_add(const Tensor& x, const Tensor& h, const RowView& gate,
+                        const Tensor& batch_index, bool fused, Tensor& out) {
+  if (fused) {
+    const std::string why = fused::gated_residual_add_unsupported(x, h, gate, out);
+    if (why.empty()) {
+      fused::gated_residual_add(x, h, gate, batch_index, out);
+      return;
+    }
+    contract::record_fallback("gated_residual_add", why);
+  }
+  // pure_eager's chain: the gate gathered per token, then mul and add, each rounded to bf16.
+  Tensor g = Tensor::empty(x.shape(), DType::BF16, x.device());
+  gather_rows(gate, batch_index, g);
+  Tensor gh = Tensor::empty(x.shape(), DType::BF16, x.device());
+  mul(h, g, gh);
+  add(x, gh, out);
 }
 
 }  // namespace s3d::kernels

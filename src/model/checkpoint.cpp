@@ -7,7 +7,7 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "io/safetensors.h"
-#include "model/params.h"
+#include "model/slat_flow_weights.h"
 
 namespace s3d::model {
 namespace {

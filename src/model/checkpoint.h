@@ -22,7 +22,7 @@ struct Checkpoint {
 // files load; each tensor is converted to its run-time dtype and moved to `device`.
 Checkpoint load_checkpoint(const std::string& json_path, Device device);
 
-// Writes OUT.json and OUT.safetensors with deterministic synthetic weights (params.h),
+// Writes OUT.json and OUT.safetensors with deterministic synthetic weights (slat_flow_weights.h),
 // stored as `dtype` (bf16 like the released files, or f32).
 void make_checkpoint(const ModelConfig& config, uint64_t seed, const std::string& out_prefix,
                      DType dtype);

@@ -6,7 +6,6 @@
 // reduces to to_out(v0 rows) (Exact) or to the constant row c = to_out(v0) (Cache).
 #include <cmath>
 
-#include "contract/fallback.h"
 #include "core/error.h"
 #include "gemm/linear.h"
 #include "kernels/elementwise.h"
@@ -20,28 +19,19 @@ namespace {
 
 constexpr float kBlockNormEps = 1e-6f;  // LayerNorm32 inside blocks (as slat_flow.cpp)
 
-std::string block_prefix(int i) { return "blocks." + std::to_string(i) + "."; }
-
 }  // namespace
-
-size_t CondKV::bytes() const {
-  size_t n = 0;
-  for (const auto& t : kv) n += t.nbytes();
-  for (const auto& t : k_normed) n += t.nbytes();
-  return n;
-}
 
 SLatFlowModel::CrossKV SLatFlowModel::condition_kv(int block, const Tensor& cond2d) const {
   const ModelConfig& c = config();
   const int64_t C = c.model_channels, BL = cond2d.size(0);
-  const std::string p = block_prefix(block);
+  const CrossAttentionWeights& w = weights_.blocks[static_cast<size_t>(block)].cross_attn;
   CrossKV r;
   r.kv = Tensor::empty({BL, 2 * C}, DType::BF16, device_);
-  gemm::linear(cond2d, w(p + "cross_attn.to_kv.weight"), &w(p + "cross_attn.to_kv.bias"), r.kv);
+  gemm::linear(cond2d, w.to_kv.weight, w.to_kv.bias_or_null(), r.kv);
   if (c.qk_rms_norm_cross) {
     r.k_normed = Tensor::empty({BL, c.num_heads, c.head_dim()}, DType::BF16, device_);
-    kernels::head_rmsnorm(RowView{r.kv, 0, BL, C, 2 * C}, w(p + "cross_attn.k_rms_norm.gamma"),
-                          c.num_heads, c.head_dim(), r.k_normed);
+    kernels::head_rmsnorm(RowView{r.kv, 0, BL, C, 2 * C}, w.k_rms_gamma, c.num_heads,
+                          c.head_dim(), r.k_normed);
   }
   return r;
 }
@@ -68,58 +58,47 @@ CondKV SLatFlowModel::precompute_cond_kv(const Tensor& tokens) const {
 // the to_q output; K keeps the reference op (its [BL, H, D] layout is the one the condition
 // K/V cache stores and the attention reads; normalising it in place inside to_kv's [BL, 2C]
 // output would change K's row stride, and with cond_kv_cache it runs once per request).
-static void attend_condition(const SLatFlowModel& m, int i, const Tensor& x, Tensor& hn,
-                             const Condition& cond, const attention::SeqLayout& q_layout,
-                             const attention::SeqLayout& kv_layout, const FusionFlags& fused,
-                             Tensor& attn) {
-  const ModelConfig& c = m.config();
+void SLatFlowModel::attend_condition(int i, const Request& req, const Tensor& x,
+                                     const Condition& cond, const attention::SeqLayout& q_layout,
+                                     const attention::SeqLayout& kv_layout, Tensor& attn) const {
+  const ModelConfig& c = config();
   const int64_t T = x.size(0), C = c.model_channels;
   const int H = c.num_heads, D = c.head_dim();
-  const std::string p = block_prefix(i);
-  const Device dev = m.device();
-  kernels::layer_norm(x, &m.parameter(p + "norm2.weight"), &m.parameter(p + "norm2.bias"),
-                      kBlockNormEps, hn);
-  Tensor q = Tensor::empty({T, C}, DType::BF16, dev);
-  gemm::linear(hn, m.parameter(p + "cross_attn.to_q.weight"),
-               &m.parameter(p + "cross_attn.to_q.bias"), q);
-  SLatFlowModel::CrossKV kv;
+  const BlockWeights& w = weights_.blocks[static_cast<size_t>(i)];
+  Tensor hn = Tensor::empty({T, C}, DType::BF16, device_);
+  kernels::layer_norm(x, &w.norm2.weight, &w.norm2.bias, kBlockNormEps, hn);
+  Tensor q = Tensor::empty({T, C}, DType::BF16, device_);
+  gemm::linear(hn, w.cross_attn.to_q.weight, w.cross_attn.to_q.bias_or_null(), q);
+  CrossKV kv;
   if (cond.kv) {
-    kv.kv = cond.kv->kv[i];
-    if (c.qk_rms_norm_cross) kv.k_normed = cond.kv->k_normed[i];
+    kv.kv = cond.kv->kv[static_cast<size_t>(i)];
+    if (c.qk_rms_norm_cross) kv.k_normed = cond.kv->k_normed[static_cast<size_t>(i)];
   } else {
-    kv = m.condition_kv(i, cond.tokens.reshape({cond.tokens.size(0) * cond.tokens.size(1),
-                                                 c.cond_channels}));
+    kv = condition_kv(i, cond.tokens.reshape({cond.tokens.size(0) * cond.tokens.size(1),
+                                               c.cond_channels}));
   }
   const int64_t BL = kv.kv.size(0);
   RowView cq = RowView::of(q), ck{kv.kv, 0, BL, C, 2 * C}, cv{kv.kv, C, BL, C, 2 * C};
   Tensor qn;
-  std::string why;
-  if (c.qk_rms_norm_cross && fused.qk_rmsnorm_cross_inplace) {
-    why = kernels::fused_qk_unsupported(q, C, H, D, nullptr, nullptr);
-    if (!why.empty()) contract::record_fallback("qk_rmsnorm_cross_inplace", why);
-  }
-  if (c.qk_rms_norm_cross && fused.qk_rmsnorm_cross_inplace && why.empty()) {
-    kernels::head_rmsnorm_inplace(q, m.parameter(p + "cross_attn.q_rms_norm.gamma"), H, D);
-    ck = RowView::of(kv.k_normed.reshape({BL, C}));
-  } else if (c.qk_rms_norm_cross) {
-    qn = Tensor::empty({T, H, D}, DType::BF16, dev);
-    kernels::head_rmsnorm(cq, m.parameter(p + "cross_attn.q_rms_norm.gamma"), H, D, qn);
-    cq = RowView::of(qn.reshape({T, C}));
+  if (c.qk_rms_norm_cross) {
+    qn = kernels::cross_q_rmsnorm(q, w.cross_attn.q_rms_gamma, H, D,
+                                  req.fusion.qk_rmsnorm_cross_inplace);
+    cq = RowView::of(qn);
     ck = RowView::of(kv.k_normed.reshape({BL, C}));
   }
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
   attention::sdpa_varlen(cq, q_layout, ck, cv, kv_layout, H, D, scale, attn);
 }
 
-Tensor SLatFlowModel::cross_attention(int i, const Request& req, const Tensor& x, Tensor& hn,
+Tensor SLatFlowModel::cross_attention(int i, const Request& req, const Tensor& x,
                                       const Condition& cond, const NullPath* null) const {
-  if (cond.null_assets > 0) return cross_attention_null(i, req, x, hn, cond, *null);
+  if (cond.null_assets > 0) return cross_attention_null(i, req, x, cond, *null);
   const int64_t T = req.tokens, C = config().model_channels;
-  const std::string p = block_prefix(i);
+  const Linear& to_out = weights_.blocks[static_cast<size_t>(i)].cross_attn.to_out;
   Tensor attn = Tensor::empty({T, C}, DType::BF16, device_);
-  attend_condition(*this, i, x, hn, cond, req.tokens_layout, req.cond_layout, req.fusion, attn);
+  attend_condition(i, req, x, cond, req.tokens_layout, req.cond_layout, attn);
   Tensor ca = Tensor::empty({T, C}, DType::BF16, device_);
-  gemm::linear(attn, w(p + "cross_attn.to_out.weight"), &w(p + "cross_attn.to_out.bias"), ca);
+  gemm::linear(attn, to_out.weight, to_out.bias_or_null(), ca);
   Tensor x2 = Tensor::empty({T, C}, DType::BF16, device_);
   kernels::add(x, ca, x2);
   return x2;
@@ -128,20 +107,16 @@ Tensor SLatFlowModel::cross_attention(int i, const Request& req, const Tensor& x
 // Null assets are the last ones, so their tokens are rows [Tc, T): the conditional part
 // [0, Tc) runs as the reference (on its own assets' layouts), the null part is v0 or c.
 Tensor SLatFlowModel::cross_attention_null(int i, const Request& req, const Tensor& x,
-                                           Tensor& hn, const Condition& cond,
-                                           const NullPath& null) const {
+                                           const Condition& cond, const NullPath& null) const {
   const int64_t T = req.tokens, C = config().model_channels;
   const bool all_null = cond.null_assets == req.batch;
   const int64_t Tc = all_null ? 0 : req.cond_part_tokens;
-  const std::string p = block_prefix(i);
-  const Tensor& w_out = w(p + "cross_attn.to_out.weight");
-  const Tensor& b_out = w(p + "cross_attn.to_out.bias");
+  const Linear& to_out = weights_.blocks[static_cast<size_t>(i)].cross_attn.to_out;
   const Tensor& row = null.rows[static_cast<size_t>(i)];
   auto bf16 = [&](Shape s) { return Tensor::empty(s, DType::BF16, device_); };
   auto attend = [&](Tensor& attn_c) {
-    Tensor hn_c = hn.rows(0, Tc);
-    attend_condition(*this, i, x.rows(0, Tc), hn_c, cond, req.cond_part_tokens_layout,
-                     req.cond_part_cond_layout, req.fusion, attn_c);
+    attend_condition(i, req, x.rows(0, Tc), cond, req.cond_part_tokens_layout,
+                     req.cond_part_cond_layout, attn_c);
   };
 
   Tensor x2 = bf16({T, C});
@@ -155,7 +130,7 @@ Tensor SLatFlowModel::cross_attention_null(int i, const Request& req, const Tens
     Tensor attn_null = attn.rows(Tc, T);
     kernels::broadcast_row(row, attn_null);
     Tensor ca = bf16({T, C});
-    gemm::linear(attn, w_out, &b_out, ca);
+    gemm::linear(attn, to_out.weight, to_out.bias_or_null(), ca);
     kernels::add(x, ca, x2);
     return x2;
   }
@@ -165,7 +140,7 @@ Tensor SLatFlowModel::cross_attention_null(int i, const Request& req, const Tens
     Tensor attn_c = bf16({Tc, C});
     attend(attn_c);
     Tensor ca = bf16({Tc, C});
-    gemm::linear(attn_c, w_out, &b_out, ca);
+    gemm::linear(attn_c, to_out.weight, to_out.bias_or_null(), ca);
     Tensor out_c = x2.rows(0, Tc);
     kernels::add(x.rows(0, Tc), ca, out_c);
   }

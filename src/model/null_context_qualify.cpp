@@ -60,6 +60,144 @@ struct ReferenceRow {
   std::vector<uint16_t> bits;  // the reference unconditional row
 };
 
+// What one run of the checks shares across blocks and shapes: the options, the projection,
+// and the random non-zero rows (made once per shape, shared by every layer).
+struct Checks {
+  Checks(const QualificationOptions& options, Device device) : o(options), dev(device) {}
+
+  const QualificationOptions& o;
+  Projection proj;
+  Device dev;
+  int64_t C = 0;
+  bool rows = false;    // search M (reference rows of to_out)
+  bool slices = false;  // batched-CFG slice checks of to_q and to_kv
+  std::map<int64_t, Tensor> cond_rows, other_rows, kv_rows;
+
+  Tensor project(const Tensor& x, const Linear& l) const {
+    Tensor y = Tensor::empty({x.size(0), l.weight.size(0)}, DType::BF16, dev);
+    proj(x, l.weight, l.bias_or_null(), y);
+    return y;
+  }
+};
+
+// One block's reference rows of to_out, and why no cached row can match them (empty when
+// one can).
+struct BlockReferences {
+  std::vector<ReferenceRow> rows;
+  std::string broken;
+
+  void add(const Tensor& y, int64_t begin, int block, int64_t C, const std::string& shape) {
+    Tensor h = y.to(Device::CPU);
+    const uint16_t* first = row_bits(h, begin);
+    std::string d = rows_differ(h, begin, h.size(0), first);
+    if (!d.empty() && broken.empty())
+      broken = cat("block ", block, " ", shape, ": the reference's unconditional rows differ "
+                   "among themselves (", d, "), so no single cached row reproduces them");
+    rows.push_back(ReferenceRow{shape, std::vector<uint16_t>(first, first + C)});
+  }
+};
+
+void check_arguments(const ModelConfig& cfg, const std::vector<Tensor>& value_rows,
+                     const QualificationOptions& o, bool check_rows) {
+  S3D_CHECK(value_rows.size() == static_cast<size_t>(cfg.num_blocks), "qualify_null_context: ",
+            value_rows.size(), " value rows for ", cfg.num_blocks, " blocks");
+  S3D_CHECK(!check_rows || !o.candidate_m.empty(), "qualify_null_context: no candidate M given");
+  S3D_CHECK(!o.token_counts.empty(), "qualify_null_context: no token count given");
+  for (int64_t n : o.token_counts)
+    S3D_CHECK(n >= 1, "qualify_null_context: token counts must be >= 1, got ", n);
+  for (int64_t n : o.context_rows)
+    S3D_CHECK(n >= 1, "qualify_null_context: context rows must be >= 1, got ", n);
+}
+
+Checks make_checks(const QualificationOptions& o, const ModelConfig& cfg, Device dev,
+                   bool check_rows, bool check_slices) {
+  Checks k(o, dev);
+  k.proj = o.projection ? o.projection
+                        : Projection([](const Tensor& x, const Tensor& w, const Tensor* b,
+                                        Tensor& y) { gemm::linear(x, w, b, y); });
+  k.C = cfg.model_channels;
+  k.rows = check_rows;
+  k.slices = check_slices;
+  for (int64_t n : o.token_counts) {
+    k.cond_rows[n] = random_rows(n, k.C, o.seed ^ (uint64_t(n) << 8), dev);
+    if (k.slices) k.other_rows[n] = random_rows(n, k.C, o.seed ^ (uint64_t(n) << 9) ^ 1, dev);
+  }
+  if (k.slices)
+    for (int64_t l : o.context_rows)
+      k.kv_rows[l] = random_rows(l, cfg.cond_channels, o.seed ^ (uint64_t(l) << 10) ^ 2, dev);
+  return k;
+}
+
+// The checks of block i at N tokens per CFG branch: the reference rows of to_out at [N, C]
+// (serial) and [2N, C] (batched, with the [N] to_out its conditional slice), and to_q's
+// [N] vs [2N] slice. Returns the to_q slice failure, or "".
+std::string check_token_count(const Checks& k, int i, int64_t n, const CrossAttentionWeights& w,
+                              const Tensor& v0, BlockReferences& refs) {
+  const int64_t C = k.C;
+  if (k.rows && k.o.serial) {
+    Tensor x = Tensor::empty({n, C}, DType::BF16, k.dev);
+    kernels::broadcast_row(v0, x);
+    refs.add(k.project(x, w.to_out), 0, i, C, cat("to_out [", n, ", ", C, "] (serial CFG)"));
+  }
+  if (k.rows && k.o.batched) {
+    // The reference batched projection: conditional rows first, then the v0 rows.
+    Tensor x2 = Tensor::empty({2 * n, C}, DType::BF16, k.dev);
+    RowView top = RowView::of(x2.rows(0, n));
+    kernels::copy_rows(RowView::of(k.cond_rows.at(n)), top);
+    Tensor bottom = x2.rows(n, 2 * n);
+    kernels::broadcast_row(v0, bottom);
+    Tensor y2 = k.project(x2, w.to_out);
+    const std::string shape = cat("to_out [", 2 * n, ", ", C, "] (batched CFG)");
+    refs.add(y2, n, i, C, shape);
+    // The cache path projects the conditional rows alone: a cache-only condition.
+    std::string d = slice_differs(k.project(k.cond_rows.at(n), w.to_out), y2.rows(0, n));
+    if (!d.empty() && refs.broken.empty())
+      refs.broken = cat("block ", i, " to_out [", n, "] is not the conditional slice of ", shape,
+                        ": ", d);
+  }
+  if (!k.slices) return "";
+  const Tensor& cond = k.cond_rows.at(n);
+  Tensor y2 = k.project(stacked(cond, k.other_rows.at(n)), w.to_q);
+  std::string d = slice_differs(k.project(cond, w.to_q), y2.rows(0, n));
+  return d.empty() ? "" : cat("block ", i, " to_q [", n, "] vs [", 2 * n, "]: ", d);
+}
+
+// to_kv's [L] vs [2L] slice of block i (the reference batched condition: the real rows, then
+// the zero condition). Returns the failure, or "".
+std::string check_context_rows(const Checks& k, int i, int64_t l, const Linear& to_kv) {
+  const Tensor& real = k.kv_rows.at(l);
+  Tensor zeros = Tensor::zeros(real.shape(), DType::BF16, k.dev);
+  Tensor y2 = k.project(stacked(real, zeros), to_kv);
+  std::string d = slice_differs(k.project(real, to_kv), y2.rows(0, l));
+  return d.empty() ? "" : cat("block ", i, " to_kv [", l, "] vs [", 2 * l, "]: ", d);
+}
+
+// Each candidate M's cached row of block i against the block's reference rows; a candidate
+// that failed an earlier block stays failed (its rows are still made, for the report).
+void judge_candidates(const Checks& k, int i, const CrossAttentionWeights& w, const Tensor& v0,
+                      const BlockReferences& refs, std::vector<CandidateResult>& candidates,
+                      std::map<int64_t, std::vector<Tensor>>& rows_by_m) {
+  for (auto& cand : candidates) {
+    Tensor row = canonical_row(k.proj, v0, cand.m, w.to_out.weight, w.to_out.bias);
+    if (k.o.tamper_cached_row) k.o.tamper_cached_row(i, row);
+    rows_by_m[cand.m].push_back(row);
+    if (!cand.passed) continue;
+    if (!refs.broken.empty()) {
+      cand.passed = false;
+      cand.failure = refs.broken;
+      continue;
+    }
+    Tensor h = row.to(Device::CPU);
+    for (const auto& ref : refs.rows) {
+      std::string d = rows_differ(h, 0, 1, ref.bits.data());
+      if (d.empty()) continue;
+      cand.passed = false;
+      cand.failure = cat("block ", i, " ", ref.shape, ": cached row vs reference ", d);
+      break;
+    }
+  }
+}
+
 }  // namespace
 
 bool bits_equal(const Tensor& a, const Tensor& b) {
@@ -130,27 +268,7 @@ Qualification qualify_null_context(const SLatFlowModel& model,
                                    const QualificationOptions& o, bool check_rows,
                                    bool check_slices) {
   const ModelConfig& cfg = model.config();
-  const int64_t C = cfg.model_channels, Cc = cfg.cond_channels;
-  const Device dev = model.device();
-  S3D_CHECK(value_rows.size() == static_cast<size_t>(cfg.num_blocks), "qualify_null_context: ",
-            value_rows.size(), " value rows for ", cfg.num_blocks, " blocks");
-  S3D_CHECK(!check_rows || !o.candidate_m.empty(), "qualify_null_context: no candidate M given");
-  S3D_CHECK(!o.token_counts.empty(), "qualify_null_context: no token count given");
-  for (int64_t n : o.token_counts)
-    S3D_CHECK(n >= 1, "qualify_null_context: token counts must be >= 1, got ", n);
-  for (int64_t n : o.context_rows)
-    S3D_CHECK(n >= 1, "qualify_null_context: context rows must be >= 1, got ", n);
-  const Projection proj = o.projection ? o.projection
-                                       : Projection([](const Tensor& x, const Tensor& w,
-                                                       const Tensor* b, Tensor& y) {
-                                           gemm::linear(x, w, b, y);
-                                         });
-  auto project = [&](const Tensor& x, const Tensor& w, const Tensor& b) {
-    Tensor y = Tensor::empty({x.size(0), w.size(0)}, DType::BF16, dev);
-    proj(x, w, &b, y);
-    return y;
-  };
-
+  check_arguments(cfg, value_rows, o, check_rows);
   Qualification q;
   q.ran = true;
   q.options = o;
@@ -161,109 +279,27 @@ Qualification qualify_null_context(const SLatFlowModel& model,
   q.rows_checked = check_rows;
   q.slices_checked = check_slices && o.batched;
   q.slices_ok = q.slices_checked;
+  const Checks k = make_checks(o, cfg, model.device(), check_rows, q.slices_checked);
 
   std::vector<int64_t> ms = o.candidate_m;
   std::sort(ms.begin(), ms.end());
   ms.erase(std::unique(ms.begin(), ms.end()), ms.end());
   for (int64_t m : ms) q.candidates.push_back(CandidateResult{m, true, ""});
   std::map<int64_t, std::vector<Tensor>> rows_by_m;
-
-  // Random non-zero conditional rows, made once per shape and shared by every layer.
-  std::map<int64_t, Tensor> cond_rows, other_rows, kv_rows;
-  for (int64_t n : o.token_counts) {
-    cond_rows[n] = random_rows(n, C, o.seed ^ (uint64_t(n) << 8), dev);
-    if (q.slices_checked) other_rows[n] = random_rows(n, C, o.seed ^ (uint64_t(n) << 9) ^ 1, dev);
-  }
-  if (q.slices_checked)
-    for (int64_t l : o.context_rows) kv_rows[l] = random_rows(l, Cc, o.seed ^ (uint64_t(l) << 10) ^ 2, dev);
   auto slice_fail = [&](const std::string& what) {
+    if (what.empty()) return;
     if (q.slices_ok) q.slice_failure = what;
     q.slices_ok = false;
   };
 
   for (int i = 0; i < cfg.num_blocks; ++i) {
-    const std::string p = "blocks." + std::to_string(i) + ".cross_attn.";
-    const Tensor& w_out = model.parameter(p + "to_out.weight");
-    const Tensor& b_out = model.parameter(p + "to_out.bias");
+    const CrossAttentionWeights& w = model.weights().blocks[static_cast<size_t>(i)].cross_attn;
     const Tensor& v0 = value_rows[static_cast<size_t>(i)];
-    std::vector<ReferenceRow> refs;
-    std::string broken;  // reference rows that differ among themselves: no M can pass
-    auto add_reference = [&](const Tensor& y, int64_t begin, const std::string& shape) {
-      Tensor h = y.to(Device::CPU);
-      const uint16_t* first = row_bits(h, begin);
-      std::string d = rows_differ(h, begin, h.size(0), first);
-      if (!d.empty() && broken.empty())
-        broken = cat("block ", i, " ", shape, ": the reference's unconditional rows differ among "
-                     "themselves (", d, "), so no single cached row reproduces them");
-      refs.push_back(ReferenceRow{shape, std::vector<uint16_t>(first, first + C)});
-    };
-
-    for (int64_t n : o.token_counts) {
-      if (check_rows && o.serial) {
-        Tensor x = Tensor::empty({n, C}, DType::BF16, dev);
-        kernels::broadcast_row(v0, x);
-        add_reference(project(x, w_out, b_out), 0, cat("to_out [", n, ", ", C, "] (serial CFG)"));
-      }
-      if (o.batched && check_rows) {
-        // The reference batched projection: conditional rows first, then the v0 rows.
-        Tensor x2 = Tensor::empty({2 * n, C}, DType::BF16, dev);
-        RowView top = RowView::of(x2.rows(0, n));
-        kernels::copy_rows(RowView::of(cond_rows[n]), top);
-        Tensor bottom = x2.rows(n, 2 * n);
-        kernels::broadcast_row(v0, bottom);
-        Tensor y2 = project(x2, w_out, b_out);
-        const std::string shape = cat("to_out [", 2 * n, ", ", C, "] (batched CFG)");
-        if (check_rows) add_reference(y2, n, shape);
-        // The cache path projects the conditional rows alone: a cache-only condition.
-        if (check_rows) {
-          std::string d = slice_differs(project(cond_rows[n], w_out, b_out), y2.rows(0, n));
-          if (!d.empty() && broken.empty())
-            broken = cat("block ", i, " to_out [", n, "] is not the conditional slice of ",
-                         shape, ": ", d);
-        }
-      }
-      if (q.slices_checked) {
-        const Tensor& w_q = model.parameter(p + "to_q.weight");
-        const Tensor& b_q = model.parameter(p + "to_q.bias");
-        Tensor y2 = project(stacked(cond_rows[n], other_rows[n]), w_q, b_q);
-        std::string d = slice_differs(project(cond_rows[n], w_q, b_q), y2.rows(0, n));
-        if (!d.empty())
-          slice_fail(cat("block ", i, " to_q [", n, "] vs [", 2 * n, "]: ", d));
-      }
-    }
-    if (q.slices_checked) {
-      const Tensor& w_kv = model.parameter(p + "to_kv.weight");
-      const Tensor& b_kv = model.parameter(p + "to_kv.bias");
-      for (int64_t l : o.context_rows) {
-        // The reference batched condition: the real rows, then the zero condition.
-        Tensor zeros = Tensor::zeros({l, Cc}, DType::BF16, dev);
-        Tensor y2 = project(stacked(kv_rows[l], zeros), w_kv, b_kv);
-        std::string d = slice_differs(project(kv_rows[l], w_kv, b_kv), y2.rows(0, l));
-        if (!d.empty())
-          slice_fail(cat("block ", i, " to_kv [", l, "] vs [", 2 * l, "]: ", d));
-      }
-    }
-
-    if (!check_rows) continue;
-    for (auto& cand : q.candidates) {
-      Tensor row = canonical_row(proj, v0, cand.m, w_out, b_out);
-      if (o.tamper_cached_row) o.tamper_cached_row(i, row);
-      rows_by_m[cand.m].push_back(row);
-      if (!cand.passed) continue;
-      if (!broken.empty()) {
-        cand.passed = false;
-        cand.failure = broken;
-        continue;
-      }
-      Tensor h = row.to(Device::CPU);
-      for (const auto& ref : refs) {
-        std::string d = rows_differ(h, 0, 1, ref.bits.data());
-        if (d.empty()) continue;
-        cand.passed = false;
-        cand.failure = cat("block ", i, " ", ref.shape, ": cached row vs reference ", d);
-        break;
-      }
-    }
+    BlockReferences refs;
+    for (int64_t n : o.token_counts) slice_fail(check_token_count(k, i, n, w, v0, refs));
+    if (q.slices_checked)
+      for (int64_t l : o.context_rows) slice_fail(check_context_rows(k, i, l, w.to_kv));
+    if (check_rows) judge_candidates(k, i, w, v0, refs, q.candidates, rows_by_m);
   }
   for (const auto& cand : q.candidates) {
     if (cand.passed) {

@@ -2,12 +2,11 @@
 
 #include <cmath>
 
-#include "contract/fallback.h"
 #include "core/error.h"
 #include "gemm/linear.h"
+#include "gemm/linear_gelu.h"
 #include "kernels/elementwise.h"
 #include "kernels/embedding.h"
-#include "kernels/fused_gelu.h"
 #include "kernels/fused_norm.h"
 #include "kernels/fused_qk.h"
 #include "kernels/fused_residual.h"
@@ -18,22 +17,36 @@
 namespace s3d::model {
 namespace {
 
-using gemm::Epilogue;
-
 constexpr float kBlockNormEps = 1e-6f;  // LayerNorm32 inside blocks
 constexpr float kOutNormEps = 1e-5f;    // F.layer_norm default before out_layer
+
+// The six C-wide chunks of a block's modulation [B, 6C], in the original's order.
+enum ModulationChunk { kShiftMsa, kScaleMsa, kGateMsa, kShiftMlp, kScaleMlp, kGateMlp };
+
+RowView chunk(const Tensor& mod, ModulationChunk k, int64_t C) {
+  return RowView::columns(mod, k * C, C);
+}
+
+Tensor bf16_empty(Shape s, Device dev) { return Tensor::empty(s, DType::BF16, dev); }
+
+// y = x W^T + b in bf16, [rows of x, out_features of W].
+Tensor project(const Tensor& x, const Linear& l) {
+  Tensor y = bf16_empty({x.size(0), l.weight.size(0)}, x.device());
+  gemm::linear(x, l.weight, l.bias_or_null(), y);
+  return y;
+}
 
 }  // namespace
 
 SLatFlowModel::SLatFlowModel(Checkpoint checkpoint) : ck_(std::move(checkpoint)) {
   S3D_CHECK(!ck_.tensors.empty(), "SLatFlowModel: checkpoint ", ck_.path, " holds no tensors");
   device_ = ck_.tensors.begin()->second.device();
+  weights_ = bind_weights(ck_.config, ck_.tensors);
 }
 
-const Tensor& SLatFlowModel::w(const std::string& name) const {
-  auto it = ck_.tensors.find(name);
-  S3D_CHECK(it != ck_.tensors.end(), "SLatFlowModel: parameter ", name, " is not loaded");
-  return it->second;
+DenoiserSummary SLatFlowModel::summary() const {
+  const ModelConfig& c = config();
+  return DenoiserSummary{"SLatFlowModel", c.in_channels, c.out_channels, c.cond_channels};
 }
 
 Request SLatFlowModel::prepare(const Tensor& coords, int batch, int cond_tokens,
@@ -95,16 +108,9 @@ Request SLatFlowModel::prepare(const Tensor& coords, int batch, int cond_tokens,
   return r;
 }
 
-Tensor SLatFlowModel::forward(const Request& req, const Tensor& x, const Tensor& t1000,
-                              const Tensor& cond) const {
-  check_tensor(cond, "forward cond", DType::BF16,
-               {req.batch, req.cond_tokens, config().cond_channels});
-  return forward(req, x, t1000, Condition{cond, 0, nullptr});
-}
-
-Tensor SLatFlowModel::forward(const Request& req, const Tensor& x, const Tensor& t1000,
-                              const Condition& cond, const NullPath* null,
-                              const Modulation* mod) const {
+void SLatFlowModel::check_forward_operands(const Request& req, const Tensor& x,
+                                           const Tensor& t1000, const Condition& cond,
+                                           const NullPath* null, const Modulation* mod) const {
   const ModelConfig& c = config();
   const int64_t T = req.tokens, C = c.model_channels;
   const int B = req.batch;
@@ -145,8 +151,28 @@ Tensor SLatFlowModel::forward(const Request& req, const Tensor& x, const Tensor&
               cond.kv->kv.size(), " blocks of ",
               cond.kv->kv.empty() ? 0 : cond.kv->kv[0].size(0), " rows)");
   }
-  const Device dev = device_;
+}
 
+Tensor SLatFlowModel::forward(const Request& req, const Tensor& x, const Tensor& t1000,
+                              const Condition& cond, const NullPath* null,
+                              const Modulation* mod) const {
+  check_forward_operands(req, x, t1000, cond, null, mod);
+  Tensor h = embed_input(req, x);
+  // The t-only part: every block's modulation (precomputed per step with step_tables).
+  Modulation computed;
+  if (mod == nullptr) {
+    computed = modulation(t1000);
+    mod = &computed;
+  }
+  for (int i = 0; i < config().num_blocks; ++i)
+    h = block(i, req, h, mod->blocks[static_cast<size_t>(i)], cond, null);
+  return output_layer(h);
+}
+
+Tensor SLatFlowModel::embed_input(const Request& req, const Tensor& x) const {
+  const ModelConfig& c = config();
+  const int64_t T = req.tokens, C = c.model_channels;
+  const Device dev = device_;
   // Input layer in fp32, then cast to bf16 (manual_cast in the original).
   Tensor feats = x;
   if (req.concat_cond.defined()) {
@@ -157,35 +183,30 @@ Tensor SLatFlowModel::forward(const Request& req, const Tensor& x, const Tensor&
     kernels::copy_rows(RowView::of(req.concat_cond), right);
   }
   Tensor h32 = Tensor::empty({T, C}, DType::F32, dev);
-  gemm::linear(feats, w("input_layer.weight"), &w("input_layer.bias"), h32);
-  Tensor h = Tensor::empty({T, C}, DType::BF16, dev);
+  gemm::linear(feats, weights_.input_layer.weight, weights_.input_layer.bias_or_null(), h32);
+  Tensor h = bf16_empty({T, C}, dev);
   kernels::cast(h32, h);
   h32 = Tensor();
-  if (c.pe_mode == "ape") {
-    Tensor pe32 = Tensor::empty({T, C}, DType::F32, dev);
-    kernels::ape_embedding(req.coords, pe32);
-    Tensor pe = Tensor::empty({T, C}, DType::BF16, dev);
-    kernels::cast(pe32, pe);
-    Tensor sum = Tensor::empty({T, C}, DType::BF16, dev);
-    kernels::add(h, pe, sum);
-    h = sum;
-  }
+  if (c.pe_mode != "ape") return h;
+  Tensor pe32 = Tensor::empty({T, C}, DType::F32, dev);
+  kernels::ape_embedding(req.coords, pe32);
+  Tensor pe = bf16_empty({T, C}, dev);
+  kernels::cast(pe32, pe);
+  Tensor sum = bf16_empty({T, C}, dev);
+  kernels::add(h, pe, sum);
+  return sum;
+}
 
-  // The t-only part: every block's modulation (precomputed per step with step_tables).
-  Modulation computed;
-  if (mod == nullptr) {
-    computed = modulation(t1000);
-    mod = &computed;
-  }
-  for (int i = 0; i < c.num_blocks; ++i) h = block(i, req, h, mod->blocks[i], cond, null);
-
-  // Output: fp32 LayerNorm (eps 1e-5, no affine) and the fp32 out_layer.
+Tensor SLatFlowModel::output_layer(const Tensor& h) const {
+  const ModelConfig& c = config();
+  const int64_t T = h.size(0), C = c.model_channels;
+  const Device dev = device_;
   Tensor o32 = Tensor::empty({T, C}, DType::F32, dev);
   kernels::cast(h, o32);
   Tensor on = Tensor::empty({T, C}, DType::F32, dev);
   kernels::layer_norm(o32, nullptr, nullptr, kOutNormEps, on);
   Tensor v = Tensor::empty({T, c.out_channels}, DType::F32, dev);
-  gemm::linear(on, w("out_layer.weight"), &w("out_layer.bias"), v);
+  gemm::linear(on, weights_.out_layer.weight, weights_.out_layer.bias_or_null(), v);
   return v;
 }
 
@@ -200,18 +221,20 @@ Modulation SLatFlowModel::modulation(const Tensor& t1000) const {
   Tensor freq = Tensor::empty({B, 256}, DType::F32, dev);
   kernels::timestep_embedding(t1000, freq);
   Tensor a = Tensor::empty({B, C}, DType::F32, dev);
-  gemm::linear(freq, w("t_embedder.mlp.0.weight"), &w("t_embedder.mlp.0.bias"), a);
+  gemm::linear(freq, weights_.t_embedder_fc1.weight, weights_.t_embedder_fc1.bias_or_null(), a);
   Tensor a_act = Tensor::empty({B, C}, DType::F32, dev);
   kernels::silu(a, a_act);
   Tensor t_emb = Tensor::empty({B, C}, DType::F32, dev);
-  gemm::linear(a_act, w("t_embedder.mlp.2.weight"), &w("t_embedder.mlp.2.bias"), t_emb);
+  gemm::linear(a_act, weights_.t_embedder_fc2.weight, weights_.t_embedder_fc2.bias_or_null(),
+               t_emb);
 
   Tensor mod_shared, t_emb_bf16;
   if (c.share_mod) {
     Tensor s = Tensor::empty({B, C}, DType::F32, dev);
     kernels::silu(t_emb, s);
     Tensor m32 = Tensor::empty({B, 6 * C}, DType::F32, dev);
-    gemm::linear(s, w("adaLN_modulation.1.weight"), &w("adaLN_modulation.1.bias"), m32);
+    gemm::linear(s, weights_.adaLN_modulation.weight, weights_.adaLN_modulation.bias_or_null(),
+                 m32);
     mod_shared = Tensor::empty({B, 6 * C}, DType::BF16, dev);
     kernels::cast(m32, mod_shared);
   } else {
@@ -220,38 +243,21 @@ Modulation SLatFlowModel::modulation(const Tensor& t1000) const {
   }
 
   Modulation out;
-  for (int i = 0; i < c.num_blocks; ++i) {
-    const std::string p = "blocks." + std::to_string(i) + ".";
+  for (const BlockWeights& bw : weights_.blocks) {
     // mod = (block.modulation + m).to(bf16), or the block's own adaLN on SiLU(t_emb).
     Tensor mod = bf16({B, 6 * C});
     if (c.share_mod) {
       Tensor sum32 = Tensor::empty({B, 6 * C}, DType::F32, dev);
-      kernels::add(mod_shared, w(p + "modulation"), sum32);
+      kernels::add(mod_shared, bw.modulation, sum32);
       kernels::cast(sum32, mod);
     } else {
       Tensor s = bf16({B, C});
       kernels::silu(t_emb_bf16, s);
-      gemm::linear(s, w(p + "adaLN_modulation.1.weight"), &w(p + "adaLN_modulation.1.bias"), mod);
+      gemm::linear(s, bw.adaLN_modulation.weight, bw.adaLN_modulation.bias_or_null(), mod);
     }
     out.blocks.push_back(std::move(mod));
   }
   return out;
-}
-
-Modulation Modulation::view(const Tensor& buffer, int num_blocks, int rows, int used) {
-  S3D_CHECK(buffer.defined() && buffer.ndim() == 2 && buffer.size(0) == int64_t{num_blocks} * rows &&
-                used >= 1 && used <= rows,
-            "modulation view: expected a buffer of ", num_blocks, " x ", rows,
-            " rows with 1..", rows, " used, got ", buffer.describe(), " with ", used, " used");
-  Modulation m;
-  for (int i = 0; i < num_blocks; ++i)
-    m.blocks.push_back(buffer.rows(int64_t{i} * rows, int64_t{i} * rows + used));
-  return m;
-}
-
-Tensor ModulationTable::step_buffer(int k) const {
-  S3D_CHECK(k >= 0 && k < steps(), "modulation table: step ", k, " of ", steps());
-  return storage.rows(k, k + 1).reshape({int64_t{num_blocks} * rows, width});
 }
 
 ModulationTable SLatFlowModel::modulation_table(const Tensor& t1000) const {
@@ -276,146 +282,61 @@ ModulationTable SLatFlowModel::modulation_table(const Tensor& t1000) const {
   return tab;
 }
 
-Tensor SLatFlowModel::block(int i, const Request& req, const Tensor& x_in, const Tensor& mod,
+Tensor SLatFlowModel::block(int i, const Request& req, const Tensor& x, const Tensor& mod,
                             const Condition& cond, const NullPath* null) const {
+  const BlockWeights& w = weights_.blocks[static_cast<size_t>(i)];
+  Tensor h = self_attention(w, req, x, mod);
+  h = cross_attention(i, req, h, cond, null);  // no modulation, no gate
+  return mlp(i, w, req, h, mod);
+}
+
+Tensor SLatFlowModel::self_attention(const BlockWeights& w, const Request& req, const Tensor& x,
+                                     const Tensor& mod) const {
   const ModelConfig& c = config();
-  const int64_t T = req.tokens, C = c.model_channels, H = c.num_heads, D = c.head_dim();
-  const int B = req.batch;
-  const Device dev = device_;
-  const std::string p = "blocks." + std::to_string(i) + ".";
-  auto bf16 = [&](Shape s) { return Tensor::empty(s, DType::BF16, dev); };
-
-  auto chunk = [&](int k) { return RowView::columns(mod, k * C, C); };
-  enum { kShiftMsa, kScaleMsa, kGateMsa, kShiftMlp, kScaleMlp, kGateMlp };
-
-  const FusionFlags& fused = req.fusion;
-  // A fused op that is on but cannot take this shape: the reference chain runs, counted.
-  auto usable = [](bool on, const char* flag, const std::string& why) {
-    if (!on) return false;
-    if (why.empty()) return true;
-    contract::record_fallback(flag, why);
-    return false;
-  };
-
-  // LayerNorm(x) * (1 + scale[batch]) + shift[batch]. The reference writes the norm into
-  // hn and materialises every eager step; modulated_layernorm does it in one kernel (hn is
-  // then left unwritten: only the reference chain and cross-attention's scratch use it).
-  auto norm_modulate = [&](const Tensor& x, Tensor& hn, int shift_k, int scale_k) {
-    Tensor out = bf16({T, C});
-    if (usable(fused.modulated_layernorm, "modulated_layernorm",
-               kernels::modulated_layer_norm_unsupported(x, chunk(shift_k), chunk(scale_k), out))) {
-      kernels::modulated_layer_norm(x, chunk(shift_k), chunk(scale_k), req.batch_index,
-                                    kBlockNormEps, out);
-      return out;
-    }
-    kernels::layer_norm(x, nullptr, nullptr, kBlockNormEps, hn);
-    Tensor one_plus = bf16({B, C});
-    kernels::add_scalar(chunk(scale_k), 1.0f, one_plus);
-    Tensor g = bf16({T, C});
-    kernels::gather_rows(RowView::of(one_plus), req.batch_index, g);
-    Tensor scaled = bf16({T, C});
-    kernels::mul(hn, g, scaled);
-    kernels::gather_rows(chunk(shift_k), req.batch_index, g);
-    kernels::add(scaled, g, out);
-    return out;
-  };
-  // x + h * gate[batch]
-  auto gated_residual = [&](const Tensor& x, const Tensor& hb, int gate_k) {
-    Tensor out = bf16({T, C});
-    if (usable(fused.gated_residual_add, "gated_residual_add",
-               kernels::gated_residual_add_unsupported(x, hb, chunk(gate_k), out))) {
-      kernels::gated_residual_add(x, hb, chunk(gate_k), req.batch_index, out);
-      return out;
-    }
-    Tensor g = bf16({T, C});
-    kernels::gather_rows(chunk(gate_k), req.batch_index, g);
-    Tensor gh = bf16({T, C});
-    kernels::mul(hb, g, gh);
-    kernels::add(x, gh, out);
-    return out;
-  };
-  auto linear = [&](const Tensor& in, const std::string& name, int64_t out_features) {
-    Tensor y = bf16({in.size(0), out_features});
-    gemm::linear(in, w(name + ".weight"), &w(name + ".bias"), y);
-    return y;
-  };
-  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
-
-  // Self-attention branch.
-  Tensor x = x_in;
-  Tensor hn = bf16({T, C});
-  Tensor hm = norm_modulate(x, hn, kShiftMsa, kScaleMsa);
-  Tensor qkv = linear(hm, p + "self_attn.to_qkv", 3 * C);
-  const RowView q_view{qkv, 0, T, C, 3 * C}, k_view{qkv, C, T, C, 3 * C},
-      v_view{qkv, 2 * C, T, C, 3 * C};
-  Tensor attn_in = qkv;
+  const int64_t T = req.tokens, C = c.model_channels;
+  const int H = c.num_heads, D = c.head_dim();
+  Tensor hm = bf16_empty({T, C}, device_);
+  kernels::modulated_layer_norm(x, chunk(mod, kShiftMsa, C), chunk(mod, kScaleMsa, C),
+                                req.batch_index, kBlockNormEps, req.fusion.modulated_layernorm,
+                                hm);
+  Tensor qkv = project(hm, w.self_attn.to_qkv);
   const bool rope = c.pe_mode == "rope";
-  const Tensor* q_gamma = c.qk_rms_norm ? &w(p + "self_attn.q_rms_norm.gamma") : nullptr;
-  const Tensor* k_gamma = c.qk_rms_norm ? &w(p + "self_attn.k_rms_norm.gamma") : nullptr;
-  const Tensor* cos = rope ? &req.rope_cos : nullptr;
-  const Tensor* sin = rope ? &req.rope_sin : nullptr;
-  if ((c.qk_rms_norm || rope) &&
-      usable(fused.qk_rmsnorm_rope_inplace, "qk_rmsnorm_rope_inplace",
-             kernels::fused_qk_unsupported(qkv, 3 * C, static_cast<int>(H), static_cast<int>(D),
-                                           cos, sin))) {
-    // q and k normalised and rotated in place; attention reads q, k, v straight from qkv
-    // (the same [T, 3C] layout the reference restack produces).
-    kernels::qk_rmsnorm_rope_inplace(qkv, static_cast<int>(H), static_cast<int>(D), q_gamma,
-                                     k_gamma, cos, sin);
-  } else if (c.qk_rms_norm || rope) {
-    // unbind -> RMSNorm (bf16 out) -> RoPE (bf16 out) -> torch.stack, as the original.
-    auto prep = [&](const RowView& view, const char* gamma) {
-      Tensor t = bf16({T, H, D});
-      if (c.qk_rms_norm) {
-        kernels::head_rmsnorm(view, w(p + gamma), static_cast<int>(H), static_cast<int>(D), t);
-      } else {
-        RowView dst = RowView::of(t.reshape({T, C}));
-        kernels::copy_rows(view, dst);
-      }
-      if (!rope) return t;
-      Tensor r = bf16({T, H, D});
-      kernels::rope_apply(t, req.rope_cos, req.rope_sin, r);
-      return r;
-    };
-    Tensor qn = prep(q_view, "self_attn.q_rms_norm.gamma");
-    Tensor kn = prep(k_view, "self_attn.k_rms_norm.gamma");
-    attn_in = bf16({T, 3 * C});
-    RowView dq = RowView::columns(attn_in, 0, C), dk = RowView::columns(attn_in, C, C),
-            dv = RowView::columns(attn_in, 2 * C, C);
-    kernels::copy_rows(RowView::of(qn.reshape({T, C})), dq);
-    kernels::copy_rows(RowView::of(kn.reshape({T, C})), dk);
-    kernels::copy_rows(v_view, dv);
-  }
-  Tensor attn = bf16({T, C});
+  const Tensor* q_gamma = c.qk_rms_norm ? &w.self_attn.q_rms_gamma : nullptr;
+  const Tensor* k_gamma = c.qk_rms_norm ? &w.self_attn.k_rms_gamma : nullptr;
+  // The attention reads q, k, v from one [T, 3C] tensor: qkv itself (fused, in place) or the
+  // reference chain's restack.
+  const Tensor attn_in =
+      kernels::qk_rmsnorm_rope(qkv, H, D, q_gamma, k_gamma, rope ? &req.rope_cos : nullptr,
+                               rope ? &req.rope_sin : nullptr, req.fusion.qk_rmsnorm_rope_inplace);
+  Tensor attn = bf16_empty({T, C}, device_);
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
   attention::sdpa_varlen(RowView{attn_in, 0, T, C, 3 * C}, req.tokens_layout,
                          RowView{attn_in, C, T, C, 3 * C}, RowView{attn_in, 2 * C, T, C, 3 * C},
-                         req.tokens_layout, static_cast<int>(H), static_cast<int>(D), scale,
-                         attn);
-  Tensor sa = linear(attn, p + "self_attn.to_out", C);
-  x = gated_residual(x, sa, kGateMsa);
+                         req.tokens_layout, H, D, scale, attn);
+  Tensor sa = project(attn, w.self_attn.to_out);
+  Tensor out = bf16_empty({T, C}, device_);
+  kernels::gated_residual_add(x, sa, chunk(mod, kGateMsa, C), req.batch_index,
+                              req.fusion.gated_residual_add, out);
+  return out;
+}
 
-  // Cross-attention branch: no modulation, no gate.
-  x = cross_attention(i, req, x, hn, cond, null);
-
-  // MLP branch.
-  hm = norm_modulate(x, hn, kShiftMlp, kScaleMlp);
+Tensor SLatFlowModel::mlp(int i, const BlockWeights& w, const Request& req, const Tensor& x,
+                          const Tensor& mod) const {
+  const ModelConfig& c = config();
+  const int64_t T = req.tokens, C = c.model_channels;
+  Tensor hm = bf16_empty({T, C}, device_);
+  kernels::modulated_layer_norm(x, chunk(mod, kShiftMlp, C), chunk(mod, kScaleMlp, C),
+                                req.batch_index, kBlockNormEps, req.fusion.modulated_layernorm,
+                                hm);
   if (req.mlp_probe) req.mlp_probe(i, hm);
-  // Three MLP paths: the cuBLASLt bias+GELU epilogue (one rounding: bounded error); the
-  // reference rounding points with the wide GELU kernel (gelu_tanh: bitwise); the reference.
-  Tensor ug = bf16({T, c.mlp_hidden()});
-  if (fused.gemm_gelu_epilogue) {
-    gemm::linear(hm, w(p + "mlp.mlp.0.weight"), &w(p + "mlp.mlp.0.bias"), ug,
-                 Epilogue::BiasGelu);
-  } else {
-    Tensor u = linear(hm, p + "mlp.mlp.0", c.mlp_hidden());
-    if (fused.gelu_tanh) {
-      kernels::gelu_tanh_wide(u, ug);
-    } else {
-      kernels::gelu_tanh(u, ug);
-    }
-  }
-  Tensor mo = linear(ug, p + "mlp.mlp.2", C);
-  return gated_residual(x, mo, kGateMlp);
+  Tensor ug = bf16_empty({T, c.mlp_hidden()}, device_);
+  gemm::linear_gelu(hm, w.mlp.fc1.weight, w.mlp.fc1.bias_or_null(), req.fusion.gemm_gelu_epilogue,
+                    req.fusion.gelu_tanh, ug);
+  Tensor mo = project(ug, w.mlp.fc2);
+  Tensor out = bf16_empty({T, C}, device_);
+  kernels::gated_residual_add(x, mo, chunk(mod, kGateMlp, C), req.batch_index,
+                              req.fusion.gated_residual_add, out);
+  return out;
 }
 
 size_t SLatFlowModel::weight_bytes() const {

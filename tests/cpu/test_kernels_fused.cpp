@@ -1,7 +1,9 @@
-// Fused kernels (issue 5) on the CPU backend: each fused op against the reference op chain
-// it replaces (bitwise where the contract says so), on random non-zero inputs with odd token
-// counts and widths; shapes the fused ops refuse; the gemm_gelu_epilogue tolerance; and the
-// tiny model with kernel_fusion (minus the epilogue) bitwise equal to pure_eager.
+// Fused kernels (issue 5) on the CPU backend: each op family's entry point with the fused
+// kernel (fused = true) against the same entry point's reference chain (fused = false, the
+// chain pure_eager ships), bitwise where the contract says so, on random non-zero inputs with
+// odd token counts and widths; shapes the fused kernels refuse (the kernel throws, the entry
+// point falls back, counted); the gemm_gelu_epilogue tolerance; and the tiny model with
+// kernel_fusion (minus the epilogue) bitwise equal to pure_eager.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -12,6 +14,7 @@
 
 #include "contract/fallback.h"
 #include "gemm/linear.h"
+#include "gemm/linear_gelu.h"
 #include "kernel_test_util.h"
 #include "kernels/elementwise.h"
 #include "kernels/fused_gelu.h"
@@ -23,7 +26,6 @@
 #include "model/execution_plan.h"
 #include "model/null_context.h"
 #include "sampler/sampler.h"
-#include "../fused_reference.h"
 #include "../gelu_epilogue_contract.h"
 #include "../model_inputs.h"
 #include "../null_context_checks.h"
@@ -34,13 +36,30 @@ namespace {
 
 using test::random_tensor;
 using test::throws_error;
+using testing::batch_runs;
+using testing::copy_of;
 using testing::count_poisoned;
 using testing::same_bits;
 
-using testing::batch_runs;
-using testing::copy_of;
+Tensor poisoned(const Shape& shape) {
+  Tensor t = Tensor::empty(shape, DType::BF16, Device::CPU);
+  t.poison();
+  return t;
+}
 
-// ---- qk_rmsnorm_rope_inplace ----
+// The fallbacks counted so far for one flag, every reason together.
+uint64_t fallbacks_of(const std::string& flag) {
+  uint64_t n = 0;
+  for (const auto& c : contract::fallback_counts())
+    if (c.optimization == flag) n += c.count;
+  return n;
+}
+
+struct FusedKernelsCpu : ::testing::Test {
+  void SetUp() override { contract::reset_fallbacks(); }
+};
+
+// ---- qk_rmsnorm_rope ----
 
 void check_qk(int64_t T, int H, int D, bool norm, bool rope, uint64_t seed) {
   const int64_t C = int64_t{H} * D;
@@ -58,16 +77,31 @@ void check_qk(int64_t T, int H, int D, bool norm, bool rope, uint64_t seed) {
   const Tensor* g1 = norm ? &kg : nullptr;
   const Tensor* c = rope ? &cos : nullptr;
   const Tensor* s = rope ? &sin : nullptr;
-  Tensor want = testing::reference_qk_chain(qkv, H, D, g0, g1, c, s);
-  ASSERT_EQ(kernels::fused_qk_unsupported(qkv, 3 * C, H, D, c, s), "");
-  Tensor got = copy_of(qkv);
-  kernels::qk_rmsnorm_rope_inplace(got, H, D, g0, g1, c, s);
-  EXPECT_EQ(count_poisoned(want), 0);
-  EXPECT_TRUE(same_bits(got, want, "qk_rmsnorm_rope_inplace"))
-      << "T " << T << " H " << H << " D " << D << " norm " << norm << " rope " << rope;
+  const std::string what = cat("T ", T, " H ", H, " D ", D, " norm ", norm, " rope ", rope);
+  // The reference chain restacks into a new tensor and leaves its input alone.
+  Tensor ref_in = copy_of(qkv);
+  Tensor want = kernels::qk_rmsnorm_rope(ref_in, H, D, g0, g1, c, s, false);
+  EXPECT_NE(want.data(), ref_in.data()) << what;
+  EXPECT_TRUE(same_bits(ref_in, qkv, "reference input")) << what;
+  // The fused kernel works in place.
+  ASSERT_EQ(kernels::fused::qk_unsupported(qkv, 3 * C, H, D, c, s), "");
+  Tensor got_in = copy_of(qkv);
+  Tensor got = kernels::qk_rmsnorm_rope(got_in, H, D, g0, g1, c, s, true);
+  EXPECT_EQ(got.data(), got_in.data()) << what;
+  EXPECT_TRUE(same_bits(got, want, "qk_rmsnorm_rope")) << what;
+  // v is the input's either way.
+  auto v_of = [&](const Tensor& packed) {
+    Tensor v = Tensor::empty({T, C}, DType::BF16, Device::CPU);
+    RowView dst = RowView::of(v);
+    kernels::copy_rows(RowView{packed, 2 * C, T, C, 3 * C}, dst);
+    return v;
+  };
+  EXPECT_TRUE(same_bits(v_of(want), v_of(qkv), "reference v slot")) << what;
+  EXPECT_TRUE(same_bits(v_of(got), v_of(qkv), "fused v slot")) << what;
+  EXPECT_EQ(fallbacks_of("qk_rmsnorm_rope_inplace"), 0u);
 }
 
-TEST(FusedKernelsCpu, QkRmsNormRopeInPlaceIsTheReferenceChainBitwise) {
+TEST_F(FusedKernelsCpu, QkRmsNormRopeFusedIsTheReferenceChainBitwise) {
   for (int64_t T : {1, 7, 33}) {
     check_qk(T, 2, 64, true, true, 10 + T);
     check_qk(T, 3, 16, true, true, 20 + T);   // odd head count, D = 16
@@ -78,34 +112,60 @@ TEST(FusedKernelsCpu, QkRmsNormRopeInPlaceIsTheReferenceChainBitwise) {
   check_qk(5, 12, 128, true, true, 60);  // the production head shape
 }
 
-TEST(FusedKernelsCpu, CrossQRmsNormInPlaceIsTheReferenceBitwise) {
+TEST_F(FusedKernelsCpu, QkRmsNormRopeWithNothingToDoReturnsItsInput) {
+  Tensor qkv = random_tensor({3, 3 * 16}, DType::BF16, 61);
+  for (bool fused : {false, true}) {
+    Tensor got = kernels::qk_rmsnorm_rope(qkv, 2, 8, nullptr, nullptr, nullptr, nullptr, fused);
+    EXPECT_EQ(got.data(), qkv.data());
+  }
+  EXPECT_TRUE(contract::fallback_counts().empty());
+}
+
+TEST_F(FusedKernelsCpu, CrossQRmsNormFusedIsTheReferenceBitwise) {
   for (int64_t T : {1, 7, 33}) {
     for (auto [H, D] : {std::pair{2, 64}, std::pair{3, 24}, std::pair{12, 128}}) {
       Tensor q = random_tensor({T, int64_t{H} * D}, DType::BF16, 70 + T + D, 2.0f, -0.2f);
       Tensor g = random_tensor({H, D}, DType::F32, 80 + D, 0.3f, 1.0f);
-      Tensor want = testing::reference_head_rmsnorm(q, g, H, D);
-      Tensor got = copy_of(q);
-      kernels::head_rmsnorm_inplace(got, g, H, D);
-      EXPECT_TRUE(same_bits(got, want, "head_rmsnorm_inplace")) << "T " << T << " D " << D;
+      Tensor ref_in = copy_of(q);
+      Tensor want = kernels::cross_q_rmsnorm(ref_in, g, H, D, false);
+      EXPECT_NE(want.data(), ref_in.data());
+      EXPECT_TRUE(same_bits(ref_in, q, "reference input"));
+      Tensor got_in = copy_of(q);
+      Tensor got = kernels::cross_q_rmsnorm(got_in, g, H, D, true);
+      EXPECT_EQ(got.data(), got_in.data());
+      EXPECT_TRUE(same_bits(got, want, "cross_q_rmsnorm")) << "T " << T << " D " << D;
     }
   }
+  EXPECT_EQ(fallbacks_of("qk_rmsnorm_cross_inplace"), 0u);
 }
 
-TEST(FusedKernelsCpu, QkOpsRefuseUnsupportedShapesWithAReason) {
-  // head_dim 10: not a multiple of 8.
+TEST_F(FusedKernelsCpu, QkKernelsRefuseUnsupportedShapesAndTheEntryPointsFallBack) {
+  // head_dim 10: not a multiple of 8. The fused kernel throws ...
   Tensor qkv = random_tensor({3, 3 * 20}, DType::BF16, 90);
   Tensor g = random_tensor({2, 10}, DType::F32, 91);
-  const std::string why = kernels::fused_qk_unsupported(qkv, 60, 2, 10, nullptr, nullptr);
+  const std::string why = kernels::fused::qk_unsupported(qkv, 60, 2, 10, nullptr, nullptr);
   EXPECT_NE(why.find("head_dim 10"), std::string::npos) << why;
-  EXPECT_TRUE(throws_error([&] { kernels::qk_rmsnorm_rope_inplace(qkv, 2, 10, &g, &g, nullptr, nullptr); },
-                           {"qk_rmsnorm_rope_inplace", "unsupported", "head_dim 10"}));
+  EXPECT_TRUE(throws_error(
+      [&] { kernels::fused::qk_rmsnorm_rope_inplace(qkv, 2, 10, &g, &g, nullptr, nullptr); },
+      {"qk_rmsnorm_rope_inplace", "unsupported", "head_dim 10"}));
+  // ... and the entry point runs the reference chain, counted with the reason.
+  Tensor want = kernels::qk_rmsnorm_rope(qkv, 2, 10, &g, &g, nullptr, nullptr, false);
+  Tensor got = kernels::qk_rmsnorm_rope(qkv, 2, 10, &g, &g, nullptr, nullptr, true);
+  EXPECT_TRUE(same_bits(got, want, "qk_rmsnorm_rope fallback"));
+  ASSERT_EQ(contract::fallback_counts().size(), 1u);
+  EXPECT_EQ(contract::fallback_counts()[0].optimization, "qk_rmsnorm_rope_inplace");
+  EXPECT_EQ(contract::fallback_counts()[0].reason, why);
   // A view starting 2 bytes into the storage: not 16-byte aligned.
   Tensor big = random_tensor({4 * 64 + 1}, DType::BF16, 92);
   Tensor odd = big.reshape({4 * 64 + 1}).rows(1, 4 * 64 + 1).reshape({4, 64});
-  EXPECT_NE(kernels::fused_qk_unsupported(odd, 64, 1, 64, nullptr, nullptr), "");
+  EXPECT_NE(kernels::fused::qk_unsupported(odd, 64, 1, 64, nullptr, nullptr), "");
   Tensor g64 = random_tensor({1, 64}, DType::F32, 93);
-  EXPECT_TRUE(throws_error([&] { kernels::head_rmsnorm_inplace(odd, g64, 1, 64); },
+  EXPECT_TRUE(throws_error([&] { kernels::fused::head_rmsnorm_inplace(odd, g64, 1, 64); },
                            {"head_rmsnorm_inplace", "16-byte"}));
+  Tensor q_want = kernels::cross_q_rmsnorm(odd, g64, 1, 64, false);
+  Tensor q_got = kernels::cross_q_rmsnorm(odd, g64, 1, 64, true);
+  EXPECT_TRUE(same_bits(q_got, q_want, "cross_q_rmsnorm fallback"));
+  EXPECT_EQ(fallbacks_of("qk_rmsnorm_cross_inplace"), 1u);
 }
 
 // ---- modulated_layer_norm ----
@@ -115,50 +175,61 @@ void check_modulated(int64_t T, int64_t C, int B, uint64_t seed) {
   Tensor mod = random_tensor({B, 6 * C}, DType::BF16, seed + 1, 0.5f);
   Tensor bidx = batch_runs(T, B);
   const RowView shift = RowView::columns(mod, 3 * C, C), scale = RowView::columns(mod, 4 * C, C);
-  Tensor want = testing::reference_modulate_chain(x, shift, scale, bidx, 1e-6f);
-  Tensor got = Tensor::empty({T, C}, DType::BF16, Device::CPU);
-  got.poison();
-  ASSERT_EQ(kernels::modulated_layer_norm_unsupported(x, shift, scale, got), "");
-  kernels::modulated_layer_norm(x, shift, scale, bidx, 1e-6f, got);
+  Tensor want = poisoned({T, C});
+  kernels::modulated_layer_norm(x, shift, scale, bidx, 1e-6f, false, want);
+  Tensor got = poisoned({T, C});
+  ASSERT_EQ(kernels::fused::modulated_layer_norm_unsupported(x, shift, scale, got), "");
+  kernels::modulated_layer_norm(x, shift, scale, bidx, 1e-6f, true, got);
+  EXPECT_EQ(count_poisoned(want), 0);
   EXPECT_EQ(count_poisoned(got), 0);
   EXPECT_TRUE(same_bits(got, want, "modulated_layer_norm")) << "T " << T << " C " << C << " B " << B;
 }
 
-TEST(FusedKernelsCpu, ModulatedLayerNormIsTheReferenceChainBitwise) {
+TEST_F(FusedKernelsCpu, ModulatedLayerNormFusedIsTheReferenceChainBitwise) {
   for (int64_t T : {1, 7, 33}) {
     check_modulated(T, 8, 1, 100 + T);
     check_modulated(T, 136, 3, 110 + T);  // C not a multiple of 16 or of the block width
     check_modulated(T, 1536, 2, 120 + T);
   }
+  EXPECT_EQ(fallbacks_of("modulated_layernorm"), 0u);
 }
 
-TEST(FusedKernelsCpu, ModulatedLayerNormRefusesOddWidths) {
+TEST_F(FusedKernelsCpu, ModulatedLayerNormRefusesOddWidthsAndFallsBack) {
   for (int64_t C : {7, 30}) {
     Tensor x = random_tensor({3, C}, DType::BF16, 130);
     Tensor mod = random_tensor({1, 6 * C}, DType::BF16, 131);
-    Tensor out = Tensor::empty({3, C}, DType::BF16, Device::CPU);
+    Tensor out = poisoned({3, C});
     const RowView shift = RowView::columns(mod, 0, C), scale = RowView::columns(mod, C, C);
-    EXPECT_NE(kernels::modulated_layer_norm_unsupported(x, shift, scale, out), "") << C;
+    EXPECT_NE(kernels::fused::modulated_layer_norm_unsupported(x, shift, scale, out), "") << C;
     EXPECT_TRUE(throws_error(
-        [&] { kernels::modulated_layer_norm(x, shift, scale, batch_runs(3, 1), 1e-6f, out); },
+        [&] { kernels::fused::modulated_layer_norm(x, shift, scale, batch_runs(3, 1), 1e-6f, out); },
         {"modulated_layer_norm", "unsupported", "multiple of 8"}));
+    Tensor want = poisoned({3, C});
+    kernels::modulated_layer_norm(x, shift, scale, batch_runs(3, 1), 1e-6f, false, want);
+    kernels::modulated_layer_norm(x, shift, scale, batch_runs(3, 1), 1e-6f, true, out);
+    EXPECT_EQ(count_poisoned(out), 0);
+    EXPECT_TRUE(same_bits(out, want, "modulated_layer_norm fallback")) << C;
   }
+  EXPECT_EQ(fallbacks_of("modulated_layernorm"), 2u);
 }
 
-TEST(FusedKernelsCpu, ModulatedLayerNormRejectsABadBatchIndex) {
+TEST_F(FusedKernelsCpu, ModulatedLayerNormRejectsABadBatchIndex) {
   Tensor x = random_tensor({3, 16}, DType::BF16, 140);
   Tensor mod = random_tensor({2, 96}, DType::BF16, 141);
   Tensor out = Tensor::empty({3, 16}, DType::BF16, Device::CPU);
   Tensor bidx = Tensor::from_ints({0, 1, 2}, {3});
-  EXPECT_TRUE(throws_error([&] {
-    kernels::modulated_layer_norm(x, RowView::columns(mod, 0, 16), RowView::columns(mod, 16, 16),
-                                  bidx, 1e-6f, out);
-  }, {"batch_index[2] = 2", "outside [0, 2)"}));
+  const RowView shift = RowView::columns(mod, 0, 16), scale = RowView::columns(mod, 16, 16);
+  EXPECT_TRUE(throws_error(
+      [&] { kernels::modulated_layer_norm(x, shift, scale, bidx, 1e-6f, true, out); },
+      {"modulated_layer_norm: batch_index[2] = 2", "outside [0, 2)"}));
+  EXPECT_TRUE(throws_error(
+      [&] { kernels::modulated_layer_norm(x, shift, scale, bidx, 1e-6f, false, out); },
+      {"gather_rows: index[2] = 2", "outside [0, 2)"}));
 }
 
 // ---- gated_residual_add ----
 
-TEST(FusedKernelsCpu, GatedResidualAddIsTheReferenceChainBitwise) {
+TEST_F(FusedKernelsCpu, GatedResidualAddFusedIsTheReferenceChainBitwise) {
   for (int64_t T : {1, 7, 33}) {
     for (int64_t C : {8, 136, 1536}) {
       for (int B : {1, 3}) {
@@ -167,48 +238,58 @@ TEST(FusedKernelsCpu, GatedResidualAddIsTheReferenceChainBitwise) {
         Tensor mod = random_tensor({B, 6 * C}, DType::BF16, 170 + C, 0.7f);
         Tensor bidx = batch_runs(T, B);
         const RowView gate = RowView::columns(mod, 5 * C, C);
-        Tensor want = testing::reference_gated_chain(x, h, gate, bidx);
-        Tensor got = Tensor::empty({T, C}, DType::BF16, Device::CPU);
-        got.poison();
-        kernels::gated_residual_add(x, h, gate, bidx, got);
+        Tensor want = poisoned({T, C});
+        kernels::gated_residual_add(x, h, gate, bidx, false, want);
+        Tensor got = poisoned({T, C});
+        kernels::gated_residual_add(x, h, gate, bidx, true, got);
+        EXPECT_EQ(count_poisoned(want), 0);
         EXPECT_EQ(count_poisoned(got), 0);
         EXPECT_TRUE(same_bits(got, want, "gated_residual_add")) << "T " << T << " C " << C;
-        // In place into x gives the same bits.
+        // The fused kernel in place into x gives the same bits.
         Tensor xi = copy_of(x);
-        kernels::gated_residual_add(xi, h, gate, bidx, xi);
+        kernels::gated_residual_add(xi, h, gate, bidx, true, xi);
         EXPECT_TRUE(same_bits(xi, want, "gated_residual_add in place"));
       }
     }
   }
+  EXPECT_EQ(fallbacks_of("gated_residual_add"), 0u);
 }
 
-TEST(FusedKernelsCpu, GatedResidualAddRefusesOddWidths) {
+TEST_F(FusedKernelsCpu, GatedResidualAddRefusesOddWidthsAndFallsBack) {
   Tensor x = random_tensor({3, 12}, DType::BF16, 180);
   Tensor mod = random_tensor({1, 72}, DType::BF16, 181);
-  Tensor out = Tensor::empty({3, 12}, DType::BF16, Device::CPU);
+  Tensor out = poisoned({3, 12});
   const RowView gate = RowView::columns(mod, 60, 12);
-  EXPECT_NE(kernels::gated_residual_add_unsupported(x, x, gate, out), "");
-  EXPECT_TRUE(throws_error([&] { kernels::gated_residual_add(x, x, gate, batch_runs(3, 1), out); },
-                           {"gated_residual_add", "unsupported"}));
+  EXPECT_NE(kernels::fused::gated_residual_add_unsupported(x, x, gate, out), "");
+  EXPECT_TRUE(throws_error(
+      [&] { kernels::fused::gated_residual_add(x, x, gate, batch_runs(3, 1), out); },
+      {"gated_residual_add", "unsupported"}));
+  Tensor want = poisoned({3, 12});
+  kernels::gated_residual_add(x, x, gate, batch_runs(3, 1), false, want);
+  kernels::gated_residual_add(x, x, gate, batch_runs(3, 1), true, out);
+  EXPECT_EQ(count_poisoned(out), 0);
+  EXPECT_TRUE(same_bits(out, want, "gated_residual_add fallback"));
+  EXPECT_EQ(fallbacks_of("gated_residual_add"), 1u);
 }
 
-// ---- gelu_tanh (the wide kernel: on the CPU the reference loop) ----
+// ---- mlp_gelu (the wide kernel: on the CPU the reference loop) ----
 
-TEST(FusedKernelsCpu, GeluTanhWideIsTheReferenceBitwise) {
+TEST_F(FusedKernelsCpu, MlpGeluWideIsTheReferenceBitwise) {
   for (int64_t n : {1, 7, 33 * 17 + 3}) {
     Tensor x = random_tensor({n}, DType::BF16, 190 + n, 3.0f);
-    Tensor want = Tensor::empty({n}, DType::BF16, Device::CPU);
-    kernels::gelu_tanh(x, want);
-    Tensor got = Tensor::empty({n}, DType::BF16, Device::CPU);
-    got.poison();
-    kernels::gelu_tanh_wide(x, got);
-    EXPECT_TRUE(same_bits(got, want, "gelu_tanh_wide")) << n;
+    Tensor want = poisoned({n});
+    kernels::mlp_gelu(x, false, want);
+    Tensor got = poisoned({n});
+    kernels::mlp_gelu(x, true, got);
+    EXPECT_EQ(count_poisoned(want), 0);
+    EXPECT_EQ(count_poisoned(got), 0);
+    EXPECT_TRUE(same_bits(got, want, "mlp_gelu")) << n;
   }
 }
 
-// ---- gemm_gelu_epilogue: bounded error, not bitwise ----
+// ---- linear_gelu with gemm_gelu_epilogue: bounded error, not bitwise ----
 
-TEST(FusedKernelsCpu, GemmGeluEpilogueMeetsItsTolerance) {
+TEST_F(FusedKernelsCpu, GemmGeluEpilogueMeetsItsTolerance) {
   const int64_t K = 64, N = 256;
   for (int64_t T : {1, 7, 33}) {
     Tensor x = random_tensor({T, K}, DType::BF16, 200 + T, 1.0f);
@@ -216,11 +297,14 @@ TEST(FusedKernelsCpu, GemmGeluEpilogueMeetsItsTolerance) {
     Tensor b = random_tensor({N}, DType::BF16, 211, 0.5f);
     Tensor u = Tensor::empty({T, N}, DType::BF16, Device::CPU);
     gemm::linear(x, w, &b, u);
-    Tensor ref = Tensor::empty({T, N}, DType::BF16, Device::CPU);
-    kernels::gelu_tanh(u, ref);
-    Tensor fused = Tensor::empty({T, N}, DType::BF16, Device::CPU);
-    fused.poison();
-    gemm::linear(x, w, &b, fused, gemm::Epilogue::BiasGelu);
+    Tensor ref = poisoned({T, N});
+    gemm::linear_gelu(x, w, &b, false, false, ref);
+    Tensor ref_wide = poisoned({T, N});
+    gemm::linear_gelu(x, w, &b, false, true, ref_wide);
+    EXPECT_TRUE(same_bits(ref_wide, ref, "linear_gelu with the wide GELU"));
+    Tensor fused = poisoned({T, N});
+    gemm::linear_gelu(x, w, &b, true, false, fused);
+    EXPECT_EQ(count_poisoned(ref), 0);
     EXPECT_EQ(count_poisoned(fused), 0);
     EXPECT_TRUE(testing::meets_gelu_epilogue_contract(u, ref, fused, cat("T ", T)));
     // fp64 golden: the fused path may not be noticeably less accurate than the reference.

@@ -11,8 +11,8 @@
 #include "core/rng.h"
 #include "io/safetensors.h"
 #include "model/checkpoint.h"
-#include "model/params.h"
 #include "model/slat_flow.h"
+#include "model/slat_flow_weights.h"
 #include "payload/generate.h"
 #include "sampler/sampler.h"
 #include "../model_inputs.h"
@@ -76,6 +76,30 @@ TEST_F(TinyFixture, ForwardIsFiniteDeterministicAndNonTrivial) {
   }
   EXPECT_GT(diff_c / a.size(), 1e-4);
   EXPECT_GT(diff_d / a.size(), 1e-4);
+}
+
+// The sampler-facing interface: the summary is the config's, and a forward through it is
+// the model's own.
+TEST_F(TinyFixture, TheModelIsADenoiser) {
+  SLatFlowModel m(load_checkpoint(dir + "/tiny.json", Device::CPU));
+  const Denoiser& d = m;
+  const DenoiserSummary s = d.summary();
+  EXPECT_EQ(s.family, "SLatFlowModel");
+  EXPECT_EQ(s.in_channels, m.config().in_channels);
+  EXPECT_EQ(s.out_channels, m.config().out_channels);
+  EXPECT_EQ(s.cond_channels, m.config().cond_channels);
+  EXPECT_EQ(d.device(), Device::CPU);
+  EXPECT_EQ(d.weights_version(), m.weights_version());
+  auto in = inputs({19, 6}, 5, 4);
+  Tensor t = Tensor::from_floats({900.0f, 300.0f}, {2}, DType::F32);
+  Request req = d.prepare(in.coords, 2, 5);
+  auto want = m.forward(req, in.noise, t, in.cond).to_floats();
+  auto got = d.forward(req, in.noise, t, Condition{in.cond, 0, nullptr}).to_floats();
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], want[i]) << i;
+  EXPECT_NE(error_of([&] { d.forward(req, in.noise, t, in.cond.reshape({2, 5 * 64})); })
+                .find("forward cond"),
+            std::string::npos);
 }
 
 TEST_F(TinyFixture, AssetsInOneBatchEqualAssetsRunAlone) {

@@ -134,7 +134,7 @@ TEST_F(NullContextCpu, ProbeFindsIdenticalValueRowsEqualToTheBias) {
   // With zero tokens the V half of to_kv is its bias, rounded once to bf16.
   const int64_t C = m.config().model_channels;
   for (int i = 0; i < 2; ++i) {
-    Tensor bias = m.parameter("blocks." + std::to_string(i) + ".cross_attn.to_kv.bias");
+    const Tensor& bias = m.weights().blocks[static_cast<size_t>(i)].cross_attn.to_kv.bias;
     auto want = bias.to_floats();
     auto got = nc.value_rows()[i].to_floats();
     ASSERT_EQ(got.size(), static_cast<size_t>(C));
@@ -204,8 +204,8 @@ TEST_F(NullContextCpu, QualificationKeepsTheSmallestMThatReproducesTheReference)
   Tensor x = Tensor::empty({300, m.config().model_channels}, DType::BF16, Device::CPU);
   kernels::broadcast_row(nc.value_rows()[1], x);
   Tensor y = Tensor::empty(x.shape(), DType::BF16, Device::CPU);
-  gemm::linear(x, m.parameter("blocks.1.cross_attn.to_out.weight"),
-               &m.parameter("blocks.1.cross_attn.to_out.bias"), y);
+  const Linear& to_out = m.weights().blocks[1].cross_attn.to_out;
+  gemm::linear(x, to_out.weight, &to_out.bias, y);
   EXPECT_TRUE(bits_equal(q.cached_rows[1], y.rows(299, 300)));
   for (bool batched : {false, true}) {
     NullPath p = nc.path_for(m, true, batched, 9);

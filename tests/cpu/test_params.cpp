@@ -1,9 +1,11 @@
 #include <gtest/gtest.h>
 
+#include <map>
 #include <set>
 
 #include "model/config.h"
-#include "model/params.h"
+#include "model/slat_flow_weights.h"
+#include "../test_numerics.h"
 
 namespace s3d::model {
 namespace {
@@ -56,6 +58,53 @@ TEST(Params, PerBlockModulationWhenNotShared) {
   EXPECT_FALSE(names.count("blocks.0.modulation"));
   EXPECT_FALSE(names.count("blocks.0.self_attn.q_rms_norm.gamma"));
   EXPECT_TRUE(names.count("blocks.0.cross_attn.q_rms_norm.gamma"));
+}
+
+// A checkpoint's tensors for `c`, each a distinct host tensor of its spec.
+std::map<std::string, Tensor> tensors_for(const ModelConfig& c) {
+  std::map<std::string, Tensor> t;
+  for (const auto& s : param_specs(c)) t[s.name] = Tensor::zeros(s.shape, s.runtime_dtype, Device::CPU);
+  return t;
+}
+
+TEST(Params, BindWeightsPutsEachCheckpointTensorInItsField) {
+  ModelConfig c = preset("tiny");
+  const auto t = tensors_for(c);
+  const SLatFlowWeights w = bind_weights(c, t);
+  ASSERT_EQ(w.blocks.size(), static_cast<size_t>(c.num_blocks));
+  // The fields share the checkpoint's storage (bound, not copied), each under its own name.
+  auto same = [&](const Tensor& field, const std::string& name) {
+    return field.data() == t.at(name).data();
+  };
+  EXPECT_TRUE(same(w.input_layer.weight, "input_layer.weight"));
+  EXPECT_TRUE(same(w.t_embedder_fc2.bias, "t_embedder.mlp.2.bias"));
+  EXPECT_TRUE(same(w.adaLN_modulation.weight, "adaLN_modulation.1.weight"));
+  EXPECT_TRUE(same(w.out_layer.bias, "out_layer.bias"));
+  const BlockWeights& b1 = w.blocks[1];
+  EXPECT_TRUE(same(b1.modulation, "blocks.1.modulation"));
+  EXPECT_FALSE(b1.adaLN_modulation.weight.defined());
+  EXPECT_TRUE(same(b1.self_attn.to_qkv.weight, "blocks.1.self_attn.to_qkv.weight"));
+  EXPECT_TRUE(same(b1.self_attn.k_rms_gamma, "blocks.1.self_attn.k_rms_norm.gamma"));
+  EXPECT_TRUE(same(b1.norm2.bias, "blocks.1.norm2.bias"));
+  EXPECT_TRUE(same(b1.cross_attn.to_kv.bias, "blocks.1.cross_attn.to_kv.bias"));
+  EXPECT_TRUE(same(b1.cross_attn.q_rms_gamma, "blocks.1.cross_attn.q_rms_norm.gamma"));
+  EXPECT_TRUE(same(b1.cross_attn.to_out.weight, "blocks.1.cross_attn.to_out.weight"));
+  EXPECT_TRUE(same(b1.mlp.fc1.bias, "blocks.1.mlp.mlp.0.bias"));
+  EXPECT_TRUE(same(b1.mlp.fc2.weight, "blocks.1.mlp.mlp.2.weight"));
+  EXPECT_EQ(b1.mlp.fc2.bias_or_null(), &b1.mlp.fc2.bias);
+}
+
+TEST(Params, BindWeightsRefusesAMissingOrMisShapedTensor) {
+  ModelConfig c = preset("tiny");
+  auto missing = tensors_for(c);
+  missing.erase("blocks.0.norm2.weight");
+  EXPECT_NE(testing::error_of([&] { bind_weights(c, missing); })
+                .find("parameter blocks.0.norm2.weight is not loaded"),
+            std::string::npos);
+  auto wrong = tensors_for(c);
+  wrong["out_layer.bias"] = Tensor::zeros({3}, DType::F32, Device::CPU);
+  EXPECT_NE(testing::error_of([&] { bind_weights(c, wrong); }).find("out_layer.bias"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -14,8 +14,8 @@
 #include "contract/fallback.h"
 #include "core/cuda_util.h"
 #include "gemm/linear.h"
+#include "gemm/linear_gelu.h"
 #include "gpu_test_util.h"
-#include "kernels/elementwise.h"
 #include "model/checkpoint.h"
 #include "model/execution_plan.h"
 #include "model/null_context.h"
@@ -57,15 +57,14 @@ TEST(EpilogueFullGpu, EveryMlpLayerOnRealPayloadsAndTheFinalLatent) {
                 "|---:|---:|---:|---:|---:|---:|\n",
                 e->name.c_str(), static_cast<long long>(in.coords.size(0)));
     req.mlp_probe = [&](int block, const Tensor& hm) {
-      const std::string p = "blocks." + std::to_string(block) + ".mlp.mlp.0.";
+      const Linear& fc1 = m.weights().blocks[static_cast<size_t>(block)].mlp.fc1;
       const int64_t T = hm.size(0), N = c.mlp_hidden();
       Tensor u = Tensor::empty({T, N}, DType::BF16, Device::CUDA);
-      gemm::linear(hm, m.parameter(p + "weight"), &m.parameter(p + "bias"), u);
-      Tensor ref = Tensor::empty({T, N}, DType::BF16, Device::CUDA);
-      kernels::gelu_tanh(u, ref);
+      gemm::linear(hm, fc1.weight, &fc1.bias, u);
+      Tensor ref = test::poisoned({T, N}, DType::BF16, Device::CUDA);
+      gemm::linear_gelu(hm, fc1.weight, &fc1.bias, false, false, ref);
       Tensor fused = test::poisoned({T, N}, DType::BF16, Device::CUDA);
-      gemm::linear(hm, m.parameter(p + "weight"), &m.parameter(p + "bias"), fused,
-                   gemm::Epilogue::BiasGelu);
+      gemm::linear_gelu(hm, fc1.weight, &fc1.bias, true, false, fused);
       const testing::EpilogueError err = testing::gelu_epilogue_error_gpu(u, ref, fused);
       std::printf("| %d | %.4g | %.3e | %.3f | %lld | %lld |\n", block, err.max_abs, err.rel_l2,
                   err.worst_excess, static_cast<long long>(err.outside),

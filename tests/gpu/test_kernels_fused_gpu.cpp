@@ -1,13 +1,14 @@
-// Fused kernels (issue 5) on the GPU. Each fused op against (a) the GPU reference op chain it
-// replaces, bitwise where the contract says so, and (b) its own CPU version under the
-// contract the reference ops have between the backends (bitwise, or 1 bf16 ulp where a
-// reduction or a transcendental is involved); at 1, 7, 1000 and 30227 tokens and the real
-// widths (C 1536, H 12, D 128); poisoned outputs. gemm_gelu_epilogue under its tolerance
-// (gelu_epilogue_contract.h) with the maximum error printed. The tiny model with
-// kernel_fusion against pure_eager on the GPU, and the eager launches it removes.
+// Fused kernels (issue 5) on the GPU. Each op family's entry point with the fused kernel
+// (fused = true) against (a) the same entry point's reference chain on the GPU (fused =
+// false, the chain pure_eager ships), bitwise where the contract says so, and (b) the fused
+// kernel's CPU version under the contract the reference ops have between the backends
+// (bitwise, or 1 bf16 ulp where a reduction or a transcendental is involved); at 1, 7, 1000
+// and 30227 tokens and the real widths (C 1536, H 12, D 128); poisoned outputs.
+// gemm_gelu_epilogue under its tolerance (gelu_epilogue_contract.h) with the maximum error
+// printed. The tiny model with kernel_fusion against pure_eager on the GPU, and the eager
+// launches it removes.
 //
-// NOT YET RUN on a GPU (written in a session without one); run with
-//   build/bin/sparse3d_gpu_tests --gtest_filter='FusedGpu*'
+// Run with build/bin/sparse3d_gpu_tests --gtest_filter='Fused*'
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -19,17 +20,18 @@
 #include "core/bf16.h"
 #include "core/cuda_util.h"
 #include "gemm/linear.h"
+#include "gemm/linear_gelu.h"
 #include "gpu_test_util.h"
 #include "kernels/elementwise.h"
 #include "kernels/fused_gelu.h"
 #include "kernels/fused_norm.h"
 #include "kernels/fused_qk.h"
 #include "kernels/fused_residual.h"
+#include "kernels/layernorm.h"
 #include "kernels/qk_norm_rope.h"
 #include "model/checkpoint.h"
 #include "model/execution_plan.h"
 #include "sampler/sampler.h"
-#include "fused_reference.h"
 #include "epilogue_error.h"
 #include "gelu_epilogue_contract.h"
 #include "model_inputs.h"
@@ -43,20 +45,20 @@ using test::Contract;
 using test::meets;
 using test::on_gpu;
 using test::random_tensor;
+using testing::batch_runs;
+using testing::copy_of;
 using testing::count_poisoned;
 
 constexpr int kH = 12, kD = 128;
 constexpr int64_t kC = int64_t{kH} * kD;  // 1536
 const std::vector<int64_t> kTokens = {1, 7, 1000, 30227};
 
-using testing::batch_runs;
-using testing::copy_of;
-
 TEST(FusedGpu, QkRmsNormRopeInPlace) {
   S3D_REQUIRE_CUDA();
+  contract::reset_fallbacks();
   for (int64_t T : kTokens) {
     for (auto [norm, rope] : {std::pair{true, true}, std::pair{true, false}, std::pair{false, true}}) {
-      const std::string what = cat("qk_rmsnorm_rope_inplace T ", T, " norm ", norm, " rope ", rope);
+      const std::string what = cat("qk_rmsnorm_rope T ", T, " norm ", norm, " rope ", rope);
       Tensor qkv = random_tensor({T, 3 * kC}, DType::BF16, 300 + T, 1.5f, 0.1f);
       Tensor qg = random_tensor({kH, kD}, DType::F32, 301, 0.3f, 1.0f);
       Tensor kg = random_tensor({kH, kD}, DType::F32, 302, 0.3f, 1.0f);
@@ -68,29 +70,33 @@ TEST(FusedGpu, QkRmsNormRopeInPlace) {
       Tensor qg_d = on_gpu(qg), kg_d = on_gpu(kg), cos_d = on_gpu(cos), sin_d = on_gpu(sin);
       auto ptr = [](bool on, const Tensor& t) { return on ? &t : nullptr; };
 
-      Tensor qkv_d = on_gpu(qkv);
-      Tensor ref_d = testing::reference_qk_chain(qkv_d, kH, kD, ptr(norm, qg_d), ptr(norm, kg_d),
-                                                 ptr(rope, cos_d), ptr(rope, sin_d));
-      ASSERT_EQ(kernels::fused_qk_unsupported(qkv_d, 3 * kC, kH, kD, ptr(rope, cos_d),
-                                              ptr(rope, sin_d)),
+      Tensor ref_in_d = on_gpu(qkv);
+      Tensor ref_d = kernels::qk_rmsnorm_rope(ref_in_d, kH, kD, ptr(norm, qg_d), ptr(norm, kg_d),
+                                              ptr(rope, cos_d), ptr(rope, sin_d), false);
+      EXPECT_TRUE(meets(ref_in_d, qkv, Contract::Bitwise, what + ": reference input untouched"));
+      ASSERT_EQ(kernels::fused::qk_unsupported(ref_in_d, 3 * kC, kH, kD, ptr(rope, cos_d),
+                                               ptr(rope, sin_d)),
                 "");
-      kernels::qk_rmsnorm_rope_inplace(qkv_d, kH, kD, ptr(norm, qg_d), ptr(norm, kg_d),
-                                       ptr(rope, cos_d), ptr(rope, sin_d));
-      EXPECT_EQ(count_poisoned(ref_d), 0) << what;
-      EXPECT_TRUE(meets(qkv_d, ref_d, Contract::Bitwise, what + " vs GPU reference chain"));
+      Tensor qkv_d = on_gpu(qkv);
+      Tensor got_d = kernels::qk_rmsnorm_rope(qkv_d, kH, kD, ptr(norm, qg_d), ptr(norm, kg_d),
+                                              ptr(rope, cos_d), ptr(rope, sin_d), true);
+      EXPECT_EQ(got_d.data(), qkv_d.data()) << what << ": the fused kernel works in place";
+      EXPECT_TRUE(meets(got_d, ref_d, Contract::Bitwise, what + " vs GPU reference chain"));
 
       Tensor qkv_h = copy_of(qkv);
-      kernels::qk_rmsnorm_rope_inplace(qkv_h, kH, kD, ptr(norm, qg), ptr(norm, kg), ptr(rope, cos),
-                                       ptr(rope, sin));
+      kernels::fused::qk_rmsnorm_rope_inplace(qkv_h, kH, kD, ptr(norm, qg), ptr(norm, kg),
+                                              ptr(rope, cos), ptr(rope, sin));
       // The norm's fp64 sum is added in another order on the CPU: its output may differ by
       // 1 ulp (as head_rmsnorm between the backends); the rotation then carries that
       // absolute difference, up to an ulp of the pair's larger value, into its output
       // (however small the output), plus the output's own rounding.
       std::vector<float> y;
       if (norm && rope) {
-        y = testing::reference_qk_chain(qkv, kH, kD, &qg, &kg, nullptr, nullptr).to_floats();
+        Tensor norm_in = copy_of(qkv);
+        y = kernels::qk_rmsnorm_rope(norm_in, kH, kD, &qg, &kg, nullptr, nullptr, false)
+                .to_floats();
       }
-      EXPECT_TRUE(meets(qkv_d, qkv_h, norm ? Contract::Close : Contract::Bitwise,
+      EXPECT_TRUE(meets(got_d, qkv_h, norm ? Contract::Close : Contract::Bitwise,
                         what + " vs CPU version", [&](size_t i, double g, double c) {
                           if (y.empty()) return false;
                           const size_t p = i & ~size_t{1};
@@ -101,26 +107,33 @@ TEST(FusedGpu, QkRmsNormRopeInPlace) {
                         }));
     }
   }
+  EXPECT_TRUE(contract::fallback_counts().empty());
 }
 
 TEST(FusedGpu, CrossQRmsNormInPlace) {
   S3D_REQUIRE_CUDA();
+  contract::reset_fallbacks();
   for (int64_t T : kTokens) {
-    const std::string what = cat("head_rmsnorm_inplace T ", T);
+    const std::string what = cat("cross_q_rmsnorm T ", T);
     Tensor q = random_tensor({T, kC}, DType::BF16, 310 + T, 2.0f, -0.2f);
     Tensor g = random_tensor({kH, kD}, DType::F32, 311, 0.3f, 1.0f);
-    Tensor q_d = on_gpu(q), g_d = on_gpu(g);
-    Tensor ref_d = testing::reference_head_rmsnorm(q_d, g_d, kH, kD);
-    kernels::head_rmsnorm_inplace(q_d, g_d, kH, kD);
-    EXPECT_TRUE(meets(q_d, ref_d, Contract::Bitwise, what + " vs GPU reference"));
+    Tensor g_d = on_gpu(g);
+    Tensor ref_in_d = on_gpu(q);
+    Tensor ref_d = kernels::cross_q_rmsnorm(ref_in_d, g_d, kH, kD, false);
+    Tensor q_d = on_gpu(q);
+    Tensor got_d = kernels::cross_q_rmsnorm(q_d, g_d, kH, kD, true);
+    EXPECT_EQ(got_d.data(), q_d.data()) << what << ": the fused kernel works in place";
+    EXPECT_TRUE(meets(got_d, ref_d, Contract::Bitwise, what + " vs GPU reference"));
     Tensor q_h = copy_of(q);
-    kernels::head_rmsnorm_inplace(q_h, g, kH, kD);
-    EXPECT_TRUE(meets(q_d, q_h, Contract::Close, what + " vs CPU version"));
+    kernels::fused::head_rmsnorm_inplace(q_h, g, kH, kD);
+    EXPECT_TRUE(meets(got_d, q_h, Contract::Close, what + " vs CPU version"));
   }
+  EXPECT_TRUE(contract::fallback_counts().empty());
 }
 
 TEST(FusedGpu, ModulatedLayerNorm) {
   S3D_REQUIRE_CUDA();
+  contract::reset_fallbacks();
   for (int64_t T : kTokens) {
     for (int B : {1, 3}) {
       const std::string what = cat("modulated_layer_norm T ", T, " B ", B);
@@ -129,14 +142,16 @@ TEST(FusedGpu, ModulatedLayerNorm) {
       Tensor bidx = batch_runs(T, B);
       Tensor x_d = on_gpu(x), mod_d = on_gpu(mod), bidx_d = on_gpu(bidx);
       const RowView sh_d = RowView::columns(mod_d, 3 * kC, kC), sc_d = RowView::columns(mod_d, 4 * kC, kC);
-      Tensor ref_d = testing::reference_modulate_chain(x_d, sh_d, sc_d, bidx_d, 1e-6f);
+      Tensor ref_d = test::poisoned({T, kC}, DType::BF16, Device::CUDA);
+      kernels::modulated_layer_norm(x_d, sh_d, sc_d, bidx_d, 1e-6f, false, ref_d);
       Tensor got_d = test::poisoned({T, kC}, DType::BF16, Device::CUDA);
-      kernels::modulated_layer_norm(x_d, sh_d, sc_d, bidx_d, 1e-6f, got_d);
+      kernels::modulated_layer_norm(x_d, sh_d, sc_d, bidx_d, 1e-6f, true, got_d);
+      EXPECT_EQ(count_poisoned(ref_d), 0) << what;
       EXPECT_EQ(count_poisoned(got_d), 0) << what;
       EXPECT_TRUE(meets(got_d, ref_d, Contract::Bitwise, what + " vs GPU reference chain"));
       Tensor got_h = Tensor::empty({T, kC}, DType::BF16, Device::CPU);
       const RowView sh = RowView::columns(mod, 3 * kC, kC), sc = RowView::columns(mod, 4 * kC, kC);
-      kernels::modulated_layer_norm(x, sh, sc, bidx, 1e-6f, got_h);
+      kernels::fused::modulated_layer_norm(x, sh, sc, bidx, 1e-6f, got_h);
       // layer_norm is a 1-ulp op between the backends: h may differ by 1 ulp, m = bf16(h s)
       // then by up to 2 ulps of m, and out = m + shift carries that absolute difference
       // (however small out is), plus out's own rounding.
@@ -154,10 +169,12 @@ TEST(FusedGpu, ModulatedLayerNorm) {
                         }));
     }
   }
+  EXPECT_TRUE(contract::fallback_counts().empty());
 }
 
 TEST(FusedGpu, GatedResidualAdd) {
   S3D_REQUIRE_CUDA();
+  contract::reset_fallbacks();
   for (int64_t T : kTokens) {
     for (int B : {1, 3}) {
       const std::string what = cat("gated_residual_add T ", T, " B ", B);
@@ -167,29 +184,33 @@ TEST(FusedGpu, GatedResidualAdd) {
       Tensor bidx = batch_runs(T, B);
       Tensor x_d = on_gpu(x), h_d = on_gpu(h), mod_d = on_gpu(mod), bidx_d = on_gpu(bidx);
       const RowView gate_d = RowView::columns(mod_d, 5 * kC, kC);
-      Tensor ref_d = testing::reference_gated_chain(x_d, h_d, gate_d, bidx_d);
+      Tensor ref_d = test::poisoned({T, kC}, DType::BF16, Device::CUDA);
+      kernels::gated_residual_add(x_d, h_d, gate_d, bidx_d, false, ref_d);
       Tensor got_d = test::poisoned({T, kC}, DType::BF16, Device::CUDA);
-      kernels::gated_residual_add(x_d, h_d, gate_d, bidx_d, got_d);
+      kernels::gated_residual_add(x_d, h_d, gate_d, bidx_d, true, got_d);
+      EXPECT_EQ(count_poisoned(ref_d), 0) << what;
       EXPECT_EQ(count_poisoned(got_d), 0) << what;
       EXPECT_TRUE(meets(got_d, ref_d, Contract::Bitwise, what + " vs GPU reference chain"));
       Tensor got_h = Tensor::empty({T, kC}, DType::BF16, Device::CPU);
-      kernels::gated_residual_add(x, h, RowView::columns(mod, 5 * kC, kC), bidx, got_h);
+      kernels::fused::gated_residual_add(x, h, RowView::columns(mod, 5 * kC, kC), bidx, got_h);
       EXPECT_TRUE(meets(got_d, got_h, Contract::Bitwise, what + " vs CPU version"));
     }
   }
+  EXPECT_TRUE(contract::fallback_counts().empty());
 }
 
 TEST(FusedGpu, GeluTanhWide) {
   S3D_REQUIRE_CUDA();
   const int64_t hidden = 8192;
   for (int64_t T : kTokens) {
-    const std::string what = cat("gelu_tanh_wide T ", T);
+    const std::string what = cat("mlp_gelu T ", T);
     Tensor x = random_tensor({T, hidden}, DType::BF16, 340 + T, 3.0f);
     Tensor x_d = on_gpu(x);
     Tensor ref_d = test::poisoned({T, hidden}, DType::BF16, Device::CUDA);
-    kernels::gelu_tanh(x_d, ref_d);
+    kernels::mlp_gelu(x_d, false, ref_d);
     Tensor got_d = test::poisoned({T, hidden}, DType::BF16, Device::CUDA);
-    kernels::gelu_tanh_wide(x_d, got_d);
+    kernels::mlp_gelu(x_d, true, got_d);
+    EXPECT_EQ(count_poisoned(got_d), 0) << what;
     EXPECT_TRUE(meets(got_d, ref_d, Contract::Bitwise, what + " vs GPU reference"));
   }
   // An element count that leaves a tail past the last 16-element thread share.
@@ -197,9 +218,9 @@ TEST(FusedGpu, GeluTanhWide) {
   Tensor x_d = on_gpu(x);
   Tensor ref_d = test::poisoned(x.shape(), DType::BF16, Device::CUDA);
   Tensor got_d = test::poisoned(x.shape(), DType::BF16, Device::CUDA);
-  kernels::gelu_tanh(x_d, ref_d);
-  kernels::gelu_tanh_wide(x_d, got_d);
-  EXPECT_TRUE(meets(got_d, ref_d, Contract::Bitwise, "gelu_tanh_wide tail"));
+  kernels::mlp_gelu(x_d, false, ref_d);
+  kernels::mlp_gelu(x_d, true, got_d);
+  EXPECT_TRUE(meets(got_d, ref_d, Contract::Bitwise, "mlp_gelu tail"));
 }
 
 // fc1 of the MLP at the real shape: [T, 1536] x [8192, 1536]^T + b.
@@ -215,10 +236,11 @@ TEST(FusedGpu, GemmGeluEpilogueTolerance) {
     Tensor x_d = on_gpu(x);
     Tensor u_d = Tensor::empty({T, N}, DType::BF16, Device::CUDA);
     gemm::linear(x_d, w_d, &b_d, u_d);
-    Tensor ref_d = Tensor::empty({T, N}, DType::BF16, Device::CUDA);
-    kernels::gelu_tanh(u_d, ref_d);
+    Tensor ref_d = test::poisoned({T, N}, DType::BF16, Device::CUDA);
+    gemm::linear_gelu(x_d, w_d, &b_d, false, false, ref_d);
     Tensor got_d = test::poisoned({T, N}, DType::BF16, Device::CUDA);
-    gemm::linear(x_d, w_d, &b_d, got_d, gemm::Epilogue::BiasGelu);
+    gemm::linear_gelu(x_d, w_d, &b_d, true, false, got_d);
+    EXPECT_EQ(count_poisoned(ref_d), 0) << what;
     EXPECT_EQ(count_poisoned(got_d), 0) << what;
     EXPECT_TRUE(testing::meets_gelu_epilogue_contract(u_d, ref_d, got_d, what));
     // The GPU version of the check (used on the full model) agrees with the host's.

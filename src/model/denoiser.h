@@ -1,0 +1,150 @@
+// The denoiser interface of the flow sampler, and the types one denoiser evaluation takes.
+// A model family (SLatFlowModel, slat_flow.h; next, TRELLIS.2's dense sparse-structure flow
+// model) implements Denoiser: its config summary, per-request preparation and the forward.
+// The request, condition, null-context and modulation types are shared: every family of
+// TRELLIS.2 is an adaLN-modulated transformer with cross-attention to the condition tokens.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "attention/attention.h"
+#include "core/tensor.h"
+#include "model/fusion.h"
+
+namespace s3d::model {
+
+// Everything about a batch of assets that does not change across denoise steps, computed
+// once per request (never per layer or per step).
+struct Request {
+  int batch = 0;                 // B assets
+  int64_t tokens = 0;            // T, all assets packed
+  Tensor coords;                 // i32 [T, 4] on the model's device
+  Tensor batch_index;            // i32 [T]
+  Tensor token_offsets;          // i32 [B + 1]
+  attention::SeqLayout tokens_layout;  // the B assets' token ranges
+  attention::SeqLayout cond_layout;    // B ranges of cond_tokens condition rows
+  int cond_tokens = 0;           // L
+  Tensor rope_cos, rope_sin;     // f32 [T, D/2] (pe_mode "rope")
+  Tensor concat_cond;            // f32 [T, in - out] (texture models) or undefined
+  // Symbolic null condition (null-context paths): the last `null_assets` assets of this
+  // request have the null condition. The layouts of the conditional part, the first
+  // B - null_assets assets, are made here once (only when 0 < null_assets < B).
+  int null_assets = 0;
+  int64_t cond_part_tokens = 0;                 // tokens of the conditional part
+  attention::SeqLayout cond_part_tokens_layout;
+  attention::SeqLayout cond_part_cond_layout;
+  // Fused kernels to use (issue 5); all off = pure_eager. Set by the caller after prepare
+  // (the sampler copies SamplerOptions::fusion).
+  FusionFlags fusion;
+  // Diagnostics only (the per-layer gemm_gelu_epilogue check): called with each block's MLP
+  // input (bf16 [T, C], the modulated LayerNorm output) before fc1. Empty in production.
+  std::function<void(int block, const Tensor& mlp_in)> mlp_probe;
+};
+
+// The condition of one forward. pure_eager passes real tokens for every asset, the
+// unconditional branch's zero tensor included, as the original does. The null-context paths
+// mark the unconditional assets instead: the last `null_assets` assets have the null
+// (all-zero) condition, and no tensor is made, projected or attended to for them.
+struct CondKV;
+struct Condition {
+  Tensor tokens;                // bf16 [B - null_assets, L, cond_channels]; undefined if all null
+  int null_assets = 0;
+  const CondKV* kv = nullptr;   // cond_kv_cache: to_kv (and K RMSNorm) of `tokens`, precomputed
+};
+
+// Step-invariant condition-side K/V (flag cond_kv_cache), per block, in the reference
+// layout so that the attention call is the same (same strides, same cuDNN graph):
+// to_kv's output [BL, 2C] (K in the first C columns, V in the second) and, with
+// qk_rms_norm_cross, the RMS-normalised K [BL, H, D] (the raw K half is then unused).
+// Memory: blocks x BL x 2C bf16, plus blocks x BL x C with K RMSNorm: for the full preset
+// (30 blocks, C = 1536) and one asset with L = 4101, 756 MB + 378 MB = 1.13 GB.
+struct CondKV {
+  std::vector<Tensor> kv;        // bf16 [BL, 2C] per block
+  std::vector<Tensor> k_normed;  // bf16 [BL, H, D] per block, or empty
+  size_t bytes() const;
+};
+
+// How a forward runs the cross-attention of the null-condition assets.
+//   Exact: not run; its output rows are v0 (value_rows), projected by to_out at the
+//          reference shape ([T, C] including the conditional rows in batched CFG).
+//   Cache: not run and not projected; x += c (cached_rows), broadcast over the rows.
+enum class NullContextMode { Reference, Exact, Cache };
+struct NullPath {
+  NullContextMode mode = NullContextMode::Reference;
+  std::vector<Tensor> rows;  // per block, bf16 [1, C]: v0_i (Exact) or c_i (Cache)
+};
+
+// Everything of a forward that depends on the timestep alone: each block's modulation,
+// bf16 [B, 6C] (shift, scale, gate of the attention and the MLP branch). The forward
+// computes it from t unless given one (flag step_tables: the sampler computes every step's
+// once per request, at the forward's own shapes, so the bits are the forward's).
+struct Modulation {
+  std::vector<Tensor> blocks;
+  // Views of one buffer bf16 [num_blocks * rows, 6C] laid out block by block, `rows` rows
+  // each: block i is rows [i * rows, i * rows + used) (used <= rows: serial CFG's forwards
+  // read the first B of a step's 2B rows).
+  static Modulation view(const Tensor& buffer, int num_blocks, int rows, int used);
+};
+
+// Every step's modulation (flag step_tables), computed before the loop in one call of the
+// t-side ops over all steps' rows at once (the three t-side GEMMs see M = steps x rows), then
+// laid out step by step so that one step's whole modulation is one contiguous buffer: a
+// CUDA graph reads it from a fixed buffer that one copy per replay refills.
+struct ModulationTable {
+  Tensor storage;  // bf16 [steps, num_blocks * rows * 6C]
+  int num_blocks = 0, rows = 0;
+  int64_t width = 0;  // 6C
+
+  int steps() const { return storage.defined() ? static_cast<int>(storage.size(0)) : 0; }
+  // Step k's buffer, bf16 [num_blocks * rows, 6C] (a view of storage).
+  Tensor step_buffer(int k) const;
+  Modulation step(int k, int used) const {
+    return Modulation::view(step_buffer(k), num_blocks, rows, used);
+  }
+};
+
+// What a sampler needs to know of a denoiser without knowing its family.
+struct DenoiserSummary {
+  std::string family;     // "SLatFlowModel", the checkpoint config's "name"
+  int in_channels = 0;    // x's channels plus concat_cond's
+  int out_channels = 0;   // x's and the velocity's channels
+  int cond_channels = 0;  // channels of a condition token
+};
+
+class Denoiser {
+ public:
+  virtual ~Denoiser() = default;
+
+  virtual DenoiserSummary summary() const = 0;
+  virtual Device device() const = 0;
+  // A content hash of the weights: results taken from them (null-context rows, qualification)
+  // are valid only for the same version.
+  virtual uint64_t weights_version() const = 0;
+
+  // The step-invariant part of a request. coords: i32 [T, 4] on the host, assets packed in
+  // batch order (validated: batch indices contiguous 0..B-1, coordinates in range).
+  // concat_cond: host f32 [T, in - out] where the model takes one, else undefined.
+  // null_assets: how many trailing assets the null-context paths will mark as null
+  // (Condition::null_assets); 0 for pure_eager.
+  virtual Request prepare(const Tensor& coords, int batch, int cond_tokens,
+                          const Tensor& concat_cond = Tensor(), int null_assets = 0) const = 0;
+
+  // One denoiser evaluation. x: f32 [T, out] noisy latent; t1000: f32 [B] (1000 * t); all on
+  // the model's device. Returns the velocity, f32 [T, out]. Null assets need `null` (mode
+  // Exact or Cache) and either all assets null or null_assets == req.null_assets; with none
+  // this is pure_eager, except that cond.kv replaces the condition's K/V projection. mod: the
+  // blocks' modulation for t1000, or null to compute it in the forward.
+  virtual Tensor forward(const Request& req, const Tensor& x, const Tensor& t1000,
+                         const Condition& cond, const NullPath* null = nullptr,
+                         const Modulation* mod = nullptr) const = 0;
+
+  // The same with real condition tokens for every asset, bf16 [B, L, cond_channels] (the
+  // unconditional branch's zero tensor included, as the original passes it).
+  Tensor forward(const Request& req, const Tensor& x, const Tensor& t1000,
+                 const Tensor& cond) const;
+};
+
+}  // namespace s3d::model
