@@ -226,10 +226,9 @@ void restore_cached_rows(const SLatFlowModel& model, const std::vector<Tensor>& 
     gemm::linear(x, w, b, y);
   };
   for (int i = 0; i < model.config().num_blocks; ++i) {
-    const std::string p = "blocks." + std::to_string(i) + ".cross_attn.";
+    const Linear& to_out = model.weights().blocks[static_cast<size_t>(i)].cross_attn.to_out;
     q.cached_rows.push_back(canonical_row(proj, value_rows[static_cast<size_t>(i)], q.m,
-                                          model.parameter(p + "to_out.weight"),
-                                          model.parameter(p + "to_out.bias")));
+                                          to_out.weight, to_out.bias));
   }
 }
 
