@@ -18,16 +18,18 @@
 #include "io/json.h"
 #include "io/safetensors.h"
 #include "model/checkpoint.h"
-#include "model/execution_plan.h"
 #include "model/null_context.h"
 #include "model/params.h"
 #include "model/slat_flow.h"
 #include "payload/payload.h"
 #include "sampler/flag_choice.h"
 #include "sampler/sampler.h"
+#include "sparse3d/flags.h"
 
 namespace s3d::apps {
 namespace {
+
+using sparse3d::Flag;
 
 // The CPU backend is a correctness oracle, not a product path: beyond this size a run
 // would take hours, so it is refused with a pointer to what works.
@@ -101,8 +103,11 @@ Command add_run(CLI::App& app) {
   sub->add_option("--device", a->device, "auto | cuda | cpu")
       ->check(CLI::IsMember({"auto", "cuda", "cpu"}))
       ->capture_default_str();
-  sub->add_option("--path", a->path, "Execution path (DESIGN.md)")->capture_default_str();
-  sub->add_option("--enable", a->enable, "Turn an optimization flag on (e.g. batched_cfg)");
+  sub->add_option("--path", a->path,
+                  "Execution path (DESIGN.md), optionally with +flag/-flag edits: " +
+                      path_names())
+      ->capture_default_str();
+  sub->add_option("--enable", a->enable, "Turn an optimization flag on: " + flag_names());
   sub->add_option("--disable", a->disable, "Turn an optimization flag off");
   sub->add_option("--qualify-tokens", a->qualify_tokens,
                   "Null-context qualification: tokens per CFG branch to check (default: the "
@@ -114,34 +119,35 @@ Command add_run(CLI::App& app) {
   sub->add_flag("--dump-first-forward", a->dump_first,
                 "Also write x_T, v_cond, v_uncond of the first step");
   sub->add_option("--cfg-choice", a->cfg_choice,
-                  "A bench result JSON that timed the path with and without batched_cfg: "
-                  "serial or batched CFG per asset, whichever it measured faster at the "
-                  "asset's token count");
+                  cat("A bench result JSON that timed the path with and without ",
+                      sparse3d::name(Flag::batched_cfg),
+                      ": serial or batched CFG per asset, whichever it measured faster at the "
+                      "asset's token count"));
   sub->add_option("--graph-choice", a->graph_choice,
-                  "A bench result JSON that timed the path with and without cuda_graphs: "
-                  "capture CUDA graphs per asset where it measured that faster at the asset's "
-                  "token count");
+                  cat("A bench result JSON that timed the path with and without ",
+                      sparse3d::name(Flag::cuda_graphs),
+                      ": capture CUDA graphs per asset where it measured that faster at the "
+                      "asset's token count"));
   sub->add_option("--max-device-memory", a->max_mem_gib,
                   "Use at most this many GiB of device memory (0 = all)");
 
   return [a]() {
     sampler::SamplerOptions o = a->sampler.resolve();
-    model::ExecutionPlan plan = model::ExecutionPlan::parse(a->path);
-    for (const auto& f : a->enable) plan.enable(f);
-    for (const auto& f : a->disable) plan.disable(f);
+    const sparse3d::ExecutionPlan plan = resolve_plan(a->path, a->enable, a->disable);
     o.apply(plan);
     S3D_CHECK(a->max_mem_gib >= 0, "--max-device-memory must be >= 0");
     // --cfg-choice, --graph-choice: this path's timings with the flag off and on, each from
     // one bench run; the flag is then chosen per asset.
     struct AutoFlag {
-      std::string flag, file;
+      Flag flag;
+      std::string file;
       std::vector<sampler::FlagTimingPoint> points;
     };
     std::vector<AutoFlag> auto_flags;
-    if (!a->cfg_choice.empty()) auto_flags.push_back({"batched_cfg", a->cfg_choice, {}});
-    if (!a->graph_choice.empty()) auto_flags.push_back({"cuda_graphs", a->graph_choice, {}});
+    if (!a->cfg_choice.empty()) auto_flags.push_back({Flag::batched_cfg, a->cfg_choice, {}});
+    if (!a->graph_choice.empty()) auto_flags.push_back({Flag::cuda_graphs, a->graph_choice, {}});
     for (auto& f : auto_flags) {
-      model::ExecutionPlan off = plan, on = plan;
+      sparse3d::ExecutionPlan off = plan, on = plan;
       off.disable(f.flag);
       on.enable(f.flag);
       f.points = bench::flag_timing_points(
@@ -189,10 +195,12 @@ Command add_run(CLI::App& app) {
                 "%s CFG\n",
                 plan.label().c_str(), o.steps, o.rescale_t, o.guidance, o.interval_lo,
                 o.interval_hi, o.guidance_rescale,
-                cfg_auto ? "per-asset (--cfg-choice)" : o.batched_cfg ? "batched" : "serial");
+                cfg_auto ? "per-asset (--cfg-choice)"
+                         : (o.flags.on(Flag::batched_cfg) ? "batched" : "serial"));
     if (device == Device::CUDA && !plan.unvalidated().empty()) {
       std::string flags;
-      for (const auto& f : plan.unvalidated()) flags += (flags.empty() ? "" : ", ") + f;
+      for (const Flag f : plan.unvalidated())
+        flags += std::string(flags.empty() ? "" : ", ") + std::string(sparse3d::name(f));
       std::fprintf(stderr,
                    "warning: path %s uses flags whose GPU kernels have not been validated on a "
                    "GPU yet (%s); their contracts are tested on the CPU backend only\n",
@@ -201,11 +209,11 @@ Command add_run(CLI::App& app) {
 
     // Null-context elimination: probe, check applicability and qualify once, at start-up.
     std::unique_ptr<model::NullContext> null_context;
-    if (o.null_context_exact || o.null_context_cache) {
+    if (o.flags.on(Flag::null_context_exact) || o.flags.on(Flag::null_context_cache)) {
       model::NullContextOptions nco;
       nco.context_tokens = manifest.cond_tokens;
-      nco.qualify_cache = o.null_context_cache;
-      nco.qualify_slices = o.batched_cfg || cfg_auto;
+      nco.qualify_cache = o.flags.on(Flag::null_context_cache);
+      nco.qualify_slices = o.flags.on(Flag::batched_cfg) || cfg_auto;
       nco.qualification.context_rows = {manifest.cond_tokens};
       nco.qualification.token_counts = a->qualify_tokens;
       if (a->qualify_tokens.empty())
@@ -225,20 +233,20 @@ Command add_run(CLI::App& app) {
       sampler::SamplerOptions oa = o;
       for (const auto& f : auto_flags) {
         sampler::FlagChoice choice = sampler::choose_flag(f.flag, f.points, T);
-        if (f.flag == "batched_cfg" && choice.on) {
+        if (f.flag == Flag::batched_cfg && choice.on) {
           try {
-            check_memory(m, e->name, T, 1, manifest.cond_tokens, true, o.cond_kv_cache,
-                         a->max_mem_gib);
+            check_memory(m, e->name, T, 1, manifest.cond_tokens, true,
+                         o.flags.on(Flag::cond_kv_cache), a->max_mem_gib);
           } catch (const Error&) {
             choice.on = false;
             choice.reason += "; batched CFG would not fit in device memory: off";
           }
         }
-        (f.flag == "batched_cfg" ? oa.batched_cfg : oa.cuda_graphs) = choice.on;
+        oa.flags.set(f.flag, choice.on);
         std::printf("[%s] %s\n", e->name.c_str(), choice.reason.c_str());
       }
-      check_memory(m, e->name, T, 1, manifest.cond_tokens, oa.batched_cfg, o.cond_kv_cache,
-                   a->max_mem_gib);
+      check_memory(m, e->name, T, 1, manifest.cond_tokens, oa.flags.on(Flag::batched_cfg),
+                   o.flags.on(Flag::cond_kv_cache), a->max_mem_gib);
       sampler::Inputs in;
       in.coords = asset.coords;
       in.batch = 1;
@@ -269,8 +277,9 @@ Command add_run(CLI::App& app) {
       io::write_safetensors(path, tensors,
                             {{"asset", e->name}, {"steps", std::to_string(o.steps)},
                              {"path", plan.label()},
-                             {"cfg", oa.batched_cfg ? "batched" : "serial"},
-                             {"cuda_graphs", oa.cuda_graphs ? "on" : "off"}});
+                             {"cfg", oa.flags.on(Flag::batched_cfg) ? "batched" : "serial"},
+                             {std::string(sparse3d::name(Flag::cuda_graphs)),
+                              oa.flags.on(Flag::cuda_graphs) ? "on" : "off"}});
       LaunchCounts lc = launch_counts();
       std::printf("[%s] %lld tokens: set-up %.3f s + denoise loop %.3f s, %llu launches, peak "
                   "device memory %.2f GiB, %lld non-finite outputs -> %s\n",

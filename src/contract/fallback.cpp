@@ -22,7 +22,9 @@ Registry& registry() {
 
 }  // namespace
 
-void record_fallback(const std::string& optimization, const std::string& reason) {
+void record_fallback(sparse3d::Flag flag, const std::string& reason) {
+  // Keyed by the flag's name, so that the counters sort (and print) as they always have.
+  const std::string optimization(sparse3d::name(flag));
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mu);
   uint64_t& n = r.counts[{optimization, reason}];
@@ -67,7 +69,15 @@ std::vector<FallbackCount> fallbacks_from_json(const io::Json& j, const std::str
   for (size_t i = 0; i < j.size(); ++i) {
     const std::string w = cat(what, " fallbacks[", i, "]");
     io::check_known_keys(j[i], {"optimization", "reason", "count"}, w);
-    out.push_back(FallbackCount{io::get_string(j[i], "optimization", w),
+    const std::string optimization = io::get_string(j[i], "optimization", w);
+    const sparse3d::Flag flag = [&] {
+      try {
+        return sparse3d::parse_flag(optimization);
+      } catch (const Error& e) {
+        fail(w, ": ", e.what());
+      }
+    }();
+    out.push_back(FallbackCount{std::string(sparse3d::name(flag)),
                                 io::get_string(j[i], "reason", w), io::get_u64(j[i], "count", w)});
   }
   return out;

@@ -10,18 +10,19 @@
 #include <vector>
 
 #include "io/json.h"
+#include "sparse3d/flags.h"
 
 namespace s3d::contract {
 
 struct FallbackCount {
-  std::string optimization;  // the flag that was refused, e.g. "null_context_cache"
+  std::string optimization;  // the refused flag's name (sparse3d::name), e.g. null_context_cache
   std::string reason;        // why, in words a user can act on
   uint64_t count = 0;
 };
 
-// Counts one fallback; logs "fallback: OPTIMIZATION: REASON" to stderr the first time the
+// Counts one fallback of `flag`; logs "fallback: FLAG: REASON" to stderr the first time the
 // key is seen in this process. Thread-safe.
-void record_fallback(const std::string& optimization, const std::string& reason);
+void record_fallback(sparse3d::Flag flag, const std::string& reason);
 
 // Every counter so far, sorted by (optimization, reason).
 std::vector<FallbackCount> fallback_counts();
@@ -33,6 +34,7 @@ void reset_fallbacks();
 std::string format_fallbacks(const std::vector<FallbackCount>& counts);
 
 io::Json fallbacks_to_json(const std::vector<FallbackCount>& counts);
+// Throws naming the known flags when an entry's optimization is not a flag.
 std::vector<FallbackCount> fallbacks_from_json(const io::Json& j, const std::string& what);
 
 }  // namespace s3d::contract

@@ -70,7 +70,7 @@ CondKV SLatFlowModel::precompute_cond_kv(const Tensor& tokens) const {
 // output would change K's row stride, and with cond_kv_cache it runs once per request).
 static void attend_condition(const SLatFlowModel& m, int i, const Tensor& x, Tensor& hn,
                              const Condition& cond, const attention::SeqLayout& q_layout,
-                             const attention::SeqLayout& kv_layout, const FusionFlags& fused,
+                             const attention::SeqLayout& kv_layout, const sparse3d::FlagSet& flags,
                              Tensor& attn) {
   const ModelConfig& c = m.config();
   const int64_t T = x.size(0), C = c.model_channels;
@@ -94,11 +94,12 @@ static void attend_condition(const SLatFlowModel& m, int i, const Tensor& x, Ten
   RowView cq = RowView::of(q), ck{kv.kv, 0, BL, C, 2 * C}, cv{kv.kv, C, BL, C, 2 * C};
   Tensor qn;
   std::string why;
-  if (c.qk_rms_norm_cross && fused.qk_rmsnorm_cross_inplace) {
+  const bool fused = flags.on(sparse3d::Flag::qk_rmsnorm_cross_inplace);
+  if (c.qk_rms_norm_cross && fused) {
     why = kernels::fused_qk_unsupported(q, C, H, D, nullptr, nullptr);
-    if (!why.empty()) contract::record_fallback("qk_rmsnorm_cross_inplace", why);
+    if (!why.empty()) contract::record_fallback(sparse3d::Flag::qk_rmsnorm_cross_inplace, why);
   }
-  if (c.qk_rms_norm_cross && fused.qk_rmsnorm_cross_inplace && why.empty()) {
+  if (c.qk_rms_norm_cross && fused && why.empty()) {
     kernels::head_rmsnorm_inplace(q, m.parameter(p + "cross_attn.q_rms_norm.gamma"), H, D);
     ck = RowView::of(kv.k_normed.reshape({BL, C}));
   } else if (c.qk_rms_norm_cross) {
@@ -117,7 +118,7 @@ Tensor SLatFlowModel::cross_attention(int i, const Request& req, const Tensor& x
   const int64_t T = req.tokens, C = config().model_channels;
   const std::string p = block_prefix(i);
   Tensor attn = Tensor::empty({T, C}, DType::BF16, device_);
-  attend_condition(*this, i, x, hn, cond, req.tokens_layout, req.cond_layout, req.fusion, attn);
+  attend_condition(*this, i, x, hn, cond, req.tokens_layout, req.cond_layout, req.flags, attn);
   Tensor ca = Tensor::empty({T, C}, DType::BF16, device_);
   gemm::linear(attn, w(p + "cross_attn.to_out.weight"), &w(p + "cross_attn.to_out.bias"), ca);
   Tensor x2 = Tensor::empty({T, C}, DType::BF16, device_);
@@ -141,7 +142,7 @@ Tensor SLatFlowModel::cross_attention_null(int i, const Request& req, const Tens
   auto attend = [&](Tensor& attn_c) {
     Tensor hn_c = hn.rows(0, Tc);
     attend_condition(*this, i, x.rows(0, Tc), hn_c, cond, req.cond_part_tokens_layout,
-                     req.cond_part_cond_layout, req.fusion, attn_c);
+                     req.cond_part_cond_layout, req.flags, attn_c);
   };
 
   Tensor x2 = bf16({T, C});

@@ -288,10 +288,11 @@ Tensor SLatFlowModel::block(int i, const Request& req, const Tensor& x_in, const
   auto chunk = [&](int k) { return RowView::columns(mod, k * C, C); };
   enum { kShiftMsa, kScaleMsa, kGateMsa, kShiftMlp, kScaleMlp, kGateMlp };
 
-  const FusionFlags& fused = req.fusion;
+  using sparse3d::Flag;
+  const sparse3d::FlagSet& fused = req.flags;
   // A fused op that is on but cannot take this shape: the reference chain runs, counted.
-  auto usable = [](bool on, const char* flag, const std::string& why) {
-    if (!on) return false;
+  auto usable = [&](Flag flag, const std::string& why) {
+    if (!fused.on(flag)) return false;
     if (why.empty()) return true;
     contract::record_fallback(flag, why);
     return false;
@@ -302,7 +303,7 @@ Tensor SLatFlowModel::block(int i, const Request& req, const Tensor& x_in, const
   // then left unwritten: only the reference chain and cross-attention's scratch use it).
   auto norm_modulate = [&](const Tensor& x, Tensor& hn, int shift_k, int scale_k) {
     Tensor out = bf16({T, C});
-    if (usable(fused.modulated_layernorm, "modulated_layernorm",
+    if (usable(Flag::modulated_layernorm,
                kernels::modulated_layer_norm_unsupported(x, chunk(shift_k), chunk(scale_k), out))) {
       kernels::modulated_layer_norm(x, chunk(shift_k), chunk(scale_k), req.batch_index,
                                     kBlockNormEps, out);
@@ -322,7 +323,7 @@ Tensor SLatFlowModel::block(int i, const Request& req, const Tensor& x_in, const
   // x + h * gate[batch]
   auto gated_residual = [&](const Tensor& x, const Tensor& hb, int gate_k) {
     Tensor out = bf16({T, C});
-    if (usable(fused.gated_residual_add, "gated_residual_add",
+    if (usable(Flag::gated_residual_add,
                kernels::gated_residual_add_unsupported(x, hb, chunk(gate_k), out))) {
       kernels::gated_residual_add(x, hb, chunk(gate_k), req.batch_index, out);
       return out;
@@ -355,7 +356,7 @@ Tensor SLatFlowModel::block(int i, const Request& req, const Tensor& x_in, const
   const Tensor* cos = rope ? &req.rope_cos : nullptr;
   const Tensor* sin = rope ? &req.rope_sin : nullptr;
   if ((c.qk_rms_norm || rope) &&
-      usable(fused.qk_rmsnorm_rope_inplace, "qk_rmsnorm_rope_inplace",
+      usable(Flag::qk_rmsnorm_rope_inplace,
              kernels::fused_qk_unsupported(qkv, 3 * C, static_cast<int>(H), static_cast<int>(D),
                                            cos, sin))) {
     // q and k normalised and rotated in place; attention reads q, k, v straight from qkv
@@ -403,12 +404,12 @@ Tensor SLatFlowModel::block(int i, const Request& req, const Tensor& x_in, const
   // Three MLP paths: the cuBLASLt bias+GELU epilogue (one rounding: bounded error); the
   // reference rounding points with the wide GELU kernel (gelu_tanh: bitwise); the reference.
   Tensor ug = bf16({T, c.mlp_hidden()});
-  if (fused.gemm_gelu_epilogue) {
+  if (fused.on(Flag::gemm_gelu_epilogue)) {
     gemm::linear(hm, w(p + "mlp.mlp.0.weight"), &w(p + "mlp.mlp.0.bias"), ug,
                  Epilogue::BiasGelu);
   } else {
     Tensor u = linear(hm, p + "mlp.mlp.0", c.mlp_hidden());
-    if (fused.gelu_tanh) {
+    if (fused.on(Flag::gelu_tanh)) {
       kernels::gelu_tanh_wide(u, ug);
     } else {
       kernels::gelu_tanh(u, ug);

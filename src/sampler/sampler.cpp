@@ -16,6 +16,9 @@
 #include "kernels/sampler_ops.h"
 
 namespace s3d::sampler {
+
+using sparse3d::Flag;
+
 namespace {
 
 // Both CFG branches as one batch: assets 0..B-1 with their condition, then B..2B-1, the
@@ -112,15 +115,7 @@ std::vector<int64_t> pack_offsets(const std::vector<Inputs>& requests) {
 
 SamplerOptions SamplerOptions::protocol() { return SamplerOptions{}; }
 
-void SamplerOptions::apply(const model::ExecutionPlan& plan) {
-  batched_cfg = plan.on("batched_cfg");
-  null_context_exact = plan.on("null_context_exact");
-  null_context_cache = plan.on("null_context_cache");
-  cond_kv_cache = plan.on("cond_kv_cache");
-  step_tables = plan.on("step_tables");
-  cuda_graphs = plan.on("cuda_graphs");
-  fusion = model::FusionFlags::from_plan(plan);
-}
+void SamplerOptions::apply(const sparse3d::ExecutionPlan& plan) { flags = plan.flags(); }
 
 SamplerOptions SamplerOptions::released() {
   SamplerOptions o;
@@ -159,6 +154,10 @@ std::vector<double> timesteps(int steps, double rescale_t) {
 Output sample(const model::SLatFlowModel& model, const Inputs& in, const SamplerOptions& o,
               bool keep_first_forward, const StepCallback& on_step) {
   o.validate();
+  // The loop-level flags this function branches on (the forwards read the fused-kernel ones).
+  const bool batched_cfg = o.flags.on(Flag::batched_cfg);
+  const bool cond_kv_cache = o.flags.on(Flag::cond_kv_cache);
+  const bool step_tables = o.flags.on(Flag::step_tables);
   const auto& cfg = model.config();
   const Device dev = model.device();
   const int B = in.batch;
@@ -175,7 +174,7 @@ Output sample(const model::SLatFlowModel& model, const Inputs& in, const Sampler
 
   // Once per request: the layout, the conditions on the device, the whole t schedule.
   model::Request req = model.prepare(in.coords, B, L, in.concat_cond);
-  req.fusion = o.fusion;
+  req.flags = o.flags;
   Tensor cond = Tensor::empty(in.cond.shape(), DType::BF16, dev);
   if (in.cond.dtype() == DType::BF16) {
     cond.copy_from(in.cond);
@@ -184,10 +183,12 @@ Output sample(const model::SLatFlowModel& model, const Inputs& in, const Sampler
   }
   // The null-context path, decided once per request (refusals are counted fallbacks).
   model::NullPath null_path;
-  if (o.null_context_exact || o.null_context_cache) {
-    S3D_CHECK(o.null_context, "sampler: null_context_exact/null_context_cache need a "
-              "NullContext built at start-up (SamplerOptions::null_context)");
-    null_path = o.null_context->path_for(model, o.null_context_cache, o.batched_cfg, L);
+  if (o.flags.on(Flag::null_context_exact) || o.flags.on(Flag::null_context_cache)) {
+    S3D_CHECK(o.null_context, "sampler: ", sparse3d::name(Flag::null_context_exact), "/",
+              sparse3d::name(Flag::null_context_cache),
+              " need a NullContext built at start-up (SamplerOptions::null_context)");
+    null_path =
+        o.null_context->path_for(model, o.flags.on(Flag::null_context_cache), batched_cfg, L);
   }
   const bool symbolic_null = null_path.mode != model::NullContextMode::Reference;
   // The unconditional branch's condition: a real zero tensor, as the original, unless the
@@ -196,10 +197,10 @@ Output sample(const model::SLatFlowModel& model, const Inputs& in, const Sampler
   if (!symbolic_null) null_cond = Tensor::zeros(in.cond.shape(), DType::BF16, dev);
   model::Request req2;
   Tensor cond2;
-  if (o.batched_cfg) {
+  if (batched_cfg) {
     req2 = model.prepare(doubled_coords(in.coords, B), 2 * B, L, doubled_rows(in.concat_cond),
                          symbolic_null ? B : 0);
-    req2.fusion = o.fusion;
+    req2.flags = o.flags;
     if (!symbolic_null) {
       cond2 = Tensor::empty({2 * B, L, cfg.cond_channels}, DType::BF16, dev);
       stack_rows(cond, null_cond, cond2);
@@ -215,7 +216,7 @@ Output sample(const model::SLatFlowModel& model, const Inputs& in, const Sampler
     const bool in_interval = o.interval_lo <= ts[k] && ts[k] <= o.interval_hi;
     const bool need_uncond = in_interval && o.guidance != 1.0;
     const bool need_cond = !(in_interval && o.guidance == 0.0);
-    return StepKind{need_cond, need_uncond, need_uncond && need_cond && o.batched_cfg};
+    return StepKind{need_cond, need_uncond, need_uncond && need_cond && batched_cfg};
   };
   // Which forwards the schedule runs: both branches batched, or the conditional one alone.
   bool any_batched = false, any_cond_alone = false;
@@ -226,14 +227,14 @@ Output sample(const model::SLatFlowModel& model, const Inputs& in, const Sampler
   }
   // cond_kv_cache: the conditional forwards' condition projected once per request. The
   // batched reference forward's condition includes the zero half, so it has its own.
-  const bool batched_ref = o.batched_cfg && !symbolic_null;
+  const bool batched_ref = batched_cfg && !symbolic_null;
   model::CondKV kv_cond, kv_batched;
-  if (o.cond_kv_cache) {
+  if (cond_kv_cache) {
     if (any_cond_alone || (any_batched && symbolic_null)) kv_cond = model.precompute_cond_kv(cond);
     if (any_batched && batched_ref) kv_batched = model.precompute_cond_kv(cond2);
   }
-  const model::CondKV* kv1 = o.cond_kv_cache ? &kv_cond : nullptr;
-  const model::CondKV* kv2 = o.cond_kv_cache ? (batched_ref ? &kv_batched : &kv_cond) : nullptr;
+  const model::CondKV* kv1 = cond_kv_cache ? &kv_cond : nullptr;
+  const model::CondKV* kv2 = cond_kv_cache ? (batched_ref ? &kv_batched : &kv_cond) : nullptr;
   const model::Condition cond_c{cond, 0, kv1};
   const model::Condition cond_u = symbolic_null ? model::Condition{Tensor(), B, nullptr}
                                                 : model::Condition{null_cond, 0, nullptr};
@@ -247,7 +248,7 @@ Output sample(const model::SLatFlowModel& model, const Inputs& in, const Sampler
   // step_tables: the t-only part of every forward, for the whole schedule in one call before
   // the loop ([steps, 2B] rows; serial CFG's forwards read a step's first B rows).
   model::ModulationTable tables;
-  if (o.step_tables) tables = model.modulation_table(t_all);
+  if (step_tables) tables = model.modulation_table(t_all);
 
   // The forwards of step k and the CFG combination (not the guidance rescale, whose scalars
   // depend on t): v is the guided prediction or the one branch that ran.
@@ -293,9 +294,9 @@ Output sample(const model::SLatFlowModel& model, const Inputs& in, const Sampler
   // occurrence is captured and every later one replays it, reading x and t from fixed
   // buffers (with step_tables, the step's modulation too). Refusals are counted fallbacks
   // and run eagerly.
-  bool graphs = o.cuda_graphs;
+  bool graphs = o.flags.on(Flag::cuda_graphs);
   auto refuse_graphs = [&](const std::string& why) {
-    if (graphs) contract::record_fallback("cuda_graphs", why);
+    if (graphs) contract::record_fallback(Flag::cuda_graphs, why);
     graphs = false;
   };
   if (graphs && dev != Device::CUDA) refuse_graphs("the CPU backend has no CUDA graphs");
@@ -320,9 +321,9 @@ Output sample(const model::SLatFlowModel& model, const Inputs& in, const Sampler
   if (graphs) {
     x_in = Tensor::empty({T, cfg.out_channels}, DType::F32, dev);
     t_in = Tensor::empty({2 * B}, DType::F32, dev);
-    if (o.step_tables) mod_in = Tensor::empty(tables.step_buffer(0).shape(), DType::BF16, dev);
+    if (step_tables) mod_in = Tensor::empty(tables.step_buffer(0).shape(), DType::BF16, dev);
   }
-  auto step_mod = [&](int k) { return o.step_tables ? tables.step_buffer(k) : Tensor(); };
+  auto step_mod = [&](int k) { return step_tables ? tables.step_buffer(k) : Tensor(); };
   auto copy_into = [&](const Tensor& src, Tensor& dst) {
     S3D_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), src.nbytes(),
                                    cudaMemcpyDeviceToDevice, current_stream()));
@@ -361,7 +362,7 @@ Output sample(const model::SLatFlowModel& model, const Inputs& in, const Sampler
       if (graphs && g.graph) {
         copy_into(x, x_in);
         copy_into(t_row, t_in);
-        if (o.step_tables) copy_into(step_mod(k), mod_in);
+        if (step_tables) copy_into(step_mod(k), mod_in);
         g.graph->launch();
         so = g.out;
       } else {

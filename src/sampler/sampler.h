@@ -9,9 +9,9 @@
 
 #include "core/cuda_util.h"
 #include "core/tensor.h"
-#include "model/execution_plan.h"
 #include "model/null_context.h"
 #include "model/slat_flow.h"
+#include "sparse3d/flags.h"
 
 namespace s3d::sampler {
 
@@ -23,24 +23,15 @@ struct SamplerOptions {
   double interval_hi = 1.0;
   double guidance_rescale = 0.0; // rho
   double sigma_min = 1e-5;
-  bool batched_cfg = false;
-  // Null-context elimination and the condition K/V cache (execution_plan.h flags). The
-  // null-context flags need `null_context`, built once at start-up (NullContext::build).
-  bool null_context_exact = false;
-  bool null_context_cache = false;
-  bool cond_kv_cache = false;
-  // Every step's modulation (model::ModulationTable) computed once per request before the
-  // loop, in one call for the whole schedule, instead of in every forward (flag step_tables).
-  bool step_tables = false;
-  // Per-request CUDA graphs (core/cuda_graph.h): each step kind's forwards captured once and
-  // replayed for every later step of that kind; bitwise contract against the eager forwards.
-  bool cuda_graphs = false;
+  // The optimization flags (sparse3d/flags.h). The sampler reads the loop-level ones
+  // (batched_cfg, null-context elimination, cond_kv_cache, step_tables, cuda_graphs) and
+  // copies the set into every request it prepares, whose forwards read the fused-kernel ones.
+  sparse3d::FlagSet flags;
+  // Built once at start-up (NullContext::build); needed by the null-context flags.
   const model::NullContext* null_context = nullptr;
-  // Fused kernels (issue 5), copied into every request this sampler prepares.
-  model::FusionFlags fusion;
 
-  // Sets batched_cfg, the flags above and `fusion` from an execution plan.
-  void apply(const model::ExecutionPlan& plan);
+  // Sets `flags` from an execution plan.
+  void apply(const sparse3d::ExecutionPlan& plan);
 
   // DESIGN.md's benchmark protocol: 15 steps, rescale_t 3, g 7.5 on every step.
   static SamplerOptions protocol();
