@@ -88,6 +88,20 @@ TEST(FallbackCounters, CountPerKeyLogOnceAndRoundTrip) {
   EXPECT_EQ(contract::format_fallbacks({}), "  none\n");
 }
 
+// A result file's fallback names an optimization flag; anything else is refused by name.
+TEST(FallbackCounters, UnknownOptimizationInJsonIsAnError) {
+  io::Json j = contract::fallbacks_to_json({{"warp_drive", "why", 1}});
+  try {
+    contract::fallbacks_from_json(j, "r.json");
+    FAIL() << "accepted an unknown optimization";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("r.json fallbacks[0]: unknown optimization flag 'warp_drive' (known: "),
+              std::string::npos)
+        << what;
+    EXPECT_NE(what.find("null_context_cache"), std::string::npos) << what;
+  }
+}
 
 TEST(ExecutionPlanNull, PathsCarryTheirFlags) {
   sparse3d::ExecutionPlan exact = sparse3d::ExecutionPlan::parse("prior_exact_null");
