@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "core/tensor.h"
-#include "model/execution_plan.h"
 #include "model/null_context.h"
 #include "sampler/sampler.h"
+#include "sparse3d/flags.h"
 
 namespace s3d::testing {
 
@@ -53,14 +53,14 @@ inline model::NullContextOptions qualified_options(int L, std::vector<int64_t> t
 // The reference run for a plan's CFG mode: pure_eager, plus batched_cfg if the plan has it.
 inline sampler::Output reference_run(const model::SLatFlowModel& m, const sampler::Inputs& in,
                                      sampler::SamplerOptions base, bool batched) {
-  base.batched_cfg = batched;
+  base.flags.set(sparse3d::Flag::batched_cfg, batched);
   return sampler::sample(m, in, base, true);
 }
 
 inline void expect_same_bits_as(const sampler::Output& ref, const model::SLatFlowModel& m,
                                 const sampler::Inputs& in, sampler::SamplerOptions base,
                                 const std::string& spec, const model::NullContext* nc) {
-  base.apply(model::ExecutionPlan::parse(spec));
+  base.apply(sparse3d::ExecutionPlan::parse(spec));
   base.null_context = nc;
   sampler::Output got = sampler::sample(m, in, base, true);
   EXPECT_TRUE(same_bits(ref.latent, got.latent, "latent")) << spec;
@@ -85,7 +85,7 @@ inline const std::vector<std::string>& null_context_specs() {
 }
 
 inline bool spec_is_batched(const std::string& spec) {
-  return model::ExecutionPlan::parse(spec).on("batched_cfg");
+  return sparse3d::ExecutionPlan::parse(spec).on(sparse3d::Flag::batched_cfg);
 }
 
 }  // namespace s3d::testing

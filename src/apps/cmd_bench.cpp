@@ -19,9 +19,9 @@
 #include "core/rng.h"
 #include "io/json.h"
 #include "model/checkpoint.h"
-#include "model/execution_plan.h"
 #include "model/slat_flow.h"
 #include "payload/payload.h"
+#include "sparse3d/flags.h"
 
 namespace s3d::apps {
 
@@ -40,8 +40,8 @@ Command add_bench(CLI::App& app) {
   sub->add_option("--assets", a->o.assets,
                   "Asset names or sets (default | long-tail | all)")->capture_default_str();
   sub->add_option("--paths", a->o.paths,
-                  "Execution paths, each optionally with +flag/-flag edits "
-                  "(e.g. pure_eager pure_eager+batched_cfg)")
+                  "Execution paths, each optionally with +flag/-flag edits; paths: " +
+                      path_names() + "; flags: " + flag_names())
       ->capture_default_str();
   a->sampler.add_to(sub);
   sub->add_option("--warmup", a->o.warmup, "Warm-up loops per (path, asset)")->capture_default_str();
@@ -110,12 +110,14 @@ Command add_profile(CLI::App& app) {
   sub->add_option("--checkpoint", a->checkpoint, "NAME.json")->required();
   sub->add_option("--manifest", a->manifest, "Payload manifest.json")->required();
   sub->add_option("--asset", a->asset, "Asset name (default: the first)");
-  sub->add_option("--path", a->path, "Execution path")->capture_default_str();
+  sub->add_option("--path", a->path,
+                  "Execution path, optionally with +flag/-flag edits: " + path_names())
+      ->capture_default_str();
   sub->add_option("--t", a->t, "Timestep in [0, 1]")->capture_default_str();
   sub->add_flag("--uncond", a->uncond, "Profile the unconditional (zero-condition) forward");
   return [a]() {
     S3D_CHECK(cuda_available(), "sparse3d profile needs a CUDA GPU (none found)");
-    model::ExecutionPlan plan = model::ExecutionPlan::parse(a->path);
+    const sparse3d::ExecutionPlan plan = sparse3d::ExecutionPlan::parse(a->path);
     cudaStream_t stream;
     S3D_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     set_current_stream(stream);
@@ -129,7 +131,7 @@ Command add_profile(CLI::App& app) {
     payload::Asset asset = payload::read_asset(manifest, *entry);
     const int64_t T = asset.coords.size(0);
     model::Request req = m.prepare(asset.coords, 1, manifest.cond_tokens, asset.concat_cond);
-    req.fusion = model::FusionFlags::from_plan(plan);
+    req.flags = plan.flags();
     Tensor x = Tensor::empty({T, m.config().out_channels}, DType::F32, Device::CPU);
     normal_fill(asset.noise_seed, 0, static_cast<uint64_t>(x.numel()), x.data_as<float>());
     x = x.to(Device::CUDA);

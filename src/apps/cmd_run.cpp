@@ -62,7 +62,7 @@ sparse3d::FlagSet asset_flags(const sparse3d::Engine& engine, const std::vector<
                               const std::string& asset, int64_t tokens, int cond_tokens) {
   sparse3d::FlagSet flags = engine.plan().flags();
   for (const auto& f : autos) {
-    sampler::FlagChoice choice = sampler::choose_flag(std::string(sparse3d::name(f.flag)), f.points, tokens);
+    sampler::FlagChoice choice = sampler::choose_flag(f.flag, f.points, tokens);
     if (f.flag == sparse3d::Flag::batched_cfg && choice.on) {
       sparse3d::FlagSet batched = flags;
       batched.set(sparse3d::Flag::batched_cfg);

@@ -30,4 +30,27 @@ sparse3d::SamplerSettings SamplerFlags::resolve() const {
   return o;
 }
 
+std::string path_names() {
+  std::string s;
+  for (const auto& p : sparse3d::execution_paths())
+    s += std::string(s.empty() ? "" : ", ") + std::string(p.name);
+  return s;
+}
+
+std::string flag_names() {
+  std::string s;
+  for (const auto& f : sparse3d::flag_infos())
+    s += std::string(s.empty() ? "" : ", ") + std::string(f.name);
+  return s;
+}
+
+sparse3d::ExecutionPlan resolve_plan(const std::string& path,
+                                     const std::vector<std::string>& enable,
+                                     const std::vector<std::string>& disable) {
+  sparse3d::ExecutionPlan plan = sparse3d::ExecutionPlan::parse(path);
+  for (const auto& f : enable) plan.enable(sparse3d::parse_flag(f));
+  for (const auto& f : disable) plan.disable(sparse3d::parse_flag(f));
+  return plan;
+}
+
 }  // namespace s3d::apps

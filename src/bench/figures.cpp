@@ -146,7 +146,7 @@ LooTable loo_table(const std::string& name, const std::vector<size_t>& set, cons
   }
   for (const auto& flag : r.ablation.flags) {
     LooEntry e;
-    e.flag = flag;
+    e.flag = std::string(sparse3d::name(flag));
     const auto vp = r.ablation.variant_path.find(flag);
     if (vp != r.ablation.variant_path.end()) e.variant_path = vp->second;
     const auto calls = r.ablation.calls_per_iteration.find(flag);
@@ -161,7 +161,7 @@ LooTable loo_table(const std::string& name, const std::vector<size_t>& set, cons
     e.n = static_cast<int>(t_off.size());
     // A row over fewer assets than the others would not compare like with like.
     if (e.n > 0 && e.n == t.n_assets)
-      e.row = leave_one_out_row(flag, e.calls_per_iteration, t_ref, t_off, tokens);
+      e.row = leave_one_out_row(e.flag, e.calls_per_iteration, t_ref, t_off, tokens);
     t.rows.push_back(e);
   }
   std::stable_sort(t.rows.begin(), t.rows.end(), [](const LooEntry& a, const LooEntry& b) {

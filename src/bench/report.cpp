@@ -18,6 +18,19 @@ io::Json opt(const std::optional<T>& v) {
 
 io::Json mean_json(const AssetMean& m) { return {{"mean", opt(m.value)}, {"n_assets", m.n}}; }
 
+// Flags by name (result_io.cpp reads them back with parse_flag); the maps as objects keyed
+// by name, as before the flags were typed.
+io::Json ablation_json(const Ablation& a) {
+  io::Json flags = io::Json::array(), calls = io::Json::object(), variants = io::Json::object();
+  for (sparse3d::Flag f : a.flags) flags.push_back(std::string(sparse3d::name(f)));
+  for (const auto& [f, n] : a.calls_per_iteration) calls[std::string(sparse3d::name(f))] = n;
+  for (const auto& [f, p] : a.variant_path) variants[std::string(sparse3d::name(f))] = p;
+  return {{"reference_path", a.reference_path},
+          {"flags", flags},
+          {"calls_per_iteration", calls},
+          {"variant_path", variants}};
+}
+
 io::Json raw_json(const BenchResult& r) {
   io::Json j;
   j["schema"] = "sparse3d-bench/1";
@@ -32,10 +45,7 @@ io::Json raw_json(const BenchResult& r) {
                 {"gemm_tflops", r.peaks.gemm_tflops},
                 {"attention_shape", r.peaks.attention_shape},
                 {"gemm_shape", r.peaks.gemm_shape}};
-  j["ablation"] = {{"reference_path", r.ablation.reference_path},
-                   {"flags", r.ablation.flags},
-                   {"calls_per_iteration", r.ablation.calls_per_iteration},
-                   {"variant_path", r.ablation.variant_path}};
+  j["ablation"] = ablation_json(r.ablation);
   j["baselines"] = io::Json::array();
   for (const auto& b : r.baselines)
     j["baselines"].push_back({{"name", b.name}, {"ran", b.ran}, {"reason", b.reason}});

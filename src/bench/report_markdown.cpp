@@ -9,6 +9,7 @@
 #include "bench/figures.h"
 #include "bench/format.h"
 #include "bench/report.h"
+#include "bench/result_io.h"
 #include "bench/stats.h"
 #include "core/error.h"
 
@@ -259,6 +260,18 @@ void throughput_table(std::ostringstream& o, const BenchResult& r) {
   o << '\n';
 }
 
+// The paths a graph path is compared with: its plan without cuda_graphs (as measured, by
+// label) and, for the ablation's reference, the leave-one-out variant without graphs.
+std::vector<std::string> eager_partners(const BenchResult& r, const std::string& path) {
+  using sparse3d::Flag;
+  std::vector<std::string> partners = {plan_of_path(path).disable(Flag::cuda_graphs).label()};
+  if (r.ablation.reference_path == path)
+    if (auto it = r.ablation.variant_path.find(Flag::cuda_graphs);
+        it != r.ablation.variant_path.end())
+      partners.push_back(it->second);
+  return partners;
+}
+
 // cuda_graphs: per asset, what capturing cost and what the graphs saved, against the same
 // path without graphs measured in the same run (the path minus cuda_graphs, given as a path
 // or as the leave-one-out variant), and the per-token-count decision `run --graph-choice`
@@ -269,16 +282,16 @@ void graph_table(std::ostringstream& o, const BenchResult& r) {
       if (c.path == path && c.asset == asset && !c.loop_seconds.empty()) return &c;
     return nullptr;
   };
+  // Only paths that captured graphs have a row (baselines never do).
+  auto captured = [&](const std::string& path) {
+    return std::any_of(r.cells.begin(), r.cells.end(), [&](const Cell& c) {
+      return c.path == path && c.graphs_captured > 0;
+    });
+  };
   bool header_done = false;
   for (const auto& path : r.paths) {
-    std::vector<std::string> partners = {path + "-cuda_graphs"};
-    const std::string suffix = "+cuda_graphs";
-    if (path.size() > suffix.size() && path.ends_with(suffix))
-      partners.push_back(path.substr(0, path.size() - suffix.size()));
-    if (r.ablation.reference_path == path)
-      if (auto it = r.ablation.variant_path.find("cuda_graphs"); it != r.ablation.variant_path.end())
-        partners.push_back(it->second);
-    for (const auto& eager_path : partners) {
+    if (!captured(path)) continue;
+    for (const auto& eager_path : eager_partners(r, path)) {
       std::vector<std::vector<std::string>> rows;
       for (const auto& a : r.assets) {
         const Cell* g = cell_of(path, a.name);

@@ -9,6 +9,7 @@
 
 #include "contract/fallback.h"
 #include "io/json.h"
+#include "sparse3d/flags.h"
 
 namespace s3d::bench {
 
@@ -50,12 +51,12 @@ struct Peaks {
 };
 
 // Leave-one-out: the reference configuration has every flag in `flags` on; each row
-// disables one.
+// disables one. The JSON spells the flags by name (sparse3d::name / parse_flag).
 struct Ablation {
   std::string reference_path;                 // e.g. "beyond" with all its flags
-  std::vector<std::string> flags;
-  std::map<std::string, int64_t> calls_per_iteration;  // flag -> calls it affects per step
-  std::map<std::string, std::string> variant_path;     // flag -> path measured with it off
+  std::vector<sparse3d::Flag> flags;
+  std::map<sparse3d::Flag, int64_t> calls_per_iteration;  // flag -> calls it affects per step
+  std::map<sparse3d::Flag, std::string> variant_path;     // flag -> path measured with it off
 };
 
 // A baseline that could not run (torch.compile failing, say) is kept with the reason.
@@ -81,7 +82,10 @@ struct BenchResult {
   io::Json settings;               // sampler, warm-up, repeats, checkpoint, manifest
   std::string date;                // ISO 8601, UTC
   std::vector<AssetInfo> assets;   // in manifest order
-  std::vector<std::string> paths;  // in report order; the first is the reference
+  // In report order; the first is the reference. Each is an execution plan's label
+  // (sparse3d::ExecutionPlan::label, "#N" appended to a plan measured again) or the name of
+  // a baseline in `baselines`.
+  std::vector<std::string> paths;
   std::vector<Cell> cells;
   Peaks peaks;
   Ablation ablation;               // empty flags = no ablation run

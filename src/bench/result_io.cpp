@@ -6,6 +6,48 @@
 #include "core/error.h"
 
 namespace s3d::bench {
+namespace {
+
+// parse_flag's error, prefixed with the file it came from.
+sparse3d::Flag flag_in(const std::string& name, const std::string& what) {
+  try {
+    return sparse3d::parse_flag(name);
+  } catch (const Error& e) {
+    fail(what, ": ", e.what());
+  }
+}
+
+Ablation ablation_from_json(const io::Json& ab, const std::string& what) {
+  Ablation a;
+  a.reference_path = ab.at("reference_path").get<std::string>();
+  for (const auto& f : ab.at("flags").get<std::vector<std::string>>())
+    a.flags.push_back(flag_in(f, what));
+  for (const auto& [f, n] : ab.at("calls_per_iteration").get<std::map<std::string, int64_t>>())
+    a.calls_per_iteration[flag_in(f, what)] = n;
+  for (const auto& [f, p] : ab.at("variant_path").get<std::map<std::string, std::string>>())
+    a.variant_path[flag_in(f, what)] = p;
+  return a;
+}
+
+// Every path is a baseline's name or an execution plan's label.
+void check_paths(const BenchResult& r, const std::string& what) {
+  for (const auto& p : r.paths) {
+    const bool baseline = std::any_of(r.baselines.begin(), r.baselines.end(),
+                                      [&](const BaselineStatus& b) { return b.name == p; });
+    if (baseline) continue;
+    try {
+      plan_of_path(p);
+    } catch (const Error& e) {
+      fail(what, ": path '", p, "': ", e.what());
+    }
+  }
+}
+
+}  // namespace
+
+sparse3d::ExecutionPlan plan_of_path(const std::string& path) {
+  return sparse3d::ExecutionPlan::parse(path.substr(0, path.find('#')));
+}
 
 BenchResult result_from_json(const io::Json& j, const std::string& what) {
   try {
@@ -23,11 +65,7 @@ BenchResult result_from_json(const io::Json& j, const std::string& what) {
     const auto& p = j.at("peaks");
     r.peaks = Peaks{p.at("attention_tflops").get<double>(), p.at("gemm_tflops").get<double>(),
                     p.at("attention_shape").get<std::string>(), p.at("gemm_shape").get<std::string>()};
-    const auto& ab = j.at("ablation");
-    r.ablation.reference_path = ab.at("reference_path").get<std::string>();
-    r.ablation.flags = ab.at("flags").get<std::vector<std::string>>();
-    r.ablation.calls_per_iteration = ab.at("calls_per_iteration").get<std::map<std::string, int64_t>>();
-    r.ablation.variant_path = ab.at("variant_path").get<std::map<std::string, std::string>>();
+    r.ablation = ablation_from_json(j.at("ablation"), what);
     for (const auto& b : j.at("baselines"))
       r.baselines.push_back(BaselineStatus{b.at("name").get<std::string>(), b.at("ran").get<bool>(),
                                            b.at("reason").get<std::string>()});
@@ -66,6 +104,7 @@ BenchResult result_from_json(const io::Json& j, const std::string& what) {
       cell.graph_nodes = c.value("graph_nodes", size_t{0});
       r.cells.push_back(std::move(cell));
     }
+    check_paths(r, what);
     return r;
   } catch (const io::Json::exception& e) {
     fail(what, ": malformed bench result: ", e.what());

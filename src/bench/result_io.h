@@ -9,11 +9,18 @@
 #include "bench/result.h"
 #include "sampler/flag_choice.h"
 #include "io/json.h"
+#include "sparse3d/flags.h"
 
 namespace s3d::bench {
 
-// The raw part of to_json(r) back into a BenchResult; derived figures are ignored.
+// The raw part of to_json(r) back into a BenchResult; derived figures are ignored. Flags
+// and paths are read through sparse3d/flags.h: an unknown flag or path (one that is not a
+// baseline's name) is an error naming the known ones.
 BenchResult result_from_json(const io::Json& j, const std::string& what);
+
+// The execution plan a result's path names: an ExecutionPlan label, possibly with "#N" (the
+// same plan measured again) appended. Throws naming the known paths/flags when it is not one.
+sparse3d::ExecutionPlan plan_of_path(const std::string& path);
 
 // Adds the baseline `name` ("torch_eager", "torch_compile") from a run.py timing file: one
 // cell per asset of `r` found in it, or a BaselineStatus with the reason it did not run

@@ -24,10 +24,10 @@
 #include "core/rng.h"
 #include "gemm/linear.h"
 #include "model/checkpoint.h"
-#include "model/execution_plan.h"
 #include "model/null_context.h"
 #include "model/slat_flow.h"
 #include "payload/payload.h"
+#include "sparse3d/flags.h"
 
 namespace s3d::bench {
 namespace {
@@ -165,9 +165,9 @@ BenchResult run_bench(const BenchOptions& o, const Log& log) {
 
   // Paths: the given specs (a spec given twice is measured twice, "NAME#2", an A/A check of
   // the measurement itself), plus (with --ablate) the last one with each flag turned off.
-  std::vector<model::ExecutionPlan> plans;
+  std::vector<sparse3d::ExecutionPlan> plans;
   std::vector<bool> ablation_variant;  // per plan: a leave-one-out variant
-  auto add_plan = [&](const model::ExecutionPlan& p, bool duplicate_ok) {
+  auto add_plan = [&](const sparse3d::ExecutionPlan& p, bool duplicate_ok) {
     int seen = 0;
     for (size_t i = 0; i < plans.size(); ++i)
       if (plans[i].label() == p.label()) {
@@ -179,23 +179,23 @@ BenchResult run_bench(const BenchOptions& o, const Log& log) {
     r.paths.push_back(seen ? cat(p.label(), "#", seen + 1) : p.label());
     return r.paths.back();
   };
-  for (const auto& spec : o.paths) add_plan(model::ExecutionPlan::parse(spec), true);
+  for (const auto& spec : o.paths) add_plan(sparse3d::ExecutionPlan::parse(spec), true);
   for (const auto& p : plans)
     if (!p.unvalidated().empty())
       log(cat("warning: path ", p.label(), " uses flags not yet validated on a GPU: ",
-              p.unvalidated().size(), " of them (", p.unvalidated().front(), ", ...)"));
+              p.unvalidated().size(), " of them (", sparse3d::name(p.unvalidated().front()),
+              ", ...)"));
   if (o.ablate) {
-    const model::ExecutionPlan ref = plans.back();
+    const sparse3d::ExecutionPlan ref = plans.back();
     r.ablation.reference_path = r.paths.back();
-    for (const auto& flag : ref.enabled()) {
-      model::ExecutionPlan off = ref;
+    for (const sparse3d::Flag flag : ref.flags().flags()) {
+      sparse3d::ExecutionPlan off = ref;
       off.disable(flag);
       r.ablation.flags.push_back(flag);
       const size_t before = plans.size();
       r.ablation.variant_path[flag] = add_plan(off, false);
       if (plans.size() > before) ablation_variant.back() = true;
-      for (const auto& f : model::optimization_flags())
-        if (f.name == flag) r.ablation.calls_per_iteration[flag] = f.calls_per_step;
+      r.ablation.calls_per_iteration[flag] = sparse3d::info(flag).calls_per_step;
     }
     S3D_CHECK(!r.ablation.flags.empty(), "bench --ablate: path ", ref.label(),
               " has no optimization flag on; nothing to leave out");
@@ -268,10 +268,11 @@ BenchResult run_bench(const BenchOptions& o, const Log& log) {
   // assets' token counts (both CFG modes), if any path asks for it.
   bool want_null = false, want_cache = false, want_batched = false;
   for (const auto& p : plans) {
-    const bool null = p.on("null_context_exact") || p.on("null_context_cache");
+    using sparse3d::Flag;
+    const bool null = p.on(Flag::null_context_exact) || p.on(Flag::null_context_cache);
     want_null |= null;
-    want_cache |= p.on("null_context_cache");
-    want_batched |= null && p.on("batched_cfg");
+    want_cache |= p.on(Flag::null_context_cache);
+    want_batched |= null && p.on(Flag::batched_cfg);
   }
   std::unique_ptr<model::NullContext> null_context;
   if (want_null) {
@@ -296,7 +297,7 @@ BenchResult run_bench(const BenchOptions& o, const Log& log) {
   }
   contract::reset_fallbacks();
 
-  auto options_for = [&](const model::ExecutionPlan& p) {
+  auto options_for = [&](const sparse3d::ExecutionPlan& p) {
     sampler::SamplerOptions s = o.sampler;
     s.apply(p);
     s.null_context = null_context.get();
@@ -340,8 +341,8 @@ BenchResult run_bench(const BenchOptions& o, const Log& log) {
       s.steps = instrument_steps;
       // Profiler events cannot be read inside a CUDA graph: the profiled loop runs the same
       // kernels eagerly; a graph path's launches come from one more, unprofiled, whole loop.
-      const bool graphs = s.cuda_graphs;
-      s.cuda_graphs = false;
+      const bool graphs = s.flags.on(sparse3d::Flag::cuda_graphs);
+      s.flags.set(sparse3d::Flag::cuda_graphs, false);
       auto out = sampler::sample(m, assets[ai].inputs, s);
       auto totals = profiler::stop_and_collect();
       log(cat("[instrumented] ", c.asset, " ", c.path, ": ", out.loop_seconds, " s, ",

@@ -18,8 +18,9 @@ struct BenchOptions {
   std::string checkpoint;
   std::string manifest;
   std::vector<std::string> assets = {"default"};  // names, or a set: default | long-tail | all
-  std::vector<std::string> paths = {"pure_eager"};  // specs: "pure_eager+batched_cfg"
-  sampler::SamplerOptions sampler;  // batched_cfg comes from each path's flags
+  // Execution plan specs (sparse3d::ExecutionPlan::parse): a path, then +flag/-flag edits.
+  std::vector<std::string> paths = {"pure_eager"};
+  sampler::SamplerOptions sampler;  // its flags come from each path's plan
   int warmup = 1;                   // one-step warm-up loops per (path, asset)
   int repeats = 3;
   bool ablate = false;              // leave-one-out over the last path's flags

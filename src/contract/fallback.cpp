@@ -1,49 +1,8 @@
 #include "contract/fallback.h"
 
-#include <cstdio>
-#include <map>
-#include <mutex>
-#include <utility>
-
-#include "core/context.h"
 #include "core/error.h"
 
 namespace s3d::contract {
-namespace {
-
-// One per context (core/context.h): each Engine counts its own fallbacks.
-struct Registry {
-  std::mutex mu;
-  std::map<std::pair<std::string, std::string>, uint64_t> counts;
-};
-
-Registry& registry() { return current_context().state<Registry>(); }
-
-}  // namespace
-
-void record_fallback(const std::string& optimization, const std::string& reason) {
-  Registry& r = registry();
-  std::lock_guard<std::mutex> lock(r.mu);
-  uint64_t& n = r.counts[{optimization, reason}];
-  if (n++ == 0) {
-    std::fprintf(stderr, "fallback: %s: %s\n", optimization.c_str(), reason.c_str());
-    std::fflush(stderr);
-  }
-}
-
-std::vector<FallbackCount> fallback_counts() {
-  Registry& r = registry();
-  std::lock_guard<std::mutex> lock(r.mu);
-  std::vector<FallbackCount> out;
-  for (const auto& [key, n] : r.counts) out.push_back(FallbackCount{key.first, key.second, n});
-  return out;
-}
-
-void reset_fallbacks() {
-  Registry& r = registry();
-  std::lock_guard<std::mutex> lock(r.mu);
-  r.counts.clear();
-}
 
 std::string format_fallbacks(const std::vector<FallbackCount>& counts) {
   if (counts.empty()) return "  none\n";
@@ -66,7 +25,15 @@ std::vector<FallbackCount> fallbacks_from_json(const io::Json& j, const std::str
   for (size_t i = 0; i < j.size(); ++i) {
     const std::string w = cat(what, " fallbacks[", i, "]");
     io::check_known_keys(j[i], {"optimization", "reason", "count"}, w);
-    out.push_back(FallbackCount{io::get_string(j[i], "optimization", w),
+    const std::string optimization = io::get_string(j[i], "optimization", w);
+    const sparse3d::Flag flag = [&] {
+      try {
+        return sparse3d::parse_flag(optimization);
+      } catch (const Error& e) {
+        fail(w, ": ", e.what());
+      }
+    }();
+    out.push_back(FallbackCount{std::string(sparse3d::name(flag)),
                                 io::get_string(j[i], "reason", w), io::get_u64(j[i], "count", w)});
   }
   return out;

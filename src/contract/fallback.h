@@ -1,38 +1,25 @@
-// Fallback counters (DESIGN.md "Numerical contracts"): every time a fast path is refused and
-// a slower exact path runs instead, the counter keyed by (optimization, reason) goes up. The
-// first hit of each key is logged to stderr; `run` and `bench` print the counters at the end,
-// so that a fast path that silently stopped applying shows up as a line, not as a latency
-// regression nobody explains.
+// Fallback counters as reports: the counting itself is in core/fallback.h (every layer
+// counts there); this is their text and JSON form for `run`, `bench` and result files.
 #pragma once
 
-#include <cstdint>
 #include <string>
 #include <vector>
 
+#include "core/fallback.h"
 #include "io/json.h"
 
 namespace s3d::contract {
 
-struct FallbackCount {
-  std::string optimization;  // the flag that was refused, e.g. "null_context_cache"
-  std::string reason;        // why, in words a user can act on
-  uint64_t count = 0;
-};
-
-// Counts one fallback; logs "fallback: OPTIMIZATION: REASON" to stderr the first time the
-// key is seen in the current context (core/context.h: one per Engine). Thread-safe.
-void record_fallback(const std::string& optimization, const std::string& reason);
-
-// The current context's counters so far, sorted by (optimization, reason).
-std::vector<FallbackCount> fallback_counts();
-
-// Forgets every counter (and which keys were logged): for tests.
-void reset_fallbacks();
+using s3d::FallbackCount;
+using s3d::fallback_counts;
+using s3d::record_fallback;
+using s3d::reset_fallbacks;
 
 // "  null_context_cache: no candidate M ... (3x)" per counter, or "  none"; for run and bench.
 std::string format_fallbacks(const std::vector<FallbackCount>& counts);
 
 io::Json fallbacks_to_json(const std::vector<FallbackCount>& counts);
+// Throws naming the known flags when an entry's optimization is not a flag.
 std::vector<FallbackCount> fallbacks_from_json(const io::Json& j, const std::string& what);
 
 }  // namespace s3d::contract

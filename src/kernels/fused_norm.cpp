@@ -3,7 +3,7 @@
 // (cpu::layer_norm's row statistics, then math::modulate_chain per element).
 #include "kernels/fused_norm.h"
 
-#include "contract/fallback.h"
+#include "core/fallback.h"
 #include "core/error.h"
 #include "kernels/elementwise.h"
 #include "kernels/fused_norm_cuda.h"
@@ -142,7 +142,7 @@ void modulated_layer_norm(const Tensor& x, const RowView& shift, const RowView& 
       fused::modulated_layer_norm(x, shift, scale, batch_index, eps, out);
       return;
     }
-    contract::record_fallback("modulated_layernorm", why);
+    record_fallback(sparse3d::Flag::modulated_layernorm, why);
   }
   modulated_layer_norm_chain(x, shift, scale, batch_index, eps, out);
 }

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "contract/fallback.h"
+#include "core/fallback.h"
 #include "core/error.h"
 #include "kernels/elementwise.h"
 #include "kernels/fused_qk_cuda.h"
@@ -204,7 +204,7 @@ Tensor qk_rmsnorm_rope(Tensor& qkv, int heads, int head_dim, const Tensor* q_gam
       fused::qk_rmsnorm_rope_inplace(qkv, heads, head_dim, q_gamma, k_gamma, cos, sin);
       return qkv;
     }
-    contract::record_fallback("qk_rmsnorm_rope_inplace", why);
+    record_fallback(sparse3d::Flag::qk_rmsnorm_rope_inplace, why);
   }
   return qk_rmsnorm_rope_chain(qkv, heads, head_dim, q_gamma, k_gamma, cos, sin);
 }
@@ -217,7 +217,7 @@ Tensor cross_q_rmsnorm(Tensor& q, const Tensor& gamma, int heads, int head_dim, 
       fused::head_rmsnorm_inplace(q, gamma, heads, head_dim);
       return q;
     }
-    contract::record_fallback("qk_rmsnorm_cross_inplace", why);
+    record_fallback(sparse3d::Flag::qk_rmsnorm_cross_inplace, why);
   }
   // pure_eager: head_rmsnorm into a new [T, H, D], read as [T, C].
   Tensor qn = Tensor::empty({q.size(0), heads, head_dim}, DType::BF16, q.device());

@@ -2,7 +2,7 @@
 // kernel's support rule, argument checks and device dispatch, and its CPU version.
 #include "kernels/fused_residual.h"
 
-#include "contract/fallback.h"
+#include "core/fallback.h"
 #include "core/error.h"
 #include "kernels/elementwise.h"
 #include "kernels/fused_residual_cuda.h"
@@ -98,7 +98,7 @@ void gated_residual_add(const Tensor& x, const Tensor& h, const RowView& gate,
       fused::gated_residual_add(x, h, gate, batch_index, out);
       return;
     }
-    contract::record_fallback("gated_residual_add", why);
+    record_fallback(sparse3d::Flag::gated_residual_add, why);
   }
   // pure_eager's chain: the gate gathered per token, then mul and add, each rounded to bf16.
   Tensor g = Tensor::empty(x.shape(), DType::BF16, x.device());

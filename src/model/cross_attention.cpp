@@ -82,7 +82,7 @@ void SLatFlowModel::attend_condition(int i, const Request& req, const Tensor& x,
   Tensor qn;
   if (c.qk_rms_norm_cross) {
     qn = kernels::cross_q_rmsnorm(q, w.cross_attn.q_rms_gamma, H, D,
-                                  req.fusion.qk_rmsnorm_cross_inplace);
+                                  req.flags.on(sparse3d::Flag::qk_rmsnorm_cross_inplace));
     cq = RowView::of(qn);
     ck = RowView::of(kv.k_normed.reshape({BL, C}));
   }

@@ -12,7 +12,7 @@
 
 #include "attention/attention.h"
 #include "core/tensor.h"
-#include "model/fusion.h"
+#include "sparse3d/flags.h"
 
 namespace s3d::model {
 
@@ -36,9 +36,11 @@ struct Request {
   int64_t cond_part_tokens = 0;                 // tokens of the conditional part
   attention::SeqLayout cond_part_tokens_layout;
   attention::SeqLayout cond_part_cond_layout;
-  // Fused kernels to use (issue 5); all off = pure_eager. Set by the caller after prepare
-  // (the sampler copies SamplerOptions::fusion).
-  FusionFlags fusion;
+  // The optimization flags of this request; the forward reads the fused-kernel ones (none on
+  // = pure_eager). A fused op that is on but cannot take the shape at hand runs the reference
+  // chain and counts a fallback. Set by the caller after prepare (the sampler copies
+  // SamplerOptions::flags).
+  sparse3d::FlagSet flags;
   // Diagnostics only (the per-layer gemm_gelu_epilogue check): called with each block's MLP
   // input (bf16 [T, C], the modulated LayerNorm output) before fc1. Empty in production.
   std::function<void(int block, const Tensor& mlp_in)> mlp_probe;

@@ -139,7 +139,8 @@ void NullContext::add_qualification(int64_t tokens, Qualification q) {
 
 NullPath NullContext::path_for(const SLatFlowModel& model, bool want_cache, bool batched,
                                int context_tokens, int64_t tokens) const {
-  const std::string opt = want_cache ? "null_context_cache" : "null_context_exact";
+  using sparse3d::Flag;
+  const Flag opt = want_cache ? Flag::null_context_cache : Flag::null_context_exact;
   NullPath path;
   if (context_tokens < 1) {
     contract::record_fallback(opt, "the request has no context token (L = 0); ran pure_eager");
@@ -182,7 +183,8 @@ NullPath NullContext::path_for(const SLatFlowModel& model, bool want_cache, bool
   if (why.empty() && batched && !q.options.batched) why = "batched CFG shapes were not qualified";
   if (why.empty() && !batched && !q.options.serial) why = "serial CFG shapes were not qualified";
   if (!why.empty()) {
-    contract::record_fallback(opt, why + "; ran null_context_exact");
+    contract::record_fallback(
+        opt, why + "; ran " + std::string(sparse3d::name(Flag::null_context_exact)));
     return path;
   }
   path.mode = NullContextMode::Cache;

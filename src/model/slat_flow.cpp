@@ -297,7 +297,7 @@ Tensor SLatFlowModel::self_attention(const BlockWeights& w, const Request& req, 
   const int H = c.num_heads, D = c.head_dim();
   Tensor hm = bf16_empty({T, C}, device_);
   kernels::modulated_layer_norm(x, chunk(mod, kShiftMsa, C), chunk(mod, kScaleMsa, C),
-                                req.batch_index, kBlockNormEps, req.fusion.modulated_layernorm,
+                                req.batch_index, kBlockNormEps, req.flags.on(sparse3d::Flag::modulated_layernorm),
                                 hm);
   Tensor qkv = project(hm, w.self_attn.to_qkv);
   const bool rope = c.pe_mode == "rope";
@@ -307,7 +307,7 @@ Tensor SLatFlowModel::self_attention(const BlockWeights& w, const Request& req, 
   // reference chain's restack.
   const Tensor attn_in =
       kernels::qk_rmsnorm_rope(qkv, H, D, q_gamma, k_gamma, rope ? &req.rope_cos : nullptr,
-                               rope ? &req.rope_sin : nullptr, req.fusion.qk_rmsnorm_rope_inplace);
+                               rope ? &req.rope_sin : nullptr, req.flags.on(sparse3d::Flag::qk_rmsnorm_rope_inplace));
   Tensor attn = bf16_empty({T, C}, device_);
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
   attention::sdpa_varlen(RowView{attn_in, 0, T, C, 3 * C}, req.tokens_layout,
@@ -316,7 +316,7 @@ Tensor SLatFlowModel::self_attention(const BlockWeights& w, const Request& req, 
   Tensor sa = project(attn, w.self_attn.to_out);
   Tensor out = bf16_empty({T, C}, device_);
   kernels::gated_residual_add(x, sa, chunk(mod, kGateMsa, C), req.batch_index,
-                              req.fusion.gated_residual_add, out);
+                              req.flags.on(sparse3d::Flag::gated_residual_add), out);
   return out;
 }
 
@@ -326,16 +326,16 @@ Tensor SLatFlowModel::mlp(int i, const BlockWeights& w, const Request& req, cons
   const int64_t T = req.tokens, C = c.model_channels;
   Tensor hm = bf16_empty({T, C}, device_);
   kernels::modulated_layer_norm(x, chunk(mod, kShiftMlp, C), chunk(mod, kScaleMlp, C),
-                                req.batch_index, kBlockNormEps, req.fusion.modulated_layernorm,
+                                req.batch_index, kBlockNormEps, req.flags.on(sparse3d::Flag::modulated_layernorm),
                                 hm);
   if (req.mlp_probe) req.mlp_probe(i, hm);
   Tensor ug = bf16_empty({T, c.mlp_hidden()}, device_);
-  gemm::linear_gelu(hm, w.mlp.fc1.weight, w.mlp.fc1.bias_or_null(), req.fusion.gemm_gelu_epilogue,
-                    req.fusion.gelu_tanh, ug);
+  gemm::linear_gelu(hm, w.mlp.fc1.weight, w.mlp.fc1.bias_or_null(), req.flags.on(sparse3d::Flag::gemm_gelu_epilogue),
+                    req.flags.on(sparse3d::Flag::gelu_tanh), ug);
   Tensor mo = project(ug, w.mlp.fc2);
   Tensor out = bf16_empty({T, C}, device_);
   kernels::gated_residual_add(x, mo, chunk(mod, kGateMlp, C), req.batch_index,
-                              req.fusion.gated_residual_add, out);
+                              req.flags.on(sparse3d::Flag::gated_residual_add), out);
   return out;
 }
 

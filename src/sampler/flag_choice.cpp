@@ -7,8 +7,9 @@
 
 namespace s3d::sampler {
 
-FlagChoice choose_flag(const std::string& flag, std::vector<FlagTimingPoint> points,
+FlagChoice choose_flag(sparse3d::Flag which, std::vector<FlagTimingPoint> points,
                        int64_t tokens) {
+  const std::string_view flag = sparse3d::name(which);
   S3D_CHECK(tokens > 0, flag, " choice: token count must be > 0, got ", tokens);
   FlagChoice c;
   if (points.empty()) {

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "sparse3d/flags.h"
+
 namespace s3d::sampler {
 
 struct FlagTimingPoint {
@@ -24,9 +26,9 @@ struct FlagChoice {
   std::string reason;          // one line: the decision and its evidence
 };
 
-// flag: the flag's name, for the reason. points: any order, tokens > 0 and distinct, times
-// > 0 (checked). No points: off, with the reason.
-FlagChoice choose_flag(const std::string& flag, std::vector<FlagTimingPoint> points,
+// flag: the flag chosen (its name goes into the reason). points: any order, tokens > 0 and
+// distinct, times > 0 (checked). No points: off, with the reason.
+FlagChoice choose_flag(sparse3d::Flag flag, std::vector<FlagTimingPoint> points,
                        int64_t tokens);
 
 }  // namespace s3d::sampler

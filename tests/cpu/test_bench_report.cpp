@@ -13,6 +13,9 @@ namespace s3d::bench {
 namespace {
 
 constexpr double kGiB = 1024.0 * 1024 * 1024;
+// The two flags of the synthetic leave-one-out ("qk" and "gelu" below).
+constexpr sparse3d::Flag kQk = sparse3d::Flag::qk_rmsnorm_rope_inplace;
+constexpr sparse3d::Flag kGelu = sparse3d::Flag::gelu_tanh;
 
 Cell cell(const std::string& path, const std::string& asset, std::vector<double> seconds) {
   Cell c;
@@ -65,9 +68,9 @@ BenchResult synthetic() {
   b2.peak_bytes = static_cast<size_t>(3 * kGiB);
   r.peaks = {500, 1000, "d128 h12", "M x 1536 x 6144"};
   r.ablation.reference_path = "beyond";
-  r.ablation.flags = {"gelu", "qk"};
-  r.ablation.calls_per_iteration = {{"qk", 60}};
-  r.ablation.variant_path = {{"qk", "beyond-no-qk"}, {"gelu", "beyond-no-gelu"}};
+  r.ablation.flags = {kGelu, kQk};
+  r.ablation.calls_per_iteration = {{kQk, 60}};
+  r.ablation.variant_path = {{kQk, "beyond-no-qk"}, {kGelu, "beyond-no-gelu"}};
   r.baselines = {{"torch_eager", true, ""}, {"torch_compile", false, "inductor | failed"}};
   return r;
 }
@@ -87,7 +90,8 @@ TEST(BenchReport, JsonRoundTripCarriesRawAndDerivedNumbers) {
   EXPECT_EQ(j["cells"][5]["launches_by_op"]["gemm"], 880);
   EXPECT_EQ(j["peaks"]["attention_tflops"], 500);
   EXPECT_EQ(j["baselines"][1]["reason"], "inductor | failed");
-  EXPECT_EQ(j["ablation"]["variant_path"]["qk"], "beyond-no-qk");
+  EXPECT_EQ(j["ablation"]["variant_path"]["qk_rmsnorm_rope_inplace"], "beyond-no-qk");
+  EXPECT_EQ(j["ablation"]["flags"], io::Json({"gelu_tanh", "qk_rmsnorm_rope_inplace"}));
 
   const io::Json& d = j["derived"];
   EXPECT_EQ(d["reference_path"], "pure_eager");
@@ -139,7 +143,7 @@ TEST(BenchReport, JsonRoundTripCarriesRawAndDerivedNumbers) {
   EXPECT_EQ(loo["n_assets"], 2);
   ASSERT_EQ(loo["rows"].size(), 2u);
   const io::Json& qk = loo["rows"][0];
-  EXPECT_EQ(qk["flag"], "qk");
+  EXPECT_EQ(qk["flag"], "qk_rmsnorm_rope_inplace");
   EXPECT_EQ(qk["calls_per_iteration"], 60);
   EXPECT_NEAR(qk["avg_delta_ms"].get<double>(), 10.0, 1e-9);
   EXPECT_NEAR(qk["avg_delta_pct"].get<double>(), 17.5, 1e-9);
@@ -151,7 +155,7 @@ TEST(BenchReport, JsonRoundTripCarriesRawAndDerivedNumbers) {
   EXPECT_NEAR(gelu["largest_delta_ms"].get<double>(), -2.0, 1e-9);
   // Long-tail: the qk variant did not time t1, so its row has no numbers.
   const io::Json& tail = d["leave_one_out"]["long-tail"];
-  EXPECT_EQ(tail["rows"][0]["flag"], "gelu");
+  EXPECT_EQ(tail["rows"][0]["flag"], "gelu_tanh");
   EXPECT_NEAR(tail["rows"][0]["avg_delta_ms"].get<double>(), 0.0, 1e-9);
   EXPECT_TRUE(tail["rows"][1]["avg_delta_ms"].is_null());
   EXPECT_EQ(tail["rows"][1]["n_assets"], 0);
@@ -198,10 +202,12 @@ TEST(BenchReport, MarkdownHasTheExpectedRows) {
   EXPECT_TRUE(
       has_line(md, "| Candidate | Calls/iter | avg delta ms (%) | largest-asset delta ms (%) |"))
       << md;
-  EXPECT_TRUE(has_line(md, "| qk | 60 | +10.0 (+17.50%) | +10.0 (+10.00%) |")) << md;
-  EXPECT_TRUE(has_line(md, "| gelu | - | -1.5 (-2.25%) | -2.0 (-2.00%) |")) << md;
-  EXPECT_TRUE(has_line(md, "| qk | 60 | - (0/1 assets) | - (0/1 assets) |")) << md;
-  EXPECT_LT(md.find("| qk | 60 | +10.0"), md.find("| gelu | - | -1.5"));
+  EXPECT_TRUE(has_line(md, "| qk_rmsnorm_rope_inplace | 60 | +10.0 (+17.50%) | +10.0 (+10.00%) |"))
+      << md;
+  EXPECT_TRUE(has_line(md, "| gelu_tanh | - | -1.5 (-2.25%) | -2.0 (-2.00%) |")) << md;
+  EXPECT_TRUE(has_line(md, "| qk_rmsnorm_rope_inplace | 60 | - (0/1 assets) | - (0/1 assets) |"))
+      << md;
+  EXPECT_LT(md.find("| qk_rmsnorm_rope_inplace | 60 | +10.0"), md.find("| gelu_tanh | - | -1.5"));
   // Baselines that did not run, and the method.
   EXPECT_TRUE(has_line(md, "- torch_compile: inductor | failed")) << md;
   EXPECT_NE(md.find("## How measured"), std::string::npos);

@@ -5,7 +5,7 @@
 #include "bench/report.h"
 #include "bench/result_io.h"
 #include "core/error.h"
-#include "model/execution_plan.h"
+#include "sparse3d/flags.h"
 
 namespace s3d::bench {
 namespace {
@@ -98,19 +98,20 @@ TEST(BenchResultIo, BaselineOfASubsetSaysWhichAssetsItMissed) {
 }
 
 TEST(ExecutionPlan, PathsFlagsAndLabels) {
-  model::ExecutionPlan p = model::ExecutionPlan::parse("pure_eager");
-  EXPECT_FALSE(p.on("batched_cfg"));
+  sparse3d::ExecutionPlan p = sparse3d::ExecutionPlan::parse("pure_eager");
+  EXPECT_FALSE(p.on(sparse3d::Flag::batched_cfg));
   EXPECT_EQ(p.label(), "pure_eager");
-  model::ExecutionPlan q = model::ExecutionPlan::parse("pure_eager+batched_cfg");
-  EXPECT_TRUE(q.on("batched_cfg"));
+  sparse3d::ExecutionPlan q = sparse3d::ExecutionPlan::parse("pure_eager+batched_cfg");
+  EXPECT_TRUE(q.on(sparse3d::Flag::batched_cfg));
   EXPECT_EQ(q.label(), "pure_eager+batched_cfg");
-  q.disable("batched_cfg");
+  q.disable(sparse3d::Flag::batched_cfg);
   EXPECT_EQ(q.label(), "pure_eager");
-  EXPECT_THROW(model::ExecutionPlan::parse("pure_eager+no_such_flag"), Error);
-  EXPECT_THROW(model::ExecutionPlan::parse("warp_speed"), Error);
-  const model::ExecutionPlan beyond = model::ExecutionPlan::parse("beyond");
-  EXPECT_TRUE(beyond.on("cuda_graphs") && beyond.on("batched_cfg") && beyond.on("cond_kv_cache"));
-  EXPECT_TRUE(beyond.on("step_tables"));
+  EXPECT_THROW(sparse3d::ExecutionPlan::parse("pure_eager+no_such_flag"), Error);
+  EXPECT_THROW(sparse3d::ExecutionPlan::parse("warp_speed"), Error);
+  const sparse3d::ExecutionPlan beyond = sparse3d::ExecutionPlan::parse("beyond");
+  EXPECT_TRUE(beyond.on(sparse3d::Flag::cuda_graphs) && beyond.on(sparse3d::Flag::batched_cfg) &&
+              beyond.on(sparse3d::Flag::cond_kv_cache));
+  EXPECT_TRUE(beyond.on(sparse3d::Flag::step_tables));
   EXPECT_TRUE(beyond.unvalidated().empty());
 }
 
@@ -122,15 +123,14 @@ namespace {
 
 // A path lists exactly its enabled flags that have not been validated on a GPU.
 TEST(ExecutionPlanValidation, UnvalidatedListsTheEnabledFlagsNotYetRunOnAGpu) {
-  for (const auto& info : execution_paths()) {
-    if (!info.available) continue;
-    ExecutionPlan p = ExecutionPlan::of_path(info.name);
-    for (const auto& f : optimization_flags()) p.enable(f.name);
-    std::vector<std::string> want;
-    for (const auto& f : optimization_flags())
-      if (!f.gpu_validated) want.push_back(f.name);
+  for (const auto& info : sparse3d::execution_paths()) {
+    sparse3d::ExecutionPlan p = sparse3d::ExecutionPlan::of_path(info.name);
+    for (const auto& f : sparse3d::flag_infos()) p.enable(f.flag);
+    std::vector<sparse3d::Flag> want;
+    for (const auto& f : sparse3d::flag_infos())
+      if (!f.gpu_validated) want.push_back(f.flag);
     EXPECT_EQ(p.unvalidated(), want) << info.name;
-    EXPECT_TRUE(ExecutionPlan::of_path("pure_eager").unvalidated().empty());
+    EXPECT_TRUE(sparse3d::ExecutionPlan::of_path("pure_eager").unvalidated().empty());
   }
 }
 

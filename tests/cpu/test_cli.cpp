@@ -14,6 +14,7 @@
 #include "model/config.h"
 #include "payload/generate.h"
 #include "payload/payload.h"
+#include "sparse3d/flags.h"
 
 namespace s3d {
 namespace {
@@ -174,6 +175,57 @@ TEST_F(Cli, UnknownAsset) {
   expect_clean_error(run_cli("run --device cpu --checkpoint " + ck() + " --manifest " + dir +
                              "/pl/manifest.json --asset nosuch"),
                      "nosuch");
+}
+
+// `run` on the tiny model, one step, writing into out/<name>: what the flag tests run.
+std::string one_step_run(const std::string& dir, const std::string& name) {
+  return "run --device cpu --steps 1 --qualify-m 1 --checkpoint " + dir +
+         "/tiny.json --manifest " + dir + "/pl/manifest.json --out " + dir + "/flags/" + name;
+}
+
+// The plan a run used: its printed label, which is also the output's "path" metadata.
+void expect_ran_plan(const Result& r, const std::string& dir, const std::string& name,
+                     const sparse3d::ExecutionPlan& want) {
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("path " + want.label() + "; sampler:"), std::string::npos)
+      << "expected path " << want.label() << " in:\n" << r.output;
+  payload::Manifest m = payload::read_manifest(dir + "/pl/manifest.json");
+  io::SafetensorsFile f =
+      io::SafetensorsFile::open(dir + "/flags/" + name + "/" + m.assets[0].name + ".safetensors");
+  EXPECT_EQ(f.metadata().at("path"), want.label());
+}
+
+// Every flag through the real binary's --enable (from pure_eager, which has none) and
+// --disable (from beyond where it has the flag, else from a spec that turns it on).
+TEST_F(Cli, EveryFlagCanBeEnabledAndDisabled) {
+  for (const auto& f : sparse3d::flag_infos()) {
+    const std::string flag(f.name);
+    sparse3d::ExecutionPlan on = sparse3d::ExecutionPlan::of_path("pure_eager");
+    on.enable(f.flag);
+    expect_ran_plan(
+        run_cli(one_step_run(dir, flag + "_on") + " --path pure_eager --enable " + flag), dir,
+        flag + "_on", on);
+    const sparse3d::ExecutionPlan beyond = sparse3d::ExecutionPlan::of_path("beyond");
+    const std::string from = beyond.on(f.flag) ? "beyond" : "pure_eager+" + flag;
+    sparse3d::ExecutionPlan off = sparse3d::ExecutionPlan::parse(from);
+    off.disable(f.flag);
+    expect_ran_plan(run_cli(one_step_run(dir, flag + "_off") + " --path " + from + " --disable " +
+                            flag),
+                    dir, flag + "_off", off);
+  }
+}
+
+// A misspelt flag or path ends the run before anything loads, naming it and the known ones.
+TEST_F(Cli, UnknownFlagOrPathIsNamed) {
+  const std::string known_flags = "(known: batched_cfg, null_context_exact, ";
+  Result r = run_cli(one_step_run(dir, "bad") + " --enable batched_cgf");
+  expect_clean_error(r, "unknown optimization flag 'batched_cgf' " + known_flags);
+  r = run_cli(one_step_run(dir, "bad") + " --path beyond --disable cuda_graph");
+  expect_clean_error(r, "unknown optimization flag 'cuda_graph' " + known_flags);
+  r = run_cli(one_step_run(dir, "bad") + " --path beyond+warp_drive");
+  expect_clean_error(r, "unknown optimization flag 'warp_drive' " + known_flags);
+  r = run_cli(one_step_run(dir, "bad") + " --path warp_speed");
+  expect_clean_error(r, "unknown execution path 'warp_speed' (known: pure_eager, kernel_fusion, ");
 }
 
 }  // namespace

@@ -24,42 +24,43 @@ namespace {
 namespace fs = std::filesystem;
 using sampler::choose_flag;
 using sampler::FlagTimingPoint;
+using sparse3d::Flag;
 
 // Ratios on / off: 0.9 at 1,000 tokens, 1.1 at 100,000 (log-midpoint 10,000: 1.0).
 const std::vector<FlagTimingPoint> kPoints = {{100000, 10.0, 11.0}, {1000, 1.0, 0.9}};
 
 TEST(FlagChoice, InterpolatesTheRatioInLogTokens) {
-  auto c = choose_flag("batched_cfg", kPoints, 1000);
+  auto c = choose_flag(Flag::batched_cfg, kPoints, 1000);
   EXPECT_TRUE(c.on);
   EXPECT_DOUBLE_EQ(c.predicted_ratio, 0.9);
-  c = choose_flag("batched_cfg", kPoints, 3162);  // 10^3.5: a quarter of the way: 0.95
+  c = choose_flag(Flag::batched_cfg, kPoints, 3162);  // 10^3.5: a quarter of the way: 0.95
   EXPECT_TRUE(c.on);
   EXPECT_NEAR(c.predicted_ratio, 0.95, 1e-4);
   EXPECT_NE(c.reason.find("interpolated between 1000 and 100000 tokens"), std::string::npos)
       << c.reason;
-  c = choose_flag("cuda_graphs", kPoints, 31623);  // 10^4.5: 1.05
+  c = choose_flag(Flag::cuda_graphs, kPoints, 31623);  // 10^4.5: 1.05
   EXPECT_FALSE(c.on);
   EXPECT_NEAR(c.predicted_ratio, 1.05, 1e-4);
   EXPECT_EQ(c.reason.rfind("cuda_graphs off", 0), 0u) << c.reason;
 }
 
 TEST(FlagChoice, OutsideTheMeasuredRangeTakesTheNearestRatio) {
-  auto c = choose_flag("cuda_graphs", kPoints, 7);
+  auto c = choose_flag(Flag::cuda_graphs, kPoints, 7);
   EXPECT_TRUE(c.on);
   EXPECT_DOUBLE_EQ(c.predicted_ratio, 0.9);
   EXPECT_NE(c.reason.find("the smallest measured"), std::string::npos);
-  c = choose_flag("cuda_graphs", kPoints, 1000000);
+  c = choose_flag(Flag::cuda_graphs, kPoints, 1000000);
   EXPECT_FALSE(c.on);
   EXPECT_NE(c.reason.find("the largest measured"), std::string::npos);
 }
 
 TEST(FlagChoice, NoPointsMeansOffAndBadPointsAreErrors) {
-  auto c = choose_flag("batched_cfg", {}, 500);
+  auto c = choose_flag(Flag::batched_cfg, {}, 500);
   EXPECT_FALSE(c.on);
   EXPECT_NE(c.reason.find("no measured timings"), std::string::npos);
-  EXPECT_ERROR(choose_flag("batched_cfg", kPoints, 0), "token count must be > 0");
-  EXPECT_ERROR(choose_flag("batched_cfg", {{100, 1.0, NAN}}, 50), "finite times > 0");
-  EXPECT_ERROR(choose_flag("cuda_graphs", {{100, 1.0, 1.0}, {100, 2.0, 1.0}}, 50),
+  EXPECT_ERROR(choose_flag(Flag::batched_cfg, kPoints, 0), "token count must be > 0");
+  EXPECT_ERROR(choose_flag(Flag::batched_cfg, {{100, 1.0, NAN}}, 50), "finite times > 0");
+  EXPECT_ERROR(choose_flag(Flag::cuda_graphs, {{100, 1.0, 1.0}, {100, 2.0, 1.0}}, 50),
                "cuda_graphs choice: two timing points at 100");
 }
 
@@ -128,8 +129,8 @@ TEST(FlagChoice, TheReportWeighsCaptureCostAgainstTimeSaved) {
   EXPECT_NE(md.find("| 10100.0 | 10200.0 | -100.0 | -0.99% | eager |"), std::string::npos) << md;
   // And run --graph-choice reads the same cells: on at 1,000 tokens, off at 100,000.
   const auto points = bench::flag_timing_points(back, "beyond-cuda_graphs", "beyond", "r.json");
-  EXPECT_TRUE(choose_flag("cuda_graphs", points, 1000).on);
-  EXPECT_FALSE(choose_flag("cuda_graphs", points, 100000).on);
+  EXPECT_TRUE(choose_flag(Flag::cuda_graphs, points, 1000).on);
+  EXPECT_FALSE(choose_flag(Flag::cuda_graphs, points, 100000).on);
 }
 
 std::string run_cli(const std::string& args, int* code) {

@@ -48,7 +48,7 @@ TEST(Golden, CpuBackendReproducesTheOracleOnTheH200) {
     o.interval_hi = s["guidance_interval"][1].get<double>();
     o.guidance_rescale = s["guidance_rescale"].get<double>();
     o.sigma_min = s["sigma_min"].get<double>();
-    o.batched_cfg = s["cfg_mode"].get<std::string>() == "batched";
+    o.flags.set(sparse3d::Flag::batched_cfg, s["cfg_mode"].get<std::string>() == "batched");
     const std::string name = c["name"].get<std::string>();
 
     // One request per asset, or (batch_assets) all assets packed into one request.

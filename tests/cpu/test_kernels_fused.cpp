@@ -23,7 +23,7 @@
 #include "kernels/fused_residual.h"
 #include "kernels/qk_norm_rope.h"
 #include "model/checkpoint.h"
-#include "model/execution_plan.h"
+#include "sparse3d/flags.h"
 #include "model/null_context.h"
 #include "sampler/sampler.h"
 #include "../gelu_epilogue_contract.h"
@@ -402,7 +402,7 @@ TEST_F(FusedModelCpu, KernelFusionWithTheEpilogueStaysCloseToPureEager) {
   for (bool batched : {false, true}) {
     auto ref = testing::reference_run(m, in, o, batched);
     sampler::SamplerOptions f = o;
-    f.apply(model::ExecutionPlan::parse(batched ? "kernel_fusion+batched_cfg" : "kernel_fusion"));
+    f.apply(sparse3d::ExecutionPlan::parse(batched ? "kernel_fusion+batched_cfg" : "kernel_fusion"));
     auto got = sampler::sample(m, in, f, true);
     const testing::ErrorStats e = testing::compare(got.latent.to_floats(), ref.latent.to_floats());
     const testing::ErrorStats v =
@@ -436,21 +436,22 @@ TEST_F(FusedModelCpu, UnsupportedWidthsFallBackCountedAndStayBitwise) {
 }
 
 TEST(FusedPlan, KernelFusionPathsCarryTheirFlags) {
-  auto p = model::ExecutionPlan::parse("kernel_fusion");
-  for (const char* f : {"qk_rmsnorm_rope_inplace", "modulated_layernorm", "gated_residual_add",
-                        "gemm_gelu_epilogue"})
-    EXPECT_TRUE(p.on(f)) << f;
-  EXPECT_FALSE(p.on("gelu_tanh"));  // superseded by the epilogue; a measured candidate only
+  using sparse3d::Flag;
+  auto p = sparse3d::ExecutionPlan::parse("kernel_fusion");
+  for (Flag f : {Flag::qk_rmsnorm_rope_inplace, Flag::modulated_layernorm,
+                 Flag::gated_residual_add, Flag::gemm_gelu_epilogue})
+    EXPECT_TRUE(p.on(f)) << sparse3d::name(f);
+  EXPECT_FALSE(p.on(Flag::gelu_tanh));  // superseded by the epilogue; a measured candidate only
   // Rejected: no gain in the H200 leave-one-out (bench/results/2026-11-29-h200-fusion.md).
-  EXPECT_FALSE(p.on("qk_rmsnorm_cross_inplace"));
-  EXPECT_FALSE(p.on("null_context_cache"));
-  auto c = model::ExecutionPlan::parse("canonical_cache_combined");
-  EXPECT_TRUE(c.on("null_context_cache") && c.on("qk_rmsnorm_rope_inplace"));
-  EXPECT_EQ(model::ExecutionPlan::parse("kernel_fusion-gelu_tanh").label(), "kernel_fusion");
-  for (const auto& f : model::optimization_flags()) EXPECT_GT(f.calls_per_step, 0) << f.name;
-  const auto ff = model::FusionFlags::from_plan(p);
-  EXPECT_TRUE(ff.qk_rmsnorm_rope_inplace && ff.modulated_layernorm && ff.gated_residual_add &&
-              !ff.qk_rmsnorm_cross_inplace && ff.gemm_gelu_epilogue && !ff.gelu_tanh);
+  EXPECT_FALSE(p.on(Flag::qk_rmsnorm_cross_inplace));
+  EXPECT_FALSE(p.on(Flag::null_context_cache));
+  auto c = sparse3d::ExecutionPlan::parse("canonical_cache_combined");
+  EXPECT_TRUE(c.on(Flag::null_context_cache) && c.on(Flag::qk_rmsnorm_rope_inplace));
+  EXPECT_EQ(sparse3d::ExecutionPlan::parse("kernel_fusion-gelu_tanh").label(), "kernel_fusion");
+  for (const auto& f : sparse3d::flag_infos()) EXPECT_GT(f.calls_per_step, 0) << f.name;
+  // The request carries the plan's flags as they are: the forward reads the fused ones.
+  EXPECT_EQ(p.flags(), (sparse3d::FlagSet{Flag::qk_rmsnorm_rope_inplace, Flag::modulated_layernorm,
+                                          Flag::gated_residual_add, Flag::gemm_gelu_epilogue}));
 }
 
 }  // namespace

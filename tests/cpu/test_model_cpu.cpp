@@ -128,7 +128,7 @@ TEST_F(TinyFixture, BatchedCfgEqualsSerialCfgOnTheCpu) {
   o.steps = 3;
   o.guidance_rescale = 0.5;
   auto serial = sampler::sample(m, in, o, true);
-  o.batched_cfg = true;
+  o.flags.set(sparse3d::Flag::batched_cfg, true);
   auto batched = sampler::sample(m, in, o, true);
   auto a = serial.latent.to_floats(), b = batched.latent.to_floats();
   for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(a[i], b[i]) << i;

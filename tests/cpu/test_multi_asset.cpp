@@ -67,7 +67,7 @@ TEST(MultiAsset, PackedSamplingGivesEachAssetItsOwnLatent) {
     SCOPED_TRACE(spec);
     sampler::SamplerOptions o;
     o.steps = 3;
-    o.apply(model::ExecutionPlan::parse(spec));
+    o.apply(sparse3d::ExecutionPlan::parse(spec));
     const auto alone_a = sampler::sample(m, a, o).latent;
     const auto alone_b = sampler::sample(m, b, o).latent;
     const auto packed = sampler::sample(m, sampler::pack({a, b}), o).latent;

@@ -10,8 +10,8 @@
 #include "gemm/linear.h"
 #include "kernels/elementwise.h"
 #include "model/checkpoint.h"
-#include "model/execution_plan.h"
 #include "model/null_context.h"
+#include "sparse3d/flags.h"
 #include "../test_numerics.h"
 
 namespace s3d::model {
@@ -67,9 +67,9 @@ uint64_t count_of(const std::string& optimization) {
 TEST(FallbackCounters, CountPerKeyLogOnceAndRoundTrip) {
   contract::reset_fallbacks();
   ::testing::internal::CaptureStderr();
-  contract::record_fallback("null_context_cache", "no M");
-  contract::record_fallback("null_context_cache", "no M");
-  contract::record_fallback("null_context_exact", "L = 0");
+  contract::record_fallback(sparse3d::Flag::null_context_cache, "no M");
+  contract::record_fallback(sparse3d::Flag::null_context_cache, "no M");
+  contract::record_fallback(sparse3d::Flag::null_context_exact, "L = 0");
   const std::string log = ::testing::internal::GetCapturedStderr();
   EXPECT_EQ(log, "fallback: null_context_cache: no M\nfallback: null_context_exact: L = 0\n");
   auto counts = contract::fallback_counts();
@@ -88,19 +88,35 @@ TEST(FallbackCounters, CountPerKeyLogOnceAndRoundTrip) {
   EXPECT_EQ(contract::format_fallbacks({}), "  none\n");
 }
 
+// A result file's fallback names an optimization flag; anything else is refused by name.
+TEST(FallbackCounters, UnknownOptimizationInJsonIsAnError) {
+  io::Json j = contract::fallbacks_to_json({{"warp_drive", "why", 1}});
+  try {
+    contract::fallbacks_from_json(j, "r.json");
+    FAIL() << "accepted an unknown optimization";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("r.json fallbacks[0]: unknown optimization flag 'warp_drive' (known: "),
+              std::string::npos)
+        << what;
+    EXPECT_NE(what.find("null_context_cache"), std::string::npos) << what;
+  }
+}
+
 TEST(ExecutionPlanNull, PathsCarryTheirFlags) {
-  ExecutionPlan exact = ExecutionPlan::parse("prior_exact_null");
-  EXPECT_TRUE(exact.on("null_context_exact"));
-  EXPECT_FALSE(exact.on("null_context_cache"));
-  ExecutionPlan cache = ExecutionPlan::parse("canonical_cache_null+batched_cfg+cond_kv_cache");
-  EXPECT_TRUE(cache.on("null_context_cache"));
-  EXPECT_TRUE(cache.on("cond_kv_cache"));
+  sparse3d::ExecutionPlan exact = sparse3d::ExecutionPlan::parse("prior_exact_null");
+  EXPECT_TRUE(exact.on(sparse3d::Flag::null_context_exact));
+  EXPECT_FALSE(exact.on(sparse3d::Flag::null_context_cache));
+  sparse3d::ExecutionPlan cache =
+      sparse3d::ExecutionPlan::parse("canonical_cache_null+batched_cfg+cond_kv_cache");
+  EXPECT_TRUE(cache.on(sparse3d::Flag::null_context_cache));
+  EXPECT_TRUE(cache.on(sparse3d::Flag::cond_kv_cache));
   EXPECT_EQ(cache.label(), "canonical_cache_null+batched_cfg+cond_kv_cache");
-  ExecutionPlan combined = ExecutionPlan::parse("canonical_cache_combined");
-  EXPECT_TRUE(combined.on("null_context_cache"));
-  EXPECT_TRUE(combined.on("modulated_layernorm"));
-  EXPECT_FALSE(combined.on("gelu_tanh"));
-  EXPECT_TRUE(ExecutionPlan::parse("beyond").on("null_context_cache"));
+  sparse3d::ExecutionPlan combined = sparse3d::ExecutionPlan::parse("canonical_cache_combined");
+  EXPECT_TRUE(combined.on(sparse3d::Flag::null_context_cache));
+  EXPECT_TRUE(combined.on(sparse3d::Flag::modulated_layernorm));
+  EXPECT_FALSE(combined.on(sparse3d::Flag::gelu_tanh));
+  EXPECT_TRUE(sparse3d::ExecutionPlan::parse("beyond").on(sparse3d::Flag::null_context_cache));
 }
 
 TEST(Applicability, EachRuleRefusesWithItsReason) {

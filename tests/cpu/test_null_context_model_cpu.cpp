@@ -11,9 +11,9 @@
 
 #include "contract/fallback.h"
 #include "model/checkpoint.h"
-#include "model/execution_plan.h"
 #include "model/null_context.h"
 #include "sampler/sampler.h"
+#include "sparse3d/flags.h"
 #include "../model_inputs.h"
 #include "../null_context_checks.h"
 #include "../test_numerics.h"
@@ -150,7 +150,7 @@ TEST_F(NullModelCpu, NullFlagsWithoutANullContextAreAnError) {
   auto in = testing::synthetic_inputs({10}, 3, m.config().cond_channels, 32, 1);
   sampler::SamplerOptions s;
   s.steps = 1;
-  s.apply(ExecutionPlan::parse("prior_exact_null"));
+  s.apply(sparse3d::ExecutionPlan::parse("prior_exact_null"));
   EXPECT_NE(testing::error_of([&] { sampler::sample(m, in, s); }).find("NullContext"),
             std::string::npos);
 }

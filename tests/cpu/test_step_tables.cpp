@@ -10,9 +10,9 @@
 
 #include "contract/fallback.h"
 #include "model/checkpoint.h"
-#include "model/execution_plan.h"
 #include "model/null_context.h"
 #include "sampler/sampler.h"
+#include "sparse3d/flags.h"
 #include "io_test_util.h"
 #include "../model_inputs.h"
 #include "../null_context_checks.h"
@@ -56,7 +56,7 @@ TEST_P(StepTablesCpu, EveryPathIsBitwiseTheForwardsOwnModulation) {
       if (std::string(spec).rfind("kernel_fusion", 0) == 0) {
         // The epilogue is not bitwise: compare with the same path without the tables.
         sampler::SamplerOptions f = o;
-        f.apply(ExecutionPlan::parse("kernel_fusion"));
+        f.apply(sparse3d::ExecutionPlan::parse("kernel_fusion"));
         ref = sampler::sample(m, in, f, true);
       }
       testing::expect_same_bits_as(ref, m, in, o, spec, &nc);
@@ -118,7 +118,7 @@ TEST_P(StepTablesCpu, TheRequestsSetUpIsTimedApartFromItsLoop) {
                                             m.config().out_channels, 34);
   sampler::SamplerOptions o;
   o.steps = 2;
-  o.step_tables = true;
+  o.flags.set(sparse3d::Flag::step_tables, true);
   const sampler::Output out = sampler::sample(m, in, o);
   EXPECT_GT(out.setup_seconds, 0.0);
   EXPECT_GT(out.loop_seconds, 0.0);

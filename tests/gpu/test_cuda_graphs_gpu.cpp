@@ -11,9 +11,9 @@
 #include "core/allocator.h"
 #include "core/cuda_util.h"
 #include "model/checkpoint.h"
-#include "model/execution_plan.h"
 #include "model/null_context.h"
 #include "sampler/sampler.h"
+#include "sparse3d/flags.h"
 #include "gpu_test_util.h"
 #include "model_inputs.h"
 #include "null_context_checks.h"
@@ -77,14 +77,14 @@ void expect_graphs_keep_the_bits(const model::SLatFlowModel& m, const sampler::I
                                  sampler::SamplerOptions o, const std::string& spec,
                                  const model::NullContext* nc) {
   SCOPED_TRACE(spec);
-  o.apply(model::ExecutionPlan::parse(spec));
+  o.apply(sparse3d::ExecutionPlan::parse(spec));
   o.null_context = nc;
   sampler::sample(m, in, o);  // warm-up: library caches
   synchronize();
   reset_launch_counts();
   const sampler::Output eager = sampler::sample(m, in, o, true);
   const uint64_t eager_launches = launch_counts().total;
-  o.cuda_graphs = true;
+  o.flags.set(sparse3d::Flag::cuda_graphs, true);
   reset_launch_counts();
   const sampler::Output graphed = sampler::sample(m, in, o, true);
   const uint64_t graph_launches = launch_counts().total;

@@ -17,8 +17,8 @@
 #include "gemm/linear_gelu.h"
 #include "gpu_test_util.h"
 #include "model/checkpoint.h"
-#include "model/execution_plan.h"
 #include "model/null_context.h"
+#include "sparse3d/flags.h"
 #include "full_checkpoint.h"
 #include "epilogue_error.h"
 #include "gelu_epilogue_contract.h"
@@ -85,7 +85,7 @@ TEST(EpilogueFullGpu, EveryMlpLayerOnRealPayloadsAndTheFinalLatent) {
     const auto ref_v = ref.latent.to_floats();
     for (const char* spec : {"kernel_fusion", "kernel_fusion+batched_cfg"}) {
       sampler::SamplerOptions f = o;
-      f.apply(ExecutionPlan::parse(spec));
+      f.apply(sparse3d::ExecutionPlan::parse(spec));
       auto got = sampler::sample(m, in, f);
       const testing::ErrorStats s = testing::compare(got.latent.to_floats(), ref_v);
       std::printf("[ model    ] %s, %d steps, %s vs pure_eager: final latent rel L2 %.3e, max abs "

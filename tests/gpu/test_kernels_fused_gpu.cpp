@@ -30,7 +30,7 @@
 #include "kernels/layernorm.h"
 #include "kernels/qk_norm_rope.h"
 #include "model/checkpoint.h"
-#include "model/execution_plan.h"
+#include "sparse3d/flags.h"
 #include "sampler/sampler.h"
 #include "epilogue_error.h"
 #include "gelu_epilogue_contract.h"
@@ -316,7 +316,8 @@ TEST_F(FusedModelGpu, KernelFusionWithTheEpilogueStaysCloseToPureEager) {
   for (bool batched : {false, true}) {
     auto ref = testing::reference_run(m, in, o, batched);
     sampler::SamplerOptions f = o;
-    f.apply(model::ExecutionPlan::parse(batched ? "kernel_fusion+batched_cfg" : "kernel_fusion"));
+    f.apply(
+        sparse3d::ExecutionPlan::parse(batched ? "kernel_fusion+batched_cfg" : "kernel_fusion"));
     auto got = sampler::sample(m, in, f, true);
     const testing::ErrorStats e = testing::compare(got.latent.to_floats(), ref.latent.to_floats());
     std::cout << "[ model    ] kernel_fusion" << (batched ? "+batched_cfg" : "")
@@ -336,7 +337,7 @@ TEST_F(FusedModelGpu, ReplacedEagerLaunchesAreGone) {
   Tensor cond = in.cond.to(Device::CUDA);
   auto count = [&](const std::string& spec) {
     model::Request req = m.prepare(in.coords, 1, 13);
-    req.fusion = model::FusionFlags::from_plan(model::ExecutionPlan::parse(spec));
+    req.flags = sparse3d::ExecutionPlan::parse(spec).flags();
     m.forward(req, x, t, cond);  // warm-up
     synchronize();
     reset_launch_counts();

@@ -62,7 +62,7 @@ TEST_F(ModelGpu, SamplerSerialAndBatchedMatchTheCpuBackend) {
   o.guidance_rescale = 0.3;
   auto ref = sampler::sample(cpu, in, o).latent.to_floats();
   auto serial = sampler::sample(gpu, in, o).latent.to_floats();
-  o.batched_cfg = true;
+  o.flags.set(sparse3d::Flag::batched_cfg, true);
   auto batched = sampler::sample(gpu, in, o).latent.to_floats();
   double e_serial = rel_l2(serial, ref), e_batched = rel_l2(batched, ref),
          e_modes = rel_l2(batched, serial);
@@ -102,7 +102,7 @@ TEST_F(ModelGpu, PackedAssetsStayCloseToEachRunAlone) {
   for (bool batched : {false, true}) {
     sampler::SamplerOptions o;
     o.steps = 3;
-    o.batched_cfg = batched;
+    o.flags.set(sparse3d::Flag::batched_cfg, batched);
     const auto alone_a = sampler::sample(gpu, a, o).latent.to_floats();
     const auto alone_b = sampler::sample(gpu, b, o).latent.to_floats();
     const Tensor packed = sampler::sample(gpu, sampler::pack({a, b}), o).latent;
@@ -186,13 +186,13 @@ TEST_F(ModelGpu, StepTablesLaunchLessAndKeepTheLatent) {
   for (bool batched : {false, true}) {
     sampler::SamplerOptions o;
     o.steps = 15;
-    o.batched_cfg = batched;
+    o.flags.set(sparse3d::Flag::batched_cfg, batched);
     sampler::sample(gpu, in, o);  // warm-up
     synchronize();
     reset_launch_counts();
     const Tensor ref = sampler::sample(gpu, in, o).latent;
     const uint64_t without = launch_counts().total;
-    o.step_tables = true;
+    o.flags.set(sparse3d::Flag::step_tables, true);
     reset_launch_counts();
     const Tensor got = sampler::sample(gpu, in, o).latent;
     const uint64_t with = launch_counts().total;
