@@ -28,7 +28,7 @@ namespace s3d::apps {
 Command add_bench(CLI::App& app) {
   struct Args {
     bench::BenchOptions o;
-    SamplerFlags sampler;
+    SamplerFlags sampler{"protocol"};
     std::string out = "bench/results", stem;
     bool no_torch = false;
   };
@@ -73,7 +73,7 @@ Command add_bench(CLI::App& app) {
                   "Paths to compare every path with, besides the first (reduction and speedup)");
   return [a]() {
     bench::BenchOptions o = a->o;
-    o.sampler = a->sampler.resolve();
+    o.sampler = sampler::SamplerOptions::of(a->sampler.resolve(), {});
     if (a->no_torch) o.torch_script.clear();
     if (!o.torch_script.empty())
       S3D_CHECK(std::filesystem::exists(o.torch_script), "--torch ", o.torch_script,

@@ -24,4 +24,8 @@ struct SamplerFlags {
   sparse3d::SamplerSettings resolve() const;
 };
 
+// "a, b, c": every execution path, every optimization flag (for --help texts).
+std::string path_names();
+std::string flag_names();
+
 }  // namespace s3d::apps

@@ -10,7 +10,7 @@
 #include "core/hash.h"
 #include "engine/engine_impl.h"
 #include "model/checkpoint.h"
-#include "model/params.h"
+#include "model/slat_flow_weights.h"
 
 namespace sparse3d {
 namespace {

@@ -40,15 +40,7 @@ Tensor condition(const TensorView& view, int batch, int channels) {
 }
 
 s3d::sampler::SamplerOptions sampler_options(const SamplerSettings& s, const FlagSet& flags) {
-  s3d::sampler::SamplerOptions o;
-  o.steps = s.steps;
-  o.rescale_t = s.rescale_t;
-  o.guidance = s.guidance;
-  o.interval_lo = s.interval_lo;
-  o.interval_hi = s.interval_hi;
-  o.guidance_rescale = s.guidance_rescale;
-  o.sigma_min = s.sigma_min;
-  o.flags = flags;
+  s3d::sampler::SamplerOptions o = s3d::sampler::SamplerOptions::of(s, flags);
   o.validate();
   return o;
 }

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/hash.h"
 #include "core/rng.h"
 #include "io/safetensors.h"
 #include "model/slat_flow_weights.h"
@@ -71,8 +72,8 @@ Checkpoint load_checkpoint(const std::string& json_path, Device device) {
   uint64_t h = 0xcbf29ce484222325ull;
   for (const auto& s : specs) {
     Tensor host = file.load(s.name, s.runtime_dtype);
-    h = fnv1a(s.name.data(), s.name.size(), h);
-    h = fnv1a(host.data(), host.nbytes(), h);
+    h = content_hash(s.name, h);
+    h = content_hash_parallel(host.data(), host.nbytes(), h);
     ck.tensors[s.name] = device == Device::CPU ? host : host.to(device);
   }
   ck.version = h;

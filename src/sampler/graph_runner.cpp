@@ -1,6 +1,6 @@
 #include "sampler/graph_runner.h"
 
-#include "contract/fallback.h"
+#include "core/fallback.h"
 #include "core/allocator.h"
 #include "core/cuda_util.h"
 #include "core/error.h"
@@ -40,7 +40,7 @@ GraphRunner::~GraphRunner() {
 }
 
 void GraphRunner::refuse(const std::string& why) {
-  if (active_) contract::record_fallback("cuda_graphs", why);
+  if (active_) record_fallback(sparse3d::Flag::cuda_graphs, why);
   active_ = false;
 }
 

@@ -73,6 +73,20 @@ SamplerOptions SamplerOptions::protocol() { return SamplerOptions{}; }
 
 void SamplerOptions::apply(const sparse3d::ExecutionPlan& plan) { flags = plan.flags(); }
 
+SamplerOptions SamplerOptions::of(const sparse3d::SamplerSettings& s,
+                                  const sparse3d::FlagSet& flags) {
+  SamplerOptions o;
+  o.steps = s.steps;
+  o.rescale_t = s.rescale_t;
+  o.guidance = s.guidance;
+  o.interval_lo = s.interval_lo;
+  o.interval_hi = s.interval_hi;
+  o.guidance_rescale = s.guidance_rescale;
+  o.sigma_min = s.sigma_min;
+  o.flags = flags;
+  return o;
+}
+
 SamplerOptions SamplerOptions::released() {
   SamplerOptions o;
   o.steps = 12;

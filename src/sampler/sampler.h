@@ -9,6 +9,7 @@
 
 #include "core/cuda_util.h"
 #include "core/tensor.h"
+#include "sparse3d/engine.h"
 #include "sparse3d/flags.h"
 #include "model/null_context.h"
 #include "model/slat_flow.h"
@@ -31,6 +32,8 @@ struct SamplerOptions {
 
   // Sets `flags` from an execution plan.
   void apply(const sparse3d::ExecutionPlan& plan);
+  // The public sampler settings (include/sparse3d/engine.h) with these flags.
+  static SamplerOptions of(const sparse3d::SamplerSettings& s, const sparse3d::FlagSet& flags);
 
   // DESIGN.md's benchmark protocol: 15 steps, rescale_t 3, g 7.5 on every step.
   static SamplerOptions protocol();

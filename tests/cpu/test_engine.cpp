@@ -89,7 +89,7 @@ TEST_F(EngineApi, SeedAndCallerNoiseGiveTheSameBits) {
   ASSERT_TRUE(same_bytes(seeded.latent, given.latent));
   EXPECT_EQ(given.latent.view.data, out.data());  // written into the caller's buffer
   EXPECT_EQ(seeded.steps.size(), 3u);
-  EXPECT_GT(seeded.stats.launches, 0u);
+  EXPECT_GT(seeded.stats.loop_seconds, 0.0);  // (the CPU backend counts no launches)
   EXPECT_EQ(seeded.stats.tokens, 101);
 }
 
