@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the io-layer libFuzzer targets (fuzz/*.cpp) with clang++
 # -fsanitize=fuzzer,address,undefined and runs each for a bounded time over the committed
-# corrupt-file corpus tests/data/corrupt (RELIABILITY.md: a fuzzer per parser, run in CI).
+# corrupt-file corpus tests/data/corrupt (docs/RELIABILITY.md: a fuzzer per parser, run in CI).
 #
 # libFuzzer's runtime comes from the Debian package libclang-rt-<clang major>-dev
 # (libclang-rt-14-dev on Debian 12: /usr/lib/llvm-14/lib/clang/14.0.6/lib/linux/

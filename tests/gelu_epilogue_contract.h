@@ -7,7 +7,7 @@
 //      fp32 accumulation (another cuBLASLt algorithm) may flip that rounding (up to ulp(u)),
 //      |GELU'| <= 1.13, and each side rounds its output once (ulp / 2 each);
 //   3. relative L2 of y' - y at most 2^-8 (the bf16 unit roundoff).
-// Tests also apply RELIABILITY.md's fp64-golden rule where they have an fp64 GEMM:
+// Tests also apply docs/RELIABILITY.md's fp64-golden rule where they have an fp64 GEMM:
 // mean|golden - y'| <= 1.1 mean|golden - y|.
 #pragma once
 

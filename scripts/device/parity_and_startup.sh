@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Device call: (1) every execution path bit for bit against a reference build of the engine
+# Device call: (0) the GPU test suite, in the background while (1) runs; (1) every execution
+# path bit for bit against a reference build of the engine
 # (REF: build-before/bin/sparse3d, built from the commit before the library refactor) at the
 # smallest and largest benchmark payloads (3,664 and 30,227 tokens), serial and batched CFG,
 # STEPS protocol steps, plus `beyond` under the released sampler; (2) cold and warm start of
@@ -9,16 +10,20 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/device/env.sh
 REF=${REF:-build-before/bin/sparse3d}
-STEPS=${STEPS:-5}
+STEPS=${STEPS:-4}
 # The checkpoint and payloads are made by the reference binary: both builds read the same files.
 BIN_SAVED=$BIN; BIN=$(dirname "$REF"); source scripts/device/prepare_model.sh; BIN=$BIN_SAVED
 $BIN/sparse3d info > "$OUT/fingerprint.txt" 2>&1
+$BIN/sparse3d_gpu_tests > "$OUT/gpu_tests.log" 2>&1 &
+suite=$!
 ARGS="--checkpoint $W/shape.json --manifest $W/pl/manifest.json"
 summary=()
 check() {  # name, old-args, new-args
   local name=$1 old=$2 new=$3
-  $REF run $ARGS $old --dump-first-forward --out $W/old/$name > "$OUT/old-$name.log" 2>&1 || echo "old $name exit $?" >> "$OUT/errors.txt"
+  # Both builds at once (one GPU, plenty of memory): the bits do not depend on timing.
+  ($REF run $ARGS $old --dump-first-forward --out $W/old/$name > "$OUT/old-$name.log" 2>&1 || echo "old $name exit $?" >> "$OUT/errors.txt") &
   $BIN/sparse3d run $ARGS $new --cache-dir $W/cache --dump-first-forward --out $W/new/$name > "$OUT/new-$name.log" 2>&1 || echo "new $name exit $?" >> "$OUT/errors.txt"
+  wait $!
   echo "== $name" >> "$OUT/parity.log"
   if python3 tools/same_bits.py $W/new/$name $W/old/$name >> "$OUT/parity.log" 2>&1; then
     summary+=("$name: bitwise"); else summary+=("$name: DIFFERS"); fi
@@ -40,9 +45,13 @@ start() {  # label
   local req=$(grep -oE "set-up [0-9.]+ s \+ denoise loop [0-9.]+ s" "$OUT/start-$1.log" | awk '{print $2 + $6}')
   summary+=("start $1: process $(python3 -c "print(round($t1 - $t0, 3))") s, request $req s")
 }
+wait $suite
+summary+=("gpu suite: $(grep -E '^\[  PASSED  \]|^\[  FAILED  \]|tests ran' "$OUT/gpu_tests.log" | tr '\n' ' ')")
+# Start-up, alone on the GPU.
 rm -rf $W/cache-start
 start cold
 start warm
 start warm2
+grep -E 'FAILED|Failure' "$OUT/gpu_tests.log" | head -20
 (cd "$OUT" && tar -czf logs.tgz *.log && rm -f *.log)
 printf '%s\n' "${summary[@]}"

@@ -2,6 +2,7 @@
 // Engine API (include/sparse3d/engine.h) like any other client.
 #include <CLI/CLI.hpp>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -182,19 +183,22 @@ Command add_run(CLI::App& app) {
   return [a]() {
     sparse3d::EngineOptions eo = a->engine.resolve();
     const sparse3d::SamplerSettings settings = a->sampler.resolve();
-    const std::vector<AutoFlag> autos = auto_flags(*a, sparse3d::ExecutionPlan::parse(a->engine.path));
     payload::Manifest manifest = payload::read_manifest(a->manifest);
     const auto todo = selected(manifest, *a);
     // The output folder is checked before anything is loaded.
     a->engine.prepare_output_folder(a->out);
     eo.log = [](const std::string& line) { std::printf("%s\n", line.c_str()); };
-    std::printf("loading %s\n", a->engine.checkpoint.c_str());
+    const auto t0 = std::chrono::steady_clock::now();
     sparse3d::Engine engine(a->engine.checkpoint, eo);
+    std::printf("loaded %s (%lld parameters) on %s in %.3f s\n", a->engine.checkpoint.c_str(),
+                static_cast<long long>(engine.model().parameters),
+                engine.device() == sparse3d::Device::CUDA ? "cuda" : "cpu",
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     a->engine.check_manifest(engine, manifest, a->manifest);
-    std::printf("path %s on %s; sampler: %d steps, rescale_t %g, cfg %g on t in [%g, %g], "
+    const std::vector<AutoFlag> autos = auto_flags(*a, engine.plan());
+    std::printf("path %s; sampler: %d steps, rescale_t %g, cfg %g on t in [%g, %g], "
                 "rescale %g, %s CFG\n",
-                engine.plan().label().c_str(), engine.device() == sparse3d::Device::CUDA ? "cuda" : "cpu",
-                settings.steps, settings.rescale_t, settings.guidance, settings.interval_lo,
+                engine.plan().label().c_str(), settings.steps, settings.rescale_t, settings.guidance, settings.interval_lo,
                 settings.interval_hi, settings.guidance_rescale,
                 !a->cfg_choice.empty() ? "per-asset (--cfg-choice)"
                 : engine.plan().on(sparse3d::Flag::batched_cfg) ? "batched" : "serial");

@@ -127,7 +127,7 @@ std::vector<PathInfo> make_paths() {
       {"canonical_cache_combined", "kernel_fusion + canonical_cache_null", combined},
       {"beyond",
        "canonical_cache_combined + the condition K/V cache + batched CFG + step tables + "
-       "per-request CUDA graphs (issue 6)",
+       "per-request CUDA graphs",
        FlagSet(combined)
            .set(F::cond_kv_cache)
            .set(F::batched_cfg)

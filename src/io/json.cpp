@@ -12,7 +12,7 @@ namespace s3d::io {
 namespace {
 
 // nlohmann parses any depth, but copying or dumping a very deep value recurses and
-// overflows the stack (RELIABILITY.md): no config or manifest needs more than a few levels.
+// overflows the stack (docs/RELIABILITY.md): no config or manifest needs more than a few levels.
 constexpr int kMaxDepth = 64;
 constexpr uintmax_t kMaxJsonFileBytes = 64ull << 20;
 

@@ -1,5 +1,5 @@
 // safetensors reading and writing. The header is validated completely before any tensor
-// memory is allocated (RELIABILITY.md lists every check); an invalid file gives one
+// memory is allocated (docs/RELIABILITY.md lists every check); an invalid file gives one
 // s3d::Error that names the file and the problem.
 #pragma once
 

@@ -1,4 +1,4 @@
-// SLatFlowModel: the TRELLIS.2 structured-latent flow transformer (MODEL_SPEC.md), run as
+// SLatFlowModel: the TRELLIS.2 structured-latent flow transformer (docs/MODEL.md), run as
 // the pure_eager path: one op per launch, in the order and at the rounding points of the
 // PyTorch original, with the fused kernels (issue 5) behind each op family's entry point
 // (kernels/fused_*.h, gemm/linear_gelu.h). The same code runs on the CPU backend (tensors on

@@ -1,5 +1,5 @@
 // Synthetic payloads: voxelised procedural surfaces at an exact token count, layer-normalised
-// Gaussian condition tokens, one noise seed per asset (MODEL_SPEC.md "Payloads").
+// Gaussian condition tokens, one noise seed per asset (docs/BENCHMARK.md, payloads).
 #pragma once
 
 #include <cstdint>

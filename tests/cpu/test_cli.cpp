@@ -30,7 +30,9 @@ Result run_cli(const std::string& args) {
   static int counter = 0;
   fs::path log = fs::temp_directory_path() /
                  ("sparse3d_cli_" + std::to_string(getpid()) + "_" + std::to_string(counter++) + ".log");
-  std::string cmd = std::string(SPARSE3D_CLI) + " " + args + " > " + log.string() + " 2>&1";
+  // Each run qualifies afresh in its own cache folder, never the user's.
+  std::string cmd = "SPARSE3D_CACHE_DIR=" + log.string() + ".cache " + std::string(SPARSE3D_CLI) +
+                    " " + args + " > " + log.string() + " 2>&1";
   int status = std::system(cmd.c_str());
   Result r;
   r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
@@ -39,6 +41,7 @@ Result run_cli(const std::string& args) {
   ss << f.rdbuf();
   r.output = ss.str();
   fs::remove(log);
+  fs::remove_all(log.string() + ".cache");
   return r;
 }
 

@@ -191,6 +191,17 @@ TEST_F(EngineApi, SecondEngineStartsWarmFromTheQualificationCache) {
   EXPECT_TRUE(same_bytes(first.latent, second.latent));
 }
 
+TEST_F(EngineApi, WarmUpQualifiesAheadOfTheFirstRequest) {
+  sparse3d::Engine e(kTiny, options("canonical_cache_combined"));
+  e.warm_up({61}, 9);
+  EXPECT_EQ(e.counters().qualifications_run, 1u);
+  auto in = inputs({61}, 13);
+  const sparse3d::SampleResult r = e.sample(request(in, 5));
+  EXPECT_EQ(e.counters().qualifications_run, 1u);  // nothing left for the request to build
+  EXPECT_EQ(r.latent.view.shape, (std::vector<int64_t>{61, 32}));
+  EXPECT_THROW(e.warm_up({0}, 9), sparse3d::Error);
+}
+
 TEST_F(EngineApi, TwoEnginesOnTwoThreadsGiveTheBitsEachGivesAlone) {
   auto a_in = inputs({61}, 11), b_in = inputs({40, 33}, 12);
   sparse3d::Engine a(kTiny, options("pure_eager")), b(kTiny, options());

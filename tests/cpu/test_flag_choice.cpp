@@ -136,12 +136,14 @@ TEST(FlagChoice, TheReportWeighsCaptureCostAgainstTimeSaved) {
 std::string run_cli(const std::string& args, int* code) {
   const fs::path log = fs::temp_directory_path() / ("sparse3d_flagchoice_" + std::to_string(getpid()) + ".log");
   const int status =
-      std::system((std::string(SPARSE3D_CLI) + " " + args + " > " + log.string() + " 2>&1").c_str());
+      std::system(("SPARSE3D_CACHE_DIR=" + log.string() + ".cache " + std::string(SPARSE3D_CLI) +
+                   " " + args + " > " + log.string() + " 2>&1").c_str());
   *code = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
   std::ifstream f(log);
   std::stringstream ss;
   ss << f.rdbuf();
   fs::remove(log);
+  fs::remove_all(log.string() + ".cache");
   return ss.str();
 }
 
@@ -154,9 +156,10 @@ TEST(FlagChoice, RunPicksTheModePerAssetFromABenchResult) {
   payload::generate_payloads(dir + "/pl", g);
   const payload::Manifest man = payload::read_manifest(dir + "/pl/manifest.json");
   const std::string asset = man.assets[0].name;
-  const std::string common = "run --device cpu --steps 2 --checkpoint " + dir +
-                             "/tiny.json --manifest " + dir + "/pl/manifest.json --asset " +
-                             asset + " --out " + dir + "/out --cfg-choice " + dir + "/b.json";
+  const std::string base = "run --device cpu --steps 2 --checkpoint " + dir +
+                           "/tiny.json --manifest " + dir + "/pl/manifest.json --asset " +
+                           asset + " --out " + dir + "/out --cfg-choice " + dir + "/b.json";
+  const std::string common = base + " --path pure_eager";
   int code = 0;
   // Measured faster batched at 20 tokens and slower at 100,000: batched at 40 tokens.
   std::ofstream(dir + "/b.json") << bench::to_json(two_modes(20)).dump();
@@ -171,7 +174,7 @@ TEST(FlagChoice, RunPicksTheModePerAssetFromABenchResult) {
   ASSERT_EQ(code, 0) << out;
   EXPECT_NE(out.find("[" + asset + "] batched_cfg off: on / off = "), std::string::npos) << out;
   // A result that never timed this path both ways: a clean error.
-  out = run_cli(common + " --path kernel_fusion", &code);
+  out = run_cli(base + " --path kernel_fusion", &code);
   EXPECT_EQ(code, 1) << out;
   EXPECT_NE(out.find("sparse3d: error: "), std::string::npos) << out;
   EXPECT_NE(out.find("no asset was timed both as kernel_fusion"), std::string::npos) << out;

@@ -1,5 +1,5 @@
 // Strict JSON: depth cap, duplicate keys, and typed getters that range-check before they
-// convert (RELIABILITY.md: 2^64 must not become 0).
+// convert (docs/RELIABILITY.md: 2^64 must not become 0).
 #include "io/json.h"
 
 #include <gtest/gtest.h>

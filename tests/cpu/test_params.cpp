@@ -10,7 +10,7 @@
 namespace s3d::model {
 namespace {
 
-// MODEL_SPEC.md: the released shape model has 1,292,253,728 parameters in 640 tensors.
+// docs/MODEL.md: the released shape model has 1,292,253,728 parameters in 640 tensors.
 TEST(Params, Shape1024MatchesTheReleasedCheckpoint) {
   ModelConfig c = preset("trellis2-shape-1024");
   auto specs = param_specs(c);

@@ -2,7 +2,7 @@
 payload manifest with a few assets, drawn from the FORMATS.md noise RNG (weights from
 torch.randn instead with --fast-rng, for the release shapes).
 
-The weights follow MODEL_SPEC.md's "scaled" initialisation, except that the layers the
+The weights follow docs/MODEL.md's "scaled" initialisation, except that the layers the
 original zero-initialises (adaLN, out_layer) and all biases get small random values, so
 that no branch of the model is invisible to a test. The engine makes its own checkpoints;
 these are for the oracle's self-test and for golden files when no engine-made fixture is

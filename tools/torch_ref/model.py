@@ -1,4 +1,4 @@
-"""PyTorch eager reference of TRELLIS.2's SLatFlowModel (../../shared/MODEL_SPEC.md).
+"""PyTorch eager reference of TRELLIS.2's SLatFlowModel (docs/MODEL.md).
 
 Written from the specification, rounding where the original rounds: the blocks run in
 the checkpoint's compute dtype (bf16) with their Linear layers in that dtype, while the

@@ -144,7 +144,7 @@ def test_strict_key_check():
     cfg = ModelConfig.from_args(fixtures.TINY_ARGS)
     sd = fixtures.random_state_dict(cfg)
     SLatFlowModel.check_state_dict(cfg, sd)
-    assert len(sd) == 8 + 2 + 21 * cfg.num_blocks       # MODEL_SPEC: 21 tensors per block
+    assert len(sd) == 8 + 2 + 21 * cfg.num_blocks       # docs/MODEL.md: 21 tensors per block
     bad = dict(sd)
     del bad["blocks.1.cross_attn.k_rms_norm.gamma"]
     bad["blocks.0.extra.weight"] = torch.zeros(3)
