@@ -42,8 +42,10 @@ start() {  # label
   local t0=$(date +%s.%N)
   $BIN/sparse3d run $ARGS --asset $SMALL --cache-dir $W/cache-start --out $W/start-$1 > "$OUT/start-$1.log" 2>&1
   local t1=$(date +%s.%N)
-  local req=$(grep -oE "set-up [0-9.]+ s \+ denoise loop [0-9.]+ s" "$OUT/start-$1.log" | awk '{print $2 + $6}')
-  summary+=("start $1: process $(python3 -c "print(round($t1 - $t0, 3))") s, request $req s")
+  local req=$(grep -oE "set-up [0-9.]+ s \+ denoise loop [0-9.]+ s" "$OUT/start-$1.log" | awk '{print $2 + $7}')
+  local load=$(grep -oE "on cuda in [0-9.]+ s" "$OUT/start-$1.log" | awk '{print $4}')
+  local null=$(grep -oE "(probed|verdict from the cache|qualified|cache), [0-9.]+ s" "$OUT/start-$1.log" | tr '\n' ' ')
+  summary+=("start $1: process $(python3 -c "print(round($t1 - $t0, 3))") s, request (set-up + loop) $req s, load $load s, null context: $null")
 }
 wait $suite
 summary+=("gpu suite: $(grep -E '^\[  PASSED  \]|^\[  FAILED  \]|tests ran' "$OUT/gpu_tests.log" | tr '\n' ' ')")

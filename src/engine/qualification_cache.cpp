@@ -127,11 +127,10 @@ io::Json QualificationCache::read_entries(bool report) {
   }
 }
 
-std::optional<model::Qualification> QualificationCache::find(
-    const contract::Fingerprint& fingerprint, const std::string& weights_hash,
-    const model::QualificationOptions& shapes) {
-  const io::Json fp = fingerprint.to_json(), sh = shapes_to_json(shapes);
-  const std::string key = key_of(fp, weights_hash, sh);
+std::optional<io::Json> QualificationCache::find_entry(const io::Json& fp,
+                                                      const std::string& weights,
+                                                      const io::Json& what) {
+  const std::string key = key_of(fp, weights, what);
   const io::Json entries = read_entries(true);
   if (entries.contains(key)) {
     const io::Json& e = entries.at(key);
@@ -140,27 +139,18 @@ std::optional<model::Qualification> QualificationCache::find(
                  "qualifying again"));
       return std::nullopt;
     }
-    if (e.value("fingerprint", io::Json()) != fp || e.value("weights", "") != weights_hash ||
-        e.value("shapes", io::Json()) != sh) {
+    if (e.value("fingerprint", io::Json()) != fp || e.value("weights", "") != weights ||
+        e.value("shapes", io::Json()) != what || !e.contains("result")) {
       refuse(cat("entry ", key, " does not describe this environment, checkpoint and shapes: "
                  "qualifying again"));
       return std::nullopt;
     }
-    try {
-      model::Qualification q = qualification_from_json(e.at("result"), "qualification cache entry " + key);
-      q.fingerprint = fingerprint;
-      q.options = shapes;
-      ++stats_.hits;
-      return q;
-    } catch (const Error& err) {
-      refuse(cat(err.what(), ": qualifying again"));
-      return std::nullopt;
-    }
+    return e.at("result");
   }
   for (auto it = entries.begin(); it != entries.end(); ++it) {
     const io::Json& e = it.value();
-    if (e.is_object() && e.value("weights", "") == weights_hash &&
-        e.value("shapes", io::Json()) == sh && e.value("fingerprint", io::Json()) != fp) {
+    if (e.is_object() && e.value("weights", "") == weights &&
+        e.value("shapes", io::Json()) == what && e.value("fingerprint", io::Json()) != fp) {
       refuse(cat("entry ", it.key(), " is stale: taken in another environment (",
                  differences(e.value("fingerprint", io::Json::object()), fp),
                  "): qualifying again"));
@@ -171,14 +161,11 @@ std::optional<model::Qualification> QualificationCache::find(
   return std::nullopt;
 }
 
-void QualificationCache::store(const model::Qualification& q, const std::string& weights_hash) {
-  const io::Json fp = q.fingerprint.to_json(), sh = shapes_to_json(q.options);
-  io::Json entry = {{"fingerprint", fp},
-                    {"weights", weights_hash},
-                    {"shapes", sh},
-                    {"result", qualification_to_json(q)}};
+void QualificationCache::store_entry(const io::Json& fp, const std::string& weights,
+                                     const io::Json& what, const io::Json& result) {
+  io::Json entry = {{"fingerprint", fp}, {"weights", weights}, {"shapes", what}, {"result", result}};
   entry["checksum"] = checksum_of(entry);
-  const std::string key = key_of(fp, weights_hash, sh);
+  const std::string key = key_of(fp, weights, what);
   ++stats_.stores;
   if (dir_.empty()) {
     memory_[key] = entry;
@@ -187,8 +174,8 @@ void QualificationCache::store(const model::Qualification& q, const std::string&
   // The file as it is now (another process may have added entries); stale twins dropped.
   io::Json entries = read_entries(false);
   for (auto it = entries.begin(); it != entries.end();) {
-    const bool twin = it.value().is_object() && it.value().value("weights", "") == weights_hash &&
-                      it.value().value("shapes", io::Json()) == sh;
+    const bool twin = it.value().is_object() && it.value().value("weights", "") == weights &&
+                      it.value().value("shapes", io::Json()) == what;
     it = twin ? entries.erase(it) : std::next(it);
   }
   entries[key] = entry;
@@ -200,6 +187,71 @@ void QualificationCache::store(const model::Qualification& q, const std::string&
   } catch (const std::exception& e) {
     if (log_) log_(cat("qualification cache: not saved (", e.what(), ")"));
   }
+}
+
+std::optional<model::Qualification> QualificationCache::find(
+    const contract::Fingerprint& fingerprint, const std::string& weights_hash,
+    const model::QualificationOptions& shapes) {
+  std::optional<io::Json> r = find_entry(fingerprint.to_json(), weights_hash, shapes_to_json(shapes));
+  if (!r) return std::nullopt;
+  try {
+    model::Qualification q = qualification_from_json(*r, "qualification cache entry");
+    q.fingerprint = fingerprint;
+    q.options = shapes;
+    ++stats_.hits;
+    return q;
+  } catch (const Error& err) {
+    refuse(cat(err.what(), ": qualifying again"));
+    return std::nullopt;
+  }
+}
+
+void QualificationCache::store(const model::Qualification& q, const std::string& weights_hash) {
+  store_entry(q.fingerprint.to_json(), weights_hash, shapes_to_json(q.options),
+              qualification_to_json(q));
+}
+
+namespace {
+
+io::Json probe_key(const model::NullContextOptions& p) {
+  return {{"probe", {{"context_tokens", p.context_tokens}, {"probe_queries", p.probe_queries},
+                     {"seed", p.seed}}}};
+}
+
+}  // namespace
+
+std::optional<model::Applicability> QualificationCache::find_probe(
+    const contract::Fingerprint& fingerprint, const std::string& weights_hash,
+    const model::NullContextOptions& probe) {
+  std::optional<io::Json> r = find_entry(fingerprint.to_json(), weights_hash, probe_key(probe));
+  if (!r) return std::nullopt;
+  try {
+    const std::string what = "qualification cache probe entry";
+    S3D_CHECK(r->is_object(), what, ": the result must be an object");
+    io::check_known_keys(*r, {"ok", "reason", "facts"}, what);
+    model::Applicability a;
+    a.ok = io::get_bool_or(*r, "ok", what, false);
+    a.reason = io::get_string_or(*r, "reason", what, "");
+    S3D_CHECK(r->contains("facts") && r->at("facts").is_array(), what, ": 'facts' must be a list");
+    for (const auto& f : r->at("facts")) {
+      S3D_CHECK(f.is_string(), what, ": every fact must be a string");
+      a.facts.push_back(f.get<std::string>());
+    }
+    S3D_CHECK(a.ok == a.reason.empty(), what, ": a verdict is ok exactly when it has no reason");
+    ++stats_.hits;
+    return a;
+  } catch (const Error& err) {
+    refuse(cat(err.what(), ": probing again"));
+    return std::nullopt;
+  }
+}
+
+void QualificationCache::store_probe(const contract::Fingerprint& fingerprint,
+                                     const std::string& weights_hash,
+                                     const model::NullContextOptions& probe,
+                                     const model::Applicability& verdict) {
+  store_entry(fingerprint.to_json(), weights_hash, probe_key(probe),
+              {{"ok", verdict.ok}, {"reason", verdict.reason}, {"facts", verdict.facts}});
 }
 
 }  // namespace s3d::engine

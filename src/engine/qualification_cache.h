@@ -13,6 +13,7 @@
 
 #include "contract/fingerprint.h"
 #include "io/json.h"
+#include "model/null_context.h"
 #include "model/null_context_qualify.h"
 
 namespace s3d::engine {
@@ -38,12 +39,25 @@ class QualificationCache {
                                            const model::QualificationOptions& shapes);
   void store(const model::Qualification& result, const std::string& weights_hash);
 
+  // The null-context probe's verdict for condition length L (the applicability rule's
+  // facts and checks), under the same rules.
+  std::optional<model::Applicability> find_probe(const contract::Fingerprint& fingerprint,
+                                                 const std::string& weights_hash,
+                                                 const model::NullContextOptions& probe);
+  void store_probe(const contract::Fingerprint& fingerprint, const std::string& weights_hash,
+                   const model::NullContextOptions& probe, const model::Applicability& verdict);
+
   const CacheStats& stats() const { return stats_; }
   std::string file() const;  // the cache file, or "" in memory
 
  private:
   // The file's entries ({} when absent; a corrupt file is refused, and counted if `report`).
   io::Json read_entries(bool report);
+  // The trusted result stored under (fingerprint, weights, what), or nothing.
+  std::optional<io::Json> find_entry(const io::Json& fingerprint, const std::string& weights,
+                                     const io::Json& what);
+  void store_entry(const io::Json& fingerprint, const std::string& weights, const io::Json& what,
+                   const io::Json& result);
   void refuse(const std::string& why);
 
   std::string dir_;

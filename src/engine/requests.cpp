@@ -1,5 +1,6 @@
 // Engine requests: sample(), forward(), warm_up() (include/sparse3d/engine.h).
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 
 #include "contract/fingerprint.h"
@@ -16,6 +17,10 @@ namespace {
 using s3d::Tensor;
 
 double gib(size_t bytes) { return bytes / (1024.0 * 1024.0 * 1024.0); }
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
 
 // Coordinates on the host (the request's layout is computed there once), checked.
 Tensor host_coords(const TensorView& view) {
@@ -138,10 +143,17 @@ void Engine::Impl::check_memory(int64_t tokens, int batch, int cond_tokens,
 const s3d::model::NullContext& Engine::Impl::null_context(int cond_tokens, int64_t tokens) {
   auto& nc = null_contexts[cond_tokens];
   if (!nc) {
+    const auto t0 = std::chrono::steady_clock::now();
     s3d::model::NullContextOptions o;
     o.context_tokens = cond_tokens;
+    const s3d::contract::Fingerprint& fp = s3d::contract::context_fingerprint();
+    const std::optional<s3d::model::Applicability> known =
+        cache.find_probe(fp, info.content_hash, o);
+    if (known) o.trusted = &*known;
     nc = std::make_unique<s3d::model::NullContext>(s3d::model::NullContext::build(*model, o));
-    log(nc->report());
+    if (!known) cache.store_probe(fp, info.content_hash, o, nc->applicability());
+    log(s3d::cat(nc->report(), "  (", known ? "verdict from the cache" : "probed", ", ",
+                 seconds_since(t0), " s)"));
   }
   if (!nc->applicability().ok || nc->qualified(tokens)) return *nc;
   s3d::model::QualificationOptions shapes;
@@ -151,6 +163,7 @@ const s3d::model::NullContext& Engine::Impl::null_context(int cond_tokens, int64
   std::optional<s3d::model::Qualification> q =
       cache.find(s3d::contract::context_fingerprint(), info.content_hash, shapes);
   std::string source = "cache";
+  const auto t0 = std::chrono::steady_clock::now();
   if (q) {
     q->weights_version = model->weights_version();
     s3d::model::restore_cached_rows(*model, nc->value_rows(), *q);
@@ -161,7 +174,7 @@ const s3d::model::NullContext& Engine::Impl::null_context(int cond_tokens, int64
     source = "qualified";
   }
   log(s3d::cat("null context L=", cond_tokens, " N=", tokens, ": ", q->summary(), " (", source,
-               ")"));
+               ", ", seconds_since(t0), " s)"));
   qualification_source[{cond_tokens, tokens}] = source;
   nc->add_qualification(tokens, std::move(*q));
   return *nc;

@@ -30,6 +30,24 @@ uint64_t name_seed(uint64_t seed, const std::string& name) {
   return splitmix64(fnv1a(name.data(), name.size(), 0xcbf29ce484222325ull) ^ seed);
 }
 
+// Every tensor of `specs`, read and converted on all cores (a released checkpoint is
+// gigabytes: its start-up is mostly this). The first failure is rethrown here.
+std::vector<Tensor> read_tensors(const io::SafetensorsFile& file, const std::vector<ParamSpec>& specs) {
+  std::vector<Tensor> host(specs.size());
+  std::string failure;
+#pragma omp parallel for schedule(dynamic)
+  for (size_t i = 0; i < specs.size(); ++i) {
+    try {
+      host[i] = file.load(specs[i].name, specs[i].runtime_dtype);
+    } catch (const std::exception& e) {
+#pragma omp critical
+      if (failure.empty()) failure = e.what();
+    }
+  }
+  if (!failure.empty()) fail(failure);
+  return host;
+}
+
 }  // namespace
 
 Checkpoint load_checkpoint(const std::string& json_path, Device device) {
@@ -69,12 +87,12 @@ Checkpoint load_checkpoint(const std::string& json_path, Device device) {
   S3D_CHECK(n_problems == 0, "checkpoint ", st_path, " does not match its config ", json_path,
             " (", n_problems, " problem", n_problems == 1 ? "" : "s", "):", problems.str());
 
+  const std::vector<Tensor> host = read_tensors(file, specs);
   uint64_t h = 0xcbf29ce484222325ull;
-  for (const auto& s : specs) {
-    Tensor host = file.load(s.name, s.runtime_dtype);
-    h = content_hash(s.name, h);
-    h = content_hash_parallel(host.data(), host.nbytes(), h);
-    ck.tensors[s.name] = device == Device::CPU ? host : host.to(device);
+  for (size_t i = 0; i < specs.size(); ++i) {
+    h = content_hash(specs[i].name, h);
+    h = content_hash_parallel(host[i].data(), host[i].nbytes(), h);
+    ck.tensors[specs[i].name] = device == Device::CPU ? host[i] : host[i].to(device);
   }
   ck.version = h;
   return ck;

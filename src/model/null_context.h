@@ -56,6 +56,10 @@ struct NullContextOptions {
   // model facts (dropout, joint attention) to exercise each refusal.
   std::function<void(int block, Tensor& kv)> condition_transform;
   std::function<void(NullContextFacts&)> adjust_facts;
+  // An applicability verdict taken earlier for this model, environment and L (the engine's
+  // cache): v0 is still computed from the weights (the same condition transform), but the
+  // row-by-row checks and the attention probe are not run again.
+  const Applicability* trusted = nullptr;
 };
 
 class NullContext {

@@ -135,6 +135,24 @@ TEST_F(QualificationCacheTest, ResultNamingAFailedCandidateIsRefused) {
   EXPECT_EQ(c.stats().refusals, 1u);
 }
 
+TEST_F(QualificationCacheTest, ProbeVerdictRoundTripsAndIsKeyedByL) {
+  const auto fp = fingerprint("NVIDIA H200");
+  model::NullContextOptions probe;
+  probe.context_tokens = 4101;
+  model::Applicability verdict;
+  verdict.ok = true;
+  verdict.facts = {"attention dropout: 0", "30 blocks probed"};
+  cache().store_probe(fp, "00000000000000aa", probe, verdict);
+  QualificationCache c = cache();
+  auto got = c.find_probe(fp, "00000000000000aa", probe);
+  ASSERT_TRUE(got.has_value()) << log;
+  EXPECT_TRUE(got->ok);
+  EXPECT_EQ(got->facts, verdict.facts);
+  probe.context_tokens = 1029;
+  EXPECT_FALSE(c.find_probe(fp, "00000000000000aa", probe).has_value());
+  EXPECT_FALSE(c.find_probe(fingerprint("NVIDIA A100"), "00000000000000aa", probe).has_value());
+}
+
 TEST_F(QualificationCacheTest, MemoryOnlyCacheWritesNoFile) {
   QualificationCache c("", nullptr);
   const auto fp = fingerprint("NVIDIA H200");
