@@ -73,7 +73,7 @@ Command add_bench(CLI::App& app) {
                   "Paths to compare every path with, besides the first (reduction and speedup)");
   return [a]() {
     bench::BenchOptions o = a->o;
-    o.sampler = sampler::SamplerOptions::of(a->sampler.resolve(), {});
+    o.sampler = sampler::SamplerOptions(a->sampler.resolve(), {});
     if (a->no_torch) o.torch_script.clear();
     if (!o.torch_script.empty())
       S3D_CHECK(std::filesystem::exists(o.torch_script), "--torch ", o.torch_script,

@@ -45,7 +45,7 @@ Tensor condition(const TensorView& view, int batch, int channels) {
 }
 
 s3d::sampler::SamplerOptions sampler_options(const SamplerSettings& s, const FlagSet& flags) {
-  s3d::sampler::SamplerOptions o = s3d::sampler::SamplerOptions::of(s, flags);
+  s3d::sampler::SamplerOptions o(s, flags);
   o.validate();
   return o;
 }

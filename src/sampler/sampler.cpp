@@ -73,29 +73,9 @@ SamplerOptions SamplerOptions::protocol() { return SamplerOptions{}; }
 
 void SamplerOptions::apply(const sparse3d::ExecutionPlan& plan) { flags = plan.flags(); }
 
-SamplerOptions SamplerOptions::of(const sparse3d::SamplerSettings& s,
-                                  const sparse3d::FlagSet& flags) {
-  SamplerOptions o;
-  o.steps = s.steps;
-  o.rescale_t = s.rescale_t;
-  o.guidance = s.guidance;
-  o.interval_lo = s.interval_lo;
-  o.interval_hi = s.interval_hi;
-  o.guidance_rescale = s.guidance_rescale;
-  o.sigma_min = s.sigma_min;
-  o.flags = flags;
-  return o;
-}
 
 SamplerOptions SamplerOptions::released() {
-  SamplerOptions o;
-  o.steps = 12;
-  o.guidance = 7.5;
-  o.interval_lo = 0.6;
-  o.interval_hi = 1.0;
-  o.guidance_rescale = 0.5;
-  o.rescale_t = 3.0;
-  return o;
+  return SamplerOptions(sparse3d::SamplerSettings::released(), {});
 }
 
 void SamplerOptions::validate() const {

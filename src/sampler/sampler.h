@@ -16,14 +16,14 @@
 
 namespace s3d::sampler {
 
-struct SamplerOptions {
-  int steps = 15;
-  double rescale_t = 3.0;
-  double guidance = 7.5;         // g; 1 = no unconditional forward
-  double interval_lo = 0.0;      // CFG only for t in [lo, hi]
-  double interval_hi = 1.0;
-  double guidance_rescale = 0.0; // rho
-  double sigma_min = 1e-5;
+// The public sampler settings (steps, rescale_t, guidance, interval, guidance rescale,
+// sigma_min; include/sparse3d/engine.h) plus what a request's loop needs besides. Default:
+// the benchmark protocol.
+struct SamplerOptions : sparse3d::SamplerSettings {
+  SamplerOptions() : sparse3d::SamplerSettings(sparse3d::SamplerSettings::protocol()) {}
+  SamplerOptions(const sparse3d::SamplerSettings& s, const sparse3d::FlagSet& f)
+      : sparse3d::SamplerSettings(s), flags(f) {}
+
   // The request's optimization flags (include/sparse3d/flags.h): batched CFG, the null
   // context (needs `null_context`), the condition K/V cache, step tables, CUDA graphs and
   // the fused kernels, which every forward of the request reads.
@@ -32,8 +32,6 @@ struct SamplerOptions {
 
   // Sets `flags` from an execution plan.
   void apply(const sparse3d::ExecutionPlan& plan);
-  // The public sampler settings (include/sparse3d/engine.h) with these flags.
-  static SamplerOptions of(const sparse3d::SamplerSettings& s, const sparse3d::FlagSet& flags);
 
   // DESIGN.md's benchmark protocol: 15 steps, rescale_t 3, g 7.5 on every step.
   static SamplerOptions protocol();
