@@ -33,9 +33,11 @@ PackedCopies pack_copies(const payload::Asset& asset, int copies, int64_t out_ch
     int32_t* rows = coords.data_as<int32_t>();
     for (int64_t t = 0; t < T; ++t) rows[4 * t] = c;
     p.cond.rows(c, c + 1).copy_from(asset.cond.reshape({1, L, C}));
-    const sparse3d::Array noise = sparse3d::draw_noise(asset.noise_seed, T, out_channels, c * per_copy);
+    const sparse3d::Array noise =
+        sparse3d::draw_noise(asset.noise_seed, T, out_channels, c * per_copy);
     std::memcpy(p.noise.rows(c * T, (c + 1) * T).data(), noise.view.data, noise.view.nbytes());
-    if (p.concat_cond.defined()) p.concat_cond.rows(c * T, (c + 1) * T).copy_from(asset.concat_cond);
+    if (p.concat_cond.defined())
+      p.concat_cond.rows(c * T, (c + 1) * T).copy_from(asset.concat_cond);
   }
   return p;
 }

@@ -25,12 +25,15 @@
 namespace sparse3d {
 namespace {
 
+using s3d::RowView;
+using s3d::Tensor;
 using s3d::engine::random_device;
 using s3d::engine::time_calls;
 
 EngineAccess::Impl& gpu_engine(Engine& engine, const char* what) {
   EngineAccess::Impl& impl = EngineAccess::of(engine);
-  S3D_CHECK(impl.device == Device::CUDA, what, " needs an engine on a CUDA GPU (this one runs on the CPU)");
+  S3D_CHECK(impl.device == Device::CUDA, what,
+            " needs an engine on a CUDA GPU (this one runs on the CPU)");
   return impl;
 }
 
@@ -39,10 +42,10 @@ EngineAccess::Impl& gpu_engine(Engine& engine, const char* what) {
 constexpr double kRotationBytes = 512.0 * (1 << 20);
 
 // Copies of `t` (same bytes) for the rotation.
-std::vector<s3d::Tensor> replicas(const s3d::Tensor& t, int n) {
-  std::vector<s3d::Tensor> out;
+std::vector<Tensor> replicas(const Tensor& t, int n) {
+  std::vector<Tensor> out;
   for (int i = 0; i < n; ++i) {
-    s3d::Tensor c = s3d::Tensor::empty(t.shape(), t.dtype(), Device::CUDA);
+    Tensor c = Tensor::empty(t.shape(), t.dtype(), Device::CUDA);
     c.copy_from(t);
     out.push_back(std::move(c));
   }
@@ -71,9 +74,9 @@ LibraryPeaks measure_library_peaks(Engine& engine, int64_t tokens) {
   const int64_t C = c.model_channels, hidden = c.mlp_hidden();
   const int64_t M = std::max<int64_t>(tokens, 4096);
   for (auto [K, N] : {std::pair<int64_t, int64_t>{C, hidden}, {hidden, C}}) {
-    s3d::Tensor x = random_device({M, K}, s3d::DType::BF16, 1), w = random_device({N, K}, s3d::DType::BF16, 2);
-    s3d::Tensor b = random_device({N}, s3d::DType::BF16, 3);
-    s3d::Tensor y = s3d::Tensor::empty({M, N}, s3d::DType::BF16, Device::CUDA);
+    Tensor x = random_device({M, K}, DType::BF16, 1), w = random_device({N, K}, DType::BF16, 2);
+    Tensor b = random_device({N}, DType::BF16, 3);
+    Tensor y = Tensor::empty({M, N}, DType::BF16, Device::CUDA);
     double s = time_calls([&](int) { s3d::gemm::linear(x, w, &b, y); }, 3, 20);
     double tflops = 2.0 * M * N * K / s / 1e12;
     if (tflops > p.gemm_tflops) {
@@ -83,14 +86,16 @@ LibraryPeaks measure_library_peaks(Engine& engine, int64_t tokens) {
   }
   const int H = c.num_heads, D = c.head_dim();
   const int64_t T = M;
-  s3d::Tensor qkv = random_device({T, 3 * H * D}, s3d::DType::BF16, 4);
-  s3d::Tensor out = s3d::Tensor::empty({T, int64_t(H) * D}, s3d::DType::BF16, Device::CUDA);
-  s3d::attention::SeqLayout layout = s3d::attention::make_seq_layout({static_cast<int32_t>(T)}, Device::CUDA);
+  Tensor qkv = random_device({T, 3 * H * D}, DType::BF16, 4);
+  Tensor out = Tensor::empty({T, int64_t(H) * D}, DType::BF16, Device::CUDA);
+  s3d::attention::SeqLayout layout =
+      s3d::attention::make_seq_layout({static_cast<int32_t>(T)}, Device::CUDA);
   const int64_t HD = int64_t(H) * D;
   double s = time_calls([&](int) {
-    s3d::attention::sdpa_varlen(s3d::RowView{qkv, 0, T, HD, 3 * HD}, layout, s3d::RowView{qkv, HD, T, HD, 3 * HD},
-                           s3d::RowView{qkv, 2 * HD, T, HD, 3 * HD}, layout, H, D,
-                           static_cast<float>(1.0 / std::sqrt(double(D))), out);
+    const RowView q{qkv, 0, T, HD, 3 * HD}, k{qkv, HD, T, HD, 3 * HD},
+        v{qkv, 2 * HD, T, HD, 3 * HD};
+    s3d::attention::sdpa_varlen(q, layout, k, v, layout, H, D,
+                                static_cast<float>(1.0 / std::sqrt(double(D))), out);
   }, 3, 10);
   p.attention_tflops = 4.0 * double(T) * T * H * D / s / 1e12;
   p.attention_shape = s3d::cat("bf16 self-attention T=", T, " H=", H, " D=", D);
@@ -103,9 +108,9 @@ KernelBandwidth measure_kernel_bandwidth(Engine& engine, const std::vector<int64
   std::lock_guard<std::mutex> lock(impl.mu);
   s3d::ContextScope scope(*impl.context);
   const s3d::model::ModelConfig& c = impl.model->config();
-  S3D_CHECK(!token_counts.empty(), "bench-kernels: no token count given");
+  S3D_CHECK(!token_counts.empty(), "measure_kernel_bandwidth: no token count given");
   for (int64_t t : token_counts)
-    S3D_CHECK(t >= 1, "bench-kernels: token counts must be >= 1, got ", t);
+    S3D_CHECK(t >= 1, "measure_kernel_bandwidth: token counts must be >= 1, got ", t);
   KernelBandwidth k;
 
   // The copy rate: 1 GiB device to device, bytes read + written.
@@ -125,22 +130,23 @@ KernelBandwidth measure_kernel_bandwidth(Engine& engine, const std::vector<int64
 
   const int H = c.num_heads, D = c.head_dim();
   const int64_t C = c.model_channels, hidden = c.mlp_hidden();
-  s3d::Tensor q_gamma = random_device({H, D}, s3d::DType::F32, 11, 0.2f);
-  s3d::Tensor k_gamma = random_device({H, D}, s3d::DType::F32, 12, 0.2f);
-  s3d::Tensor mod = random_device({1, 6 * C}, s3d::DType::BF16, 13, 0.3f);
-  const s3d::RowView shift = s3d::RowView::columns(mod, 0, C), scale = s3d::RowView::columns(mod, C, C),
-                gate = s3d::RowView::columns(mod, 2 * C, C);
+  Tensor q_gamma = random_device({H, D}, DType::F32, 11, 0.2f);
+  Tensor k_gamma = random_device({H, D}, DType::F32, 12, 0.2f);
+  Tensor mod = random_device({1, 6 * C}, DType::BF16, 13, 0.3f);
+  const RowView shift = RowView::columns(mod, 0, C), scale = RowView::columns(mod, C, C),
+                gate = RowView::columns(mod, 2 * C, C);
   for (const int64_t T : token_counts) {
     auto add = [&](const std::string& kernel, const std::string& role, double bytes, int sets,
                    const std::function<void(int)>& fn) {
       k.rows.push_back(KernelBandwidthRow{kernel, role, T, bytes, time_rotating(sets, fn)});
     };
-    s3d::Tensor batch_index = s3d::Tensor::zeros({T}, s3d::DType::I32, Device::CUDA);
-    s3d::Tensor cos = random_device({T, D / 2}, s3d::DType::F32, 14), sin = random_device({T, D / 2}, s3d::DType::F32, 15);
+    Tensor batch_index = Tensor::zeros({T}, DType::I32, Device::CUDA);
+    Tensor cos = random_device({T, D / 2}, DType::F32, 14);
+    Tensor sin = random_device({T, D / 2}, DType::F32, 15);
     {  // self-attention q/k: RMSNorm + RoPE in place in the packed QKV
       const double bytes = double(T) * (2 * C * 2 * 2) + double(T) * (D / 2) * 4 * 2;
       const int n = sets_for(bytes);
-      auto qkv = replicas(random_device({T, 3 * C}, s3d::DType::BF16, 16), n);
+      auto qkv = replicas(random_device({T, 3 * C}, DType::BF16, 16), n);
       add("qk_rmsnorm_rope_inplace", "fused", bytes, n, [&](int i) {
         s3d::kernels::fused::qk_rmsnorm_rope_inplace(qkv[i], H, D, &q_gamma, &k_gamma, &cos, &sin);
       });
@@ -148,15 +154,15 @@ KernelBandwidth measure_kernel_bandwidth(Engine& engine, const std::vector<int64
     {  // cross-attention q RMSNorm in place
       const double bytes = double(T) * C * 2 * 2;
       const int n = sets_for(bytes);
-      auto q = replicas(random_device({T, C}, s3d::DType::BF16, 17), n);
+      auto q = replicas(random_device({T, C}, DType::BF16, 17), n);
       add("head_rmsnorm_inplace (qk_rmsnorm_cross_inplace)", "fused", bytes, n,
           [&](int i) { s3d::kernels::fused::head_rmsnorm_inplace(q[i], q_gamma, H, D); });
     }
     {  // modulated LayerNorm, and the reference's LayerNorm alone (same traffic)
       const double bytes = double(T) * C * 2 * 2 + double(T) * 4;
       const int n = sets_for(bytes);
-      auto x = replicas(random_device({T, C}, s3d::DType::BF16, 18), n);
-      auto out = replicas(random_device({T, C}, s3d::DType::BF16, 19), n);
+      auto x = replicas(random_device({T, C}, DType::BF16, 18), n);
+      auto out = replicas(random_device({T, C}, DType::BF16, 19), n);
       add("modulated_layer_norm", "fused", bytes, n, [&](int i) {
         s3d::kernels::fused::modulated_layer_norm(x[i], shift, scale, batch_index, 1e-6f, out[i]);
       });
@@ -166,9 +172,9 @@ KernelBandwidth measure_kernel_bandwidth(Engine& engine, const std::vector<int64
     {  // gated residual
       const double bytes = double(T) * C * 2 * 3 + double(T) * 4;
       const int n = sets_for(bytes);
-      auto x = replicas(random_device({T, C}, s3d::DType::BF16, 20), n);
-      auto h = replicas(random_device({T, C}, s3d::DType::BF16, 21), n);
-      auto out = replicas(random_device({T, C}, s3d::DType::BF16, 22), n);
+      auto x = replicas(random_device({T, C}, DType::BF16, 20), n);
+      auto h = replicas(random_device({T, C}, DType::BF16, 21), n);
+      auto out = replicas(random_device({T, C}, DType::BF16, 22), n);
       add("gated_residual_add", "fused", bytes, n, [&](int i) {
         s3d::kernels::fused::gated_residual_add(x[i], h[i], gate, batch_index, out[i]);
       });
@@ -178,8 +184,8 @@ KernelBandwidth measure_kernel_bandwidth(Engine& engine, const std::vector<int64
     {  // GELU on the MLP hidden: the wide candidate and the reference kernel
       const double bytes = double(T) * hidden * 2 * 2;
       const int n = sets_for(bytes);
-      auto x = replicas(random_device({T, hidden}, s3d::DType::BF16, 23), n);
-      auto out = replicas(random_device({T, hidden}, s3d::DType::BF16, 24), n);
+      auto x = replicas(random_device({T, hidden}, DType::BF16, 23), n);
+      auto out = replicas(random_device({T, hidden}, DType::BF16, 24), n);
       add("gelu_tanh_wide (gelu_tanh candidate)", "fused", bytes, n,
           [&](int i) { s3d::kernels::fused::gelu_tanh_wide(x[i], out[i]); });
       add("gelu_tanh (reference op)", "reference", bytes, n,

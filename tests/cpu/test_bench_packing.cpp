@@ -1,11 +1,13 @@
 // The bench's multi-asset request (bench --batch K): K copies of one asset with their batch
 // indices renumbered, the conditions stacked, and each copy's noise from its own offset of
-// the asset's stream.
+// the asset's stream. And the result's fingerprint, read through the public Engine API.
 #include <gtest/gtest.h>
 
 #include <cstring>
 
+#include "bench/environment.h"
 #include "bench/packing.h"
+#include "contract/fingerprint.h"
 
 namespace s3d::bench {
 namespace {
@@ -63,6 +65,22 @@ TEST(BenchPacking, OneCopyIsTheAssetAndNoConcatStaysUndefined) {
   EXPECT_EQ(v.device, Device::CPU);
   EXPECT_EQ(v.data, p.cond.data());
   EXPECT_THROW(pack_copies(a, 0, 2), sparse3d::Error);
+}
+
+// The engine gives its fingerprint as text; the result file keeps the JSON types it had
+// when the bench read the fingerprint directly.
+TEST(BenchEnvironment, FingerprintKeepsItsJsonTypes) {
+  const io::Json j = fingerprint_json({{"has_gpu", "true"}, {"sm_count", "132"},
+                                       {"cuda_runtime", "13.0"}, {"gpu_name", "NVIDIA H200"},
+                                       {"nvidia_driver", "580.159.04"}, {"cudnn", "none"}});
+  EXPECT_EQ(j.dump(), R"({"cuda_runtime":"13.0","cudnn":"none","gpu_name":"NVIDIA H200",)"
+                      R"("has_gpu":true,"nvidia_driver":"580.159.04","sm_count":132})");
+  sparse3d::EngineOptions o;
+  o.device = sparse3d::DeviceChoice::CPU;
+  o.persist_qualification = false;
+  sparse3d::Engine e(std::string(SPARSE3D_TEST_DATA) + "/golden/inputs/tiny.json", o);
+  EXPECT_EQ(fingerprint_json(e), contract::environment_fingerprint().to_json());
+  EXPECT_EQ(utc_now().size(), 20u);
 }
 
 }  // namespace
