@@ -3,7 +3,8 @@
 # public headers include/sparse3d/*.h include only each other and the standard library.
 #
 # Input: SPARSE3D_SOURCE_DIR, SPARSE3D_LAYERS (the layers, bottom first) and, per layer,
-# SPARSE3D_LAYER_DEPS_<layer> (the layers it links). Two uses:
+# SPARSE3D_LAYER_DEPS_<layer> (the layers it links) and SPARSE3D_LAYER_OPAQUE_<layer> (TRUE:
+# layers above see it only through the public headers). Two uses:
 #  - include()d by CMakeLists.txt at configure time (the variables are set there);
 #  - cmake -DSPARSE3D_LAYERS_FILE=<build>/sparse3d_layers.cmake -P CheckLayers.cmake, the
 #    ctest test `layers`, which catches an include added after the last configure.
@@ -19,7 +20,9 @@ function(_sparse3d_layer_closure layer out)
   set(todo ${SPARSE3D_LAYER_DEPS_${layer}})
   while(todo)
     list(POP_FRONT todo dep)
-    if(NOT dep IN_LIST seen)
+    # An opaque layer (engine) is reached through the public headers only: neither its own
+    # headers nor those of the layers under it.
+    if(NOT dep IN_LIST seen AND NOT SPARSE3D_LAYER_OPAQUE_${dep})
       list(APPEND seen ${dep})
       list(APPEND todo ${SPARSE3D_LAYER_DEPS_${dep}})
     endif()

@@ -106,6 +106,7 @@ struct RequestStats {
   uint64_t launches = 0;        // kernels + library calls + graph replays
   uint64_t launches_before_loop = 0;
   std::map<std::string, uint64_t> launches_by_op;
+  std::map<std::string, uint64_t> launches_before_loop_by_op;  // the set-up's part of each
   size_t peak_device_bytes = 0;  // peak allocated during the request
   int graphs_captured = 0;
   double graph_capture_seconds = 0;
@@ -132,6 +133,11 @@ struct ForwardRequest {
   std::optional<FlagSet> flags;
   TensorView out;          // optional caller-owned f32 [T, out]
   void* cuda_stream = nullptr;
+  // As SampleRequest's; `stats`, when given, receives the forward's launches, profile and
+  // time (as loop_seconds; the request's set-up, layouts and uploads, is left out) and the
+  // call's peak device memory (`sparse3d profile`).
+  Profile profile = Profile::Off;
+  RequestStats* stats = nullptr;
 };
 
 struct ModelInfo {
@@ -141,12 +147,6 @@ struct ModelInfo {
   int resolution = 0, in_channels = 0, out_channels = 0, model_channels = 0;
   int cond_channels = 0, num_blocks = 0, num_heads = 0;
   int64_t parameters = 0;
-};
-
-struct FallbackCount {
-  std::string optimization;  // the flag that was refused
-  std::string reason;
-  uint64_t count = 0;
 };
 
 struct Counters {
@@ -210,11 +210,17 @@ class Engine {
 
  private:
   struct Impl;
+  friend struct EngineAccess;  // the library's own diagnostics (diagnostics.h) reach Impl
   std::unique_ptr<Impl> impl_;
 };
 
 // The engine's noise for `seed` (what SampleRequest draws when `noise` is empty): standard
-// normal f32 [rows, cols] on the host.
-Array draw_noise(uint64_t seed, int64_t rows, int64_t cols);
+// normal f32 [rows, cols] on the host, from element `offset` of the seed's stream on (a
+// second asset drawn from one seed, as the bench's packed copies are, starts past the first).
+Array draw_noise(uint64_t seed, int64_t rows, int64_t cols, uint64_t offset = 0);
+
+// The sampler's schedule t_0 = 1 > ... > t_steps = 0 (steps + 1 values), e.g. to know ahead
+// of a request on which steps CFG applies.
+std::vector<double> timesteps(const SamplerSettings& settings);
 
 }  // namespace sparse3d

@@ -113,4 +113,12 @@ class ExecutionPlan {
   FlagSet flags_;
 };
 
+// A fast path refused at run time, with why and how often (Engine::counters(); the bench's
+// result files). Here rather than in engine.h so that every layer counting them uses the type.
+struct FallbackCount {
+  std::string optimization;  // the refused flag's name (name(Flag)), e.g. null_context_cache
+  std::string reason;        // why, in words a user can act on
+  uint64_t count = 0;
+};
+
 }  // namespace sparse3d

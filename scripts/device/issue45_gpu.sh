@@ -12,7 +12,7 @@ $BIN/sparse3d info > "$OUT/fingerprint.txt"
 $BIN/sparse3d_gpu_tests --gtest_filter='-*FullCheckpoint*:EpilogueFullGpu.*' > "$OUT/gpu_tests.log" 2>&1
 echo "gpu tests exit $?: $(grep -E '^\[  PASSED  \]|^\[  FAILED  \]' "$OUT/gpu_tests.log" | tr '\n' ' ')"
 grep -E "^\[  FAILED|Failure" "$OUT/gpu_tests.log" | head -20
-$BIN/sparse3d bench-kernels --out "$OUT" --stem kernels > "$OUT/bench-kernels.log" 2>&1
+$BIN/sparse3d bench-kernels --checkpoint $W/shape.json --out "$OUT" --stem kernels > "$OUT/bench-kernels.log" 2>&1
 echo "bench-kernels exit $?"; grep -E "^\| |Copy" "$OUT/kernels.md"
 for p in pure_eager kernel_fusion; do
   $BIN/sparse3d profile --checkpoint $W/shape.json --manifest $W/pl/manifest.json --asset $SMALL \

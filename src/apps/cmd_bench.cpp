@@ -9,18 +9,17 @@
 
 #include "apps/commands.h"
 #include "apps/sampler_flags.h"
+#include "bench/environment.h"
 #include "bench/kernel_bandwidth.h"
+#include "bench/packing.h"
 #include "bench/report.h"
 #include "bench/result_io.h"
 #include "bench/runner.h"
-#include "core/cuda_util.h"
 #include "core/error.h"
-#include "core/profiler.h"
-#include "core/rng.h"
 #include "io/json.h"
-#include "model/checkpoint.h"
-#include "model/slat_flow.h"
 #include "payload/payload.h"
+#include "sparse3d/diagnostics.h"
+#include "sparse3d/engine.h"
 #include "sparse3d/flags.h"
 
 namespace s3d::apps {
@@ -54,7 +53,8 @@ Command add_bench(CLI::App& app) {
                   "CFG on every step)")
       ->capture_default_str();
   sub->add_option("--qualify-tokens", a->o.qualify_tokens,
-                  "Null-context qualification: tokens per CFG branch (default: the assets')");
+                  "Null-context qualification: tokens per CFG branch qualified ahead of the "
+                  "warm-up (the engine qualifies every asset's own on its first request)");
   sub->add_option("--qualify-m", a->o.qualify_m,
                   "Null-context qualification: candidate canonical M (default 1 64 128 256 512 "
                   "1024)");
@@ -73,7 +73,7 @@ Command add_bench(CLI::App& app) {
                   "Paths to compare every path with, besides the first (reduction and speedup)");
   return [a]() {
     bench::BenchOptions o = a->o;
-    o.sampler = sampler::SamplerOptions(a->sampler.resolve(), {});
+    o.sampler = a->sampler.resolve();
     if (a->no_torch) o.torch_script.clear();
     if (!o.torch_script.empty())
       S3D_CHECK(std::filesystem::exists(o.torch_script), "--torch ", o.torch_script,
@@ -98,13 +98,50 @@ Command add_bench(CLI::App& app) {
   };
 }
 
-Command add_profile(CLI::App& app) {
-  struct Args {
-    std::string checkpoint, manifest, asset, path = "pure_eager";
-    double t = 1.0;
-    bool uncond = false;
+namespace {
+
+struct ProfileArgs {
+  std::string checkpoint, manifest, asset, path = "pure_eager";
+  double t = 1.0;
+  bool uncond = false;
+};
+
+// The per-op table of one profiled forward (`sparse3d profile`), slowest op first.
+void print_profile(const ProfileArgs& a, const std::string& asset, const sparse3d::Engine& engine,
+                   int cond_tokens, const sparse3d::RequestStats& st, uint64_t before) {
+  std::vector<std::pair<std::string, sparse3d::OpTime>> rows(st.profile.begin(), st.profile.end());
+  rows.erase(std::remove_if(rows.begin(), rows.end(), [](const auto& r) { return r.second.calls == 0; }),
+             rows.end());
+  std::sort(rows.begin(), rows.end(),
+            [](const auto& x, const auto& y) { return x.second.seconds > y.second.seconds; });
+  double total = 0;
+  for (const auto& [op, v] : rows) total += v.seconds;
+  std::printf("one %s forward, %s, %s (%lld tokens, L = %d), t = %g, path %s\n",
+              a.uncond ? "unconditional" : "conditional", asset.c_str(),
+              engine.model().num_blocks == 30 ? "30 blocks" : "model",
+              static_cast<long long>(st.tokens), cond_tokens, a.t, st.plan.c_str());
+  std::printf("| op | launches | GPU ms | %% | mean us |\n|---|---:|---:|---:|---:|\n");
+  for (const auto& [op, v] : rows)
+    std::printf("| %s | %llu | %.3f | %.1f | %.1f |\n", op.c_str(),
+                static_cast<unsigned long long>(v.calls), v.seconds * 1e3,
+                100.0 * v.seconds / total, 1e6 * v.seconds / v.calls);
+  std::printf("| total | %llu | %.3f | 100.0 | |\n", static_cast<unsigned long long>(st.launches),
+              total * 1e3);
+  auto flops = [&](const char* k) {
+    const auto it = st.profile.find(k);
+    return it == st.profile.end() ? 0.0 : it->second.flops;
   };
-  auto a = std::make_shared<Args>();
+  std::printf("attention %.3f TFLOP, GEMM %.3f TFLOP in this forward\n", flops("attention") / 1e12,
+              flops("gemm") / 1e12);
+  std::printf("launches in the whole process: %llu (set-up and warm-up %llu + this forward %llu)\n",
+              static_cast<unsigned long long>(before + st.launches),
+              static_cast<unsigned long long>(before), static_cast<unsigned long long>(st.launches));
+}
+
+}  // namespace
+
+Command add_profile(CLI::App& app) {
+  auto a = std::make_shared<ProfileArgs>();
   auto* sub = app.add_subcommand(
       "profile", "Every kernel launched by one forward, grouped by op: count and GPU time");
   sub->add_option("--checkpoint", a->checkpoint, "NAME.json")->required();
@@ -116,75 +153,40 @@ Command add_profile(CLI::App& app) {
   sub->add_option("--t", a->t, "Timestep in [0, 1]")->capture_default_str();
   sub->add_flag("--uncond", a->uncond, "Profile the unconditional (zero-condition) forward");
   return [a]() {
-    S3D_CHECK(cuda_available(), "sparse3d profile needs a CUDA GPU (none found)");
     const sparse3d::ExecutionPlan plan = sparse3d::ExecutionPlan::parse(a->path);
-    cudaStream_t stream;
-    S3D_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    set_current_stream(stream);
-    model::SLatFlowModel m(model::load_checkpoint(a->checkpoint, Device::CUDA));
     payload::Manifest manifest = payload::read_manifest(a->manifest);
     const payload::ManifestEntry* entry = manifest.assets.empty() ? nullptr : &manifest.assets[0];
     for (const auto& e : manifest.assets)
       if (e.name == a->asset) entry = &e;
     S3D_CHECK(entry && (a->asset.empty() || entry->name == a->asset), "--asset ", a->asset,
               ": no such asset in ", a->manifest);
+    sparse3d::EngineOptions eo;
+    eo.device = sparse3d::DeviceChoice::CUDA;
+    eo.path = a->path;
+    sparse3d::Engine engine(a->checkpoint, eo);
     payload::Asset asset = payload::read_asset(manifest, *entry);
     const int64_t T = asset.coords.size(0);
-    model::Request req = m.prepare(asset.coords, 1, manifest.cond_tokens, asset.concat_cond);
-    req.flags = plan.flags();
-    Tensor x = Tensor::empty({T, m.config().out_channels}, DType::F32, Device::CPU);
-    normal_fill(asset.noise_seed, 0, static_cast<uint64_t>(x.numel()), x.data_as<float>());
-    x = x.to(Device::CUDA);
-    Tensor t = Tensor::from_floats({static_cast<float>(1000.0 * a->t)}, {1}, DType::F32).to(Device::CUDA);
-    Tensor cond = Tensor::empty({1, manifest.cond_tokens, manifest.cond_channels}, DType::BF16,
-                                Device::CUDA);
-    if (a->uncond) {
-      cond = Tensor::zeros(cond.shape(), DType::BF16, Device::CUDA);
-    } else {
-      Tensor c = asset.cond.reshape(cond.shape());
-      if (c.dtype() == DType::BF16) {
-        cond.copy_from(c);
-      } else {
-        cond = Tensor::from_floats(c.to_floats(), cond.shape(), DType::BF16).to(Device::CUDA);
-      }
-    }
-    m.forward(req, x, t, cond);  // warm-up: graphs, algorithms, allocator
-    synchronize();
-    // Everything launched so far (request set-up and the warm-up forward): the number to
-    // hold against an external count (ncu, CUPTI) of the whole process, which adds the
-    // measured forward below.
-    const uint64_t before = launch_counts().total;
-    reset_launch_counts();
-    profiler::start(profiler::Mode::Launches);
-    m.forward(req, x, t, cond);
-    auto totals = profiler::stop_and_collect();
-    LaunchCounts lc = launch_counts();
-
-    std::vector<std::pair<std::string, profiler::OpTotals>> rows(totals.begin(), totals.end());
-    rows.erase(std::remove_if(rows.begin(), rows.end(), [](const auto& r) { return r.second.calls == 0; }),
-               rows.end());
-    std::sort(rows.begin(), rows.end(),
-              [](const auto& x, const auto& y) { return x.second.seconds > y.second.seconds; });
-    double total = 0;
-    for (const auto& [op, v] : rows) total += v.seconds;
-    std::printf("one %s forward, %s, %s (%lld tokens, L = %d), t = %g, path %s\n",
-                a->uncond ? "unconditional" : "conditional", entry->name.c_str(),
-                m.config().num_blocks == 30 ? "30 blocks" : "model", static_cast<long long>(T),
-                manifest.cond_tokens, a->t, plan.label().c_str());
-    std::printf("| op | launches | GPU ms | %% | mean us |\n|---|---:|---:|---:|---:|\n");
-    for (const auto& [op, v] : rows)
-      std::printf("| %s | %llu | %.3f | %.1f | %.1f |\n", op.c_str(),
-                  static_cast<unsigned long long>(v.calls), v.seconds * 1e3,
-                  100.0 * v.seconds / total, 1e6 * v.seconds / v.calls);
-    std::printf("| total | %llu | %.3f | 100.0 | |\n", static_cast<unsigned long long>(lc.total),
-                total * 1e3);
-    auto flops = [&](const char* k) { return totals.count(k) ? totals[k].flops : 0.0; };
-    std::printf("attention %.3f TFLOP, GEMM %.3f TFLOP in this forward\n", flops("attention") / 1e12,
-                flops("gemm") / 1e12);
-    std::printf("launches in the whole process: %llu (set-up and warm-up %llu + this forward %llu)\n",
-                static_cast<unsigned long long>(before + lc.total),
-                static_cast<unsigned long long>(before), static_cast<unsigned long long>(lc.total));
-    set_current_stream(nullptr);
+    const sparse3d::Array x = sparse3d::draw_noise(asset.noise_seed, T, engine.model().out_channels);
+    Tensor t = Tensor::from_floats({static_cast<float>(1000.0 * a->t)}, {1}, DType::F32);
+    Tensor cond = asset.cond.reshape({1, asset.cond.size(0), asset.cond.size(1)});
+    if (a->uncond) cond = Tensor::zeros(cond.shape(), DType::BF16, Device::CPU);
+    sparse3d::ForwardRequest r;
+    r.x = x.view;
+    r.t = bench::view_of(t);
+    r.coords = bench::view_of(asset.coords);
+    r.cond = bench::view_of(cond);
+    if (asset.concat_cond.defined()) r.concat_cond = bench::view_of(asset.concat_cond);
+    r.flags = plan.flags();
+    engine.forward(r);  // warm-up: graphs, algorithms, allocator
+    sparse3d::RequestStats st;
+    r.profile = sparse3d::Profile::Launches;
+    r.stats = &st;
+    engine.forward(r);
+    // Everything else launched (load, both requests' set-up, the warm-up forward): with the
+    // measured forward, the number to hold against an external count (ncu, CUPTI) of the
+    // whole process.
+    const uint64_t before = engine.counters().launches - st.launches;
+    print_profile(*a, entry->name, engine, manifest.cond_tokens, st, before);
     return 0;
   };
 }
@@ -240,19 +242,28 @@ Command add_bench_report(CLI::App& app) {
 
 Command add_bench_kernels(CLI::App& app) {
   struct Args {
-    std::string preset = "trellis2-shape-1024", out = "bench/results", stem;
+    std::string checkpoint, out = "bench/results", stem;
     std::vector<int64_t> tokens = {3664, 30227};
   };
   auto a = std::make_shared<Args>();
   auto* sub = app.add_subcommand(
       "bench-kernels", "Achieved bandwidth of the fused kernels vs the GPU's copy bandwidth (GPU)");
-  sub->add_option("--preset", a->preset, "Model preset whose shapes are used")->capture_default_str();
+  sub->add_option("--checkpoint", a->checkpoint,
+                  "NAME.json whose model's shapes are used (its weights are not: any checkpoint "
+                  "of the shape, e.g. from `sparse3d make-checkpoint --preset "
+                  "trellis2-shape-1024`)")
+      ->required();
   sub->add_option("--tokens", a->tokens, "Token counts")->capture_default_str();
   sub->add_option("--out", a->out, "Folder for the report files")->capture_default_str();
   sub->add_option("--stem", a->stem, "File name stem (default kernels-<date>)");
   return [a]() {
-    const bench::KernelBandwidth k =
-        bench::measure_kernel_bandwidth(model::preset(a->preset), a->tokens);
+    sparse3d::EngineOptions eo;
+    eo.device = sparse3d::DeviceChoice::CUDA;
+    sparse3d::Engine engine(a->checkpoint, eo);
+    bench::KernelBandwidthReport k;
+    k.date = bench::utc_now();
+    k.fingerprint = bench::fingerprint_json(engine);
+    k.measured = sparse3d::measure_kernel_bandwidth(engine, a->tokens);
     const std::string stem = a->stem.empty() ? "kernels-" + k.date.substr(0, 10) : a->stem;
     std::filesystem::create_directories(a->out);
     const std::string md = bench::to_markdown(k);

@@ -11,17 +11,20 @@
 #include "apps/commands.h"
 #include "apps/engine_flags.h"
 #include "apps/sampler_flags.h"
+#include "bench/flag_choice.h"
+#include "bench/packing.h"
 #include "bench/result_io.h"
 #include "core/error.h"
 #include "core/tensor.h"
 #include "io/json.h"
 #include "io/safetensors.h"
 #include "payload/payload.h"
-#include "sampler/flag_choice.h"
 #include "sparse3d/engine.h"
 
 namespace s3d::apps {
 namespace {
+
+using bench::view_of;
 
 double gib(size_t bytes) { return bytes / (1024.0 * 1024.0 * 1024.0); }
 
@@ -39,7 +42,7 @@ struct RunArgs {
 struct AutoFlag {
   sparse3d::Flag flag;
   std::string file;
-  std::vector<sampler::FlagTimingPoint> points;
+  std::vector<bench::FlagTimingPoint> points;
 };
 
 std::vector<AutoFlag> auto_flags(const RunArgs& a, const sparse3d::ExecutionPlan& plan) {
@@ -63,7 +66,7 @@ sparse3d::FlagSet asset_flags(const sparse3d::Engine& engine, const std::vector<
                               const std::string& asset, int64_t tokens, int cond_tokens) {
   sparse3d::FlagSet flags = engine.plan().flags();
   for (const auto& f : autos) {
-    sampler::FlagChoice choice = sampler::choose_flag(f.flag, f.points, tokens);
+    bench::FlagChoice choice = bench::choose_flag(f.flag, f.points, tokens);
     if (f.flag == sparse3d::Flag::batched_cfg && choice.on) {
       sparse3d::FlagSet batched = flags;
       batched.set(sparse3d::Flag::batched_cfg);
@@ -91,15 +94,6 @@ std::vector<const payload::ManifestEntry*> selected(const payload::Manifest& m,
   if (a.assets.empty())
     for (const auto& e : m.assets) todo.push_back(&e);
   return todo;
-}
-
-sparse3d::TensorView view_of(const Tensor& t) {
-  sparse3d::TensorView v;
-  v.data = const_cast<void*>(t.data());
-  v.dtype = t.dtype();
-  v.device = t.device();
-  v.shape = t.shape();
-  return v;
 }
 
 Tensor host_tensor(const sparse3d::Array& a) {

@@ -7,6 +7,7 @@
 #include "bench/figures.h"
 #include "bench/svg.h"
 #include "core/error.h"
+#include "io/fallback_json.h"
 
 namespace s3d::bench {
 namespace {
@@ -49,7 +50,7 @@ io::Json raw_json(const BenchResult& r) {
   j["baselines"] = io::Json::array();
   for (const auto& b : r.baselines)
     j["baselines"].push_back({{"name", b.name}, {"ran", b.ran}, {"reason", b.reason}});
-  j["fallbacks"] = contract::fallbacks_to_json(r.fallbacks);
+  j["fallbacks"] = io::fallbacks_to_json(r.fallbacks);
   j["null_context"] = r.null_context;
   j["throughput"] = io::Json::array();
   for (const auto& t : r.throughput)

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "contract/fallback.h"
+#include "sparse3d/flags.h"
 #include "io/json.h"
 #include "sparse3d/flags.h"
 
@@ -90,9 +90,9 @@ struct BenchResult {
   Peaks peaks;
   Ablation ablation;               // empty flags = no ablation run
   std::vector<BaselineStatus> baselines;
-  // Fast paths refused during the run (contract/fallback.h), and the null-context start-up
+  // Fast paths refused during the run (Engine::counters()), and the null-context start-up
   // report (applicability, which M qualified and which failed); empty when not used.
-  std::vector<contract::FallbackCount> fallbacks;
+  std::vector<sparse3d::FallbackCount> fallbacks;
   std::string null_context;
   std::vector<ThroughputCell> throughput;  // empty unless bench --batch
 };

@@ -4,6 +4,7 @@
 
 #include "bench/stats.h"
 #include "core/error.h"
+#include "io/fallback_json.h"
 
 namespace s3d::bench {
 namespace {
@@ -70,7 +71,7 @@ BenchResult result_from_json(const io::Json& j, const std::string& what) {
       r.baselines.push_back(BaselineStatus{b.at("name").get<std::string>(), b.at("ran").get<bool>(),
                                            b.at("reason").get<std::string>()});
     // Absent in results written before null-context elimination.
-    if (j.contains("fallbacks")) r.fallbacks = contract::fallbacks_from_json(j.at("fallbacks"), what);
+    if (j.contains("fallbacks")) r.fallbacks = io::fallbacks_from_json(j.at("fallbacks"), what);
     r.null_context = j.value("null_context", std::string());
     // Absent in results written before multi-asset batching.
     if (j.contains("throughput"))
@@ -148,11 +149,11 @@ void add_baseline_timing(BenchResult& r, const io::Json& timing, const std::stri
   r.baselines.push_back(st);
 }
 
-std::vector<sampler::FlagTimingPoint> flag_timing_points(const BenchResult& r,
+std::vector<bench::FlagTimingPoint> flag_timing_points(const BenchResult& r,
                                                          const std::string& off_path,
                                                          const std::string& on_path,
                                                          const std::string& what) {
-  std::vector<sampler::FlagTimingPoint> points;
+  std::vector<bench::FlagTimingPoint> points;
   for (const auto& a : r.assets) {
     const Cell *off = nullptr, *on = nullptr;
     for (const auto& c : r.cells) {

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "bench/result.h"
-#include "sampler/flag_choice.h"
+#include "bench/flag_choice.h"
 #include "io/json.h"
 #include "sparse3d/flags.h"
 
@@ -29,10 +29,10 @@ sparse3d::ExecutionPlan plan_of_path(const std::string& path);
 void add_baseline_timing(BenchResult& r, const io::Json& timing, const std::string& name,
                          const std::string& what);
 
-// The timings sampler::choose_flag needs from one bench run: for every asset with cells of
+// The timings bench::choose_flag needs from one bench run: for every asset with cells of
 // both `off_path` and `on_path` (one flag apart), the two medians. Throws naming the labels
 // when the run timed no asset both ways.
-std::vector<sampler::FlagTimingPoint> flag_timing_points(const BenchResult& r,
+std::vector<bench::FlagTimingPoint> flag_timing_points(const BenchResult& r,
                                                          const std::string& off_path,
                                                          const std::string& on_path,
                                                          const std::string& what);

@@ -1,4 +1,5 @@
-// The measurement behind `sparse3d bench` (DESIGN.md "Benchmark protocol"): whole denoise
+// The measurement behind `sparse3d bench` (DESIGN.md "Benchmark protocol"), a client of the
+// public Engine API (include/sparse3d/) like any other: whole denoise
 // loops per (path, asset), warm-up first, repeats interleaved across paths and assets so
 // that drift hits all paths alike, one extra instrumented loop per cell for launches, peak
 // memory and the attention/GEMM split, the libraries' measured peaks for the ideal time,
@@ -10,7 +11,7 @@
 #include <vector>
 
 #include "bench/result.h"
-#include "sampler/sampler.h"
+#include "sparse3d/engine.h"
 
 namespace s3d::bench {
 
@@ -20,7 +21,7 @@ struct BenchOptions {
   std::vector<std::string> assets = {"default"};  // names, or a set: default | long-tail | all
   // Execution plan specs (sparse3d::ExecutionPlan::parse): a path, then +flag/-flag edits.
   std::vector<std::string> paths = {"pure_eager"};
-  sampler::SamplerOptions sampler;  // its flags come from each path's plan
+  sparse3d::SamplerSettings sampler;  // the flags come from each path's plan
   int warmup = 1;                   // one-step warm-up loops per (path, asset)
   int repeats = 3;
   bool ablate = false;              // leave-one-out over the last path's flags
@@ -36,8 +37,9 @@ struct BenchOptions {
   // Measured paths (labels) that the report also compares every path with.
   std::vector<std::string> also_compare;
   bool measure_peaks = true;
-  // Null-context qualification shapes (tokens per CFG branch; default: the assets' token
-  // counts) and candidate M (default: QualificationOptions's).
+  // Null-context qualification: the engine qualifies every token count a request uses on
+  // its first use (the warm-up loops); `qualify_tokens` adds shapes qualified ahead of them
+  // (Engine::warm_up). Candidate M: EngineOptions::qualify_m (empty: the engine's default).
   std::vector<int64_t> qualify_tokens;
   std::vector<int64_t> qualify_m;
   std::string torch_script;         // tools/torch_ref/run.py; empty: no external baseline

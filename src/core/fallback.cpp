@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "core/context.h"
+#include "core/error.h"
 
 namespace s3d {
 namespace {
@@ -43,6 +44,14 @@ void reset_fallbacks() {
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mu);
   r.counts.clear();
+}
+
+std::string format_fallbacks(const std::vector<FallbackCount>& counts) {
+  if (counts.empty()) return "  none\n";
+  std::string s;
+  for (const auto& c : counts)
+    s += cat("  ", c.optimization, ": ", c.reason, " (", c.count, "x)\n");
+  return s;
 }
 
 }  // namespace s3d

@@ -14,11 +14,7 @@
 
 namespace s3d {
 
-struct FallbackCount {
-  std::string optimization;  // the refused flag's name (sparse3d::name), e.g. null_context_cache
-  std::string reason;        // why, in words a user can act on
-  uint64_t count = 0;
-};
+using FallbackCount = sparse3d::FallbackCount;
 
 // Counts one fallback of `flag`; logs "fallback: FLAG: REASON" to stderr the first time the
 // key is seen in the current context. Thread-safe.
@@ -29,5 +25,8 @@ std::vector<FallbackCount> fallback_counts();
 
 // Forgets the current context's counters (and which keys were logged).
 void reset_fallbacks();
+
+// "  null_context_cache: no candidate M ... (3x)" per counter, or "  none"; for run and bench.
+std::string format_fallbacks(const std::vector<FallbackCount>& counts);
 
 }  // namespace s3d

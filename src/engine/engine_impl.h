@@ -52,6 +52,12 @@ struct Engine::Impl {
   void warm_up(const std::vector<int64_t>& token_counts, int cond_tokens);
 };
 
+// Engine::impl_ for the diagnostics (diagnostics.cpp), which are free functions.
+struct EngineAccess {
+  using Impl = Engine::Impl;
+  static Impl& of(Engine& e) { return *e.impl_; }
+};
+
 // Runs the engine's work on `stream` (or the engine's own) for the scope's lifetime.
 class StreamScope {
  public:

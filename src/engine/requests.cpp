@@ -1,6 +1,7 @@
 // Engine requests: sample(), forward(), warm_up() (include/sparse3d/engine.h).
 #include <algorithm>
 #include <chrono>
+#include <map>
 #include <cmath>
 
 #include "contract/fingerprint.h"
@@ -82,6 +83,18 @@ ExecutionPlan plan_with(const ExecutionPlan& base, const FlagSet& flags) {
   return p;
 }
 
+// Per op: the launches between two snapshots of the counters (ops with none left out).
+std::map<std::string, uint64_t> launch_delta(const s3d::LaunchCounts& before,
+                                             const s3d::LaunchCounts& after) {
+  std::map<std::string, uint64_t> d;
+  for (const auto& [op, n] : after.by_op) {
+    auto b = before.by_op.find(op);
+    const uint64_t k = n - (b == before.by_op.end() ? 0 : b->second);
+    if (k) d[op] = k;
+  }
+  return d;
+}
+
 void fill_stats(const s3d::sampler::Output& out, const s3d::LaunchCounts& before,
                 RequestStats& st) {
   const s3d::LaunchCounts after = s3d::launch_counts();
@@ -89,11 +102,8 @@ void fill_stats(const s3d::sampler::Output& out, const s3d::LaunchCounts& before
   st.loop_seconds = out.loop_seconds;
   st.launches = after.total - before.total;
   st.launches_before_loop = out.launches_before_loop.total - before.total;
-  for (const auto& [op, n] : after.by_op) {
-    auto b = before.by_op.find(op);
-    const uint64_t d = n - (b == before.by_op.end() ? 0 : b->second);
-    if (d) st.launches_by_op[op] = d;
-  }
+  st.launches_by_op = launch_delta(before, after);
+  st.launches_before_loop_by_op = launch_delta(before, out.launches_before_loop);
   st.graphs_captured = out.graphs_captured;
   st.graph_capture_seconds = out.graph_capture_seconds;
   st.graph_nodes = out.graph_nodes;
@@ -258,6 +268,7 @@ Array Engine::Impl::forward(const ForwardRequest& r) {
   FlagSet one_forward = flags;  // a forward is one batch, whatever the CFG mode
   one_forward.set(Flag::batched_cfg, false);
   check_memory(T, r.batch, static_cast<int>(cond_in.size(1)), one_forward);
+  if (device == Device::CUDA) s3d::DeviceAllocator::current().reset_peak();
   s3d::model::Request req =
       model->prepare(coords, r.batch, static_cast<int>(cond_in.size(1)), concat);
   req.flags = flags;
@@ -273,12 +284,31 @@ Array Engine::Impl::forward(const ForwardRequest& r) {
   } else {
     s3d::kernels::cast(cond_in.to(device), cond);
   }
-  Tensor v = model->forward(req, x, t_in.to(device), cond);
+  Tensor t = t_in.to(device);
+  // Stats and profile cover the forward itself, not the request's set-up above.
+  if (device == Device::CUDA) s3d::synchronize();
+  const s3d::LaunchCounts before = s3d::launch_counts();
+  const auto started = std::chrono::steady_clock::now();
+  s3d::profiler::start(profiler_mode(r.profile));
+  Tensor v = model->forward(req, x, t, cond);
   ++requests;
-  if (r.out.empty()) {
-    if (device == Device::CUDA) s3d::synchronize();
-    return array_of(v);
+  if (device == Device::CUDA) s3d::synchronize();
+  const auto totals = s3d::profiler::stop_and_collect();
+  if (r.stats) {
+    RequestStats& st = *r.stats;
+    st = RequestStats{};
+    for (const auto& [name, op] : totals) st.profile[name] = OpTime{op.calls, op.seconds, op.flops};
+    st.plan = plan_with(plan, flags).label();
+    st.tokens = T;
+    st.loop_seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    const s3d::LaunchCounts after = s3d::launch_counts();
+    st.launches = after.total - before.total;
+    st.launches_by_op = launch_delta(before, after);
+    if (device == Device::CUDA)
+      st.peak_device_bytes = s3d::DeviceAllocator::current().stats().peak_allocated_bytes;
   }
+  if (r.out.empty()) return array_of(v);
   copy_into_view(v, r.out, "out");
   Array a;
   a.view = r.out;

@@ -27,12 +27,17 @@ std::vector<float> Array::to_floats() const {
 
 const char* version() { return SPARSE3D_VERSION; }
 
-Array draw_noise(uint64_t seed, int64_t rows, int64_t cols) {
+Array draw_noise(uint64_t seed, int64_t rows, int64_t cols, uint64_t offset) {
   S3D_CHECK(rows >= 0 && cols >= 0, "draw_noise: shape [", rows, ", ", cols,
             "] has a negative dimension");
   s3d::Tensor t = s3d::Tensor::empty({rows, cols}, DType::F32, Device::CPU);
-  s3d::normal_fill(seed, 0, static_cast<uint64_t>(t.numel()), t.data_as<float>());
+  s3d::normal_fill(seed, offset, static_cast<uint64_t>(t.numel()), t.data_as<float>());
   return array_of(t);
+}
+
+std::vector<double> timesteps(const SamplerSettings& settings) {
+  S3D_CHECK(settings.steps >= 1, "timesteps: steps must be >= 1, got ", settings.steps);
+  return s3d::sampler::timesteps(settings.steps, settings.rescale_t);
 }
 
 s3d::Tensor borrow(const TensorView& v, const char* what) {

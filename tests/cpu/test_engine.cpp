@@ -108,6 +108,28 @@ TEST_F(EngineApi, ForwardIsTheFirstStepOfSample) {
   f.cond = view(in.cond);
   sparse3d::Array v = e.forward(f);
   EXPECT_TRUE(same_bytes(v, s.first_v_cond));
+  // With `stats`: the same values, and the stats filled (the CPU backend launches nothing).
+  sparse3d::RequestStats st;
+  st.launches = 12345;  // overwritten
+  f.stats = &st;
+  EXPECT_TRUE(same_bytes(e.forward(f), s.first_v_cond));
+  EXPECT_EQ(st.tokens, 61);
+  EXPECT_EQ(st.plan, "kernel_fusion");
+  EXPECT_NE(st.launches, 12345u);
+  EXPECT_GT(st.loop_seconds, 0.0);
+  uint64_t by_op = 0;
+  for (const auto& [op, n] : st.launches_by_op) by_op += n;
+  EXPECT_EQ(by_op, st.launches);
+}
+
+TEST_F(EngineApi, NoiseOffsetContinuesTheStream) {
+  // Rows 3.. of a draw from offset 0 are a draw from offset 3 x cols.
+  const sparse3d::Array all = sparse3d::draw_noise(5, 8, 4);
+  const sparse3d::Array tail = sparse3d::draw_noise(5, 5, 4, 12);
+  EXPECT_EQ(std::memcmp(static_cast<const float*>(all.view.data) + 12, tail.view.data,
+                        tail.view.nbytes()),
+            0);
+  EXPECT_EQ(sparse3d::timesteps(sparse3d::SamplerSettings::protocol()).size(), 16u);
 }
 
 TEST_F(EngineApi, CallbackSeesEveryStepAndTheLatent) {

@@ -15,15 +15,15 @@
 #include "model/checkpoint.h"
 #include "payload/generate.h"
 #include "payload/payload.h"
-#include "sampler/flag_choice.h"
+#include "bench/flag_choice.h"
 #include "io_test_util.h"
 
 namespace s3d {
 namespace {
 
 namespace fs = std::filesystem;
-using sampler::choose_flag;
-using sampler::FlagTimingPoint;
+using bench::choose_flag;
+using bench::FlagTimingPoint;
 using sparse3d::Flag;
 
 // Ratios on / off: 0.9 at 1,000 tokens, 1.1 at 100,000 (log-midpoint 10,000: 1.0).
@@ -156,25 +156,26 @@ TEST(FlagChoice, RunPicksTheModePerAssetFromABenchResult) {
   payload::generate_payloads(dir + "/pl", g);
   const payload::Manifest man = payload::read_manifest(dir + "/pl/manifest.json");
   const std::string asset = man.assets[0].name;
-  const std::string base = "run --device cpu --steps 2 --checkpoint " + dir +
-                           "/tiny.json --manifest " + dir + "/pl/manifest.json --asset " +
-                           asset + " --out " + dir + "/out --cfg-choice " + dir + "/b.json";
-  const std::string common = base + " --path pure_eager";
+  const std::string common = "run --device cpu --steps 2 --checkpoint " + dir +
+                             "/tiny.json --manifest " + dir + "/pl/manifest.json --asset " +
+                             asset + " --out " + dir + "/out --cfg-choice " + dir + "/b.json";
+  // The bench results below timed pure_eager with and without the flag.
+  const std::string pure = common + " --path pure_eager";
   int code = 0;
   // Measured faster batched at 20 tokens and slower at 100,000: batched at 40 tokens.
   std::ofstream(dir + "/b.json") << bench::to_json(two_modes(20)).dump();
-  std::string out = run_cli(common, &code);
+  std::string out = run_cli(pure, &code);
   ASSERT_EQ(code, 0) << out;
   EXPECT_NE(out.find("[" + asset + "] batched_cfg on: on / off = "), std::string::npos) << out;
   // Only slower batched: serial.
   bench::BenchResult slow = two_modes(20);
   slow.cells[1].loop_seconds = {1.5};
   std::ofstream(dir + "/b.json") << bench::to_json(slow).dump();
-  out = run_cli(common, &code);
+  out = run_cli(pure, &code);
   ASSERT_EQ(code, 0) << out;
   EXPECT_NE(out.find("[" + asset + "] batched_cfg off: on / off = "), std::string::npos) << out;
   // A result that never timed this path both ways: a clean error.
-  out = run_cli(base + " --path kernel_fusion", &code);
+  out = run_cli(common + " --path kernel_fusion", &code);
   EXPECT_EQ(code, 1) << out;
   EXPECT_NE(out.find("sparse3d: error: "), std::string::npos) << out;
   EXPECT_NE(out.find("no asset was timed both as kernel_fusion"), std::string::npos) << out;
@@ -185,7 +186,7 @@ TEST(FlagChoice, RunPicksTheModePerAssetFromABenchResult) {
   for (auto& c : graphs.cells)
     if (c.path == "pure_eager+batched_cfg") c.path = "pure_eager+cuda_graphs";
   std::ofstream(dir + "/g.json") << bench::to_json(graphs).dump();
-  out = run_cli(common + " --graph-choice " + dir + "/g.json", &code);
+  out = run_cli(pure + " --graph-choice " + dir + "/g.json", &code);
   ASSERT_EQ(code, 0) << out;
   EXPECT_NE(out.find("[" + asset + "] cuda_graphs on: on / off = "), std::string::npos) << out;
   EXPECT_NE(out.find("cuda_graphs: the CPU backend has no CUDA graphs"), std::string::npos) << out;

@@ -13,7 +13,7 @@
 
 #include "sparse3d/flags.h"
 
-namespace s3d::sampler {
+namespace s3d::bench {
 
 struct FlagTimingPoint {
   int64_t tokens = 0;
@@ -31,4 +31,4 @@ struct FlagChoice {
 FlagChoice choose_flag(sparse3d::Flag flag, std::vector<FlagTimingPoint> points,
                        int64_t tokens);
 
-}  // namespace s3d::sampler
+}  // namespace s3d::bench

@@ -1,11 +1,11 @@
-#include "sampler/flag_choice.h"
+#include "bench/flag_choice.h"
 
 #include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
 
-namespace s3d::sampler {
+namespace s3d::bench {
 
 FlagChoice choose_flag(sparse3d::Flag which, std::vector<FlagTimingPoint> points,
                        int64_t tokens) {
@@ -48,4 +48,4 @@ FlagChoice choose_flag(sparse3d::Flag which, std::vector<FlagTimingPoint> points
   return c;
 }
 
-}  // namespace s3d::sampler
+}  // namespace s3d::bench

@@ -1,4 +1,4 @@
-#include "bench/measure.h"
+#include "engine/measure.h"
 
 #include <cuda_runtime.h>
 
@@ -8,7 +8,7 @@
 #include "core/error.h"
 #include "core/rng.h"
 
-namespace s3d::bench {
+namespace s3d::engine {
 
 double time_calls(const std::function<void(int)>& fn, int warmup, int calls) {
   S3D_CHECK(calls >= 1, "time_calls: calls must be >= 1, got ", calls);
@@ -35,4 +35,4 @@ Tensor random_device(const Shape& shape, DType dtype, uint64_t seed, float scale
   return Tensor::from_floats(v, shape, dtype).to(Device::CUDA);
 }
 
-}  // namespace s3d::bench
+}  // namespace s3d::engine
