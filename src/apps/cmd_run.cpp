@@ -149,6 +149,9 @@ int64_t run_asset(sparse3d::Engine& engine, const RunArgs& a, const payload::Man
               e.name.c_str(), static_cast<long long>(T), out.stats.setup_seconds,
               out.stats.loop_seconds, static_cast<unsigned long long>(out.stats.launches),
               gib(out.stats.peak_device_bytes), static_cast<long long>(non_finite), path.c_str());
+  // For start-up measurements: when the latent reached its file (process start to first latent).
+  std::printf("[%s] written at unix time %.3f\n", e.name.c_str(),
+              std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
   return non_finite;
 }
 

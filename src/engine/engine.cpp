@@ -1,6 +1,7 @@
 // Engine: load, counters, fingerprint, qualification state (include/sparse3d/engine.h).
 // Requests are in requests.cpp.
 #include <cstdio>
+#include <thread>
 
 #include "contract/fallback.h"
 #include "contract/fingerprint.h"
@@ -51,6 +52,28 @@ ModelInfo model_info(const s3d::model::SLatFlowModel& m, const std::string& chec
   return i;
 }
 
+// Reads the checkpoint on the host while another thread starts CUDA on `device_index`.
+s3d::model::Checkpoint read_while_cuda_starts(const std::string& checkpoint, Device device,
+                                              int device_index) {
+  cudaError_t started = cudaSuccess;
+  std::thread cuda;
+  if (device == Device::CUDA)
+    cuda = std::thread([&] {
+      started = cudaSetDevice(device_index);
+      if (started == cudaSuccess) started = cudaFree(nullptr);  // creates the context
+    });
+  s3d::model::Checkpoint host;
+  try {
+    host = s3d::model::read_checkpoint(checkpoint);
+  } catch (...) {
+    if (cuda.joinable()) cuda.join();
+    throw;
+  }
+  if (cuda.joinable()) cuda.join();
+  S3D_CUDA_CHECK(started);
+  return host;
+}
+
 }  // namespace
 
 Engine::Impl::Impl(const std::string& checkpoint, EngineOptions opts)
@@ -71,18 +94,20 @@ Engine::Impl::Impl(const std::string& checkpoint, EngineOptions opts)
     S3D_CHECK(options.device_index >= 0 && options.device_index < count, "device_index ",
               options.device_index, " is not a CUDA device (", count, " found)");
   }
+  const s3d::model::ModelConfig cfg = s3d::model::read_config_file(checkpoint);
+  const int64_t params = s3d::model::parameter_count(cfg);
+  S3D_CHECK(device == Device::CUDA || params <= kCpuParameterLimit, "checkpoint ", checkpoint,
+            " has ", params, " parameters: the CPU backend is a reference for small models "
+            "(the tiny preset); run this checkpoint on a GPU");
+  // CUDA's start-up (the device's primary context) overlaps reading the checkpoint.
+  s3d::model::Checkpoint host = read_while_cuda_starts(checkpoint, device, options.device_index);
   context = std::make_unique<s3d::Context>(device == Device::CUDA ? options.device_index : -1);
   s3d::ContextScope scope(*context);
   if (device == Device::CUDA) {
     S3D_CUDA_CHECK(cudaStreamCreateWithFlags(&own_stream, cudaStreamNonBlocking));
     context->set_stream(own_stream);
   }
-  const s3d::model::ModelConfig cfg = s3d::model::read_config_file(checkpoint);
-  const int64_t params = s3d::model::parameter_count(cfg);
-  S3D_CHECK(device == Device::CUDA || params <= kCpuParameterLimit, "checkpoint ", checkpoint,
-            " has ", params, " parameters: the CPU backend is a reference for small models "
-            "(the tiny preset); run this checkpoint on a GPU");
-  model = std::make_unique<s3d::model::SLatFlowModel>(s3d::model::load_checkpoint(checkpoint, device));
+  model = std::make_unique<s3d::model::SLatFlowModel>(s3d::model::to_device(std::move(host), device));
   info = model_info(*model, checkpoint);
   if (device == Device::CUDA) s3d::synchronize();
 }

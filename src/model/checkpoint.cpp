@@ -51,6 +51,16 @@ std::vector<Tensor> read_tensors(const io::SafetensorsFile& file, const std::vec
 }  // namespace
 
 Checkpoint load_checkpoint(const std::string& json_path, Device device) {
+  return to_device(read_checkpoint(json_path), device);
+}
+
+Checkpoint to_device(Checkpoint ck, Device device) {
+  if (device == Device::CPU) return ck;
+  for (auto& [name, t] : ck.tensors) t = t.to(device);
+  return ck;
+}
+
+Checkpoint read_checkpoint(const std::string& json_path) {
   Checkpoint ck;
   ck.path = json_path;
   ck.config = read_config_file(json_path);
@@ -92,7 +102,7 @@ Checkpoint load_checkpoint(const std::string& json_path, Device device) {
   for (size_t i = 0; i < specs.size(); ++i) {
     h = content_hash(specs[i].name, h);
     h = content_hash_parallel(host[i].data(), host[i].nbytes(), h);
-    ck.tensors[specs[i].name] = device == Device::CPU ? host[i] : host[i].to(device);
+    ck.tensors[specs[i].name] = host[i];
   }
   ck.version = h;
   return ck;

@@ -21,6 +21,10 @@ struct Checkpoint {
 // one error lists every missing, unexpected and mis-shaped tensor. bf16, f16 and f32
 // files load; each tensor is converted to its run-time dtype and moved to `device`.
 Checkpoint load_checkpoint(const std::string& json_path, Device device);
+// The two halves of load_checkpoint: everything on the host (config, strict check, read,
+// convert, hash), then the upload. An engine overlaps the first with CUDA's start-up.
+Checkpoint read_checkpoint(const std::string& json_path);
+Checkpoint to_device(Checkpoint host, Device device);
 
 // Writes OUT.json and OUT.safetensors with deterministic synthetic weights (slat_flow_weights.h),
 // stored as `dtype` (bf16 like the released files, or f32).
