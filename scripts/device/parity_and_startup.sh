@@ -39,14 +39,17 @@ for path in $PARITY_PATHS; do
 done
 [ -n "$PARITY_PATHS" ] && check "beyond-released" "--asset $SMALL --path beyond --sampler released" "--asset $SMALL"
 # Start-up: process start to first latent, cold (empty qualification cache) then warm.
-start() {  # label
+start() {  # label [assets...]
+  local label=$1; shift
+  local assets=""; for x in ${@:-$SMALL}; do assets="$assets --asset $x"; done
+  set -- $label
   local t0=$(date +%s.%N)
-  $BIN/sparse3d run $ARGS --asset $SMALL --cache-dir $W/cache-start --out $W/start-$1 > "$OUT/start-$1.log" 2>&1
+  $BIN/sparse3d run $ARGS $assets --cache-dir $W/cache-start --out $W/start-$1 > "$OUT/start-$1.log" 2>&1
   local t1=$(date +%s.%N)
   local req=$(grep -oE "set-up [0-9.]+ s \+ denoise loop [0-9.]+ s" "$OUT/start-$1.log" | awk '{print $2 + $7}')
   local load=$(grep -oE "on cuda in [0-9.]+ s" "$OUT/start-$1.log" | awk '{print $4}')
   local null=$(grep -oE "(probed|verdict from the cache|qualified|cache), [0-9.]+ s" "$OUT/start-$1.log" | tr '\n' ' ')
-  local written=$(grep -oE "written at unix time [0-9.]+" "$OUT/start-$1.log" | awk '{print $5}')
+  local written=$(grep -oE "written at unix time [0-9.]+" "$OUT/start-$1.log" | head -1 | awk '{print $5}')
   summary+=("start $1: process start to first latent $(python3 -c "print(round($written - $t0, 3))") s (whole process $(python3 -c "print(round($t1 - $t0, 3))") s), request (set-up + loop) $req s, load $load s, null context: $null")
 }
 [ -n "$suite" ] && wait $suite && summary+=("gpu suite: $(grep -E '^\[  PASSED  \]|^\[  FAILED  \]|tests ran' "$OUT/gpu_tests.log" | tr '\n' ' ')")
@@ -55,6 +58,9 @@ rm -rf $W/cache-start
 start cold
 start warm
 start warm2
+SECOND=$(echo $DEFAULT_ASSETS | cut -d' ' -f2)
+start two-cold $SMALL $SECOND
+start two-warm $SMALL $SECOND
 [ -n "$suite" ] && grep -E 'FAILED|Failure' "$OUT/gpu_tests.log" | head -20
 (cd "$OUT" && tar -czf logs.tgz *.log && rm -f *.log)
 printf '%s\n' "${summary[@]}"

@@ -1,5 +1,6 @@
 // Engine: load, counters, fingerprint, qualification state (include/sparse3d/engine.h).
 // Requests are in requests.cpp.
+#include <chrono>
 #include <cstdio>
 #include <thread>
 
@@ -52,6 +53,10 @@ ModelInfo model_info(const s3d::model::SLatFlowModel& m, const std::string& chec
   return i;
 }
 
+double seconds(std::chrono::steady_clock::duration d) {
+  return std::chrono::duration<double>(d).count();
+}
+
 // Reads the checkpoint on the host while another thread starts CUDA on `device_index`.
 s3d::model::Checkpoint read_while_cuda_starts(const std::string& checkpoint, Device device,
                                               int device_index) {
@@ -100,7 +105,9 @@ Engine::Impl::Impl(const std::string& checkpoint, EngineOptions opts)
             " has ", params, " parameters: the CPU backend is a reference for small models "
             "(the tiny preset); run this checkpoint on a GPU");
   // CUDA's start-up (the device's primary context) overlaps reading the checkpoint.
+  const auto t0 = std::chrono::steady_clock::now();
   s3d::model::Checkpoint host = read_while_cuda_starts(checkpoint, device, options.device_index);
+  const auto t1 = std::chrono::steady_clock::now();
   context = std::make_unique<s3d::Context>(device == Device::CUDA ? options.device_index : -1);
   s3d::ContextScope scope(*context);
   if (device == Device::CUDA) {
@@ -108,6 +115,9 @@ Engine::Impl::Impl(const std::string& checkpoint, EngineOptions opts)
     context->set_stream(own_stream);
   }
   model = std::make_unique<s3d::model::SLatFlowModel>(s3d::model::to_device(std::move(host), device));
+  log(s3d::cat("checkpoint read and hashed in ", seconds(t1 - t0), " s (CUDA starting meanwhile), "
+               "on the ", device == Device::CUDA ? "GPU" : "CPU", " in ",
+               seconds(std::chrono::steady_clock::now() - t1), " s"));
   info = model_info(*model, checkpoint);
   if (device == Device::CUDA) s3d::synchronize();
 }

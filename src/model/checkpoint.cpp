@@ -1,9 +1,14 @@
 #include "model/checkpoint.h"
 
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
+#include "core/cuda_util.h"
 #include "core/error.h"
 #include "core/hash.h"
 #include "core/rng.h"
@@ -54,9 +59,63 @@ Checkpoint load_checkpoint(const std::string& json_path, Device device) {
   return to_device(read_checkpoint(json_path), device);
 }
 
+namespace {
+
+constexpr size_t kArenaAlign = 256;
+constexpr size_t kStageBytes = size_t(64) << 20;
+
+size_t aligned(size_t n) { return (n + kArenaAlign - 1) / kArenaAlign * kArenaAlign; }
+
+// Two pinned host buffers that take turns: one fills while the other's copy runs.
+struct Staging {
+  void* buf[2] = {nullptr, nullptr};
+  cudaEvent_t done[2] = {nullptr, nullptr};
+  int next = 0;
+  Staging() {
+    for (int i = 0; i < 2; ++i) {
+      S3D_CUDA_CHECK(cudaHostAlloc(&buf[i], kStageBytes, cudaHostAllocDefault));
+      S3D_CUDA_CHECK(cudaEventCreateWithFlags(&done[i], cudaEventDisableTiming));
+    }
+  }
+  ~Staging() {
+    for (int i = 0; i < 2; ++i) {
+      if (done[i]) cudaEventSynchronize(done[i]), cudaEventDestroy(done[i]);
+      if (buf[i]) cudaFreeHost(buf[i]);
+    }
+  }
+  void upload(void* dst, const void* src, size_t n) {
+    for (size_t off = 0; off < n; off += kStageBytes) {
+      const size_t len = std::min(kStageBytes, n - off);
+      S3D_CUDA_CHECK(cudaEventSynchronize(done[next]));
+      std::memcpy(buf[next], static_cast<const char*>(src) + off, len);
+      S3D_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(dst) + off, buf[next], len,
+                                     cudaMemcpyHostToDevice, current_stream()));
+      S3D_CUDA_CHECK(cudaEventRecord(done[next], current_stream()));
+      next ^= 1;
+    }
+  }
+};
+
+}  // namespace
+
+// One device allocation for every weight (hundreds of cudaMallocs and synchronised copies
+// cost more than the bytes), filled through pinned staging buffers.
 Checkpoint to_device(Checkpoint ck, Device device) {
   if (device == Device::CPU) return ck;
-  for (auto& [name, t] : ck.tensors) t = t.to(device);
+  size_t total = 0;
+  for (const auto& [name, t] : ck.tensors) total += aligned(t.nbytes());
+  ck.arena = Tensor::empty({static_cast<int64_t>(total / 2)}, DType::BF16, device);
+  auto* base = static_cast<char*>(ck.arena.data());
+  size_t offset = 0;
+  {
+    Staging staging;
+    for (auto& [name, t] : ck.tensors) {
+      staging.upload(base + offset, t.data(), t.nbytes());
+      t = Tensor::borrow(base + offset, t.shape(), t.dtype(), device);
+      offset += aligned(t.nbytes());
+    }
+  }
+  synchronize();
   return ck;
 }
 

@@ -15,6 +15,8 @@ struct Checkpoint {
   std::map<std::string, Tensor> tensors;  // by checkpoint name, run-time dtype, on `device`
   std::string path;                       // the .json it was read from
   uint64_t version = 0;  // content hash of the tensors read (a reload of other weights changes it)
+  // On a GPU: one allocation holding every tensor (`tensors` are views into it).
+  Tensor arena;
 };
 
 // NAME.json -> NAME.safetensors beside it. Keys are checked strictly against param_specs:
