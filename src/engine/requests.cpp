@@ -201,11 +201,12 @@ SampleResult Engine::Impl::sample(const SampleRequest& r) {
   const int64_t T = in.coords.size(0);
   in.cond = condition(r.cond, r.batch, cfg.cond_channels);
   if (!r.concat_cond.empty()) in.concat_cond = borrow(r.concat_cond, "concat_cond");
+  Array drawn;  // the seed's noise, alive for the whole request
   if (!r.noise.empty()) {
     in.noise = borrow(r.noise, "noise");
   } else {
-    Array n = draw_noise(r.seed, T, cfg.out_channels);
-    in.noise = borrow(n.view, "noise").to(Device::CPU);  // owns its copy past `n`
+    drawn = draw_noise(r.seed, T, cfg.out_channels);
+    in.noise = borrow(drawn.view, "noise");
   }
   const FlagSet flags = flags_for(r.flags);
   s3d::sampler::SamplerOptions o = sampler_options(r.sampler, flags);
