@@ -1,8 +1,6 @@
 #include "core/hash.h"
 
-#include <algorithm>
 #include <cstring>
-#include <vector>
 
 #include "core/rng.h"
 
@@ -38,19 +36,6 @@ uint64_t content_hash(const void* data, size_t n, uint64_t seed) {
 
 uint64_t content_hash(const std::string& text, uint64_t seed) {
   return content_hash(text.data(), text.size(), seed);
-}
-
-uint64_t content_hash_parallel(const void* data, size_t n, uint64_t seed) {
-  constexpr size_t kPiece = size_t(4) << 20;
-  const auto* p = static_cast<const unsigned char*>(data);
-  const int64_t pieces = static_cast<int64_t>((n + kPiece - 1) / kPiece);
-  std::vector<uint64_t> h(static_cast<size_t>(pieces));
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < pieces; ++i) {
-    const size_t begin = static_cast<size_t>(i) * kPiece;
-    h[static_cast<size_t>(i)] = content_hash(p + begin, std::min(kPiece, n - begin), seed);
-  }
-  return content_hash(h.data(), h.size() * sizeof(uint64_t), seed ^ n);
 }
 
 std::string hex16(uint64_t value) {

@@ -13,10 +13,6 @@ namespace s3d {
 // Hash of n bytes, continuing from `seed` (pass a previous result to chain pieces).
 uint64_t content_hash(const void* data, size_t n, uint64_t seed = 0);
 uint64_t content_hash(const std::string& text, uint64_t seed = 0);
-// The same kind of hash for large buffers (a checkpoint's tensors): 4 MiB pieces hashed on
-// all cores, then the pieces' hashes hashed in order. The value does not depend on the
-// number of threads (it differs from content_hash's for the same bytes).
-uint64_t content_hash_parallel(const void* data, size_t n, uint64_t seed = 0);
 
 // 16 lowercase hex digits.
 std::string hex16(uint64_t value);

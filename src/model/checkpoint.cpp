@@ -37,13 +37,17 @@ uint64_t name_seed(uint64_t seed, const std::string& name) {
 
 // Every tensor of `specs`, read and converted on all cores (a released checkpoint is
 // gigabytes: its start-up is mostly this). The first failure is rethrown here.
-std::vector<Tensor> read_tensors(const io::SafetensorsFile& file, const std::vector<ParamSpec>& specs) {
+// Each tensor is hashed by the thread that read it, while its bytes are still close.
+std::vector<Tensor> read_tensors(const io::SafetensorsFile& file, const std::vector<ParamSpec>& specs,
+                                 std::vector<uint64_t>& hashes) {
   std::vector<Tensor> host(specs.size());
+  hashes.assign(specs.size(), 0);
   std::string failure;
 #pragma omp parallel for schedule(dynamic)
   for (size_t i = 0; i < specs.size(); ++i) {
     try {
       host[i] = file.load(specs[i].name, specs[i].runtime_dtype);
+      hashes[i] = content_hash(host[i].data(), host[i].nbytes());
     } catch (const std::exception& e) {
 #pragma omp critical
       if (failure.empty()) failure = e.what();
@@ -168,11 +172,12 @@ Checkpoint read_checkpoint(const std::string& json_path) {
   S3D_CHECK(n_problems == 0, "checkpoint ", st_path, " does not match its config ", json_path,
             " (", n_problems, " problem", n_problems == 1 ? "" : "s", "):", problems.str());
 
-  const std::vector<Tensor> host = read_tensors(file, specs);
+  std::vector<uint64_t> hashes;
+  const std::vector<Tensor> host = read_tensors(file, specs, hashes);
   uint64_t h = 0xcbf29ce484222325ull;
   for (size_t i = 0; i < specs.size(); ++i) {
     h = content_hash(specs[i].name, h);
-    h = content_hash_parallel(host[i].data(), host[i].nbytes(), h);
+    h = content_hash(&hashes[i], sizeof hashes[i], h);
     ck.tensors[specs[i].name] = host[i];
   }
   ck.version = h;
