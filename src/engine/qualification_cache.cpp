@@ -96,6 +96,21 @@ model::Qualification qualification_from_json(const io::Json& j, const std::strin
   return q;
 }
 
+model::Applicability applicability_from_json(const io::Json& j, const std::string& what) {
+  S3D_CHECK(j.is_object(), what, ": the result must be an object");
+  io::check_known_keys(j, {"ok", "reason", "facts"}, what);
+  model::Applicability a;
+  a.ok = io::get_bool_or(j, "ok", what, false);
+  a.reason = io::get_string_or(j, "reason", what, "");
+  S3D_CHECK(j.contains("facts") && j.at("facts").is_array(), what, ": 'facts' must be a list");
+  for (const auto& f : j.at("facts")) {
+    S3D_CHECK(f.is_string(), what, ": every fact must be a string");
+    a.facts.push_back(f.get<std::string>());
+  }
+  S3D_CHECK(a.ok == a.reason.empty(), what, ": a verdict is ok exactly when it has no reason");
+  return a;
+}
+
 QualificationCache::QualificationCache(std::string dir, Log log)
     : dir_(std::move(dir)), log_(std::move(log)) {}
 
@@ -192,18 +207,15 @@ void QualificationCache::store_entry(const io::Json& fp, const std::string& weig
 std::optional<model::Qualification> QualificationCache::find(
     const contract::Fingerprint& fingerprint, const std::string& weights_hash,
     const model::QualificationOptions& shapes) {
-  std::optional<io::Json> r = find_entry(fingerprint.to_json(), weights_hash, shapes_to_json(shapes));
-  if (!r) return std::nullopt;
-  try {
-    model::Qualification q = qualification_from_json(*r, "qualification cache entry");
-    q.fingerprint = fingerprint;
-    q.options = shapes;
-    ++stats_.hits;
-    return q;
-  } catch (const Error& err) {
-    refuse(cat(err.what(), ": qualifying again"));
-    return std::nullopt;
+  std::optional<model::Qualification> q = parse_hit(
+      find_entry(fingerprint.to_json(), weights_hash, shapes_to_json(shapes)),
+      [](const io::Json& r) { return qualification_from_json(r, "qualification cache entry"); },
+      "qualifying again");
+  if (q) {
+    q->fingerprint = fingerprint;
+    q->options = shapes;
   }
+  return q;
 }
 
 void QualificationCache::store(const model::Qualification& q, const std::string& weights_hash) {
@@ -223,27 +235,11 @@ io::Json probe_key(const model::NullContextOptions& p) {
 std::optional<model::Applicability> QualificationCache::find_probe(
     const contract::Fingerprint& fingerprint, const std::string& weights_hash,
     const model::NullContextOptions& probe) {
-  std::optional<io::Json> r = find_entry(fingerprint.to_json(), weights_hash, probe_key(probe));
-  if (!r) return std::nullopt;
-  try {
-    const std::string what = "qualification cache probe entry";
-    S3D_CHECK(r->is_object(), what, ": the result must be an object");
-    io::check_known_keys(*r, {"ok", "reason", "facts"}, what);
-    model::Applicability a;
-    a.ok = io::get_bool_or(*r, "ok", what, false);
-    a.reason = io::get_string_or(*r, "reason", what, "");
-    S3D_CHECK(r->contains("facts") && r->at("facts").is_array(), what, ": 'facts' must be a list");
-    for (const auto& f : r->at("facts")) {
-      S3D_CHECK(f.is_string(), what, ": every fact must be a string");
-      a.facts.push_back(f.get<std::string>());
-    }
-    S3D_CHECK(a.ok == a.reason.empty(), what, ": a verdict is ok exactly when it has no reason");
-    ++stats_.hits;
-    return a;
-  } catch (const Error& err) {
-    refuse(cat(err.what(), ": probing again"));
-    return std::nullopt;
-  }
+  return parse_hit(find_entry(fingerprint.to_json(), weights_hash, probe_key(probe)),
+                   [](const io::Json& r) {
+                     return applicability_from_json(r, "qualification cache probe entry");
+                   },
+                   "probing again");
 }
 
 void QualificationCache::store_probe(const contract::Fingerprint& fingerprint,

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "contract/fingerprint.h"
+#include "core/error.h"
 #include "io/json.h"
 #include "model/null_context.h"
 #include "model/null_context_qualify.h"
@@ -58,6 +59,21 @@ class QualificationCache {
                                      const io::Json& what);
   void store_entry(const io::Json& fingerprint, const std::string& weights, const io::Json& what,
                    const io::Json& result);
+  // A found entry's result parsed strictly: a hit, or a refusal ("...: `again`") when it
+  // does not parse.
+  template <class Parse>
+  auto parse_hit(const std::optional<io::Json>& result, Parse parse, const char* again)
+      -> std::optional<decltype(parse(*result))> {
+    if (!result) return std::nullopt;
+    try {
+      auto value = parse(*result);
+      ++stats_.hits;
+      return value;
+    } catch (const Error& err) {
+      refuse(cat(err.what(), ": ", again));
+      return std::nullopt;
+    }
+  }
   void refuse(const std::string& why);
 
   std::string dir_;
@@ -73,6 +89,7 @@ std::string default_cache_dir();
 // Serialisation of what a qualification decided (no tensors), for the cache and tests.
 io::Json qualification_to_json(const model::Qualification& q);
 model::Qualification qualification_from_json(const io::Json& j, const std::string& what);
+model::Applicability applicability_from_json(const io::Json& j, const std::string& what);
 io::Json shapes_to_json(const model::QualificationOptions& o);
 
 }  // namespace s3d::engine
