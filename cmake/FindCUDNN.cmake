@@ -11,7 +11,7 @@
 if(NOT CUDAToolkit_FOUND)
   find_package(CUDAToolkit QUIET)
 endif()
-find_library(CUDNN_LIBRARY cudnn HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/local/lib)
+find_library(CUDNN_LIBRARY NAMES cudnn libcudnn.so.9 HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/local/lib)
 find_path(CUDNN_INCLUDE_DIR cudnn.h HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/local/include)
 mark_as_advanced(CUDNN_LIBRARY CUDNN_INCLUDE_DIR)
 

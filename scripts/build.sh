@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Configures and builds everything (library, sparse3d, CPU and GPU test executables) into
+# Configures and builds everything (library, sparse3d, CPU and GPU test executables, the
+# Python module when nanobind is installed) into
 # build/ (or $BUILD_DIR). Extra arguments go to cmake's configure step.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,5 +13,8 @@ if command -v ccache >/dev/null; then
   export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD}
   launch=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
 fi
-cmake -S . -B "$BUILD_DIR" "${gen[@]}" "${launch[@]}" -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
+# The Python module (build/python/sparse3d) wherever nanobind is installed (setup.sh does).
+py=()
+python3 -c "import nanobind" >/dev/null 2>&1 && py=(-DSPARSE3D_BUILD_PYTHON=ON -DPython_EXECUTABLE="$(command -v python3)")
+cmake -S . -B "$BUILD_DIR" "${gen[@]}" "${launch[@]}" "${py[@]}" -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
 cmake --build "$BUILD_DIR" -j "${BUILD_JOBS:-$(nproc)}"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what sparse3d builds with, on a fresh Debian/Ubuntu machine with the CUDA 13
-# toolkit: Debian packages (GoogleTest, nlohmann-json, CLI11, CMake, Ninja) and the
-# header-only cudnn-frontend from PyPI into .deps/ (git-ignored; carried to the GPU machine).
+# toolkit: Debian packages (GoogleTest, nlohmann-json, CLI11, CMake, Ninja), nanobind,
+# pytest and NumPy from PyPI (the Python module and its tests), and the header-only
+# cudnn-frontend from PyPI into .deps/ (git-ignored; carried to the GPU machine).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -27,6 +28,12 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 
 command -v nvcc >/dev/null || { echo "setup: nvcc not found: install the CUDA 13 toolkit" >&2; exit 1; }
+
+# The Python module (nanobind) and its tests (pytest, NumPy), from PyPI into this python3.
+if ! python3 -c "import nanobind, pytest, numpy" >/dev/null 2>&1; then
+  echo "setup: installing nanobind, pytest and numpy for $(python3 --version)"
+  python3 -m pip install -q --disable-pip-version-check "nanobind>=2.4" pytest numpy
+fi
 
 if [ ! -f .deps/cudnn_frontend/include/cudnn_frontend.h ]; then
   echo "setup: fetching cudnn-frontend ${CUDNN_FRONTEND_VERSION} headers into .deps/"

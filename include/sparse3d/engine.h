@@ -89,7 +89,10 @@ struct SampleRequest {
   StepCallback on_step;
   bool keep_first_forward = false;  // also return step 1's v_cond and v_uncond
   Profile profile = Profile::Off;
-  void* cuda_stream = nullptr;      // run on this cudaStream_t; null: the engine's own
+  // Run on this cudaStream_t; null: the engine's own. cudaStreamLegacy or
+  // cudaStreamPerThread (a default stream, e.g. PyTorch's): the engine's own stream, ordered
+  // after the work already queued there and before the work queued after the call.
+  void* cuda_stream = nullptr;
 };
 
 struct OpTime {
@@ -175,10 +178,21 @@ struct QualificationState {
   std::vector<Shape> shapes;
 };
 
+// A checkpoint held in memory, e.g. the state dict of the PyTorch module an Engine replaces:
+// the NAME.json text and every tensor by its checkpoint name (bf16 or f32, host or device).
+// The views need to stay valid only during the constructor, which copies them.
+struct InMemoryCheckpoint {
+  std::string config_json;
+  std::vector<std::pair<std::string, TensorView>> tensors;
+  std::string name = "in-memory checkpoint";  // how messages and ModelInfo name it
+};
+
 class Engine {
  public:
   // Loads NAME.json + NAME.safetensors (strict: names, shapes, finite values).
   explicit Engine(const std::string& checkpoint_json, EngineOptions options = {});
+  // The same from memory: the same checks, conversions and content hash as the file.
+  explicit Engine(const InMemoryCheckpoint& checkpoint, EngineOptions options = {});
   ~Engine();
   Engine(Engine&&) noexcept;
   Engine& operator=(Engine&&) noexcept;

@@ -11,7 +11,9 @@
 #include "core/error.h"
 #include "core/hash.h"
 #include "engine/engine_impl.h"
+#include "io/json.h"
 #include "model/checkpoint.h"
+#include "model/config.h"
 #include "model/slat_flow_weights.h"
 
 namespace sparse3d {
@@ -58,8 +60,8 @@ double seconds(std::chrono::steady_clock::duration d) {
 }
 
 // Reads the checkpoint on the host while another thread starts CUDA on `device_index`.
-s3d::model::Checkpoint read_while_cuda_starts(const std::string& checkpoint, Device device,
-                                              int device_index) {
+s3d::model::Checkpoint read_while_cuda_starts(const std::function<s3d::model::Checkpoint()>& read,
+                                              Device device, int device_index) {
   cudaError_t started = cudaSuccess;
   std::thread cuda;
   if (device == Device::CUDA)
@@ -69,7 +71,7 @@ s3d::model::Checkpoint read_while_cuda_starts(const std::string& checkpoint, Dev
     });
   s3d::model::Checkpoint host;
   try {
-    host = s3d::model::read_checkpoint(checkpoint);
+    host = read();
   } catch (...) {
     if (cuda.joinable()) cuda.join();
     throw;
@@ -81,7 +83,8 @@ s3d::model::Checkpoint read_while_cuda_starts(const std::string& checkpoint, Dev
 
 }  // namespace
 
-Engine::Impl::Impl(const std::string& checkpoint, EngineOptions opts)
+Engine::Impl::Impl(const std::string& checkpoint,
+                   const std::function<s3d::model::Checkpoint()>& read, EngineOptions opts)
     : options(std::move(opts)),
       device(choose_device(options.device)),
       plan(plan_of(options, device)),
@@ -99,14 +102,9 @@ Engine::Impl::Impl(const std::string& checkpoint, EngineOptions opts)
     S3D_CHECK(options.device_index >= 0 && options.device_index < count, "device_index ",
               options.device_index, " is not a CUDA device (", count, " found)");
   }
-  const s3d::model::ModelConfig cfg = s3d::model::read_config_file(checkpoint);
-  const int64_t params = s3d::model::parameter_count(cfg);
-  S3D_CHECK(device == Device::CUDA || params <= kCpuParameterLimit, "checkpoint ", checkpoint,
-            " has ", params, " parameters: the CPU backend is a reference for small models "
-            "(the tiny preset); run this checkpoint on a GPU");
   // CUDA's start-up (the device's primary context) overlaps reading the checkpoint.
   const auto t0 = std::chrono::steady_clock::now();
-  s3d::model::Checkpoint host = read_while_cuda_starts(checkpoint, device, options.device_index);
+  s3d::model::Checkpoint host = read_while_cuda_starts(read, device, options.device_index);
   const auto t1 = std::chrono::steady_clock::now();
   context = std::make_unique<s3d::Context>(device == Device::CUDA ? options.device_index : -1);
   s3d::ContextScope scope(*context);
@@ -138,8 +136,61 @@ void Engine::Impl::log(const std::string& line) const {
   if (options.log) options.log(line);
 }
 
-Engine::Engine(const std::string& checkpoint_json, EngineOptions options)
-    : impl_(std::make_unique<Impl>(checkpoint_json, std::move(options))) {}
+namespace {
+
+// The CPU backend's size limit, checked from the config before any tensor is read.
+void check_cpu_size(const s3d::model::ModelConfig& cfg, const std::string& checkpoint,
+                    DeviceChoice wanted) {
+  const int64_t params = s3d::model::parameter_count(cfg);
+  const bool cpu = wanted == DeviceChoice::CPU ||
+                   (wanted == DeviceChoice::Auto && !s3d::cuda_available());
+  S3D_CHECK(!cpu || params <= kCpuParameterLimit, "checkpoint ", checkpoint, " has ", params,
+            " parameters: the CPU backend is a reference for small models (the tiny preset); "
+            "run this checkpoint on a GPU");
+}
+
+const char* dtype_code(DType d) {
+  switch (d) {
+    case DType::BF16: return "BF16";
+    case DType::F32: return "F32";
+    default: return "I32";
+  }
+}
+
+}  // namespace
+
+Engine::Engine(const std::string& checkpoint_json, EngineOptions options) {
+  check_cpu_size(s3d::model::read_config_file(checkpoint_json), checkpoint_json, options.device);
+  impl_ = std::make_unique<Impl>(
+      checkpoint_json, [&] { return s3d::model::read_checkpoint(checkpoint_json); },
+      std::move(options));
+}
+
+Engine::Engine(const InMemoryCheckpoint& checkpoint, EngineOptions options) {
+  const std::string& what = checkpoint.name;
+  check_cpu_size(s3d::model::config_from_json(
+                     s3d::io::parse_json(checkpoint.config_json, "config of " + what),
+                     "config of " + what),
+                 what, options.device);
+  // Device tensors are copied to the host first: the checkpoint's conversion and hash run
+  // there, as for a file.
+  std::vector<std::vector<char>> copies;
+  std::vector<s3d::model::TensorBytes> tensors;
+  for (const auto& [name, view] : checkpoint.tensors) {
+    S3D_CHECK(view.dtype == DType::BF16 || view.dtype == DType::F32, what, ": tensor ", name,
+              " is ", view.describe(), "; weights must be bf16 or f32");
+    const void* data = view.data;
+    if (view.device == Device::CUDA && view.data != nullptr) {
+      copies.emplace_back(view.nbytes());
+      S3D_CUDA_CHECK(cudaMemcpy(copies.back().data(), view.data, view.nbytes(), cudaMemcpyDeviceToHost));
+      data = copies.back().data();
+    }
+    tensors.push_back(s3d::model::TensorBytes{name, dtype_code(view.dtype), view.shape, data});
+  }
+  impl_ = std::make_unique<Impl>(
+      what, [&] { return s3d::model::checkpoint_from_memory(checkpoint.config_json, what, tensors); },
+      std::move(options));
+}
 Engine::~Engine() = default;
 Engine::Engine(Engine&&) noexcept = default;
 Engine& Engine::operator=(Engine&&) noexcept = default;

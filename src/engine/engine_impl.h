@@ -3,6 +3,7 @@
 
 #include <cuda_runtime.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -11,6 +12,7 @@
 #include "core/context.h"
 #include "core/tensor.h"
 #include "engine/qualification_cache.h"
+#include "model/checkpoint.h"
 #include "model/null_context.h"
 #include "model/slat_flow.h"
 #include "sampler/sampler.h"
@@ -35,7 +37,10 @@ struct Engine::Impl {
   uint64_t qualifications_run = 0;
   size_t peak_device_bytes = 0;
 
-  Impl(const std::string& checkpoint, EngineOptions opts);
+  // Reads the checkpoint (`read`, on the host, while CUDA starts on another thread) and
+  // uploads it; `checkpoint` names it (a NAME.json path, or what an in-memory one is called).
+  Impl(const std::string& checkpoint, const std::function<s3d::model::Checkpoint()>& read,
+       EngineOptions opts);
   ~Impl();
 
   void log(const std::string& line) const;
@@ -58,7 +63,10 @@ struct EngineAccess {
   static Impl& of(Engine& e) { return *e.impl_; }
 };
 
-// Runs the engine's work on `stream` (or the engine's own) for the scope's lifetime.
+// Runs the engine's work on `stream` (or the engine's own) for the scope's lifetime. The
+// default streams (cudaStreamLegacy, cudaStreamPerThread: what PyTorch's default stream is)
+// cannot hold a CUDA graph capture: the work runs on the engine's own stream, ordered after
+// the caller's work on entry and before it on exit by events.
 class StreamScope {
  public:
   StreamScope(s3d::Context& context, void* stream, cudaStream_t own);
@@ -67,6 +75,9 @@ class StreamScope {
  private:
   s3d::Context& context_;
   cudaStream_t previous_;
+  cudaStream_t join_ = nullptr;  // the caller's default stream, joined on exit
+  cudaStream_t own_ = nullptr;
+  cudaEvent_t event_ = nullptr;
 };
 
 // Views <-> tensors (views.cpp). `what` names the argument in errors.

@@ -113,10 +113,27 @@ void fill_stats(const s3d::sampler::Output& out, const s3d::LaunchCounts& before
 
 StreamScope::StreamScope(s3d::Context& context, void* stream, cudaStream_t own)
     : context_(context), previous_(context.stream()) {
-  if (context.device() >= 0) context.set_stream(stream ? static_cast<cudaStream_t>(stream) : own);
+  if (context.device() < 0) return;
+  auto caller = static_cast<cudaStream_t>(stream);
+  if (caller == cudaStreamLegacy || caller == cudaStreamPerThread) {
+    S3D_CUDA_CHECK(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming));
+    S3D_CUDA_CHECK(cudaEventRecord(event_, caller));
+    S3D_CUDA_CHECK(cudaStreamWaitEvent(own, event_, 0));
+    join_ = caller;
+    own_ = own;
+    caller = own;
+  }
+  context.set_stream(caller ? caller : own);
 }
 
-StreamScope::~StreamScope() { context_.set_stream(previous_); }
+StreamScope::~StreamScope() {
+  if (event_) {
+    // Best effort in a destructor: a failure here leaves the caller to synchronise.
+    if (cudaEventRecord(event_, own_) == cudaSuccess) cudaStreamWaitEvent(join_, event_, 0);
+    cudaEventDestroy(event_);
+  }
+  context_.set_stream(previous_);
+}
 
 FlagSet Engine::Impl::flags_for(const std::optional<FlagSet>& requested) const {
   return requested ? *requested : plan.flags();

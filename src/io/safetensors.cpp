@@ -126,39 +126,6 @@ float half_to_float(uint16_t h) {
   return f;
 }
 
-// Converts `n` elements of a float file dtype to bf16 or f32 at dst. The source kind is
-// resolved once per call, not per element: checkpoints hold a billion of them.
-template <class Decode>
-void convert_with(const uint8_t* src, size_t in_size, void* dst, DType to, size_t n,
-                  Decode decode) {
-  if (to == DType::F32) {
-    auto* out = static_cast<float*>(dst);
-    for (size_t i = 0; i < n; ++i) out[i] = decode(src + in_size * i);
-  } else {
-    auto* out = static_cast<uint16_t*>(dst);
-    for (size_t i = 0; i < n; ++i) out[i] = float_to_bf16(decode(src + in_size * i));
-  }
-}
-
-void convert_floats(const uint8_t* src, const std::string& from, void* dst, DType to, size_t n) {
-  auto u16 = [](const uint8_t* p) {
-    uint16_t h;
-    std::memcpy(&h, p, 2);
-    return h;
-  };
-  if (from == "F32") {
-    convert_with(src, 4, dst, to, n, [](const uint8_t* p) {
-      float f;
-      std::memcpy(&f, p, 4);
-      return f;
-    });
-  } else if (from == "BF16") {
-    convert_with(src, 2, dst, to, n, [&](const uint8_t* p) { return bf16_to_float(u16(p)); });
-  } else {
-    convert_with(src, 2, dst, to, n, [&](const uint8_t* p) { return half_to_float(u16(p)); });
-  }
-}
-
 // Reads a JSON array of non-negative integers no larger than `max`.
 bool read_uint_array(const Json& v, uint64_t max, std::vector<uint64_t>& out) {
   if (!v.is_array()) return false;
@@ -233,7 +200,41 @@ TensorEntry parse_entry(const std::string& name, const Json& v, const std::strin
   return e;
 }
 
+// Converts `n` elements of a float file dtype to bf16 or f32 at dst. The source kind is
+// resolved once per call, not per element: checkpoints hold a billion of them.
+template <class Decode>
+void convert_with(const uint8_t* src, size_t in_size, void* dst, DType to, size_t n,
+                  Decode decode) {
+  if (to == DType::F32) {
+    auto* out = static_cast<float*>(dst);
+    for (size_t i = 0; i < n; ++i) out[i] = decode(src + in_size * i);
+  } else {
+    auto* out = static_cast<uint16_t*>(dst);
+    for (size_t i = 0; i < n; ++i) out[i] = float_to_bf16(decode(src + in_size * i));
+  }
+}
+
 }  // namespace
+
+void convert_floats(const void* source, const std::string& from, void* dst, DType to, size_t n) {
+  const auto* src = static_cast<const uint8_t*>(source);
+  auto u16 = [](const uint8_t* p) {
+    uint16_t h;
+    std::memcpy(&h, p, 2);
+    return h;
+  };
+  if (from == "F32") {
+    convert_with(src, 4, dst, to, n, [](const uint8_t* p) {
+      float f;
+      std::memcpy(&f, p, 4);
+      return f;
+    });
+  } else if (from == "BF16") {
+    convert_with(src, 2, dst, to, n, [&](const uint8_t* p) { return bf16_to_float(u16(p)); });
+  } else {
+    convert_with(src, 2, dst, to, n, [&](const uint8_t* p) { return half_to_float(u16(p)); });
+  }
+}
 
 SafetensorsFile SafetensorsFile::open(const std::string& path) {
   return open(path, "safetensors file " + path);

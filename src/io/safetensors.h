@@ -47,6 +47,10 @@ class SafetensorsFile {
   std::map<std::string, std::string> metadata_;
 };
 
+// Converts n elements stored as `from` ("BF16", "F16" or "F32", the file dtypes) at src to
+// bf16 or f32 at dst (what SafetensorsFile::load does; also used for in-memory checkpoints).
+void convert_floats(const void* src, const std::string& from, void* dst, DType to, size_t n);
+
 // Writes tensors (any device; copied to the host) contiguously, with optional string
 // metadata. The header is padded with spaces so the data section starts 8-byte aligned; the
 // data keeps the given order except that 4-byte dtypes come before 2-byte ones, so every

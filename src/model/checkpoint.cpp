@@ -57,6 +57,52 @@ std::vector<Tensor> read_tensors(const io::SafetensorsFile& file, const std::vec
   return host;
 }
 
+// Strict key, shape and dtype check before any tensor is read: one error lists every
+// missing, unexpected and mis-shaped tensor.
+void check_entries(const std::vector<ParamSpec>& specs, const std::vector<io::TensorEntry>& entries,
+                   const std::string& what, const std::string& against) {
+  std::map<std::string, const io::TensorEntry*> found;
+  for (const auto& e : entries) found[e.name] = &e;
+  std::map<std::string, const ParamSpec*> expected;
+  for (const auto& s : specs) expected[s.name] = &s;
+  std::ostringstream problems;
+  int n_problems = 0;
+  for (const auto& s : specs) {
+    auto it = found.find(s.name);
+    const io::TensorEntry* e = it == found.end() ? nullptr : it->second;
+    if (e == nullptr) {
+      problems << "\n  missing: " << s.name << " " << shape_str(s.shape);
+      ++n_problems;
+    } else if (e->shape != s.shape) {
+      problems << "\n  wrong shape: " << s.name << " is " << shape_str(e->shape)
+               << ", the config needs " << shape_str(s.shape);
+      ++n_problems;
+    } else if (e->dtype != "BF16" && e->dtype != "F16" && e->dtype != "F32") {
+      problems << "\n  wrong dtype: " << s.name << " is " << e->dtype
+               << ", expected BF16, F16 or F32";
+      ++n_problems;
+    }
+  }
+  for (const auto& e : entries) {
+    if (!expected.count(e.name)) {
+      problems << "\n  unexpected: " << e.name << " " << shape_str(e.shape);
+      ++n_problems;
+    }
+  }
+  S3D_CHECK(n_problems == 0, what, against, " (", n_problems, " problem",
+            n_problems == 1 ? "" : "s", "):", problems.str());
+}
+
+// The checkpoint's version: every tensor's name and content hash, in spec order.
+uint64_t version_of(const std::vector<ParamSpec>& specs, const std::vector<uint64_t>& hashes) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    h = content_hash(specs[i].name, h);
+    h = content_hash(&hashes[i], sizeof hashes[i], h);
+  }
+  return h;
+}
+
 }  // namespace
 
 Checkpoint load_checkpoint(const std::string& json_path, Device device) {
@@ -142,45 +188,47 @@ Checkpoint read_checkpoint(const std::string& json_path) {
   const std::string st_path = safetensors_path_for(json_path);
   io::SafetensorsFile file = io::SafetensorsFile::open(st_path);
 
-  // Strict key and shape check before any tensor is read.
-  std::vector<ParamSpec> specs = param_specs(ck.config);
-  std::map<std::string, const ParamSpec*> expected;
-  for (const auto& s : specs) expected[s.name] = &s;
-  std::ostringstream problems;
-  int n_problems = 0;
-  for (const auto& s : specs) {
-    const io::TensorEntry* e = file.find(s.name);
-    if (e == nullptr) {
-      problems << "\n  missing: " << s.name << " " << shape_str(s.shape);
-      ++n_problems;
-    } else if (e->shape != s.shape) {
-      problems << "\n  wrong shape: " << s.name << " is " << shape_str(e->shape)
-               << ", the config needs " << shape_str(s.shape);
-      ++n_problems;
-    } else if (e->dtype != "BF16" && e->dtype != "F16" && e->dtype != "F32") {
-      problems << "\n  wrong dtype: " << s.name << " is " << e->dtype
-               << ", expected BF16, F16 or F32";
-      ++n_problems;
-    }
-  }
-  for (const auto& e : file.entries()) {
-    if (!expected.count(e.name)) {
-      problems << "\n  unexpected: " << e.name << " " << shape_str(e.shape);
-      ++n_problems;
-    }
-  }
-  S3D_CHECK(n_problems == 0, "checkpoint ", st_path, " does not match its config ", json_path,
-            " (", n_problems, " problem", n_problems == 1 ? "" : "s", "):", problems.str());
+  const std::vector<ParamSpec> specs = param_specs(ck.config);
+  check_entries(specs, file.entries(), "checkpoint " + st_path, " does not match its config " + json_path);
 
   std::vector<uint64_t> hashes;
   const std::vector<Tensor> host = read_tensors(file, specs, hashes);
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (size_t i = 0; i < specs.size(); ++i) {
-    h = content_hash(specs[i].name, h);
-    h = content_hash(&hashes[i], sizeof hashes[i], h);
-    ck.tensors[specs[i].name] = host[i];
+  for (size_t i = 0; i < specs.size(); ++i) ck.tensors[specs[i].name] = host[i];
+  ck.version = version_of(specs, hashes);
+  return ck;
+}
+
+Checkpoint checkpoint_from_memory(const std::string& config_json, const std::string& what,
+                                  const std::vector<TensorBytes>& tensors) {
+  Checkpoint ck;
+  ck.path = what;
+  ck.config = config_from_json(io::parse_json(config_json, "config of " + what), "config of " + what);
+  const std::vector<ParamSpec> specs = param_specs(ck.config);
+  std::vector<io::TensorEntry> entries;
+  std::map<std::string, const TensorBytes*> by_name;
+  for (const auto& t : tensors) {
+    S3D_CHECK(by_name.emplace(t.name, &t).second, what, ": tensor ", t.name, " is given twice");
+    entries.push_back(io::TensorEntry{t.name, t.dtype, t.shape, 0, 0});
   }
-  ck.version = h;
+  check_entries(specs, entries, what, " does not match its config");
+  std::vector<uint64_t> hashes(specs.size(), 0);
+  std::vector<Tensor> host(specs.size());
+  std::vector<const TensorBytes*> source(specs.size());
+  for (size_t i = 0; i < specs.size(); ++i) {
+    host[i] = Tensor::empty(specs[i].shape, specs[i].runtime_dtype, Device::CPU);
+    source[i] = by_name.at(specs[i].name);
+    S3D_CHECK(source[i]->data != nullptr, what, ": tensor ", specs[i].name, " has no data");
+  }
+  // Conversion and hashing on all cores (nothing in the loop throws).
+#pragma omp parallel for schedule(dynamic)
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const TensorBytes& src = *source[i];
+    io::convert_floats(src.data, src.dtype, host[i].data(), specs[i].runtime_dtype,
+                       static_cast<size_t>(shape_numel(specs[i].shape)));
+    hashes[i] = content_hash(host[i].data(), host[i].nbytes());
+  }
+  for (size_t i = 0; i < specs.size(); ++i) ck.tensors[specs[i].name] = host[i];
+  ck.version = version_of(specs, hashes);
   return ck;
 }
 

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "core/tensor.h"
 #include "model/config.h"
@@ -27,6 +28,20 @@ Checkpoint load_checkpoint(const std::string& json_path, Device device);
 // convert, hash), then the upload. An engine overlaps the first with CUDA's start-up.
 Checkpoint read_checkpoint(const std::string& json_path);
 Checkpoint to_device(Checkpoint host, Device device);
+
+// A tensor handed over in memory (a PyTorch module's state dict): host bytes stored as a
+// file dtype ("BF16", "F16" or "F32").
+struct TensorBytes {
+  std::string name;
+  std::string dtype;
+  Shape shape;
+  const void* data = nullptr;
+};
+// read_checkpoint for a checkpoint held in memory: `config_json` is the NAME.json text; the
+// same strict check, conversion and content hash (a file and its state dict hash alike).
+// `what` names it in messages.
+Checkpoint checkpoint_from_memory(const std::string& config_json, const std::string& what,
+                                  const std::vector<TensorBytes>& tensors);
 
 // Writes OUT.json and OUT.safetensors with deterministic synthetic weights (slat_flow_weights.h),
 // stored as `dtype` (bf16 like the released files, or f32).

@@ -6,10 +6,14 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <algorithm>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <thread>
 
 #include "core/cuda_util.h"
+#include "io/safetensors.h"
 #include "sparse3d/sparse3d.h"
 #include "../model_inputs.h"
 
@@ -241,6 +245,69 @@ TEST_F(EngineApi, TwoEnginesOnTwoThreadsGiveTheBitsEachGivesAlone) {
   // Counters are each engine's own.
   EXPECT_EQ(a.counters().requests, 4u);
   EXPECT_EQ(b.counters().requests, 4u);
+}
+
+TEST_F(EngineApi, AStateDictInMemoryLoadsAsItsFile) {
+  // The tiny checkpoint's tensors as a caller would hand over a state dict: some f32, some
+  // bf16 (both are accepted), in no particular order.
+  s3d::io::SafetensorsFile file = s3d::io::SafetensorsFile::open(
+      std::string(SPARSE3D_TEST_DATA) + "/golden/inputs/tiny.safetensors");
+  std::vector<s3d::Tensor> held;
+  sparse3d::InMemoryCheckpoint ck;
+  {
+    std::ifstream js(kTiny);
+    ck.config_json.assign(std::istreambuf_iterator<char>(js), {});
+  }
+  ck.name = "tiny state dict";
+  int i = 0;
+  for (const auto& e : file.entries()) {
+    held.push_back(file.load(e.name, i++ % 2 ? DType::F32 : DType::BF16));
+    ck.tensors.emplace_back(e.name, view(held.back()));
+  }
+  std::reverse(ck.tensors.begin(), ck.tensors.end());
+  sparse3d::Engine from_file(kTiny, options());
+  sparse3d::Engine from_memory(ck, options());
+  EXPECT_EQ(from_memory.model().checkpoint, "tiny state dict");
+  auto in = inputs({37}, 3);
+  sparse3d::SampleRequest r = request(in, 4);
+  // The file is bf16, so an f32 copy of it converts back to the same bits: the same hash
+  // and the same latent.
+  EXPECT_EQ(from_memory.model().content_hash, from_file.model().content_hash);
+  EXPECT_TRUE(same_bytes(from_memory.sample(r).latent, from_file.sample(r).latent));
+
+  // A missing tensor, an unexpected one and a wrong shape: one error naming each.
+  sparse3d::InMemoryCheckpoint bad = ck;
+  bad.tensors.pop_back();
+  float extra = 1;
+  bad.tensors.emplace_back("blocks.99.extra", sparse3d::TensorView{&extra, DType::F32, Device::CPU, 0, {1}});
+  bad.tensors[0].second.shape.back() += 1;
+  try {
+    sparse3d::Engine e(bad, options());
+    FAIL() << "a mismatched state dict loaded";
+  } catch (const sparse3d::Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("tiny state dict does not match its config (3 problems)"), std::string::npos) << m;
+    EXPECT_NE(m.find("missing: "), std::string::npos) << m;
+    EXPECT_NE(m.find("unexpected: blocks.99.extra"), std::string::npos) << m;
+    EXPECT_NE(m.find("wrong shape: " + bad.tensors[0].first), std::string::npos) << m;
+  }
+  // Weights of an integer type are refused by name.
+  sparse3d::InMemoryCheckpoint ints = ck;
+  ints.tensors[1].second.dtype = DType::I32;
+  EXPECT_THROW(
+      {
+        try {
+          sparse3d::Engine e(ints, options());
+        } catch (const sparse3d::Error& e) {
+          EXPECT_NE(std::string(e.what()).find(ints.tensors[1].first), std::string::npos);
+          throw;
+        }
+      },
+      sparse3d::Error);
+  // A config that is not JSON.
+  sparse3d::InMemoryCheckpoint text = ck;
+  text.config_json = "{not json";
+  EXPECT_THROW(sparse3d::Engine(text, options()), sparse3d::Error);
 }
 
 }  // namespace

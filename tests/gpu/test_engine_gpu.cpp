@@ -81,6 +81,33 @@ TEST_F(EngineGpu, DeviceBuffersInPlaceOnTheCallersStream) {
   cudaStreamDestroy(stream);
 }
 
+TEST_F(EngineGpu, DefaultStreamsRunOnTheEnginesStreamInOrder) {
+  // PyTorch's default stream is the legacy stream, which cannot hold a graph capture: the
+  // engine runs on its own stream, joined to the caller's by events. Same bits, and the
+  // caller's work queued before the call (a memset of the input) is seen by the engine.
+  sparse3d::Engine e(dir + "/tiny.json", options(""));
+  auto in = s3d::testing::synthetic_inputs({205, 77}, 13, 64, 32, 9);
+  std::vector<s3d::Tensor> keep;
+  sparse3d::SampleRequest r = request(in, keep);
+  const std::vector<uint8_t> own = bytes_of(e.sample(r).latent);
+  for (void* stream : {static_cast<void*>(cudaStreamLegacy), static_cast<void*>(cudaStreamPerThread)}) {
+    r.cuda_stream = stream;
+    EXPECT_EQ(bytes_of(e.sample(r).latent), own);
+  }
+  // Noise zeroed on the legacy stream just before the call: a different latent.
+  s3d::Tensor zero_noise = s3d::Tensor::empty(keep[2].shape(), DType::F32, s3d::Device::CUDA);
+  ASSERT_EQ(cudaMemcpy(zero_noise.data(), keep[2].data(), keep[2].nbytes(), cudaMemcpyDeviceToDevice),
+            cudaSuccess);
+  r.noise.data = zero_noise.data();
+  ASSERT_EQ(cudaMemsetAsync(zero_noise.data(), 0, zero_noise.nbytes(), cudaStreamLegacy), cudaSuccess);
+  r.cuda_stream = cudaStreamLegacy;
+  const std::vector<uint8_t> from_zero = bytes_of(e.sample(r).latent);
+  EXPECT_NE(from_zero, own);
+  r.cuda_stream = nullptr;
+  EXPECT_EQ(bytes_of(e.sample(r).latent), from_zero);
+  EXPECT_TRUE(e.counters().fallbacks.empty());
+}
+
 TEST_F(EngineGpu, SecondEngineWarmFromTheCacheGivesTheSameBits) {
   auto in = s3d::testing::synthetic_inputs({1001}, 13, 64, 32, 4);
   std::vector<s3d::Tensor> keep;

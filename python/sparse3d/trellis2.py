@@ -1,0 +1,487 @@
+"""The TRELLIS.2 drop-in: `accelerate(pipeline)` serves the pipeline's structured-latent flow
+models from sparse3d engines, with everything else (image conditioning, decoders, the
+pipeline's own samplers and their settings) unchanged.
+
+    pipeline = Trellis2ImageTo3DPipeline.from_pretrained("microsoft/TRELLIS.2-4B")
+    pipeline.cuda()
+    acc = sparse3d.trellis2.accelerate(pipeline)
+    mesh = pipeline.run(image)
+    print(acc.report())
+
+Two levels, both counted (docs/PYTHON.md, "TRELLIS.2 drop-in"):
+
+* Each flow model `pipeline.models[NAME]` is replaced by an `EngineFlowModel` with the
+  same call (`model(x, t, cond, concat_cond=None) -> SparseTensor`, duck-typed: `.feats`,
+  `.coords`, `.replace()`) and the attributes the pipeline reads. Any sampler works on it,
+  one engine forward per model call.
+* The pipeline's flow samplers are wrapped: a `sample(model, noise, cond, neg_cond, ...)`
+  call on an engine-backed model with a zero negative condition runs the whole loop inside
+  the engine (`Engine.sample`: batched CFG, CUDA graphs, the null-context cache), bit for
+  bit what `sparse3d run` gives; the result's `.samples` is the latent (`pred_x_t` and
+  `pred_x_0` are not collected: None).
+
+What the engine cannot serve (an unknown config, a refused request, a negative condition
+that is not zero, keyword arguments it does not know) runs on the original PyTorch module or
+sampler, and `report()` lists it with the reason and the count: never an error, never a
+silent change.
+"""
+import inspect
+import json
+import os
+import types
+from collections import Counter
+
+from . import Engine, Error, SamplerSettings, _framework
+
+# The structured-latent flow models of a TRELLIS.2 image-to-3D pipeline (pipeline.models keys).
+FLOW_MODELS = ("shape_slat_flow_model_512", "shape_slat_flow_model_1024",
+               "tex_slat_flow_model_512", "tex_slat_flow_model_1024")
+# Their samplers (pipeline attributes).
+FLOW_SAMPLERS = ("shape_slat_sampler", "tex_slat_sampler")
+# Samplers whose arithmetic the engine's loop reproduces (by class name: TRELLIS.2 is not
+# imported here).
+ENGINE_SAMPLERS = ("FlowEulerGuidanceIntervalSampler", "FlowEulerCfgSampler")
+
+# The config keys of SLatFlowModel.__init__ that a module keeps as attributes.
+_ARG_ATTRIBUTES = ("resolution", "in_channels", "model_channels", "cond_channels",
+                   "out_channels", "num_blocks", "num_heads", "mlp_ratio", "pe_mode",
+                   "share_mod", "qk_rms_norm", "qk_rms_norm_cross")
+
+
+def _module_base():
+    try:
+        import torch
+        return torch.nn.Module
+    except ImportError:
+        return object
+
+
+def _dtype_name(dtype):
+    text = str(dtype)
+    for name in ("bfloat16", "float16", "float32"):
+        if name in text:
+            return name
+    return None
+
+
+def config_of_module(module):
+    """(config dict, how it was found) for a SLatFlowModel-like module from its attributes.
+    Raises Error naming what is missing."""
+    args = {}
+    missing = [a for a in _ARG_ATTRIBUTES if not hasattr(module, a)]
+    if missing:
+        raise Error(f"the module has no {', '.join(missing)}: not a SLatFlowModel")
+    for a in _ARG_ATTRIBUTES:
+        value = getattr(module, a)
+        args[a] = value.item() if hasattr(value, "item") else value
+    source = "module attributes"
+    if hasattr(module, "rope_freq"):
+        args["rope_freq"] = list(module.rope_freq)
+    elif args["pe_mode"] == "rope":
+        args["rope_freq"] = [1.0, 10000.0]
+        source += " (rope_freq not kept by the module: SLatFlowModel's default [1.0, 10000.0])"
+    dtype = _dtype_name(getattr(module, "dtype", None))
+    if dtype:
+        args["dtype"] = dtype
+    return {"name": "SLatFlowModel", "args": args}, source
+
+
+def _sorted_by_batch(coords):
+    """True when the batch column never decreases (the engine's packed order)."""
+    col = coords[:, 0]
+    if len(col) < 2:
+        return True
+    return bool((col[1:] >= col[:-1]).all())
+
+
+class EngineFlowModel(_module_base()):
+    """A structured-latent flow model served by a sparse3d engine, called as the original:
+    `model(x, t, cond, concat_cond=None)`. The engine is built on first use on the device of
+    the inputs; `.cpu()` releases its device memory (the pipeline's low_vram mode), `.to()`
+    and `.cuda()` move with the pipeline."""
+
+    def __init__(self, name, original, config, config_source, checkpoint=None, path=None,
+                 engine_options=None, stats=None):
+        if _module_base() is not object:
+            super().__init__()
+        # Not a registered submodule: .to() on this module must not copy the original's
+        # weights to the GPU beside the engine's. It is moved when a fallback needs it.
+        object.__setattr__(self, "_original", original)
+        self.name = name
+        self._config = config
+        self.config_source = config_source
+        self._checkpoint = checkpoint
+        self._path = path
+        self._options = dict(engine_options or {})
+        self._engine = None
+        self._engine_device = None
+        self._released = False
+        self.stats = stats if stats is not None else _Stats()
+        for a in _ARG_ATTRIBUTES:
+            if hasattr(original, a):
+                object.__setattr__(self, a, getattr(original, a))
+        for a, v in config["args"].items():
+            if not hasattr(self, a):
+                object.__setattr__(self, a, v)
+
+    # -- the engine --
+
+    @property
+    def original(self):
+        return self._original
+
+    def engine(self, device=("cpu", 0)):
+        """The engine on `device` (kind, index), built on first use."""
+        if self._engine is not None and self._engine_device == device:
+            return self._engine
+        self._engine = None
+        options = dict(self._options)
+        options.setdefault("path", self._path or "")
+        options["device"], options["device_index"] = device
+        if self._checkpoint:
+            self._engine = Engine(self._checkpoint, **options)
+        else:
+            self._engine = Engine.from_state_dict(self._config, self._original.state_dict(),
+                                                  name=f"{self.name} (state dict)", **options)
+        self._engine_device = device
+        self._released = False
+        return self._engine
+
+    def _apply(self, fn, *args, **kwargs):
+        # torch's .to()/.cuda()/.cpu()/.half() all come here: probe where fn sends a tensor.
+        try:
+            import torch
+            probe = fn(torch.empty(0, device=self._engine_device_torch()))
+            if probe.device.type == "cpu" and self._engine is not None:
+                self._engine = None       # frees the engine's weights and buffers
+                self._released = True
+        except Exception:  # noqa: BLE001 - a probe that fails changes nothing
+            pass
+        return self
+
+    def _engine_device_torch(self):
+        if self._engine_device and self._engine_device[0] == "cuda":
+            return f"cuda:{self._engine_device[1]}"
+        return "cpu"
+
+    # -- the call --
+
+    def forward(self, x, t, cond, concat_cond=None, **kwargs):
+        reason = self._refusal(x, cond, kwargs)
+        if reason is None:
+            try:
+                v = self._serve(x, t, cond, concat_cond)
+                self.stats.served("forward")
+                return v
+            except Error as e:
+                reason = str(e)
+        self.stats.fell_back("forward", reason)
+        return self._run_original(x, t, cond, concat_cond, **kwargs)
+
+    __call__ = forward
+
+    def _refusal(self, x, cond, kwargs):
+        if kwargs:
+            return f"keyword arguments the engine does not take: {', '.join(sorted(kwargs))}"
+        if not (hasattr(x, "feats") and hasattr(x, "coords")):
+            return "x is not a SparseTensor (no .feats/.coords)"
+        if not _sorted_by_batch(x.coords):
+            return "the SparseTensor's rows are not in batch order"
+        return None
+
+    def _device_of(self, tensor):
+        if _framework(tensor) == "torch" and tensor.is_cuda:
+            return ("cuda", tensor.device.index or 0)
+        if _framework(tensor) == "cupy":
+            return ("cuda", tensor.device.id)
+        return ("cpu", 0)
+
+    def _serve(self, x, t, cond, concat_cond):
+        feats = x.feats
+        engine = self.engine(self._device_of(feats))
+        kind = _framework(feats)
+        cond_t = _feats(cond)
+        concat = _feats(concat_cond)
+        if kind == "torch":
+            import torch
+            # As the original casts: f16 values are exact in f32.
+            if cond_t.dtype == torch.float16:
+                cond_t = cond_t.float()
+            if concat is not None and concat.dtype != torch.float32:
+                concat = concat.float()
+            if feats.dtype == torch.float16:
+                feats = feats.float()
+            coords = x.coords if x.coords.dtype == torch.int32 else x.coords.int()
+            if not torch.is_tensor(t):
+                t = torch.tensor([float(t)] * int(cond_t.shape[0]), dtype=torch.float32,
+                                 device=feats.device)
+            t = t.to(dtype=torch.float32, device=feats.device).reshape(-1)
+            if t.numel() == 1 and cond_t.shape[0] > 1:
+                t = t.expand(int(cond_t.shape[0]))
+            args = [a.contiguous() if a is not None else None
+                    for a in (feats, t, coords, cond_t, concat)]
+            feats, t, coords, cond_t, concat = args
+        else:
+            coords = x.coords
+        v = engine.forward(feats, t, cond_t, concat, coords=coords)
+        if kind == "torch" and v.dtype != x.feats.dtype:
+            v = v.to(x.feats.dtype)  # the original returns x's dtype
+        return x.replace(v)
+
+    def _run_original(self, x, t, cond, concat_cond, **kwargs):
+        if concat_cond is not None:
+            kwargs["concat_cond"] = concat_cond
+        return self._original(x, t, cond, **kwargs)
+
+    def __repr__(self):
+        return (f"EngineFlowModel({self.name}, engine path {self._path or 'default'}, "
+                f"config from {self.config_source})")
+
+
+def _feats(x):
+    return x.feats if hasattr(x, "feats") else x
+
+
+class _Stats:
+    """Calls served and fallbacks by reason (report())."""
+
+    def __init__(self):
+        self.calls = Counter()
+        self.fallbacks = Counter()
+
+    def served(self, what):
+        self.calls[what] += 1
+
+    def fell_back(self, what, reason):
+        self.fallbacks[(what, reason)] += 1
+
+
+class EngineSampler:
+    """Wraps a TRELLIS.2 flow sampler: `sample()` on an engine-backed model runs the whole
+    loop in the engine when it can, else the original sampler (counted, with the reason)."""
+
+    def __init__(self, name, original, stats=None):
+        self.name = name
+        self.original = original
+        self.stats = stats if stats is not None else _Stats()
+        self._signature = inspect.signature(original.sample)
+
+    def __getattr__(self, attr):
+        return getattr(self.original, attr)
+
+    def sample(self, model, noise, cond, neg_cond=None, *args, **kwargs):
+        try:
+            bound = self._signature.bind(model, noise, cond, neg_cond, *args, **kwargs)
+        except TypeError as e:
+            self.stats.fell_back("sample", f"arguments: {e}")
+            return self.original.sample(model, noise, cond, neg_cond, *args, **kwargs)
+        bound.apply_defaults()
+        reason, settings, concat = self._plan(model, bound.arguments)
+        if reason is None:
+            try:
+                out = self._serve(model, noise, cond, settings, concat, bound.arguments)
+                self.stats.served("sample")
+                return out
+            except Error as e:
+                reason = str(e)
+        self.stats.fell_back("sample", reason)
+        return self.original.sample(model, noise, cond, neg_cond, *args, **kwargs)
+
+    def _plan(self, model, a):
+        """(reason the engine cannot run it or None, SamplerSettings, concat_cond)."""
+        if type(self.original).__name__ not in ENGINE_SAMPLERS:
+            return f"sampler {type(self.original).__name__} is not one the engine runs", None, None
+        if not isinstance(model, EngineFlowModel):
+            return "the model is not engine-backed", None, None
+        # Named parameters and **kwargs alike: TRELLIS.2's samplers take some settings
+        # (guidance_rescale) through **kwargs, passed on to their guidance mixins.
+        a = {k: v for k, v in a.items() if k != "kwargs"} | dict(a.get("kwargs", {}))
+        known = {"model", "noise", "cond", "neg_cond", "steps", "rescale_t", "guidance_strength",
+                 "guidance_interval", "guidance_rescale", "verbose", "tqdm_desc", "concat_cond"}
+        concat = a.get("concat_cond")
+        unknown = sorted(set(a) - known)
+        if unknown:
+            return f"arguments the engine's loop does not take: {', '.join(unknown)}", None, None
+        neg = a.get("neg_cond")
+        g = float(a.get("guidance_strength", 1.0))
+        if neg is not None and g != 1.0 and _nonzero(neg):
+            return "the negative condition is not zero (the engine's CFG uses a zero one)", None, None
+        if neg is None and g != 1.0:
+            return "CFG without a negative condition", None, None
+        if not _sorted_by_batch(a["noise"].coords):
+            return "the SparseTensor's rows are not in batch order", None, None
+        if "steps" not in a or "rescale_t" not in a:
+            return "the call gives no steps or rescale_t", None, None
+        interval = a.get("guidance_interval", (0.0, 1.0))
+        settings = SamplerSettings(steps=int(a["steps"]), rescale_t=float(a["rescale_t"]),
+                                   guidance=g, guidance_interval=(float(interval[0]), float(interval[1])),
+                                   guidance_rescale=float(a.get("guidance_rescale", 0.0) or 0.0),
+                                   sigma_min=float(getattr(self.original, "sigma_min", 1e-5)))
+        return None, settings, concat
+
+    def _serve(self, model, noise, cond, settings, concat, a):
+        feats = noise.feats
+        engine = model.engine(model._device_of(feats))
+        coords, cond_t, concat_t = noise.coords, _feats(cond), _feats(concat)
+        if _framework(feats) == "torch":
+            import torch
+            if cond_t.dtype == torch.float16:
+                cond_t = cond_t.float()
+            if concat_t is not None and concat_t.dtype != torch.float32:
+                concat_t = concat_t.float()
+            feats = feats.float().contiguous()
+            coords = coords.int().contiguous()
+            cond_t = cond_t.contiguous()
+            concat_t = concat_t.contiguous() if concat_t is not None else None
+        callback = None
+        if a.get("verbose") or a.get("kwargs", {}).get("verbose"):
+            bar = _progress(settings.steps, a.get("tqdm_desc") or "Sampling")
+            callback = lambda step, t, latent: bar.update(1)  # noqa: E731
+        latent = engine.sample(coords, cond_t, noise=feats, concat_cond=concat_t,
+                               sampler=settings, callback=callback)
+        if callback is not None:
+            bar.close()
+        if _framework(latent) == "torch" and latent.dtype != noise.feats.dtype:
+            latent = latent.to(noise.feats.dtype)
+        return types.SimpleNamespace(samples=noise.replace(latent), pred_x_t=None, pred_x_0=None)
+
+
+def _nonzero(x):
+    x = _feats(x)
+    if _framework(x) == "torch":
+        return bool(x.any())
+    import numpy
+    return bool(numpy.asarray(x).any())
+
+
+def _progress(total, desc):
+    try:
+        from tqdm import tqdm
+        return tqdm(total=total, desc=desc)
+    except ImportError:
+        class _Bar:
+            def update(self, n):
+                pass
+
+            def close(self):
+                pass
+        return _Bar()
+
+
+class Acceleration:
+    """What accelerate() did: the engine-backed models and samplers, what it left alone and
+    why; report() adds the calls served and the fallbacks; restore() undoes it."""
+
+    def __init__(self, pipeline):
+        self.pipeline = pipeline
+        self.models = {}      # name -> EngineFlowModel
+        self.samplers = {}    # attribute -> EngineSampler
+        self.skipped = {}     # name -> why it stayed on PyTorch
+
+    def report(self):
+        lines = []
+        for name, m in self.models.items():
+            lines.append(f"{name}: sparse3d engine (path {m._path or 'default'}; config from "
+                         f"{m.config_source}); forward calls served {m.stats.calls['forward']}")
+            engine = m._engine
+            if engine is not None:
+                for f in engine.counters()["fallbacks"]:
+                    lines.append(f"  engine fallback {f['optimization']} x{f['count']}: {f['reason']}")
+            for (what, reason), n in sorted(m.stats.fallbacks.items()):
+                lines.append(f"  fell back to PyTorch ({what}) x{n}: {reason}")
+        for name, s in self.samplers.items():
+            lines.append(f"{name}: whole loops in the engine {s.stats.calls['sample']}")
+            for (what, reason), n in sorted(s.stats.fallbacks.items()):
+                lines.append(f"  ran the original sampler x{n}: {reason}")
+        for name, why in self.skipped.items():
+            lines.append(f"{name}: left on PyTorch: {why}")
+        return "\n".join(lines)
+
+    def fallbacks(self):
+        """Every fallback as {"where", "what", "reason", "count"}."""
+        out = []
+        for where, obj in list(self.models.items()) + list(self.samplers.items()):
+            for (what, reason), n in sorted(obj.stats.fallbacks.items()):
+                out.append({"where": where, "what": what, "reason": reason, "count": n})
+        return out
+
+    def restore(self):
+        """Puts the original modules and samplers back."""
+        for name, m in self.models.items():
+            self.pipeline.models[name] = m.original
+        for name, s in self.samplers.items():
+            setattr(self.pipeline, name, s.original)
+        self.models.clear()
+        self.samplers.clear()
+
+    def __repr__(self):
+        return self.report()
+
+
+def _checkpoint_for(name, module, checkpoints, pipeline_dir):
+    """A NAME.json for model `name`, or None (then the module's state dict is used)."""
+    if checkpoints and name in checkpoints:
+        return str(checkpoints[name])
+    if pipeline_dir:
+        listing = os.path.join(pipeline_dir, "pipeline.json")
+        if os.path.exists(listing):
+            with open(listing) as f:
+                entry = json.load(f).get("args", {}).get("models", {}).get(name)
+            if entry and not entry.startswith(("http:", "https:")) and "/" in entry:
+                candidate = os.path.join(pipeline_dir, entry + ".json")
+                if os.path.exists(candidate):
+                    return candidate
+        candidate = os.path.join(pipeline_dir, "ckpts", getattr(module, "_sparse3d_ckpt", name) + ".json")
+        if os.path.exists(candidate):
+            return candidate
+    return None
+
+
+def accelerate(pipeline, path=None, models=FLOW_MODELS, samplers=FLOW_SAMPLERS,
+               checkpoints=None, pipeline_dir=None, **engine_options):
+    """Serves `pipeline`'s structured-latent flow models (and their samplers) from sparse3d.
+
+    path: the engine's execution path (default: the fastest whose contracts hold).
+    checkpoints: {model name: NAME.json} to load from files; pipeline_dir: the pipeline's
+    folder (its pipeline.json names the ckpts/); otherwise the weights are read from the
+    module's state dict in memory, and the config from its attributes. engine_options go to
+    sparse3d.Engine (cache_dir, max_device_memory_gib, log, ...). Returns an Acceleration."""
+    acc = Acceleration(pipeline)
+    table = getattr(pipeline, "models", None)
+    if not isinstance(table, dict):
+        raise Error("accelerate: the pipeline has no `models` dict (a TRELLIS.2 pipeline has one)")
+    for name in models:
+        module = table.get(name)
+        if module is None:
+            continue
+        if isinstance(module, EngineFlowModel):
+            acc.skipped[name] = "already accelerated"
+            continue
+        checkpoint = _checkpoint_for(name, module, checkpoints, pipeline_dir)
+        try:
+            if checkpoint:
+                with open(checkpoint) as f:
+                    config = json.load(f)
+                source = checkpoint
+            else:
+                config, source = config_of_module(module)
+            if config.get("name") != "SLatFlowModel":
+                raise Error(f"model class {config.get('name')!r} is not SLatFlowModel")
+        except (Error, OSError, ValueError) as e:
+            acc.skipped[name] = str(e)
+            continue
+        table[name] = EngineFlowModel(name, module, config, source, checkpoint=checkpoint,
+                                      path=path, engine_options=engine_options)
+        acc.models[name] = table[name]
+    for attr in samplers:
+        original = getattr(pipeline, attr, None)
+        if original is None or isinstance(original, EngineSampler):
+            continue
+        wrapped = EngineSampler(attr, original)
+        setattr(pipeline, attr, wrapped)
+        acc.samplers[attr] = wrapped
+    return acc
+
+
+__all__ = ["accelerate", "Acceleration", "EngineFlowModel", "EngineSampler", "config_of_module",
+           "FLOW_MODELS", "FLOW_SAMPLERS"]

@@ -1,0 +1,522 @@
+// sparse3d._native: the Python binding of the public API (include/sparse3d/), nothing else.
+// Tensors cross as DLPack through nanobind's ndarray: inputs are any DLPack producer (torch,
+// CuPy, JAX, NumPy), used in place; results are DLPack arrays that own the engine's memory.
+// The package's Python layer (python/sparse3d/__init__.py) adds the friendly signatures,
+// the caller's stream and framework, and the TRELLIS.2 drop-in; docs/PYTHON.md.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/function.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <cstdint>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "sparse3d/sparse3d.h"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace {
+
+using sparse3d::Array;
+using sparse3d::DType;
+using sparse3d::Device;
+using sparse3d::TensorView;
+using AnyArray = nb::ndarray<nb::ro>;  // an input: any DLPack producer
+using OutArray = nb::ndarray<>;        // a caller's buffer the engine writes
+
+// ---- DLPack <-> TensorView ------------------------------------------------------------
+
+std::string dtype_text(const nb::dlpack::dtype& d) {
+  const char* kind = "unknown";
+  switch (static_cast<nb::dlpack::dtype_code>(d.code)) {
+    case nb::dlpack::dtype_code::Int: kind = "int"; break;
+    case nb::dlpack::dtype_code::UInt: kind = "uint"; break;
+    case nb::dlpack::dtype_code::Float: kind = "float"; break;
+    case nb::dlpack::dtype_code::Bfloat: kind = "bfloat"; break;
+    case nb::dlpack::dtype_code::Complex: kind = "complex"; break;
+    case nb::dlpack::dtype_code::Bool: kind = "bool"; break;
+    default: kind = "float8-or-other"; break;
+  }
+  return std::string(kind) + std::to_string(d.bits);
+}
+
+// A view of a DLPack tensor: float32, bfloat16 or int32, row-major contiguous, on the CPU
+// (pinned memory too) or a CUDA device. Anything else is one error naming the argument.
+template <class A>
+TensorView view_of(const A& a, const char* what) {
+  TensorView v;
+  const nb::dlpack::dtype d = a.dtype();
+  if (d.lanes != 1) throw sparse3d::Error(std::string(what) + ": vector dtypes are not supported");
+  if (d == nb::dtype<float>()) {
+    v.dtype = DType::F32;
+  } else if (d == nb::dtype<int32_t>()) {
+    v.dtype = DType::I32;
+  } else if (d.code == static_cast<uint8_t>(nb::dlpack::dtype_code::Bfloat) && d.bits == 16) {
+    v.dtype = DType::BF16;
+  } else {
+    throw sparse3d::Error(std::string(what) + ": dtype " + dtype_text(d) +
+                          " is not supported (float32, bfloat16 or int32)");
+  }
+  switch (a.device_type()) {
+    case nb::device::cpu::value:
+    case nb::device::cuda_host::value:
+      v.device = Device::CPU;
+      break;
+    case nb::device::cuda::value:
+    case nb::device::cuda_managed::value:
+      v.device = Device::CUDA;
+      v.device_index = static_cast<int>(a.device_id());
+      break;
+    default:
+      throw sparse3d::Error(std::string(what) + ": DLPack device type " +
+                            std::to_string(a.device_type()) + " is neither the CPU nor CUDA");
+  }
+  int64_t expected = 1;
+  for (size_t i = a.ndim(); i-- > 0;) {
+    if (a.shape(i) != 1 && a.stride(i) != expected) {
+      throw sparse3d::Error(std::string(what) +
+                            ": not contiguous (row-major) in memory; pass a contiguous copy");
+    }
+    expected *= static_cast<int64_t>(a.shape(i));
+  }
+  v.data = const_cast<void*>(a.data());
+  for (size_t i = 0; i < a.ndim(); ++i) v.shape.push_back(static_cast<int64_t>(a.shape(i)));
+  // An empty tensor has no data pointer to speak of; the engine's checks name it.
+  static char nothing;
+  if (v.data == nullptr && expected == 0) v.data = &nothing;  // non-null, never read
+  return v;
+}
+
+template <class A>
+TensorView optional_view(const std::optional<A>& a, const char* what) {
+  return a ? view_of(*a, what) : TensorView{};
+}
+
+nb::dlpack::dtype dlpack_dtype(DType d) {
+  switch (d) {
+    case DType::F32: return nb::dtype<float>();
+    case DType::I32: return nb::dtype<int32_t>();
+    default: return {static_cast<uint8_t>(nb::dlpack::dtype_code::Bfloat), 16, 1};
+  }
+}
+
+// A DLPack array that keeps the engine's result alive (its memory returns to the engine's
+// allocator when the last consumer lets go).
+nb::object to_python(const Array& a) {
+  if (!a.defined()) return nb::none();
+  auto* keep = new Array(a);
+  nb::capsule owner(keep, [](void* p) noexcept { delete static_cast<Array*>(p); });
+  std::vector<size_t> shape(a.view.shape.begin(), a.view.shape.end());
+  const int device = a.view.device == Device::CUDA ? nb::device::cuda::value : nb::device::cpu::value;
+  nb::ndarray<nb::array_api> out(a.view.data, shape.size(), shape.data(), owner, nullptr,
+                    dlpack_dtype(a.view.dtype), device, a.view.device_index);
+  return nb::cast(out);
+}
+
+// A borrowed, read-only view for the duration of a callback (the step's latent).
+nb::object borrowed(const TensorView& v) {
+  if (v.empty()) return nb::none();
+  std::vector<size_t> shape(v.shape.begin(), v.shape.end());
+  const int device = v.device == Device::CUDA ? nb::device::cuda::value : nb::device::cpu::value;
+  // An owner that frees nothing: the engine owns the memory for the callback's duration.
+  nb::capsule owner(v.data, [](void*) noexcept {});
+  nb::ndarray<nb::array_api, nb::ro> out(v.data, shape.size(), shape.data(), owner, nullptr,
+                          dlpack_dtype(v.dtype), device, v.device_index);
+  return nb::cast(out);
+}
+
+// ---- Options and settings -----------------------------------------------------------------
+
+sparse3d::DeviceChoice device_choice(const std::string& d) {
+  if (d == "auto") return sparse3d::DeviceChoice::Auto;
+  if (d == "cuda") return sparse3d::DeviceChoice::CUDA;
+  if (d == "cpu") return sparse3d::DeviceChoice::CPU;
+  throw sparse3d::Error("device must be \"auto\", \"cuda\" or \"cpu\", got \"" + d + "\"");
+}
+
+sparse3d::EngineOptions engine_options(const std::string& path, const std::string& device,
+                                       int device_index, double max_device_memory_gib,
+                                       const std::string& cache_dir, bool persist_qualification,
+                                       const std::vector<int64_t>& qualify_m,
+                                       std::optional<nb::callable> log) {
+  sparse3d::EngineOptions o;
+  o.path = path;
+  o.device = device_choice(device);
+  o.device_index = device_index;
+  o.max_device_memory_gib = max_device_memory_gib;
+  o.cache_dir = cache_dir;
+  o.persist_qualification = persist_qualification;
+  o.qualify_m = qualify_m;
+  if (log) {
+    // Start-up lines come from the constructor's thread, which may not hold the GIL.
+    auto fn = std::make_shared<nb::callable>(*log);
+    o.log = [fn](const std::string& line) {
+      nb::gil_scoped_acquire gil;
+      (*fn)(line);
+    };
+  }
+  return o;
+}
+
+sparse3d::SamplerSettings sampler_settings(const nb::dict& d) {
+  sparse3d::SamplerSettings s;
+  for (auto [key, value] : d) {
+    const std::string k = nb::cast<std::string>(key);
+    if (k == "steps") s.steps = nb::cast<int>(value);
+    else if (k == "rescale_t") s.rescale_t = nb::cast<double>(value);
+    else if (k == "guidance") s.guidance = nb::cast<double>(value);
+    else if (k == "interval_lo") s.interval_lo = nb::cast<double>(value);
+    else if (k == "interval_hi") s.interval_hi = nb::cast<double>(value);
+    else if (k == "guidance_rescale") s.guidance_rescale = nb::cast<double>(value);
+    else if (k == "sigma_min") s.sigma_min = nb::cast<double>(value);
+    else
+      throw sparse3d::Error("sampler setting '" + k + "' is not one of steps, rescale_t, "
+                            "guidance, interval_lo, interval_hi, guidance_rescale, sigma_min");
+  }
+  return s;
+}
+
+nb::dict settings_dict(const sparse3d::SamplerSettings& s) {
+  nb::dict d;
+  d["steps"] = s.steps;
+  d["rescale_t"] = s.rescale_t;
+  d["guidance"] = s.guidance;
+  d["interval_lo"] = s.interval_lo;
+  d["interval_hi"] = s.interval_hi;
+  d["guidance_rescale"] = s.guidance_rescale;
+  d["sigma_min"] = s.sigma_min;
+  return d;
+}
+
+std::optional<sparse3d::FlagSet> flags_of(const std::optional<std::string>& path) {
+  if (!path) return std::nullopt;
+  return sparse3d::ExecutionPlan::parse(*path).flags();
+}
+
+void* stream_of(uintptr_t stream) { return reinterpret_cast<void*>(stream); }
+
+// ---- Results as plain Python ----------------------------------------------------------------
+
+nb::dict stats_dict(const sparse3d::RequestStats& st) {
+  nb::dict d;
+  d["plan"] = st.plan;
+  d["tokens"] = st.tokens;
+  d["setup_seconds"] = st.setup_seconds;
+  d["loop_seconds"] = st.loop_seconds;
+  d["request_seconds"] = st.request_seconds();
+  d["launches"] = st.launches;
+  d["launches_before_loop"] = st.launches_before_loop;
+  d["peak_device_bytes"] = st.peak_device_bytes;
+  d["graphs_captured"] = st.graphs_captured;
+  d["graph_capture_seconds"] = st.graph_capture_seconds;
+  d["graph_nodes"] = st.graph_nodes;
+  nb::dict by_op;
+  for (const auto& [op, n] : st.launches_by_op) by_op[op.c_str()] = n;
+  d["launches_by_op"] = by_op;
+  return d;
+}
+
+nb::dict step_dict(const sparse3d::StepInfo& s) {
+  nb::dict d;
+  d["index"] = s.index;
+  d["total"] = s.total;
+  d["t"] = s.t;
+  d["t_prev"] = s.t_prev;
+  d["cfg"] = s.cfg;
+  d["elapsed_s"] = s.elapsed_s;
+  return d;
+}
+
+nb::dict counters_dict(const sparse3d::Counters& c) {
+  nb::dict d;
+  d["requests"] = c.requests;
+  d["launches"] = c.launches;
+  nb::list fallbacks;
+  for (const auto& f : c.fallbacks) {
+    nb::dict e;
+    e["optimization"] = f.optimization;
+    e["reason"] = f.reason;
+    e["count"] = f.count;
+    fallbacks.append(e);
+  }
+  d["fallbacks"] = fallbacks;
+  d["device_bytes_in_use"] = c.device_bytes_in_use;
+  d["device_bytes_reserved"] = c.device_bytes_reserved;
+  d["peak_device_bytes"] = c.peak_device_bytes;
+  d["qualifications_run"] = c.qualifications_run;
+  d["qualification_cache_hits"] = c.qualification_cache_hits;
+  d["qualification_cache_refusals"] = c.qualification_cache_refusals;
+  return d;
+}
+
+nb::dict model_dict(const sparse3d::ModelInfo& m) {
+  nb::dict d;
+  d["family"] = m.family;
+  d["checkpoint"] = m.checkpoint;
+  d["content_hash"] = m.content_hash;
+  d["resolution"] = m.resolution;
+  d["in_channels"] = m.in_channels;
+  d["out_channels"] = m.out_channels;
+  d["model_channels"] = m.model_channels;
+  d["cond_channels"] = m.cond_channels;
+  d["num_blocks"] = m.num_blocks;
+  d["num_heads"] = m.num_heads;
+  d["parameters"] = m.parameters;
+  return d;
+}
+
+nb::list qualification_list(const std::vector<sparse3d::QualificationState>& states) {
+  nb::list out;
+  for (const auto& q : states) {
+    nb::dict d;
+    d["context_tokens"] = q.context_tokens;
+    d["applicable"] = q.applicable;
+    d["reason"] = q.reason;
+    d["facts"] = q.facts;
+    nb::list shapes;
+    for (const auto& s : q.shapes) {
+      nb::dict e;
+      e["tokens"] = s.tokens;
+      e["batched"] = s.batched;
+      e["m"] = s.m;
+      e["source"] = s.source;
+      e["summary"] = s.summary;
+      shapes.append(e);
+    }
+    d["shapes"] = shapes;
+    out.append(d);
+  }
+  return out;
+}
+
+// fn() without the GIL.
+template <class F>
+auto unlocked(F fn) {
+  nb::gil_scoped_release release;
+  return fn();
+}
+
+// ---- The engine -------------------------------------------------------------------------
+
+// One Python callback error, kept until the request returns (an exception must not unwind
+// through the engine's C++ frames as a Python error state).
+struct CallbackFailure {
+  std::unique_ptr<nb::python_error> error;
+};
+
+class PyEngine {
+ public:
+  // `keep` holds the log callable so that its last reference goes with the GIL held (after
+  // `release` is undone), even when the constructor throws.
+  PyEngine(const std::string& checkpoint, sparse3d::EngineOptions options) {
+    const auto keep = options.log;
+    nb::gil_scoped_release release;
+    engine_ = std::make_unique<sparse3d::Engine>(checkpoint, std::move(options));
+  }
+  PyEngine(const std::string& config_json, const std::vector<std::pair<std::string, AnyArray>>& tensors,
+           const std::string& name, sparse3d::EngineOptions options) {
+    sparse3d::InMemoryCheckpoint ck;
+    ck.config_json = config_json;
+    ck.name = name;
+    for (const auto& [key, array] : tensors) ck.tensors.emplace_back(key, view_of(array, key.c_str()));
+    const auto keep = options.log;
+    nb::gil_scoped_release release;
+    engine_ = std::make_unique<sparse3d::Engine>(ck, std::move(options));
+  }
+
+  nb::dict sample(const AnyArray& coords, const AnyArray& cond, int batch,
+                  const std::optional<AnyArray>& noise, uint64_t seed,
+                  const std::optional<AnyArray>& concat_cond, const nb::dict& sampler,
+                  const std::optional<std::string>& path, const std::optional<OutArray>& out,
+                  std::optional<nb::callable> callback, bool keep_first_forward, uintptr_t stream) {
+    sparse3d::SampleRequest r;
+    r.coords = view_of(coords, "coords");
+    r.cond = view_of(cond, "cond");
+    r.batch = batch;
+    r.noise = optional_view(noise, "noise");
+    r.seed = seed;
+    r.concat_cond = optional_view(concat_cond, "concat_cond");
+    r.sampler = sampler_settings(sampler);
+    r.flags = flags_of(path);
+    r.out = optional_view(out, "out");
+    r.keep_first_forward = keep_first_forward;
+    r.cuda_stream = stream_of(stream);
+    auto failure = std::make_shared<CallbackFailure>();
+    if (callback) {
+      auto fn = std::make_shared<nb::callable>(*callback);
+      r.on_step = [fn, failure](const sparse3d::StepInfo& s) {
+        nb::gil_scoped_acquire gil;
+        if (failure->error) return;  // the first error ends the callbacks
+        try {
+          (*fn)(s.index, s.t, borrowed(s.latent));
+        } catch (nb::python_error& e) {
+          failure->error = std::make_unique<nb::python_error>(std::move(e));
+        }
+      };
+    }
+    sparse3d::SampleResult result;
+    {
+      nb::gil_scoped_release release;
+      result = engine_->sample(r);
+    }
+    if (failure->error) throw nb::python_error(*failure->error);
+    nb::dict d;
+    d["latent"] = to_python(result.latent);
+    d["first_v_cond"] = to_python(result.first_v_cond);
+    d["first_v_uncond"] = to_python(result.first_v_uncond);
+    nb::list steps;
+    for (const auto& s : result.steps) steps.append(step_dict(s));
+    d["steps"] = steps;
+    d["stats"] = stats_dict(result.stats);
+    return d;
+  }
+
+  nb::object forward(const AnyArray& x, const AnyArray& t, const AnyArray& coords,
+                     const AnyArray& cond, int batch, const std::optional<AnyArray>& concat_cond,
+                     const std::optional<std::string>& path, const std::optional<OutArray>& out,
+                     uintptr_t stream) {
+    sparse3d::ForwardRequest r;
+    r.x = view_of(x, "x");
+    r.t = view_of(t, "t");
+    r.coords = view_of(coords, "coords");
+    r.cond = view_of(cond, "cond");
+    r.batch = batch;
+    r.concat_cond = optional_view(concat_cond, "concat_cond");
+    r.flags = flags_of(path);
+    r.out = optional_view(out, "out");
+    r.cuda_stream = stream_of(stream);
+    Array v;
+    {
+      nb::gil_scoped_release release;
+      v = engine_->forward(r);
+    }
+    return to_python(v);
+  }
+
+  void warm_up(const std::vector<int64_t>& tokens, int cond_tokens) {
+    nb::gil_scoped_release release;
+    engine_->warm_up(tokens, cond_tokens);
+  }
+
+  std::string fits(int64_t tokens, int batch, int cond_tokens, const std::optional<std::string>& path) {
+    const sparse3d::FlagSet flags = path ? *flags_of(path) : engine_->plan().flags();
+    nb::gil_scoped_release release;
+    return engine_->fits(tokens, batch, cond_tokens, flags);
+  }
+
+  sparse3d::Engine& engine() { return *engine_; }
+
+ private:
+  std::unique_ptr<sparse3d::Engine> engine_;
+};
+
+}  // namespace
+
+NB_MODULE(_native, m) {
+  m.doc() = "sparse3d's native engine (the public C++ API over DLPack); use the sparse3d package.";
+  nb::exception<sparse3d::Error>(m, "Error", PyExc_RuntimeError);
+
+  m.def("version", [] { return std::string(sparse3d::version()); });
+  m.def("default_path", [] { return std::string(sparse3d::default_path()); });
+  m.def("paths", [] {
+    nb::list out;
+    for (const auto& p : sparse3d::execution_paths()) {
+      nb::dict d;
+      d["name"] = std::string(p.name);
+      d["help"] = std::string(p.help);
+      std::vector<std::string> flags;
+      for (auto f : p.flags.flags()) flags.emplace_back(sparse3d::name(f));
+      d["flags"] = flags;
+      out.append(d);
+    }
+    return out;
+  });
+  m.def("flags", [] {
+    nb::list out;
+    for (const auto& f : sparse3d::flag_infos()) {
+      nb::dict d;
+      d["name"] = std::string(f.name);
+      d["help"] = std::string(f.help);
+      d["contract"] = std::string(f.contract);
+      d["gpu_validated"] = f.gpu_validated;
+      out.append(d);
+    }
+    return out;
+  });
+  m.def("plan_label", [](const std::string& spec) { return sparse3d::ExecutionPlan::parse(spec).label(); },
+        "spec"_a);
+  m.def("draw_noise", [](uint64_t seed, int64_t rows, int64_t cols, uint64_t offset) {
+        return to_python(sparse3d::draw_noise(seed, rows, cols, offset));
+      }, "seed"_a, "rows"_a, "cols"_a, "offset"_a = 0);
+  m.def("timesteps", [](const nb::dict& sampler) { return sparse3d::timesteps(sampler_settings(sampler)); },
+        "sampler"_a);
+  m.def("sampler_preset", [](const std::string& name) {
+        if (name == "released") return settings_dict(sparse3d::SamplerSettings::released());
+        if (name == "protocol") return settings_dict(sparse3d::SamplerSettings::protocol());
+        throw sparse3d::Error("sampler preset must be \"released\" or \"protocol\", got \"" + name + "\"");
+      }, "name"_a);
+
+  nb::class_<PyEngine>(m, "Engine")
+      .def("__init__",
+           [](PyEngine* self, const std::string& checkpoint, const std::string& path,
+              const std::string& device, int device_index, double max_device_memory_gib,
+              const std::string& cache_dir, bool persist_qualification,
+              const std::vector<int64_t>& qualify_m, std::optional<nb::callable> log) {
+             new (self) PyEngine(checkpoint, engine_options(path, device, device_index,
+                                                            max_device_memory_gib, cache_dir,
+                                                            persist_qualification, qualify_m, log));
+           },
+           "checkpoint"_a, "path"_a = "", "device"_a = "auto", "device_index"_a = 0,
+           "max_device_memory_gib"_a = 0.0, "cache_dir"_a = "", "persist_qualification"_a = true,
+           "qualify_m"_a = std::vector<int64_t>{}, "log"_a = nb::none())
+      .def_static(
+          "from_tensors",
+          [](const std::string& config_json, const std::vector<std::pair<std::string, AnyArray>>& tensors,
+             const std::string& name, const std::string& path, const std::string& device,
+             int device_index, double max_device_memory_gib, const std::string& cache_dir,
+             bool persist_qualification, const std::vector<int64_t>& qualify_m,
+             std::optional<nb::callable> log) {
+            return new PyEngine(config_json, tensors, name,
+                                engine_options(path, device, device_index, max_device_memory_gib,
+                                               cache_dir, persist_qualification, qualify_m, log));
+          },
+          "config_json"_a, "tensors"_a, "name"_a = "in-memory checkpoint", "path"_a = "",
+          "device"_a = "auto", "device_index"_a = 0, "max_device_memory_gib"_a = 0.0,
+          "cache_dir"_a = "", "persist_qualification"_a = true,
+          "qualify_m"_a = std::vector<int64_t>{}, "log"_a = nb::none(), nb::rv_policy::take_ownership)
+      .def("sample", &PyEngine::sample, "coords"_a, "cond"_a, "batch"_a, "noise"_a = nb::none(),
+           "seed"_a = 0, "concat_cond"_a = nb::none(), "sampler"_a = nb::dict(), "path"_a = nb::none(),
+           "out"_a = nb::none(), "callback"_a = nb::none(), "keep_first_forward"_a = false,
+           "stream"_a = 0)
+      .def("forward", &PyEngine::forward, "x"_a, "t"_a, "coords"_a, "cond"_a, "batch"_a,
+           "concat_cond"_a = nb::none(), "path"_a = nb::none(), "out"_a = nb::none(), "stream"_a = 0)
+      .def("warm_up", &PyEngine::warm_up, "tokens"_a, "cond_tokens"_a)
+      .def("fits", &PyEngine::fits, "tokens"_a, "batch"_a, "cond_tokens"_a, "path"_a = nb::none())
+      // These wait for a request running on another thread (one request at a time per
+      // engine), so they let go of the GIL, which that request's callback may need.
+      .def("counters", [](PyEngine& e) {
+        return counters_dict(unlocked([&] { return e.engine().counters(); }));
+      })
+      .def("reset_counters", [](PyEngine& e) { unlocked([&] { e.engine().reset_counters(); return 0; }); })
+      .def("fingerprint", [](PyEngine& e) {
+        nb::dict d;
+        for (const auto& [k, v] : unlocked([&] { return e.engine().fingerprint(); })) d[k.c_str()] = v;
+        return d;
+      })
+      .def("qualification", [](PyEngine& e) {
+        return qualification_list(unlocked([&] { return e.engine().qualification(); }));
+      })
+      .def_prop_ro("model", [](PyEngine& e) { return model_dict(e.engine().model()); })
+      .def_prop_ro("device", [](PyEngine& e) {
+        return std::string(e.engine().device() == Device::CUDA ? "cuda" : "cpu");
+      })
+      .def_prop_ro("plan", [](PyEngine& e) { return e.engine().plan().label(); });
+}

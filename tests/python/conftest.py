@@ -1,0 +1,87 @@
+"""Fixtures of the Python tests: the tiny checkpoint of the C++ tests (tests/data), a NumPy
+reader of its safetensors file (CI has no torch), synthetic requests and a SparseTensor
+stand-in with TRELLIS.2's duck type (.feats, .coords, .replace)."""
+import json
+import os
+import struct
+
+import numpy as np
+import pytest
+
+DATA = os.environ.get("SPARSE3D_TEST_DATA",
+                      os.path.join(os.path.dirname(__file__), "..", "data"))
+TINY = os.path.join(DATA, "golden", "inputs", "tiny.json")
+
+
+def read_safetensors(path):
+    """name -> float32 NumPy array (bf16 and f32 files)."""
+    with open(path, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(n))
+        data = f.read()
+    out = {}
+    for name, e in header.items():
+        if name == "__metadata__":
+            continue
+        lo, hi = e["data_offsets"]
+        raw = data[lo:hi]
+        if e["dtype"] == "BF16":
+            bits = np.frombuffer(raw, dtype=np.uint16).astype(np.uint32) << 16
+            values = bits.view(np.float32)
+        elif e["dtype"] == "F32":
+            values = np.frombuffer(raw, dtype=np.float32)
+        else:
+            raise ValueError(f"{name}: dtype {e['dtype']} not handled by the test reader")
+        out[name] = values.reshape(e["shape"]).copy()
+    return out
+
+
+class SparseTensor:
+    """TRELLIS.2's SparseTensor as the drop-in sees it: feats [T, C], coords int32 [T, 4]."""
+
+    def __init__(self, feats, coords):
+        self.feats, self.coords = feats, coords
+
+    def replace(self, feats):
+        return SparseTensor(feats, self.coords)
+
+    @property
+    def shape(self):
+        return (int(self.coords[:, 0].max()) + 1, self.feats.shape[1])
+
+
+def make_request(counts, seed, cond_tokens=9, cond_channels=64, res=64):
+    """coords int32 [T, 4] for assets of `counts` tokens (distinct voxels, batch order) and
+    a float32 condition [B, L, C]."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for b, n in enumerate(counts):
+        flat = rng.choice(res ** 3, size=n, replace=False)
+        flat.sort()
+        xyz = np.stack(np.unravel_index(flat, (res, res, res)), axis=1)
+        rows.append(np.concatenate([np.full((n, 1), b), xyz], axis=1))
+    coords = np.ascontiguousarray(np.concatenate(rows).astype(np.int32))
+    cond = rng.standard_normal((len(counts), cond_tokens, cond_channels)).astype(np.float32)
+    return coords, cond
+
+
+@pytest.fixture
+def cache_dir(tmp_path):
+    return str(tmp_path / "cache")
+
+
+@pytest.fixture
+def engine(cache_dir):
+    import sparse3d
+    return sparse3d.Engine(TINY, device="cpu", cache_dir=cache_dir)
+
+
+@pytest.fixture(scope="session")
+def tiny_config():
+    with open(TINY) as f:
+        return json.load(f)
+
+
+@pytest.fixture(scope="session")
+def tiny_state_dict():
+    return read_safetensors(TINY[:-len(".json")] + ".safetensors")
