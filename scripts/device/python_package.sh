@@ -24,7 +24,8 @@ summary+=("machine: $(ldd --version | head -1); $(python3 --version)")
 wheel=$(ls dist/sparse3d-*manylinux*.whl | head -1)
 summary+=("wheel: $(basename "$wheel"), $(du -k "$wheel" | cut -f1) KiB")
 # What the wheel's module carries: SASS per architecture and PTX.
-(cd /tmp && rm -rf whl && mkdir whl && cd whl && python3 -m zipfile -e "$OLDPWD/$wheel" . &&
+wheel_abs=$(realpath "$wheel")
+(cd /tmp && rm -rf whl && mkdir whl && cd whl && python3 -m zipfile -e "$wheel_abs" . &&
  cuobjdump --list-elf sparse3d/_native*.so | grep -oE "sm_[0-9]+a?" | sort | uniq -c | tr '\n' ' ' > "$OUT/wheel_arch.txt";
  cuobjdump --list-ptx sparse3d/_native*.so | grep -oE "sm_[0-9]+a?" | sort | uniq -c | sed 's/^/ptx /' | tr '\n' ' ' >> "$OUT/wheel_arch.txt") 2>> "$OUT/wheel_arch.txt"
 summary+=("wheel kernels: $(cat "$OUT/wheel_arch.txt")")
@@ -81,5 +82,8 @@ if [ "${SUITE:-0}" = 1 ]; then
   $BIN/sparse3d_gpu_tests --gtest_filter="${SUITE_FILTER:-*}" > "$OUT/gpu_tests.log" 2>&1
   summary+=("gpu suite: $(grep -E '^\[  PASSED  \]|^\[  FAILED  \]' "$OUT/gpu_tests.log" | tr '\n' ' ')")
 fi
-printf '%s\n' "${summary[@]}"
-cat "$OUT/dropin.log" | tail -30
+{ printf '%s\n' "${summary[@]}"; tail -40 "$OUT/dropin.log"; } > "$OUT/summary.txt"
+# $OUT comes back with at most 8 files: the summary, the JSONs, the rest in one tarball.
+(cd "$OUT" && tar czf logs.tar.gz $(ls *.log pip_list.txt wheel_arch.txt 2>/dev/null) &&
+ rm -f *.log pip_list.txt wheel_arch.txt)
+cat "$OUT/summary.txt"

@@ -127,6 +127,14 @@ Engine::Impl::~Impl() {
     if (device == Device::CUDA) cudaStreamSynchronize(own_stream);
     null_contexts.clear();
     model.reset();
+    // Results may outlive the engine (each keeps the allocator alive): what is cached goes
+    // back to the driver now, and a result's memory when it is dropped, so that destroying
+    // an engine frees its device memory (the Python drop-in's .cpu()).
+    if (device == Device::CUDA) {
+      s3d::DeviceAllocator& allocator = s3d::DeviceAllocator::current();
+      allocator.set_caching(false);
+      allocator.empty_cache();
+    }
   }
   context.reset();
   if (own_stream) cudaStreamDestroy(own_stream);

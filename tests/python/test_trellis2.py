@@ -205,3 +205,34 @@ def test_checkpoints_load_from_the_pipeline_folder_and_restore_undoes(pipeline, 
     acc.restore()
     assert pipeline.models["shape_slat_flow_model_512"] is original
     assert isinstance(pipeline.shape_slat_sampler, FlowEulerGuidanceIntervalSampler)
+
+
+def test_a_texture_model_takes_its_concat_condition(tiny_config, tiny_state_dict, cache_dir):
+    """A texture flow model (in_channels = out + concat channels): the sampler passes the
+    shape latent as concat_cond through **kwargs, as TRELLIS.2's pipeline does; the whole
+    loop in the engine equals Engine.sample with that concat_cond, and a model call takes it
+    too."""
+    import copy
+    config = copy.deepcopy(tiny_config)
+    config["args"]["in_channels"] = 40
+    state = dict(tiny_state_dict)
+    rng = np.random.default_rng(5)
+    extra = (0.02 * rng.standard_normal((128, 8))).astype(np.float32)
+    state["input_layer.weight"] = np.concatenate([state["input_layer.weight"], extra], axis=1)
+    original = OriginalModule(config, state)
+    p = Pipeline(original)
+    p.models = {"tex_slat_flow_model_512": original}
+    acc = t2.accelerate(p, device="cpu", cache_dir=cache_dir)
+    model = p.models["tex_slat_flow_model_512"]
+    noise, cond = request((26, 31), 15)
+    shape_slat = SparseTensor(rng.standard_normal((57, 8)).astype(np.float32), noise.coords)
+    out = p.tex_slat_sampler.sample(model, noise, cond, np.zeros_like(cond), concat_cond=shape_slat,
+                                    **PARAMS)
+    engine = sparse3d.Engine.from_state_dict(config, state, device="cpu", cache_dir=cache_dir)
+    want = engine.sample(noise.coords, cond, noise=noise.feats, concat_cond=shape_slat.feats,
+                         sampler=sparse3d.SamplerSettings(steps=4))
+    np.testing.assert_array_equal(out.samples.feats, want)
+    v = model(noise, np.full(2, 1000.0, np.float32), cond, concat_cond=shape_slat)
+    np.testing.assert_array_equal(
+        v.feats, engine.forward(noise.feats, 1000.0, cond, shape_slat.feats, coords=noise.coords))
+    assert original.calls == 0 and acc.fallbacks() == []

@@ -168,6 +168,7 @@ def main():
                   callback=lambda i, t, x: steps.append((i, t, float(x[0, 0]))))
     zc["callback_steps"] = len(steps)
     # low_vram: .cpu() frees the engine's device memory; the next call builds it again.
+    del engine  # the script's own reference; results still alive keep only their memory
     sync()
     free0 = torch.cuda.mem_get_info()[0]
     model.cpu()
