@@ -124,11 +124,35 @@ class EngineFlowModel(_module_base()):
             if not hasattr(self, a):
                 object.__setattr__(self, a, v)
 
-    # -- the engine --
+    # -- what the pipeline reads --
 
     @property
     def original(self):
         return self._original
+
+    @property
+    def device(self):
+        """Where the model runs: the engine's device once built, else the original's."""
+        if self._engine_device is not None and self._engine is not None:
+            kind, index = self._engine_device
+            return _torch_device(kind, index)
+        return getattr(self._original, "device", _torch_device("cpu", 0))
+
+    @property
+    def dtype(self):
+        return getattr(self._original, "dtype", None)
+
+    def __getattr__(self, name):
+        # Anything else the pipeline reads comes from the original module.
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            original = self.__dict__.get("_original")
+            if original is None or name.startswith("__"):
+                raise
+            return getattr(original, name)
+
+    # -- the engine --
 
     def engine(self, device=("cpu", 0)):
         """The engine on `device` (kind, index), built on first use."""
@@ -240,6 +264,14 @@ class EngineFlowModel(_module_base()):
 
 def _feats(x):
     return x.feats if hasattr(x, "feats") else x
+
+
+def _torch_device(kind, index):
+    try:
+        import torch
+        return torch.device(kind, index) if kind == "cuda" else torch.device("cpu")
+    except ImportError:
+        return f"{kind}:{index}" if kind == "cuda" else "cpu"
 
 
 class _Stats:

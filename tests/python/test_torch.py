@@ -125,6 +125,7 @@ def test_the_drop_in_follows_the_pipelines_devices(device, tiny_config, tiny_sta
     t = torch.full((2,), 800.0, device=device)
     v = model(x, t, cond)
     assert model.original.calls == 0 and v.feats.device.type == device
+    assert model.device.type == device
     want = engine_on(device, cache_dir).forward(noise, t, cond, coords=coords)
     assert torch.equal(v.feats, want)
     # f16 features and condition, as a half-precision pipeline passes them: converted

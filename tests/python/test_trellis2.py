@@ -108,6 +108,12 @@ def test_accelerate_replaces_the_flow_models_and_samplers(pipeline, acc):
     assert pipeline.models["image_cond_model"] is not model   # other models untouched
     assert model.resolution == 64 and model.out_channels == 32   # the attributes it reads
     assert model.config_source == "module attributes"
+    original = model.original
+    original.custom = "kept"                 # anything else reads through to the original
+    assert model.custom == "kept" and model.dtype == original.dtype
+    assert model.device == "cpu"             # no engine yet: the original's (here none: cpu)
+    with pytest.raises(AttributeError):
+        model.no_such_attribute
     assert isinstance(pipeline.shape_slat_sampler, t2.EngineSampler)
     assert pipeline.shape_slat_sampler.sigma_min == 1e-5        # attributes pass through
     assert "shape_slat_flow_model_512: sparse3d engine" in acc.report()
