@@ -101,9 +101,11 @@ class EngineFlowModel(_module_base()):
     and `.cuda()` move with the pipeline."""
 
     def __init__(self, name, original, config, config_source, checkpoint=None, path=None,
-                 engine_options=None, stats=None):
+                 engine_options=None, stats=None, release_on_cpu=True):
         if _module_base() is not object:
             super().__init__()
+        object.__setattr__(self, "_release_on_cpu", release_on_cpu)
+        object.__setattr__(self, "_original_moved", False)
         # Not a registered submodule: .to() on this module must not copy the original's
         # weights to the GPU beside the engine's. It is moved when a fallback needs it.
         object.__setattr__(self, "_original", original)
@@ -115,7 +117,6 @@ class EngineFlowModel(_module_base()):
         self._options = dict(engine_options or {})
         self._engine = None
         self._engine_device = None
-        self._released = False
         self.stats = stats if stats is not None else _Stats()
         for a in _ARG_ATTRIBUTES:
             if hasattr(original, a):
@@ -168,7 +169,6 @@ class EngineFlowModel(_module_base()):
             self._engine = Engine.from_state_dict(self._config, self._original.state_dict(),
                                                   name=f"{self.name} (state dict)", **options)
         self._engine_device = device
-        self._released = False
         return self._engine
 
     def _apply(self, fn, *args, **kwargs):
@@ -176,11 +176,14 @@ class EngineFlowModel(_module_base()):
         try:
             import torch
             probe = fn(torch.empty(0, device=self._engine_device_torch()))
-            if probe.device.type == "cpu" and self._engine is not None:
-                self._engine = None       # frees the engine's weights and buffers
-                self._released = True
         except Exception:  # noqa: BLE001 - a probe that fails changes nothing
-            pass
+            return self
+        if probe.device.type == "cpu" and self._engine is not None and self._release_on_cpu:
+            self._engine = None       # frees the engine's weights and buffers
+        if self._original_moved and hasattr(self._original, "_apply"):
+            # A fallback moved the original to the inputs' device: it follows the pipeline's
+            # moves from then on (low_vram's .cpu() included).
+            self._original._apply(fn, *args, **kwargs)
         return self
 
     def _engine_device_torch(self):
@@ -255,6 +258,14 @@ class EngineFlowModel(_module_base()):
     def _run_original(self, x, t, cond, concat_cond, **kwargs):
         if concat_cond is not None:
             kwargs["concat_cond"] = concat_cond
+        # The pipeline moved this module, not the original (it is not a submodule): move the
+        # original to the inputs' device for the call.
+        target = getattr(getattr(x, "feats", None), "device", None)
+        if target is not None and hasattr(self._original, "parameters"):
+            first = next(iter(self._original.parameters()), None)
+            if first is not None and first.device != target:
+                self._original.to(target)
+                object.__setattr__(self, "_original_moved", True)
         return self._original(x, t, cond, **kwargs)
 
     def __repr__(self):
@@ -470,14 +481,17 @@ def _checkpoint_for(name, module, checkpoints, pipeline_dir):
 
 
 def accelerate(pipeline, path=None, models=FLOW_MODELS, samplers=FLOW_SAMPLERS,
-               checkpoints=None, pipeline_dir=None, **engine_options):
+               checkpoints=None, pipeline_dir=None, release_on_cpu=True, **engine_options):
     """Serves `pipeline`'s structured-latent flow models (and their samplers) from sparse3d.
 
     path: the engine's execution path (default: the fastest whose contracts hold).
     checkpoints: {model name: NAME.json} to load from files; pipeline_dir: the pipeline's
     folder (its pipeline.json names the ckpts/); otherwise the weights are read from the
-    module's state dict in memory, and the config from its attributes. engine_options go to
-    sparse3d.Engine (cache_dir, max_device_memory_gib, log, ...). Returns an Acceleration."""
+    module's state dict in memory, and the config from its attributes. release_on_cpu: a
+    model's .cpu() (the pipeline's low_vram mode, TRELLIS.2's default) frees its engine, which
+    the next call builds again (about a second for the 1.3B model); False keeps it on the GPU.
+    engine_options go to sparse3d.Engine (cache_dir, max_device_memory_gib, log, ...).
+    Returns an Acceleration."""
     acc = Acceleration(pipeline)
     table = getattr(pipeline, "models", None)
     if not isinstance(table, dict):
@@ -503,7 +517,8 @@ def accelerate(pipeline, path=None, models=FLOW_MODELS, samplers=FLOW_SAMPLERS,
             acc.skipped[name] = str(e)
             continue
         table[name] = EngineFlowModel(name, module, config, source, checkpoint=checkpoint,
-                                      path=path, engine_options=engine_options)
+                                      path=path, engine_options=engine_options,
+                                      release_on_cpu=release_on_cpu)
         acc.models[name] = table[name]
     for attr in samplers:
         original = getattr(pipeline, attr, None)

@@ -140,3 +140,29 @@ def test_the_drop_in_follows_the_pipelines_devices(device, tiny_config, tiny_sta
     assert torch.equal(v2.feats, v.feats)
     model.to(device)
     assert acc.fallbacks() == []
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_fallback_brings_the_original_to_the_inputs_and_it_follows_the_pipeline(
+        tiny_config, tiny_state_dict, cache_dir):
+    class Pipeline:
+        pass
+    p = Pipeline()
+    original = Original(tiny_config, tiny_state_dict)     # on the CPU, as low_vram keeps it
+    p.models = {"shape_slat_flow_model_512": original}
+    acc = t2.accelerate(p, cache_dir=cache_dir, release_on_cpu=False)
+    model = p.models["shape_slat_flow_model_512"]
+    model.to("cuda")
+    assert next(original.parameters()).device.type == "cpu"   # not copied beside the engine
+    coords, cond, noise = inputs("cuda", (30,), 6)
+    x = SparseTensor(noise, coords)
+    t = torch.full((1,), 900.0, device="cuda")
+    model(x, t, cond)
+    engine = model._engine
+    model(x, t, cond, unknown_option=True)                     # a fallback
+    assert original.calls == 1 and next(original.parameters()).device.type == "cuda"
+    model.cpu()                                                 # the pipeline's low_vram move
+    assert next(original.parameters()).device.type == "cpu"
+    assert model._engine is engine                              # release_on_cpu=False keeps it
+    assert [f["reason"] for f in acc.fallbacks()] == [
+        "keyword arguments the engine does not take: unknown_option"]
