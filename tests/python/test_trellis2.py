@@ -111,7 +111,7 @@ def test_accelerate_replaces_the_flow_models_and_samplers(pipeline, acc):
     original = model.original
     original.custom = "kept"                 # anything else reads through to the original
     assert model.custom == "kept" and model.dtype == original.dtype
-    assert model.device == "cpu"             # no engine yet: the original's (here none: cpu)
+    assert str(model.device) == "cpu"        # no engine yet: the original's (here none: cpu)
     with pytest.raises(AttributeError):
         model.no_such_attribute
     assert isinstance(pipeline.shape_slat_sampler, t2.EngineSampler)
