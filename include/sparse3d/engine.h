@@ -58,6 +58,8 @@ struct SamplerSettings {
   double sigma_min = 1e-5;
 
   static SamplerSettings released() { return SamplerSettings{}; }
+  // Throws Error naming the first setting out of range (what sample() would refuse).
+  void validate() const;
   // The benchmark protocol: 15 steps, CFG 7.5 on every step, no rescale.
   static SamplerSettings protocol() { return SamplerSettings{15, 3.0, 7.5, 0.0, 1.0, 0.0, 1e-5}; }
 };

@@ -9,24 +9,29 @@ void SamplerFlags::add_to(CLI::App* sub) {
                   "step)")
       ->check(CLI::IsMember({"protocol", "released"}))
       ->capture_default_str();
-  sub->add_option("--steps", steps, "Euler steps (overrides the sampler preset)");
-  sub->add_option("--rescale-t", rescale_t, "Timestep rescale r");
-  sub->add_option("--cfg", cfg, "Guidance strength g (1 = no CFG)");
+  steps_given = sub->add_option("--steps", steps, "Euler steps (overrides the sampler preset)");
+  rescale_t_given = sub->add_option("--rescale-t", rescale_t, "Timestep rescale r");
+  cfg_given = sub->add_option("--cfg", cfg, "Guidance strength g (1 = no CFG)");
   sub->add_option("--interval", interval, "Guidance interval LO HI")->expected(2);
-  sub->add_option("--guidance-rescale", rescale, "Guidance rescale rho in [0, 1]");
+  rescale_given = sub->add_option("--guidance-rescale", rescale, "Guidance rescale rho in [0, 1]");
 }
+
+namespace {
+bool given(const CLI::Option* o) { return o != nullptr && o->count() > 0; }
+}  // namespace
 
 sparse3d::SamplerSettings SamplerFlags::resolve() const {
   sparse3d::SamplerSettings o = preset == "released" ? sparse3d::SamplerSettings::released()
                                                      : sparse3d::SamplerSettings::protocol();
-  if (steps != -1) o.steps = steps;
-  if (!std::isnan(rescale_t)) o.rescale_t = rescale_t;
-  if (!std::isnan(cfg)) o.guidance = cfg;
-  if (!std::isnan(rescale)) o.guidance_rescale = rescale;
+  if (given(steps_given)) o.steps = steps;
+  if (given(rescale_t_given)) o.rescale_t = rescale_t;
+  if (given(cfg_given)) o.guidance = cfg;
+  if (given(rescale_given)) o.guidance_rescale = rescale;
   if (interval.size() == 2) {
     o.interval_lo = interval[0];
     o.interval_hi = interval[1];
   }
+  o.validate();
   return o;
 }
 

@@ -15,12 +15,17 @@ namespace s3d::apps {
 struct SamplerFlags {
   // "released" (run's default: TRELLIS.2's shape-model settings) or "protocol" (bench's).
   std::string preset = "released";
-  int steps = -1;
-  double rescale_t = NAN, cfg = NAN, rescale = NAN;
+  int steps = 0;
+  double rescale_t = 0, cfg = 0, rescale = 0;
   std::vector<double> interval;
+  // The options, to tell a value given from one left out: a given value is used as given
+  // (no value is a sentinel meaning "absent"), then checked.
+  CLI::Option *steps_given = nullptr, *rescale_t_given = nullptr, *cfg_given = nullptr,
+              *rescale_given = nullptr;
 
   void add_to(CLI::App* sub);
-  // The preset with every given override applied.
+  // The preset with every given override applied; throws Error naming a value out of range
+  // (--steps -1, --cfg nan), before anything is loaded.
   sparse3d::SamplerSettings resolve() const;
 };
 

@@ -35,6 +35,8 @@ Array draw_noise(uint64_t seed, int64_t rows, int64_t cols, uint64_t offset) {
   return array_of(t);
 }
 
+void SamplerSettings::validate() const { s3d::sampler::SamplerOptions(*this, {}).validate(); }
+
 std::vector<double> timesteps(const SamplerSettings& settings) {
   S3D_CHECK(settings.steps >= 1, "timesteps: steps must be >= 1, got ", settings.steps);
   return s3d::sampler::timesteps(settings.steps, settings.rescale_t);

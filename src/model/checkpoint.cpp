@@ -8,6 +8,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/bf16.h"
 #include "core/cuda_util.h"
 #include "core/error.h"
 #include "core/hash.h"
@@ -35,6 +36,31 @@ uint64_t name_seed(uint64_t seed, const std::string& name) {
   return splitmix64(fnv1a(name.data(), name.size(), 0xcbf29ce484222325ull) ^ seed);
 }
 
+// The index of the first NaN or infinity in a bf16 or f32 tensor (all exponent bits set),
+// or -1. A model with one cannot give a finite latent: refused at load, by name.
+int64_t first_non_finite(const Tensor& t) {
+  const int64_t n = t.numel();
+  if (t.dtype() == DType::BF16) {
+    const auto* p = static_cast<const uint16_t*>(t.data());
+    for (int64_t i = 0; i < n; ++i)
+      if ((p[i] & 0x7f80u) == 0x7f80u) return i;
+  } else if (t.dtype() == DType::F32) {
+    const auto* p = static_cast<const uint32_t*>(t.data());
+    for (int64_t i = 0; i < n; ++i)
+      if ((p[i] & 0x7f800000u) == 0x7f800000u) return i;
+  }
+  return -1;
+}
+
+std::string non_finite_message(const std::string& what, const std::string& name, const Tensor& t,
+                               int64_t at) {
+  const float v = t.dtype() == DType::BF16
+                      ? bf16_to_float(static_cast<const uint16_t*>(t.data())[at])
+                      : static_cast<const float*>(t.data())[at];
+  return cat(what, ": tensor ", name, " has a non-finite value (", v, ") at element ", at,
+             "; a model with NaN or infinite weights cannot give a finite latent");
+}
+
 // Every tensor of `specs`, read and converted on all cores (a released checkpoint is
 // gigabytes: its start-up is mostly this). The first failure is rethrown here.
 // Each tensor is hashed by the thread that read it, while its bytes are still close.
@@ -47,6 +73,8 @@ std::vector<Tensor> read_tensors(const io::SafetensorsFile& file, const std::vec
   for (size_t i = 0; i < specs.size(); ++i) {
     try {
       host[i] = file.load(specs[i].name, specs[i].runtime_dtype);
+      const int64_t bad = first_non_finite(host[i]);
+      if (bad >= 0) fail(non_finite_message("checkpoint " + file.path(), specs[i].name, host[i], bad));
       hashes[i] = content_hash(host[i].data(), host[i].nbytes());
     } catch (const std::exception& e) {
 #pragma omp critical
@@ -219,14 +247,18 @@ Checkpoint checkpoint_from_memory(const std::string& config_json, const std::str
     source[i] = by_name.at(specs[i].name);
     S3D_CHECK(source[i]->data != nullptr, what, ": tensor ", specs[i].name, " has no data");
   }
-  // Conversion and hashing on all cores (nothing in the loop throws).
+  std::vector<int64_t> nonfinite(specs.size(), -1);
+  // Conversion, hashing and the finite check on all cores (nothing in the loop throws).
 #pragma omp parallel for schedule(dynamic)
   for (size_t i = 0; i < specs.size(); ++i) {
     const TensorBytes& src = *source[i];
     io::convert_floats(src.data, src.dtype, host[i].data(), specs[i].runtime_dtype,
                        static_cast<size_t>(shape_numel(specs[i].shape)));
     hashes[i] = content_hash(host[i].data(), host[i].nbytes());
+    nonfinite[i] = first_non_finite(host[i]);
   }
+  for (size_t i = 0; i < specs.size(); ++i)
+    S3D_CHECK(nonfinite[i] < 0, non_finite_message(what, specs[i].name, host[i], nonfinite[i]));
   for (size_t i = 0; i < specs.size(); ++i) ck.tensors[specs[i].name] = host[i];
   ck.version = version_of(specs, hashes);
   return ck;

@@ -180,6 +180,29 @@ TEST_F(Cli, UnknownAsset) {
                      "nosuch");
 }
 
+// A sampler value given on the command line is used as given and checked, never taken for
+// "absent": -1 steps or a NaN is refused by name, before the checkpoint is loaded.
+TEST_F(Cli, SamplerValuesOutOfRangeAreRefusedNotIgnored) {
+  const std::string base = "run --device cpu --checkpoint " + dir + "/nope.json --manifest " + dir +
+                           "/pl/manifest.json --out " + dir + "/sentinels ";
+  const std::pair<const char*, const char*> cases[] = {
+      {"--steps -1", "steps must be in [1, 10000], got -1"},
+      {"--steps 0", "steps must be in [1, 10000], got 0"},
+      {"--cfg nan", "guidance strength must be finite"},
+      {"--guidance-rescale nan", "guidance rescale must be in [0, 1]"},
+      {"--guidance-rescale 1.5", "guidance rescale must be in [0, 1], got 1.5"},
+      {"--rescale-t nan", "rescale_t must be > 0"},
+      {"--rescale-t -2", "rescale_t must be > 0, got -2"},
+      {"--interval 0.9 0.1", "is not an interval"},
+  };
+  for (const auto& [args, message] : cases) {
+    const Result r = run_cli(base + args);
+    expect_clean_error(r, message);
+    // Refused before loading: the missing checkpoint is never reached.
+    EXPECT_EQ(r.output.find("nope.json"), std::string::npos) << args << ":\n" << r.output;
+  }
+}
+
 // `run` on the tiny model, one step, writing into out/<name>: what the flag tests run.
 std::string one_step_run(const std::string& dir, const std::string& name) {
   return "run --device cpu --steps 1 --qualify-m 1 --checkpoint " + dir +

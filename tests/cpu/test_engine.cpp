@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <thread>
 
 #include "core/cuda_util.h"
@@ -308,6 +309,46 @@ TEST_F(EngineApi, AStateDictInMemoryLoadsAsItsFile) {
   sparse3d::InMemoryCheckpoint text = ck;
   text.config_json = "{not json";
   EXPECT_THROW(sparse3d::Engine(text, options()), sparse3d::Error);
+}
+
+TEST_F(EngineApi, NonFiniteWeightsAreRefusedAtLoadByName) {
+  // One NaN (or infinity) in t_embedder.mlp.0.weight: a file and a state dict alike are
+  // refused before any request, with the tensor's name.
+  s3d::io::SafetensorsFile file = s3d::io::SafetensorsFile::open(
+      std::string(SPARSE3D_TEST_DATA) + "/golden/inputs/tiny.safetensors");
+  std::vector<std::pair<std::string, s3d::Tensor>> tensors;
+  for (const auto& e : file.entries()) tensors.emplace_back(e.name, file.load(e.name, DType::F32));
+  const std::string target = "t_embedder.mlp.0.weight";
+  for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+    for (auto& [name, t] : tensors)
+      if (name == target) t.data_as<float>()[17] = bad;
+    const std::string prefix = cache + "/nan_model";
+    fs::create_directories(cache);
+    s3d::io::write_safetensors(prefix + ".safetensors", tensors);
+    fs::copy_file(kTiny, prefix + ".json", fs::copy_options::overwrite_existing);
+    try {
+      sparse3d::Engine e(prefix + ".json", options());
+      FAIL() << "a checkpoint with " << bad << " loaded";
+    } catch (const sparse3d::Error& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find("tensor " + target + " has a non-finite value"), std::string::npos) << m;
+      EXPECT_NE(m.find("at element 17"), std::string::npos) << m;
+    }
+    std::ifstream js(kTiny);
+    sparse3d::InMemoryCheckpoint ck;
+    ck.config_json.assign(std::istreambuf_iterator<char>(js), {});
+    for (auto& [name, t] : tensors) ck.tensors.emplace_back(name, view(t));
+    EXPECT_THROW(
+        {
+          try {
+            sparse3d::Engine e(ck, options());
+          } catch (const sparse3d::Error& e) {
+            EXPECT_NE(std::string(e.what()).find(target), std::string::npos) << e.what();
+            throw;
+          }
+        },
+        sparse3d::Error);
+  }
 }
 
 }  // namespace
