@@ -16,6 +16,7 @@
 #include "bench/result_io.h"
 #include "bench/runner.h"
 #include "core/error.h"
+#include "io/atomic_file.h"
 #include "io/json.h"
 #include "payload/payload.h"
 #include "sparse3d/diagnostics.h"
@@ -267,8 +268,8 @@ Command add_bench_kernels(CLI::App& app) {
     const std::string stem = a->stem.empty() ? "kernels-" + k.date.substr(0, 10) : a->stem;
     std::filesystem::create_directories(a->out);
     const std::string md = bench::to_markdown(k);
-    std::ofstream(a->out + "/" + stem + ".md") << md;
-    std::ofstream(a->out + "/" + stem + ".json") << bench::to_json(k).dump(2) << "\n";
+    io::write_file_atomic(a->out + "/" + stem + ".md", md);
+    io::write_file_atomic(a->out + "/" + stem + ".json", bench::to_json(k).dump(2) + "\n");
     std::printf("%s\nwrote %s/%s.{json,md}\n", md.c_str(), a->out.c_str(), stem.c_str());
     return 0;
   };

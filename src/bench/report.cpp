@@ -7,6 +7,7 @@
 #include "bench/figures.h"
 #include "bench/svg.h"
 #include "core/error.h"
+#include "io/atomic_file.h"
 #include "io/fallback_json.h"
 
 namespace s3d::bench {
@@ -142,11 +143,7 @@ io::Json loo_json(const LooTable& t) {
 }
 
 void write_text(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  S3D_CHECK(out.good(), "bench report: cannot open ", path, " for writing");
-  out << text;
-  out.close();
-  S3D_CHECK(out.good(), "bench report: writing ", path, " failed");
+  io::write_file_atomic(path, text);
 }
 
 }  // namespace

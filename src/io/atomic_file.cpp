@@ -3,8 +3,10 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 
@@ -13,46 +15,77 @@
 namespace s3d::io {
 namespace {
 
-// Removes the temporary file unless the rename consumed it.
-struct TempFile {
-  std::string path;
-  int fd = -1;
-  bool keep = false;
-  ~TempFile() {
-    if (fd >= 0) ::close(fd);
-    if (!keep) std::remove(path.c_str());
+std::atomic<uint64_t> g_steps{0};
+
+// SPARSE3D_FAULT_WRITE=N: the N-th step fails (0 or unset: none).
+uint64_t fault_step() {
+  static const uint64_t n = [] {
+    const char* v = std::getenv("SPARSE3D_FAULT_WRITE");
+    return v == nullptr ? 0ull : std::strtoull(v, nullptr, 10);
+  }();
+  return n;
+}
+
+// One step of a write: counted, and failed with ENOSPC when it is the injected one.
+bool injected_fault() {
+  const uint64_t step = ++g_steps;
+  if (fault_step() != 0 && step == fault_step()) {
+    errno = ENOSPC;
+    return true;
   }
-};
+  return false;
+}
 
 }  // namespace
 
-void write_file_atomic(const std::string& path, const std::string& bytes) {
-  const std::filesystem::path target(path);
+uint64_t file_write_steps() { return g_steps.load(); }
+
+AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
+  const std::filesystem::path target(path_);
   const std::filesystem::path dir =
       target.has_parent_path() ? target.parent_path() : std::filesystem::path(".");
   std::string pattern = (dir / ("." + target.filename().string() + ".XXXXXX")).string();
-  TempFile tmp;
-  tmp.fd = ::mkstemp(pattern.data());
-  S3D_CHECK(tmp.fd >= 0, "cannot write ", path, ": creating a temporary file in ", dir.string(),
+  fd_ = ::mkstemp(pattern.data());
+  S3D_CHECK(fd_ >= 0, "cannot write ", path_, ": creating a temporary file in ", dir.string(),
             " failed (", std::strerror(errno), ")");
-  tmp.path = pattern;
+  tmp_ = pattern;
+}
+
+AtomicFile::~AtomicFile() {
+  if (fd_ >= 0) ::close(fd_);
+  if (!committed_) std::remove(tmp_.c_str());
+}
+
+void AtomicFile::write(const void* data, size_t bytes) {
+  S3D_CHECK(!injected_fault(), "cannot write ", path_, ": writing ", bytes, " bytes failed (",
+            std::strerror(errno), ")");
+  const auto* p = static_cast<const char*>(data);
   size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(tmp.fd, bytes.data() + done, bytes.size() - done);
+  while (done < bytes) {
+    const ssize_t n = ::write(fd_, p + done, bytes - done);
     if (n < 0 && errno == EINTR) continue;
-    S3D_CHECK(n > 0, "cannot write ", path, ": writing ", bytes.size(), " bytes failed after ",
-              done, " (", std::strerror(errno), ")");
+    S3D_CHECK(n > 0, "cannot write ", path_, ": writing ", bytes, " bytes failed after ", done,
+              " (", std::strerror(errno), ")");
     done += static_cast<size_t>(n);
   }
-  S3D_CHECK(::fsync(tmp.fd) == 0, "cannot write ", path, ": fsync failed (",
+}
+
+void AtomicFile::commit() {
+  S3D_CHECK(!injected_fault() && ::fsync(fd_) == 0, "cannot write ", path_, ": fsync failed (",
             std::strerror(errno), ")");
-  const int fd = tmp.fd;
-  tmp.fd = -1;
-  S3D_CHECK(::close(fd) == 0, "cannot write ", path, ": close failed (", std::strerror(errno),
+  const int fd = fd_;
+  fd_ = -1;
+  S3D_CHECK(::close(fd) == 0, "cannot write ", path_, ": close failed (", std::strerror(errno),
             ")");
-  S3D_CHECK(std::rename(tmp.path.c_str(), path.c_str()) == 0, "cannot write ", path,
+  S3D_CHECK(std::rename(tmp_.c_str(), path_.c_str()) == 0, "cannot write ", path_,
             ": renaming the temporary file failed (", std::strerror(errno), ")");
-  tmp.keep = true;
+  committed_ = true;
+}
+
+void write_file_atomic(const std::string& path, const std::string& bytes) {
+  AtomicFile f(path);
+  f.write(bytes.data(), bytes.size());
+  f.commit();
 }
 
 }  // namespace s3d::io

@@ -16,6 +16,7 @@
 
 #include "core/bf16.h"
 #include "core/error.h"
+#include "io/atomic_file.h"
 #include "io/json.h"
 
 namespace s3d::io {
@@ -412,30 +413,16 @@ void write_safetensors(const std::string& path,
   S3D_CHECK(text.size() <= kMaxHeaderBytes, what, ": header of ", text.size(),
             " bytes exceeds the ", kMaxHeaderBytes, "-byte limit readers enforce");
 
-  // Written to a temporary name and renamed, so a reader never sees a half-written file.
-  const std::string tmp = cat(path, ".tmp.", ::getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    S3D_CHECK(out.good(), what, ": cannot create ", tmp);
-    uint8_t len[8];
-    for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(uint64_t(text.size()) >> (8 * i));
-    out.write(reinterpret_cast<const char*>(len), 8);
-    out.write(text.data(), static_cast<std::streamsize>(text.size()));
-    for (const Tensor& t : host)
-      if (t.nbytes() > 0)
-        out.write(static_cast<const char*>(t.data()), static_cast<std::streamsize>(t.nbytes()));
-    out.close();
-    if (!out) {
-      std::filesystem::remove(tmp);
-      fail(what, ": write failed (disk full?)");
-    }
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::filesystem::remove(tmp);
-    fail(what, ": cannot rename ", tmp, " to it (", ec.message(), ")");
-  }
+  // Written to a temporary file, fsynced and renamed (io/atomic_file.h): a reader never sees
+  // a half-written file, and a failure leaves none behind.
+  AtomicFile out(path);
+  uint8_t len[8];
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(uint64_t(text.size()) >> (8 * i));
+  out.write(len, 8);
+  out.write(text.data(), text.size());
+  for (const Tensor& t : host)
+    if (t.nbytes() > 0) out.write(t.data(), t.nbytes());
+  out.commit();
 }
 
 }  // namespace s3d::io

@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/hash.h"
 #include "core/rng.h"
+#include "io/atomic_file.h"
 #include "io/safetensors.h"
 #include "model/slat_flow_weights.h"
 
@@ -269,6 +270,7 @@ void make_checkpoint(const ModelConfig& config, uint64_t seed, const std::string
   S3D_CHECK(dtype == DType::BF16 || dtype == DType::F32,
             "make-checkpoint: dtype must be bf16 or f32, got ", dtype_name(dtype));
   std::filesystem::path prefix(out_prefix);
+  const bool folder_existed = !prefix.has_parent_path() || std::filesystem::exists(prefix.parent_path());
   if (prefix.has_parent_path()) std::filesystem::create_directories(prefix.parent_path());
 
   std::vector<std::pair<std::string, Tensor>> tensors;
@@ -279,13 +281,21 @@ void make_checkpoint(const ModelConfig& config, uint64_t seed, const std::string
     for (float& x : v) x = s.init.mean + s.init.std * x;
     tensors.emplace_back(s.name, Tensor::from_floats(v, s.shape, dtype));
   }
-  io::write_safetensors(out_prefix + ".safetensors", tensors,
-                        {{"format", "pt"}, {"generator", "sparse3d make-checkpoint"},
-                         {"seed", std::to_string(seed)}});
-  std::ofstream js(out_prefix + ".json");
-  S3D_CHECK(js.good(), "make-checkpoint: cannot write ", out_prefix, ".json");
-  js << config_to_json(config).dump(2) << "\n";
-  S3D_CHECK(js.good(), "make-checkpoint: writing ", out_prefix, ".json failed");
+  // Both files or neither: the .safetensors first, then the .json; a failure of the second
+  // removes the first when this call created it.
+  const std::string st = out_prefix + ".safetensors";
+  const bool existed = std::filesystem::exists(st);
+  try {
+    io::write_safetensors(st, tensors,
+                          {{"format", "pt"}, {"generator", "sparse3d make-checkpoint"},
+                           {"seed", std::to_string(seed)}});
+    io::write_file_atomic(out_prefix + ".json", config_to_json(config).dump(2) + "\n");
+  } catch (...) {
+    std::error_code ec;
+    if (!existed) std::filesystem::remove(st, ec);
+    if (!folder_existed) std::filesystem::remove(prefix.parent_path(), ec);  // only if empty
+    throw;
+  }
 }
 
 }  // namespace s3d::model

@@ -113,6 +113,7 @@ GenerateOptions GenerateOptions::small() {
 Manifest generate_payloads(const std::string& dir, const GenerateOptions& o) {
   S3D_CHECK(o.cond_tokens >= 1 && o.cond_channels >= 1 && o.concat_channels >= 0,
             "make-payloads: condition must have at least one token and channel");
+  const bool dir_existed = std::filesystem::exists(dir);
   std::filesystem::create_directories(dir);
   Manifest m;
   m.dir = dir;
@@ -122,6 +123,7 @@ Manifest generate_payloads(const std::string& dir, const GenerateOptions& o) {
   m.concat_channels = o.concat_channels;
 
   int index = 0;
+  std::vector<std::string> created;
   auto add_set = [&](const std::vector<int64_t>& counts, const char* set) {
     for (int64_t tokens : counts) {
       const uint64_t asset_seed = splitmix64(o.seed * 1000003ull + static_cast<uint64_t>(index));
@@ -156,14 +158,25 @@ Manifest generate_payloads(const std::string& dir, const GenerateOptions& o) {
       e.tokens = tokens;
       e.noise_seed = a.noise_seed;
       e.set = set;
-      write_asset((std::filesystem::path(dir) / e.file).string(), a);
+      const std::string path = (std::filesystem::path(dir) / e.file).string();
+      const bool existed = std::filesystem::exists(path);
+      write_asset(path, a);
+      if (!existed) created.push_back(path);
       m.assets.push_back(e);
       ++index;
     }
   };
-  add_set(o.default_tokens, "default");
-  add_set(o.long_tail_tokens, "long-tail");
-  write_manifest((std::filesystem::path(dir) / "manifest.json").string(), m);
+  // A failure leaves no new file behind: the assets this call created are removed.
+  try {
+    add_set(o.default_tokens, "default");
+    add_set(o.long_tail_tokens, "long-tail");
+    write_manifest((std::filesystem::path(dir) / "manifest.json").string(), m);
+  } catch (...) {
+    for (const auto& path : created) std::filesystem::remove(path);
+    std::error_code ec;
+    if (!dir_existed) std::filesystem::remove(dir, ec);  // only if empty
+    throw;
+  }
   return m;
 }
 

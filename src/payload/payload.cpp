@@ -1,11 +1,13 @@
 #include "payload/payload.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <set>
 
 #include "core/error.h"
+#include "io/atomic_file.h"
 #include "io/json.h"
 #include "io/safetensors.h"
 
@@ -162,17 +164,31 @@ void write_manifest(const std::string& path, const Manifest& m) {
   } catch (const nlohmann::ordered_json::exception& e) {
     fail(what, ": cannot encode (", e.what(), ")");
   }
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  S3D_CHECK(out.good(), what, ": cannot create the file");
-  out << text;
-  out.close();
-  S3D_CHECK(!out.fail(), what, ": write failed");
+  io::write_file_atomic(path, text);
+}
+
+// The asset's path, once it is known to be a regular file inside the manifest's folder after
+// every symbolic link is resolved (a link may point anywhere; its text may look harmless).
+std::string resolved_asset_path(const Manifest& m, const ManifestEntry& entry,
+                                const std::string& what) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path folder = fs::canonical(m.dir.empty() ? "." : m.dir, ec);
+  S3D_CHECK(!ec, what, ": the manifest's folder ", m.dir, " cannot be resolved (", ec.message(), ")");
+  const fs::path path = fs::canonical(fs::path(m.dir) / entry.file, ec);
+  S3D_CHECK(!ec, what, ": cannot open ", (fs::path(m.dir) / entry.file).string(), " (",
+            ec.message(), ")");
+  const auto [end, ignored] = std::mismatch(folder.begin(), folder.end(), path.begin(), path.end());
+  S3D_CHECK(end == folder.end(), what, ": resolves (through a symbolic link) to ", path.string(),
+            ", outside the manifest's folder ", folder.string());
+  S3D_CHECK(fs::is_regular_file(path, ec), what, ": ", path.string(), " is not a regular file");
+  return path.string();
 }
 
 Asset read_asset(const Manifest& m, const ManifestEntry& entry) {
   const std::string what = "payload " + entry.file;
   check_relative_file(entry.file, what);
-  auto file = io::SafetensorsFile::open(m.dir + "/" + entry.file, what);
+  auto file = io::SafetensorsFile::open(resolved_asset_path(m, entry, what), what);
   auto format = file.metadata().find("format");
   S3D_CHECK(format == file.metadata().end() || format->second == kAssetFormat, what,
             ": metadata 'format' is \"", format->second, "\", expected \"", kAssetFormat, "\"");

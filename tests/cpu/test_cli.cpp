@@ -26,12 +26,12 @@ struct Result {
   std::string output;
 };
 
-Result run_cli(const std::string& args) {
+Result run_cli(const std::string& args, const std::string& env = "") {
   static int counter = 0;
   fs::path log = fs::temp_directory_path() /
                  ("sparse3d_cli_" + std::to_string(getpid()) + "_" + std::to_string(counter++) + ".log");
   // Each run qualifies afresh in its own cache folder, never the user's.
-  std::string cmd = "SPARSE3D_CACHE_DIR=" + log.string() + ".cache " + std::string(SPARSE3D_CLI) +
+  std::string cmd = env + " SPARSE3D_CACHE_DIR=" + log.string() + ".cache " + std::string(SPARSE3D_CLI) +
                     " " + args + " > " + log.string() + " 2>&1";
   int status = std::system(cmd.c_str());
   Result r;
@@ -201,6 +201,44 @@ TEST_F(Cli, SamplerValuesOutOfRangeAreRefusedNotIgnored) {
     // Refused before loading: the missing checkpoint is never reached.
     EXPECT_EQ(r.output.find("nope.json"), std::string::npos) << args << ":\n" << r.output;
   }
+}
+
+// Every file-write step of make-checkpoint, make-payloads and run failed in turn
+// (SPARSE3D_FAULT_WRITE=N, as a full disk would): each run ends with one error line and
+// exit 1, and leaves no new file (nor a new folder) behind; with no fault, the files appear.
+TEST_F(Cli, AFailedWriteLeavesNoFileBehind) {
+  const std::string root = dir + "/faults";
+  auto files_under = [](const std::string& d) {
+    std::vector<std::string> out;
+    if (fs::exists(d))
+      for (const auto& e : fs::recursive_directory_iterator(d)) out.push_back(e.path().string());
+    return out;
+  };
+  const std::pair<std::string, std::string> commands[] = {
+      {"make-checkpoint", "make-checkpoint --preset tiny --out " + root + "/ck/tiny"},
+      {"make-payloads", "make-payloads --set small --tokens 30,20 --out " + root + "/pl"},
+      {"run", "run --device cpu --steps 1 --no-qualification-cache --checkpoint " + ck() +
+                  " --manifest " + dir + "/pl/manifest.json --out " + root + "/out"},
+  };
+  for (const auto& [name, args] : commands) {
+    int failures = 0;
+    for (int n = 1; n < 50; ++n) {
+      fs::remove_all(root);
+      fs::create_directories(root);
+      const Result r = run_cli(args, "SPARSE3D_FAULT_WRITE=" + std::to_string(n));
+      if (r.code == 0) {  // past the last write step: the command's files are all there
+        EXPECT_FALSE(files_under(root).empty()) << name;
+        break;
+      }
+      ++failures;
+      expect_clean_error(r, "failed (No space left on device)");
+      // run's output folder is checked (made) before anything else: it may stay, empty.
+      for (const auto& f : files_under(root))
+        EXPECT_TRUE(fs::is_directory(f) && name == "run") << name << " step " << n << " left " << f;
+    }
+    EXPECT_GE(failures, 2) << name << ": every write step was tried";
+  }
+  fs::remove_all(root);
 }
 
 // `run` on the tiny model, one step, writing into out/<name>: what the flag tests run.

@@ -6,6 +6,7 @@
 
 #include <array>
 #include <cmath>
+#include <filesystem>
 #include <limits>
 
 #include "core/rng.h"
@@ -97,6 +98,43 @@ TEST(Payload, AssetRoundTrip) {
   io::SafetensorsFile f = io::SafetensorsFile::open(dir.file("a00.safetensors"));
   EXPECT_EQ(f.metadata().at("format"), "sparse3d-asset");
   EXPECT_EQ(f.metadata().at("name"), "a00-sphere");
+}
+
+// An asset path is resolved through every symbolic link: a link out of the manifest's folder
+// (to another payload, or to any file) is refused by where it leads, without reading it, and
+// so is something that is not a regular file; a link inside the folder is fine.
+TEST(Payload, SymbolicLinksMustStayInsideTheManifestsFolder) {
+  namespace fs = std::filesystem;
+  test::TempDir outside;
+  test::TempDir dir;
+  write_asset(outside.file("elsewhere.safetensors"), make_asset("x", 20));
+  write_asset(dir.file("real.safetensors"), make_asset("r", 20));
+  fs::create_symlink(outside.file("elsewhere.safetensors"), dir.file("out.safetensors"));
+  fs::create_symlink("/etc/passwd", dir.file("passwd.safetensors"));
+  fs::create_symlink(dir.file("real.safetensors"), dir.file("in.safetensors"));
+  fs::create_directory(dir.file("folder.safetensors"));
+  Manifest m = make_manifest(dir.dir());
+  for (const char* file : {"out.safetensors", "passwd.safetensors"}) {
+    try {
+      read_asset(m, entry_for(file, 20));
+      FAIL() << file << " was read";
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find("outside the manifest's folder"), std::string::npos) << msg;
+      EXPECT_EQ(msg.find("root:"), std::string::npos) << msg;  // nothing of the file itself
+    }
+  }
+  EXPECT_THROW(
+      {
+        try {
+          read_asset(m, entry_for("folder.safetensors", 20));
+        } catch (const Error& e) {
+          EXPECT_NE(std::string(e.what()).find("is not a regular file"), std::string::npos) << e.what();
+          throw;
+        }
+      },
+      Error);
+  EXPECT_EQ(read_asset(m, entry_for("in.safetensors", 20)).coords.size(0), 20);
 }
 
 TEST(Payload, TextureAssetCarriesConcatCond) {
