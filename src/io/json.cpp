@@ -15,6 +15,10 @@ namespace {
 // overflows the stack (docs/RELIABILITY.md): no config or manifest needs more than a few levels.
 constexpr int kMaxDepth = 64;
 constexpr uintmax_t kMaxJsonFileBytes = 64ull << 20;
+// Values (scalars and containers) in one document: a manifest of the largest payload set
+// has a few hundred, a bench result tens of thousands. 64 MiB of `{}` would be 22 million,
+// gigabytes of nodes: refused at the limit instead, in a fraction of a second.
+constexpr size_t kMaxJsonValues = size_t(1) << 20;
 
 const char* kind(const Json& v) {
   if (v.is_null()) return "null";
@@ -68,37 +72,103 @@ std::string excerpt(const Json& v) {
   return s.size() > 80 ? s.substr(0, 77) + "..." : s;
 }
 
-Json parse_json(const std::string& text, const std::string& what) {
-  // One key set per open object, innermost last: a key event belongs to the innermost
-  // object because arrays hold no keys.
-  std::vector<std::unordered_set<std::string>> open_objects;
-  Json::parser_callback_t check = [&](int depth, Json::parse_event_t event, Json& parsed) {
-    switch (event) {
-      case Json::parse_event_t::object_start:
-      case Json::parse_event_t::array_start:
-        // depth counts the containers already open around this one.
-        S3D_CHECK(depth < kMaxDepth, what, ": JSON nests deeper than ", kMaxDepth, " levels");
-        if (event == Json::parse_event_t::object_start) open_objects.emplace_back();
-        break;
-      case Json::parse_event_t::object_end:
-        open_objects.pop_back();
-        break;
-      case Json::parse_event_t::key: {
-        const auto& k = parsed.get_ref<const std::string&>();
-        S3D_CHECK(!open_objects.empty() && open_objects.back().insert(k).second, what,
-                  ": duplicate key '", k, "'");
-        break;
-      }
-      default:
-        break;
-    }
+namespace {
+
+// Builds the value from nlohmann's SAX events, checking as it goes: nesting depth, duplicate
+// keys (one key set per open object). Linear in the input: nlohmann's own callback parser
+// re-scans the parent container each time an object closes, which made 200,000 empty
+// objects take 20 s (docs/RELIABILITY.md).
+class CheckedBuilder : public nlohmann::json_sax<Json> {
+ public:
+  explicit CheckedBuilder(const std::string& what) : what_(what) {}
+  Json root;
+  std::string error;  // nlohmann's message for a syntax error
+
+  bool null() override { return add(Json(nullptr)); }
+  bool boolean(bool v) override { return add(Json(v)); }
+  bool number_integer(number_integer_t v) override { return add(Json(v)); }
+  bool number_unsigned(number_unsigned_t v) override { return add(Json(v)); }
+  bool number_float(number_float_t v, const string_t&) override { return add(Json(v)); }
+  bool string(string_t& v) override { return add(Json(std::move(v))); }
+  bool binary(binary_t& v) override { return add(Json::binary(std::move(v))); }
+  bool start_object(std::size_t) override {
+    open(Json::object());
+    keys_.emplace_back();
     return true;
-  };
+  }
+  bool key(string_t& k) override {
+    S3D_CHECK(keys_.back().insert(k).second, what_, ": duplicate key '", k, "'");
+    key_ = std::move(k);
+    return true;
+  }
+  bool end_object() override {
+    stack_.pop_back();
+    keys_.pop_back();
+    return true;
+  }
+  bool start_array(std::size_t) override {
+    open(Json::array());
+    return true;
+  }
+  bool end_array() override {
+    stack_.pop_back();
+    return true;
+  }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) override {
+    error = e.what();
+    return false;
+  }
+
+ private:
+  // Places a value in the innermost open container (or as the root); returns where it is.
+  Json* place(Json&& v) {
+    S3D_CHECK(++values_ <= kMaxJsonValues, what_, ": more than ", kMaxJsonValues,
+              " JSON values; no sparse3d file needs that many");
+    if (stack_.empty()) {
+      root = std::move(v);
+      return &root;
+    }
+    Json& top = *stack_.back();
+    if (top.is_array()) {
+      top.push_back(std::move(v));
+      return &top.back();
+    }
+    Json& slot = top[key_];
+    slot = std::move(v);
+    return &slot;
+  }
+  bool add(Json&& v) {
+    place(std::move(v));
+    return true;
+  }
+  void open(Json&& container) {
+    // The containers already open around this one.
+    S3D_CHECK(stack_.size() < kMaxDepth, what_, ": JSON nests deeper than ", kMaxDepth, " levels");
+    stack_.push_back(place(std::move(container)));
+  }
+
+  const std::string& what_;
+  // Open containers, innermost last. A pointer into a parent stays valid while the child is
+  // open: the parent gets no other element until the child closes.
+  std::vector<Json*> stack_;
+  std::vector<std::unordered_set<std::string>> keys_;
+  std::string key_;
+  size_t values_ = 0;
+};
+
+}  // namespace
+
+Json parse_json(const std::string& text, const std::string& what) {
+  CheckedBuilder builder(what);
+  bool ok = false;
   try {
-    return Json::parse(text, check, /*allow_exceptions=*/true, /*ignore_comments=*/false);
+    ok = Json::sax_parse(text, &builder, nlohmann::detail::input_format_t::json,
+                         /*strict=*/true, /*ignore_comments=*/false);
   } catch (const Json::exception& e) {
     fail(what, ": invalid JSON: ", e.what());
   }
+  S3D_CHECK(ok, what, ": invalid JSON: ", builder.error);
+  return std::move(builder.root);
 }
 
 Json read_json_file(const std::string& path) {
