@@ -86,8 +86,10 @@ std::vector<Tensor> read_tensors(const io::SafetensorsFile& file, const std::vec
   return host;
 }
 
-// Strict key, shape and dtype check before any tensor is read: one error lists every
-// missing, unexpected and mis-shaped tensor.
+// Strict key, shape and dtype check before any tensor is read: one error lists the missing,
+// unexpected and mis-shaped tensors (the first kListedProblems, then how many more).
+constexpr int kListedProblems = 30;
+
 void check_entries(const std::vector<ParamSpec>& specs, const std::vector<io::TensorEntry>& entries,
                    const std::string& what, const std::string& against) {
   std::map<std::string, const io::TensorEntry*> found;
@@ -100,24 +102,26 @@ void check_entries(const std::vector<ParamSpec>& specs, const std::vector<io::Te
     auto it = found.find(s.name);
     const io::TensorEntry* e = it == found.end() ? nullptr : it->second;
     if (e == nullptr) {
-      problems << "\n  missing: " << s.name << " " << shape_str(s.shape);
-      ++n_problems;
+      if (++n_problems <= kListedProblems)
+        problems << "\n  missing: " << s.name << " " << shape_str(s.shape);
     } else if (e->shape != s.shape) {
-      problems << "\n  wrong shape: " << s.name << " is " << shape_str(e->shape)
-               << ", the config needs " << shape_str(s.shape);
-      ++n_problems;
+      if (++n_problems <= kListedProblems)
+        problems << "\n  wrong shape: " << s.name << " is " << shape_str(e->shape)
+                 << ", the config needs " << shape_str(s.shape);
     } else if (e->dtype != "BF16" && e->dtype != "F16" && e->dtype != "F32") {
-      problems << "\n  wrong dtype: " << s.name << " is " << e->dtype
-               << ", expected BF16, F16 or F32";
-      ++n_problems;
+      if (++n_problems <= kListedProblems)
+        problems << "\n  wrong dtype: " << s.name << " is " << e->dtype
+                 << ", expected BF16, F16 or F32";
     }
   }
   for (const auto& e : entries) {
     if (!expected.count(e.name)) {
-      problems << "\n  unexpected: " << e.name << " " << shape_str(e.shape);
-      ++n_problems;
+      if (++n_problems <= kListedProblems)
+        problems << "\n  unexpected: " << e.name << " " << shape_str(e.shape);
     }
   }
+  if (n_problems > kListedProblems)
+    problems << "\n  and " << n_problems - kListedProblems << " more";
   S3D_CHECK(n_problems == 0, what, against, " (", n_problems, " problem",
             n_problems == 1 ? "" : "s", "):", problems.str());
 }

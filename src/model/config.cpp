@@ -11,6 +11,12 @@ namespace {
 // low enough that products of two sizes stay well inside 64 bits.
 constexpr int64_t kMaxSize = 1 << 20;
 constexpr double kMaxMlpRatio = 64.0;
+// Blocks: TRELLIS.2's flow models have 30, the largest DiTs a few dozen. The parameter list
+// and its checks are per block, so this bounds the work and memory spent on a config.
+constexpr int64_t kMaxBlocks = 1024;
+// Parameters: 2^36 (69 billion; 137 GB of bf16) is more than any GPU holds. Estimated from
+// the config before anything is built, so a hostile config is refused in microseconds.
+constexpr double kMaxParameters = 68719476736.0;
 
 // The keys of SLatFlowModel.__init__ that a released NAME.json may carry.
 const std::vector<std::string> kArgsKeys = {
@@ -76,6 +82,18 @@ void ModelConfig::validate() const {
   S3D_CHECK(dtype == "bfloat16" || dtype == "float16" || dtype == "float32",
             "model config: dtype must be \"bfloat16\", \"float16\" or \"float32\", found \"",
             dtype, "\"");
+  S3D_CHECK(num_blocks <= kMaxBlocks, "model config: num_blocks = ", num_blocks,
+            " is more than ", kMaxBlocks);
+  // An upper bound on the parameter count, in floating point (no overflow): per block the
+  // attention projections (4 C^2 self, 2 C^2 + 2 C Cc cross), the MLP (2 C H), a modulation
+  // (6 C^2 when not shared) and the norms and biases; around them embeddings and the output.
+  const double c = model_channels, cc = cond_channels, h = mlp_hidden();
+  const double per_block = 6 * c * c + 2 * c * cc + 2 * c * h + (share_mod ? 0 : 6 * c * c) + 32 * c + 2 * h;
+  const double estimate = num_blocks * per_block + 6 * c * c + c * (in_channels + out_channels) +
+                          512 * c + 2 * cc;
+  S3D_CHECK(estimate <= kMaxParameters, "model config: about ", estimate, " parameters (",
+            num_blocks, " blocks of ", model_channels, " channels) is more than the ",
+            kMaxParameters, " any GPU holds");
 }
 
 ModelConfig preset(const std::string& name) {

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+
 #include "io_test_util.h"
 
 namespace s3d::model {
@@ -162,6 +164,27 @@ TEST(Config, ValidateRejectsShapesThatCannotRun) {
   c = preset("tiny");
   c.dtype = "int8";
   EXPECT_ERROR(c.validate(), "dtype must be");
+}
+
+// Configs far past any real model are refused from the config alone, in microseconds, with
+// the estimate: no parameter list is built for them, no count overflows.
+TEST(Config, AbsurdSizesAreRefusedBeforeAnythingIsBuilt) {
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_ERROR(parse(with_arg("num_blocks", "1048576")), "num_blocks = 1048576 is more than 1024");
+  EXPECT_ERROR(parse(with_arg("num_blocks", "1025")), "num_blocks = 1025 is more than 1024");
+  ModelConfig c = preset("trellis2-shape-1024");
+  c.model_channels = 1 << 20;
+  c.num_heads = 1 << 14;
+  EXPECT_ERROR(c.validate(), "parameters (30 blocks of 1048576 channels) is more than");
+  c = preset("trellis2-shape-1024");
+  c.num_blocks = 1024;
+  c.model_channels = 12288;
+  c.num_heads = 96;
+  EXPECT_ERROR(c.validate(), "is more than the");  // ~1.9e12 parameters
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 1.0);
+  // The released sizes pass.
+  EXPECT_NO_THROW(preset("trellis2-shape-1024").validate());
+  EXPECT_NO_THROW(preset("trellis2-tex-1024").validate());
 }
 
 TEST(Config, ReadConfigFileNamesTheFile) {

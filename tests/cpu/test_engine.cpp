@@ -292,6 +292,19 @@ TEST_F(EngineApi, AStateDictInMemoryLoadsAsItsFile) {
     EXPECT_NE(m.find("unexpected: blocks.99.extra"), std::string::npos) << m;
     EXPECT_NE(m.find("wrong shape: " + bad.tensors[0].first), std::string::npos) << m;
   }
+  // Many problems: the first 30 listed, then how many more (not a message of megabytes).
+  sparse3d::InMemoryCheckpoint empty = ck;
+  const size_t total = empty.tensors.size();
+  empty.tensors.clear();
+  try {
+    sparse3d::Engine e(empty, options());
+    FAIL() << "an empty state dict loaded";
+  } catch (const sparse3d::Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("(" + std::to_string(total) + " problems)"), std::string::npos) << m;
+    EXPECT_NE(m.find("and " + std::to_string(total - 30) + " more"), std::string::npos) << m;
+    EXPECT_LT(m.size(), 4000u) << m;
+  }
   // Weights of an integer type are refused by name.
   sparse3d::InMemoryCheckpoint ints = ck;
   ints.tensors[1].second.dtype = DType::I32;
