@@ -368,6 +368,20 @@ Tensor SafetensorsFile::load(const std::string& name, DType as) const {
   return out;
 }
 
+void SafetensorsFile::read_bytes(const std::string& name, uint64_t begin, uint64_t bytes,
+                                 void* dst) const {
+  const TensorEntry* e = find(name);
+  S3D_CHECK(e != nullptr, what_, ": has no tensor '", name, "'");
+  const uint64_t size = e->end - e->begin;
+  S3D_CHECK(begin <= size && bytes <= size - begin, what_, ": bytes [", begin, ", +", bytes,
+            ") are outside tensor '", name, "' (", size, " bytes)");
+  if (bytes == 0) return;
+  InputFile file(path_, what_);
+  S3D_CHECK(file.size() >= data_start_ + e->end, what_, ": the file shrank to ", file.size(),
+            " bytes since it was opened");
+  file.read_exact(dst, bytes, data_start_ + e->begin + begin);
+}
+
 void write_safetensors(const std::string& path,
                        const std::vector<std::pair<std::string, Tensor>>& tensors,
                        const std::map<std::string, std::string>& metadata) {

@@ -38,6 +38,9 @@ class SafetensorsFile {
   // Reads one tensor into host memory converted to `as`: BF16/F16/F32 files load as bf16 or
   // f32 (bf16 -> f32 exact, f32 -> bf16 rounds to nearest even); I32 loads only as i32.
   Tensor load(const std::string& name, DType as) const;
+  // Copies `bytes` raw bytes of tensor `name`'s data, from byte `begin` of it, to dst
+  // (a range of a large tensor, to validate it piece by piece before allocating it whole).
+  void read_bytes(const std::string& name, uint64_t begin, uint64_t bytes, void* dst) const;
 
  private:
   std::string path_;

@@ -216,22 +216,39 @@ Asset read_asset(const Manifest& m, const ManifestEntry& entry) {
   Asset a;
   a.name = entry.name;
   a.noise_seed = entry.noise_seed;
-  a.coords = file.load("coords", DType::I32);
-  const int32_t* c = a.coords.data_as<int32_t>();
-  for (int64_t r = 0; r < tokens; ++r) {
-    const int32_t* row = c + 4 * r;
-    S3D_CHECK(row[0] == 0, what, ": coords row ", r, " has batch index ", row[0],
-              ", but an asset file holds one asset (batch index 0)");
-    for (int axis = 1; axis <= 3; ++axis)
-      S3D_CHECK(row[axis] >= 0 && row[axis] < m.grid, what, ": coords row ", r, " has ",
-                "xyz"[axis - 1], " = ", row[axis], ", but the grid is ", m.grid, "^3");
-    if (r > 0) {
-      const int32_t* p = row - 4;
-      bool after = p[1] != row[1] ? p[1] < row[1] : p[2] != row[2] ? p[2] < row[2] : p[3] < row[3];
-      S3D_CHECK(after, what, ": coords row ", r, " (", row[1], ", ", row[2], ", ", row[3],
-                ") is not after row ", r - 1, " (", p[1], ", ", p[2], ", ", p[3],
-                ") (coords must be sorted by x, y, z, without duplicates)");
+  // The coordinates are read and checked in pieces, and the whole tensor is allocated only
+  // once the first piece holds: a file whose header promises many rows but whose rows are
+  // wrong (a sparse file of zeros, say) is refused after reading one piece, not after
+  // allocating gigabytes.
+  constexpr int64_t kPieceRows = 1 << 16;
+  std::vector<int32_t> piece(static_cast<size_t>(std::min(tokens, kPieceRows)) * 4);
+  int32_t prev[4] = {0, 0, 0, 0};
+  auto check_rows = [&](const int32_t* c, int64_t first, int64_t n) {
+    for (int64_t k = 0; k < n; ++k) {
+      const int64_t r = first + k;
+      const int32_t* row = c + 4 * k;
+      S3D_CHECK(row[0] == 0, what, ": coords row ", r, " has batch index ", row[0],
+                ", but an asset file holds one asset (batch index 0)");
+      for (int axis = 1; axis <= 3; ++axis)
+        S3D_CHECK(row[axis] >= 0 && row[axis] < m.grid, what, ": coords row ", r, " has ",
+                  "xyz"[axis - 1], " = ", row[axis], ", but the grid is ", m.grid, "^3");
+      if (r > 0) {
+        const int32_t* p = prev;
+        bool after = p[1] != row[1] ? p[1] < row[1] : p[2] != row[2] ? p[2] < row[2] : p[3] < row[3];
+        S3D_CHECK(after, what, ": coords row ", r, " (", row[1], ", ", row[2], ", ", row[3],
+                  ") is not after row ", r - 1, " (", p[1], ", ", p[2], ", ", p[3],
+                  ") (coords must be sorted by x, y, z, without duplicates)");
+      }
+      std::copy(row, row + 4, prev);
     }
+  };
+  for (int64_t first = 0; first < tokens; first += kPieceRows) {
+    const int64_t n = std::min(kPieceRows, tokens - first);
+    file.read_bytes("coords", static_cast<uint64_t>(first) * 16, static_cast<uint64_t>(n) * 16,
+                    piece.data());
+    check_rows(piece.data(), first, n);
+    if (first == 0) a.coords = Tensor::empty({tokens, 4}, DType::I32, Device::CPU);
+    std::copy(piece.begin(), piece.begin() + n * 4, a.coords.data_as<int32_t>() + first * 4);
   }
   a.cond = file.load("cond", file.find("cond")->dtype == "BF16" ? DType::BF16 : DType::F32);
   check_finite(a.cond, what, "cond");

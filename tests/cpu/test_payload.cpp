@@ -3,8 +3,10 @@
 #include "payload/payload.h"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
 #include <array>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <limits>
@@ -135,6 +137,58 @@ TEST(Payload, SymbolicLinksMustStayInsideTheManifestsFolder) {
       },
       Error);
   EXPECT_EQ(read_asset(m, entry_for("in.safetensors", 20)).coords.size(0), 20);
+}
+
+// A header that promises 2^26 rows of coordinates (1 GiB) over a sparse file of zeros: the
+// rows are checked in pieces before the whole tensor is allocated, so the refusal comes after
+// reading one piece, in well under a second and without the gigabyte.
+TEST(Payload, ManyBadRowsAreRefusedBeforeTheWholeTensorIsAllocated) {
+  test::TempDir dir;
+  const int64_t rows = int64_t{1} << 26;
+  const std::vector<float> cond(kCondTokens * kCondChannels, 0.5f);
+  const uint64_t cond_bytes = cond.size() * 4;
+  io::Json header = {
+      {"cond", {{"dtype", "F32"}, {"shape", {kCondTokens, kCondChannels}}, {"data_offsets", {0, cond_bytes}}}},
+      {"coords", {{"dtype", "I32"}, {"shape", {rows, 4}}, {"data_offsets", {cond_bytes, cond_bytes + rows * 16}}}}};
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');
+  std::string bytes(8, '\0');
+  for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>(uint64_t(text.size()) >> (8 * i));
+  bytes += text;
+  bytes.append(reinterpret_cast<const char*>(cond.data()), cond_bytes);
+  test::write_bytes(dir.file("sparse.safetensors"), bytes);
+  std::filesystem::resize_file(dir.file("sparse.safetensors"), bytes.size() + rows * 16);
+
+  rusage before{};
+  getrusage(RUSAGE_SELF, &before);
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_ERROR(read_asset(make_manifest(dir.dir()), entry_for("sparse.safetensors", rows)),
+               "coords row 1 (0, 0, 0) is not after row 0");
+  rusage after{};
+  getrusage(RUSAGE_SELF, &after);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 1.0);
+  EXPECT_LT(after.ru_maxrss - before.ru_maxrss, 256 * 1024) << "KiB of peak memory added";
+}
+
+// More rows than one piece (65,536): read back exactly, and a fault in the second piece (an
+// unsorted row just past the boundary, checked against the last row of the first) is found.
+TEST(Payload, CoordinatesSpanningSeveralPiecesRoundTrip) {
+  test::TempDir dir;
+  const int tokens = 70000;
+  std::vector<int32_t> v;
+  for (int i = 0; i < tokens; ++i) {
+    const int flat = i * 3 + 1;
+    v.insert(v.end(), {0, flat / (kGrid * kGrid), (flat / kGrid) % kGrid, flat % kGrid});
+  }
+  Asset a = make_asset("big", 1);
+  a.coords = Tensor::from_ints(v, {tokens, 4});
+  Asset b = round_trip(dir, "big.safetensors", a, tokens);
+  EXPECT_EQ(b.coords.to_floats(), a.coords.to_floats());
+  std::swap_ranges(v.begin() + 4 * 65535, v.begin() + 4 * 65536, v.begin() + 4 * 65536);
+  a.coords = Tensor::from_ints(v, {tokens, 4});
+  write_asset(dir.file("swapped.safetensors"), a);
+  EXPECT_ERROR(read_asset(make_manifest(dir.dir()), entry_for("swapped.safetensors", tokens)),
+               "coords row 65536", "is not after row 65535");
 }
 
 TEST(Payload, TextureAssetCarriesConcatCond) {
