@@ -224,6 +224,7 @@ class Engine:
         if noise is not None and seed is not None:
             raise Error("sample: pass the starting noise or a seed, not both")
         batch = int(cond.shape[0]) if len(cond.shape) == 3 else 1
+        out = self._host_out(coords, out)
         on_step = None
         if callback is not None:
             def on_step(step, t, latent):
@@ -255,12 +256,22 @@ class Engine:
         batch = int(cond.shape[0]) if len(cond.shape) == 3 else 1
         if isinstance(t, (int, float)):
             t = _float_array([float(t)] * batch, feats)
+        out = self._host_out(coords, out)
         v = self._e.forward(feats, t, coords, cond, batch, concat_cond=concat_cond, path=path,
                             out=out, stream=_stream(stream, (feats, cond)))
         v = out if out is not None else _as_framework(v, feats)
         return x.replace(v) if sparse and hasattr(x, "replace") else v
 
     __call__ = forward
+
+    def _host_out(self, like, out):
+        """NumPy inputs to a GPU engine: the result is written into a NumPy array (NumPy
+        cannot hold device memory); otherwise `out` as given."""
+        if out is None and _framework(like) == "numpy" and self.device == "cuda":
+            import numpy
+            out = numpy.empty((int(like.shape[0]), int(self.model["out_channels"])),
+                              dtype=numpy.float32)
+        return out
 
     def warm_up(self, tokens, cond_tokens):
         """Builds what requests of these token counts build on first use (library plans, the
