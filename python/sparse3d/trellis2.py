@@ -86,14 +86,6 @@ def config_of_module(module):
     return {"name": "SLatFlowModel", "args": args}, source
 
 
-def _sorted_by_batch(coords):
-    """True when the batch column never decreases (the engine's packed order)."""
-    col = coords[:, 0]
-    if len(col) < 2:
-        return True
-    return bool((col[1:] >= col[:-1]).all())
-
-
 class EngineFlowModel(_module_base()):
     """A structured-latent flow model served by a sparse3d engine, called as the original:
     `model(x, t, cond, concat_cond=None)`. The engine is built on first use on the device of
@@ -212,8 +204,8 @@ class EngineFlowModel(_module_base()):
             return f"keyword arguments the engine does not take: {', '.join(sorted(kwargs))}"
         if not (hasattr(x, "feats") and hasattr(x, "coords")):
             return "x is not a SparseTensor (no .feats/.coords)"
-        if not _sorted_by_batch(x.coords):
-            return "the SparseTensor's rows are not in batch order"
+        # Everything else (rows out of batch order, shapes, dtypes) the engine checks itself:
+        # its refusal is the fallback's reason.
         return None
 
     def _device_of(self, tensor):
@@ -351,8 +343,6 @@ class EngineSampler:
             return "the negative condition is not zero (the engine's CFG uses a zero one)", None, None
         if neg is None and g != 1.0:
             return "CFG without a negative condition", None, None
-        if not _sorted_by_batch(a["noise"].coords):
-            return "the SparseTensor's rows are not in batch order", None, None
         if "steps" not in a or "rescale_t" not in a:
             return "the call gives no steps or rescale_t", None, None
         interval = a.get("guidance_interval", (0.0, 1.0))

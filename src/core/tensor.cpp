@@ -211,6 +211,22 @@ void Tensor::copy_from(const Tensor& src) {
   S3D_CUDA_CHECK(cudaStreamSynchronize(current_stream()));
 }
 
+int64_t Tensor::first_non_finite() const {
+  S3D_CHECK(device() == Device::CPU, "first_non_finite: the tensor must be on the host, got ",
+            describe());
+  const int64_t n = numel();
+  if (dtype() == DType::BF16) {
+    const auto* p = static_cast<const uint16_t*>(data());
+    for (int64_t i = 0; i < n; ++i)
+      if ((p[i] & 0x7f80u) == 0x7f80u) return i;
+  } else if (dtype() == DType::F32) {
+    const auto* p = static_cast<const uint32_t*>(data());
+    for (int64_t i = 0; i < n; ++i)
+      if ((p[i] & 0x7f800000u) == 0x7f800000u) return i;
+  }
+  return -1;
+}
+
 std::vector<float> Tensor::to_floats() const {
   Tensor host = device_ == Device::CPU ? *this : to(Device::CPU);
   std::vector<float> out(static_cast<size_t>(numel_));

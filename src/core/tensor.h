@@ -69,6 +69,9 @@ class Tensor {
   void copy_from(const Tensor& src);
   // Host copy of the values as floats (bf16 and i32 are converted); for tests and output.
   std::vector<float> to_floats() const;
+  // The index of the first NaN or infinity (bf16 or f32, on the host), or -1; checked on the
+  // stored bits (all exponent bits set), without converting the tensor.
+  int64_t first_non_finite() const;
   // Fills every byte with 0xFF (a NaN in bf16 and fp32, -1 in int32) so that a test
   // notices any element a kernel did not write.
   void poison();

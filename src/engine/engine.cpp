@@ -12,6 +12,7 @@
 #include "core/hash.h"
 #include "engine/engine_impl.h"
 #include "io/json.h"
+#include "io/safetensors.h"
 #include "model/checkpoint.h"
 #include "model/config.h"
 #include "model/slat_flow_weights.h"
@@ -157,14 +158,6 @@ void check_cpu_size(const s3d::model::ModelConfig& cfg, const std::string& check
             "run this checkpoint on a GPU");
 }
 
-const char* dtype_code(DType d) {
-  switch (d) {
-    case DType::BF16: return "BF16";
-    case DType::F32: return "F32";
-    default: return "I32";
-  }
-}
-
 }  // namespace
 
 Engine::Engine(const std::string& checkpoint_json, EngineOptions options) {
@@ -193,7 +186,7 @@ Engine::Engine(const InMemoryCheckpoint& checkpoint, EngineOptions options) {
       S3D_CUDA_CHECK(cudaMemcpy(copies.back().data(), view.data, view.nbytes(), cudaMemcpyDeviceToHost));
       data = copies.back().data();
     }
-    tensors.push_back(s3d::model::TensorBytes{name, dtype_code(view.dtype), view.shape, data});
+    tensors.push_back(s3d::model::TensorBytes{name, s3d::io::file_dtype(view.dtype), view.shape, data});
   }
   impl_ = std::make_unique<Impl>(
       what, [&] { return s3d::model::checkpoint_from_memory(checkpoint.config_json, what, tensors); },

@@ -55,15 +55,6 @@ std::string dtype_list() {
   return s;
 }
 
-const char* file_dtype(DType d) {
-  switch (d) {
-    case DType::BF16: return "BF16";
-    case DType::F32: return "F32";
-    case DType::I32: return "I32";
-  }
-  return "?";
-}
-
 // A read-only file descriptor that closes itself; every read is positioned (pread), so a
 // tensor is read once, straight to where it goes, with no whole-file buffer.
 class InputFile {
@@ -216,6 +207,15 @@ void convert_with(const uint8_t* src, size_t in_size, void* dst, DType to, size_
 }
 
 }  // namespace
+
+const char* file_dtype(DType d) {
+  switch (d) {
+    case DType::BF16: return "BF16";
+    case DType::F32: return "F32";
+    case DType::I32: return "I32";
+  }
+  return "?";
+}
 
 void convert_floats(const void* source, const std::string& from, void* dst, DType to, size_t n) {
   const auto* src = static_cast<const uint8_t*>(source);

@@ -50,6 +50,9 @@ class SafetensorsFile {
   std::map<std::string, std::string> metadata_;
 };
 
+// A run-time dtype's name in safetensors headers ("BF16", "F32", "I32").
+const char* file_dtype(DType d);
+
 // Converts n elements stored as `from` ("BF16", "F16" or "F32", the file dtypes) at src to
 // bf16 or f32 at dst (what SafetensorsFile::load does; also used for in-memory checkpoints).
 void convert_floats(const void* src, const std::string& from, void* dst, DType to, size_t n);

@@ -37,22 +37,7 @@ uint64_t name_seed(uint64_t seed, const std::string& name) {
   return splitmix64(fnv1a(name.data(), name.size(), 0xcbf29ce484222325ull) ^ seed);
 }
 
-// The index of the first NaN or infinity in a bf16 or f32 tensor (all exponent bits set),
-// or -1. A model with one cannot give a finite latent: refused at load, by name.
-int64_t first_non_finite(const Tensor& t) {
-  const int64_t n = t.numel();
-  if (t.dtype() == DType::BF16) {
-    const auto* p = static_cast<const uint16_t*>(t.data());
-    for (int64_t i = 0; i < n; ++i)
-      if ((p[i] & 0x7f80u) == 0x7f80u) return i;
-  } else if (t.dtype() == DType::F32) {
-    const auto* p = static_cast<const uint32_t*>(t.data());
-    for (int64_t i = 0; i < n; ++i)
-      if ((p[i] & 0x7f800000u) == 0x7f800000u) return i;
-  }
-  return -1;
-}
-
+// A model with a NaN or infinite weight cannot give a finite latent: refused at load, by name.
 std::string non_finite_message(const std::string& what, const std::string& name, const Tensor& t,
                                int64_t at) {
   const float v = t.dtype() == DType::BF16
@@ -74,7 +59,7 @@ std::vector<Tensor> read_tensors(const io::SafetensorsFile& file, const std::vec
   for (size_t i = 0; i < specs.size(); ++i) {
     try {
       host[i] = file.load(specs[i].name, specs[i].runtime_dtype);
-      const int64_t bad = first_non_finite(host[i]);
+      const int64_t bad = host[i].first_non_finite();
       if (bad >= 0) fail(non_finite_message("checkpoint " + file.path(), specs[i].name, host[i], bad));
       hashes[i] = content_hash(host[i].data(), host[i].nbytes());
     } catch (const std::exception& e) {
@@ -260,7 +245,7 @@ Checkpoint checkpoint_from_memory(const std::string& config_json, const std::str
     io::convert_floats(src.data, src.dtype, host[i].data(), specs[i].runtime_dtype,
                        static_cast<size_t>(shape_numel(specs[i].shape)));
     hashes[i] = content_hash(host[i].data(), host[i].nbytes());
-    nonfinite[i] = first_non_finite(host[i]);
+    nonfinite[i] = host[i].first_non_finite();
   }
   for (size_t i = 0; i < specs.size(); ++i)
     S3D_CHECK(nonfinite[i] < 0, non_finite_message(what, specs[i].name, host[i], nonfinite[i]));

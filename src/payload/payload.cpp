@@ -82,13 +82,12 @@ void check_unique_names(const std::vector<ManifestEntry>& assets, const std::str
 
 // Every value finite; reports the first that is not by its (token, channel).
 void check_finite(const Tensor& t, const std::string& what, const char* tensor_name) {
-  std::vector<float> v = t.to_floats();
+  const int64_t i = t.first_non_finite();
+  if (i < 0) return;
+  const float v = t.to_floats()[static_cast<size_t>(i)];
   const int64_t cols = t.size(1);
-  for (size_t i = 0; i < v.size(); ++i) {
-    if (std::isfinite(v[i])) continue;
-    fail(what, ": ", tensor_name, " has ", std::isnan(v[i]) ? "a NaN" : "an infinity",
-         " at token ", static_cast<int64_t>(i) / cols, ", channel ", static_cast<int64_t>(i) % cols);
-  }
+  fail(what, ": ", tensor_name, " has ", std::isnan(v) ? "a NaN" : "an infinity", " at token ",
+       i / cols, ", channel ", i % cols);
 }
 
 void check_2d(const io::TensorEntry* e, const std::string& what, const char* name,
@@ -281,7 +280,9 @@ void validate_packed_coords(const Tensor& coords, int batch, int grid, const std
     S3D_CHECK(row[0] >= prev, what, ": coords row ", r, " has batch index ", row[0],
               " after batch index ", prev, " (rows of one asset must be contiguous, in batch order)");
     if (row[0] > prev + 1) {
-      if (prev < 0) fail(what, ": coords start with batch index ", row[0], ": asset 0 has no rows");
+      if (prev < 0)
+        fail(what, ": coords start with batch index ", row[0],
+             ": asset 0 has no rows (rows must be in batch order, from asset 0)");
       fail(what, ": coords row ", r, " has batch index ", row[0], " after batch index ", prev,
            ": asset ", prev + 1, " has no rows");
     }

@@ -166,33 +166,33 @@ sparse3d::EngineOptions engine_options(const std::string& path, const std::strin
   return o;
 }
 
+// SamplerSettings' fields, spelled once: the dict the Python layer passes in and gets back.
+#define SPARSE3D_SAMPLER_FIELDS(X) \
+  X(steps) X(rescale_t) X(guidance) X(interval_lo) X(interval_hi) X(guidance_rescale) X(sigma_min)
+
 sparse3d::SamplerSettings sampler_settings(const nb::dict& d) {
   sparse3d::SamplerSettings s;
   for (auto [key, value] : d) {
     const std::string k = nb::cast<std::string>(key);
-    if (k == "steps") s.steps = nb::cast<int>(value);
-    else if (k == "rescale_t") s.rescale_t = nb::cast<double>(value);
-    else if (k == "guidance") s.guidance = nb::cast<double>(value);
-    else if (k == "interval_lo") s.interval_lo = nb::cast<double>(value);
-    else if (k == "interval_hi") s.interval_hi = nb::cast<double>(value);
-    else if (k == "guidance_rescale") s.guidance_rescale = nb::cast<double>(value);
-    else if (k == "sigma_min") s.sigma_min = nb::cast<double>(value);
-    else
-      throw sparse3d::Error("sampler setting '" + k + "' is not one of steps, rescale_t, "
-                            "guidance, interval_lo, interval_hi, guidance_rescale, sigma_min");
+#define SPARSE3D_READ(f)                       \
+  if (k == #f) {                               \
+    s.f = nb::cast<decltype(s.f)>(value);      \
+    continue;                                  \
+  }
+    SPARSE3D_SAMPLER_FIELDS(SPARSE3D_READ)
+#undef SPARSE3D_READ
+#define SPARSE3D_NAME(f) " " #f
+    throw sparse3d::Error("sampler setting '" + k + "' is not one of:" SPARSE3D_SAMPLER_FIELDS(SPARSE3D_NAME));
+#undef SPARSE3D_NAME
   }
   return s;
 }
 
 nb::dict settings_dict(const sparse3d::SamplerSettings& s) {
   nb::dict d;
-  d["steps"] = s.steps;
-  d["rescale_t"] = s.rescale_t;
-  d["guidance"] = s.guidance;
-  d["interval_lo"] = s.interval_lo;
-  d["interval_hi"] = s.interval_hi;
-  d["guidance_rescale"] = s.guidance_rescale;
-  d["sigma_min"] = s.sigma_min;
+#define SPARSE3D_PUT(f) d[#f] = s.f;
+  SPARSE3D_SAMPLER_FIELDS(SPARSE3D_PUT)
+#undef SPARSE3D_PUT
   return d;
 }
 

@@ -3,10 +3,13 @@ reader of its safetensors file (CI has no torch), synthetic requests and a Spars
 stand-in with TRELLIS.2's duck type (.feats, .coords, .replace)."""
 import json
 import os
-import struct
+import sys
 
 import numpy as np
 import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
+import same_bits  # noqa: E402  (the repository's dependency-free safetensors reader)
 
 DATA = os.environ.get("SPARSE3D_TEST_DATA",
                       os.path.join(os.path.dirname(__file__), "..", "data"))
@@ -14,25 +17,16 @@ TINY = os.path.join(DATA, "golden", "inputs", "tiny.json")
 
 
 def read_safetensors(path):
-    """name -> float32 NumPy array (bf16 and f32 files)."""
-    with open(path, "rb") as f:
-        (n,) = struct.unpack("<Q", f.read(8))
-        header = json.loads(f.read(n))
-        data = f.read()
+    """name -> float32 NumPy array (bf16 and f32 files), over tools/same_bits.py's reader."""
     out = {}
-    for name, e in header.items():
-        if name == "__metadata__":
-            continue
-        lo, hi = e["data_offsets"]
-        raw = data[lo:hi]
-        if e["dtype"] == "BF16":
-            bits = np.frombuffer(raw, dtype=np.uint16).astype(np.uint32) << 16
-            values = bits.view(np.float32)
-        elif e["dtype"] == "F32":
+    for name, (dtype, shape, raw) in same_bits.tensors(path).items():
+        if dtype == "BF16":
+            values = (np.frombuffer(raw, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
+        elif dtype == "F32":
             values = np.frombuffer(raw, dtype=np.float32)
         else:
-            raise ValueError(f"{name}: dtype {e['dtype']} not handled by the test reader")
-        out[name] = values.reshape(e["shape"]).copy()
+            raise ValueError(f"{name}: dtype {dtype} not handled by the test reader")
+        out[name] = values.reshape(shape).copy()
     return out
 
 

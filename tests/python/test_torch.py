@@ -10,18 +10,10 @@ torch = pytest.importorskip(
 
 import sparse3d  # noqa: E402
 import sparse3d.trellis2 as t2  # noqa: E402
-from conftest import TINY, make_request  # noqa: E402
+from conftest import TINY, SparseTensor, make_request  # noqa: E402
 
 QUICK = sparse3d.SamplerSettings(steps=3, guidance_interval=(0.0, 1.0))
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
-
-
-class SparseTensor:
-    def __init__(self, feats, coords):
-        self.feats, self.coords = feats, coords
-
-    def replace(self, feats):
-        return SparseTensor(feats, self.coords)
 
 
 def engine_on(device, cache_dir):
