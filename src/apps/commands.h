@@ -4,6 +4,8 @@
 #pragma once
 
 #include <functional>
+#include <map>
+#include <string>
 
 namespace CLI {
 class App;
@@ -21,5 +23,9 @@ Command add_bench(CLI::App& app);
 Command add_profile(CLI::App& app);
 Command add_bench_report(CLI::App& app);
 Command add_bench_kernels(CLI::App& app);
+
+// The whole command line on `app` (what main.cpp parses; the CLI fuzzer parses the same):
+// every subcommand, keyed by name.
+std::map<std::string, Command> add_commands(CLI::App& app);
 
 }  // namespace s3d::apps

@@ -15,18 +15,7 @@
 
 int main(int argc, char** argv) {
   CLI::App app{"sparse3d: inference engine for sparse-voxel 3D flow transformers (TRELLIS.2)"};
-  app.require_subcommand(1);
-  app.set_version_flag("--version", std::string("sparse3d ") + sparse3d::version());
-  app.footer(s3d::apps::paths_and_flags_help());
-  std::map<std::string, s3d::apps::Command> commands;
-  commands["info"] = s3d::apps::add_info(app);
-  commands["make-checkpoint"] = s3d::apps::add_make_checkpoint(app);
-  commands["make-payloads"] = s3d::apps::add_make_payloads(app);
-  commands["run"] = s3d::apps::add_run(app);
-  commands["bench"] = s3d::apps::add_bench(app);
-  commands["profile"] = s3d::apps::add_profile(app);
-  commands["bench-report"] = s3d::apps::add_bench_report(app);
-  commands["bench-kernels"] = s3d::apps::add_bench_kernels(app);
+  std::map<std::string, s3d::apps::Command> commands = s3d::apps::add_commands(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

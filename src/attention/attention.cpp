@@ -149,6 +149,7 @@ void sdpa_cuda(const RowView& q, const SeqLayout& q_layout, const RowView& k, co
   ptrs.ragged_k = ragged_offsets(kv_layout, k.stride).data_as<int32_t>();
   ptrs.ragged_v = ragged_offsets(kv_layout, v.stride).data_as<int32_t>();
   ptrs.ragged_o = ragged_offsets(q_layout, hd).data_as<int32_t>();
+  before_library_write(out.data(), static_cast<size_t>(q_layout.total() * hd) * 2);
   detail::cudnn_sdpa_forward(shape, ptrs, current_stream());
 }
 

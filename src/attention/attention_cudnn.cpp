@@ -37,6 +37,7 @@
 #include "core/context.h"
 #include "core/cuda_util.h"
 #include "core/error.h"
+#include "core/fault.h"
 
 namespace fe = cudnn_frontend;
 
@@ -205,6 +206,8 @@ const char* requested_implementation() {
 
 CachedGraph build_cached(const SdpaShape& s, cudnnHandle_t handle) {
   const std::string want = requested_implementation();
+  S3D_CHECK(!fault::hit(fault::Point::PlanBuild), "cuDNN SDPA graph build failed for ",
+            describe(s), " (injected fault)");
   struct Attempt {
     fe::AttentionImplementation_t impl;
     const char* name;
@@ -238,10 +241,14 @@ void ensure_workspace(DeviceState& st, int64_t bytes) {
   const size_t need = static_cast<size_t>(bytes > 0 ? bytes : 0);
   if (st.workspace != nullptr && need <= st.workspace_capacity) return;
   // Released to the caching allocator: work already queued on the stream finishes first.
+  // Forgotten before the new request, so that a failed allocation leaves no stale pointer.
   if (st.workspace != nullptr) st.allocator->release(st.workspace, st.workspace_capacity);
+  st.workspace = nullptr;
+  st.workspace_capacity = 0;
   st.allocator = current_context().allocator_handle();
-  st.workspace_capacity = need < 256 ? 256 : need;
-  st.workspace = st.allocator->allocate(st.workspace_capacity);
+  const size_t capacity = need < 256 ? 256 : need;
+  st.workspace = st.allocator->allocate(capacity);
+  st.workspace_capacity = capacity;
 }
 
 }  // namespace

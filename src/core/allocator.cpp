@@ -4,6 +4,7 @@
 
 #include <sys/mman.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -12,6 +13,7 @@
 #include "core/context.h"
 #include "core/cuda_util.h"
 #include "core/error.h"
+#include "core/fault.h"
 
 namespace s3d {
 namespace {
@@ -79,6 +81,10 @@ DeviceAllocator::~DeviceAllocator() {
 void* DeviceAllocator::allocate(size_t bytes) {
   size_t size = round_size(bytes);
   std::lock_guard<std::mutex> lock(impl_->mu);
+  if (fault::hit(fault::Point::DeviceAlloc))
+    fail("out of device memory: a request for ", mib(size), " failed (injected fault ",
+         fault::count(fault::Point::DeviceAlloc), "); the engine holds ",
+         mib(impl_->stats.allocated_bytes), " in tensors");
   const uint64_t pool = t_active_pool;
   if (pool != 0 || impl_->caching) {
     size_t got = 0;
@@ -189,18 +195,39 @@ void DeviceAllocator::release_pool(uint64_t pool) {
 PoolScope::PoolScope(uint64_t pool) : previous_(t_active_pool) { t_active_pool = pool; }
 PoolScope::~PoolScope() { t_active_pool = previous_; }
 
+namespace {
+std::atomic<uint64_t> g_host_live_blocks{0};
+std::atomic<size_t> g_host_live_bytes{0};
+}  // namespace
+
 void* host_allocate(size_t bytes) {
   // Large buffers (a checkpoint's tensors) on 2 MiB boundaries and advised as huge pages:
   // gigabytes of fresh 4 KiB pages cost a page fault each when first written.
   constexpr size_t kHuge = size_t(2) << 20;
   const size_t align = bytes >= kHuge ? kHuge : 64;
   const size_t rounded = (bytes + align - 1) / align * align;
+  S3D_CHECK(!fault::hit(fault::Point::HostAlloc), "out of host memory: a request for ",
+            mib(rounded), " failed (injected fault ", fault::count(fault::Point::HostAlloc),
+            ")");
   void* p = std::aligned_alloc(align, rounded);
   S3D_CHECK(p != nullptr, "out of host memory: a request for ", mib(rounded), " failed");
   if (align == kHuge) madvise(p, rounded, MADV_HUGEPAGE);  // advice only: ignored if refused
+  g_host_live_blocks.fetch_add(1, std::memory_order_relaxed);
+  g_host_live_bytes.fetch_add(rounded, std::memory_order_relaxed);
   return p;
 }
 
-void host_release(void* ptr) { std::free(ptr); }
+void host_release(void* ptr, size_t bytes) {
+  if (ptr == nullptr) return;
+  constexpr size_t kHuge = size_t(2) << 20;
+  const size_t align = bytes >= kHuge ? kHuge : 64;
+  g_host_live_blocks.fetch_sub(1, std::memory_order_relaxed);
+  g_host_live_bytes.fetch_sub((bytes + align - 1) / align * align, std::memory_order_relaxed);
+  std::free(ptr);
+}
+
+HostAllocationStats host_allocation_stats() {
+  return {g_host_live_blocks.load(), g_host_live_bytes.load()};
+}
 
 }  // namespace s3d

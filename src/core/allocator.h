@@ -65,8 +65,17 @@ class PoolScope {
   uint64_t previous_;
 };
 
-// Host allocations (64-byte aligned) for CPU tensors.
+// Host allocations (64-byte aligned) for CPU tensors. `bytes` in host_release is the size
+// given to host_allocate (for the live counters).
 void* host_allocate(size_t bytes);
-void host_release(void* ptr);
+void host_release(void* ptr, size_t bytes);
+
+// Host blocks handed out and not yet released, process-wide: what a fault-injection sweep
+// checks for leaks.
+struct HostAllocationStats {
+  uint64_t live_blocks = 0;
+  size_t live_bytes = 0;
+};
+HostAllocationStats host_allocation_stats();
 
 }  // namespace s3d

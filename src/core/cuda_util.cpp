@@ -1,5 +1,7 @@
 #include "core/cuda_util.h"
 
+#include <cstdlib>
+#include <cstring>
 #include <unordered_map>
 
 #include "core/context.h"
@@ -47,6 +49,14 @@ void count_library_call(const char* op) {
   if (t_uncounted > 0) return;
   count(op);
   profiler::on_launch(op);
+}
+
+void before_library_write(void* ptr, size_t bytes) {
+  static const bool clear = [] {
+    const char* v = std::getenv("SPARSE3D_CLEAR_LIBRARY_OUTPUTS");
+    return v != nullptr && std::strcmp(v, "1") == 0;
+  }();
+  if (clear) S3D_CUDA_CHECK(cudaMemsetAsync(ptr, 0, bytes, current_stream()));
 }
 
 UncountedLaunches::UncountedLaunches() { ++t_uncounted; }

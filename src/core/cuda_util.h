@@ -45,6 +45,13 @@ LaunchCounts launch_counts();
 void reset_launch_counts();
 // Library calls (cuBLASLt, cuDNN) are counted too, under their own names.
 void count_library_call(const char* op);
+// Called before a library kernel writes [ptr, ptr + bytes). With
+// SPARSE3D_CLEAR_LIBRARY_OUTPUTS=1 in the environment (read once), the range is first
+// cleared by cudaMemsetAsync: compute-sanitizer's initcheck does not see the stores of the
+// Hopper library kernels (bulk TMA stores, and any kernel a filter leaves uninstrumented),
+// so without this every later read of their output is reported as uninitialised
+// (docs/RELIABILITY.md). Unset (the default): nothing, one branch.
+void before_library_write(void* ptr, size_t bytes);
 // While a CUDA graph is being captured nothing runs: its launches are not counted (the
 // replay counts once, as "cuda_graph"). Nests; this thread only.
 class UncountedLaunches {

@@ -34,7 +34,7 @@ class Storage {
     if (device_ == Device::CUDA) {
       allocator_->release(ptr_, bytes_ == 0 ? 1 : bytes_);
     } else {
-      host_release(ptr_);
+      host_release(ptr_, bytes_ == 0 ? 1 : bytes_);
     }
   }
   Storage(const Storage&) = delete;

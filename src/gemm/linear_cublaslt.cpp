@@ -16,11 +16,13 @@
 #include <memory>
 #include <string>
 #include <tuple>
+#include <type_traits>
 
 #include "core/allocator.h"
 #include "core/context.h"
 #include "core/cuda_util.h"
 #include "core/error.h"
+#include "core/fault.h"
 #include "gemm/linear.h"
 
 namespace s3d::gemm {
@@ -79,22 +81,27 @@ std::map<int, DeviceState>& all_states() { return current_context().state<Contex
 
 DeviceState& device_state(int device) {
   DeviceState& s = all_states()[device];
-  if (s.handle == nullptr) {
+  // Each piece on its own, so that a failed allocation leaves no half-made state behind.
+  if (s.handle == nullptr)
     check_lt(cublasLtCreate(&s.handle), "cublasLtCreate", cat("device ", device));
+  if (s.workspace == nullptr) {
     s.allocator = current_context().allocator_handle();
     s.workspace = s.allocator->allocate(kWorkspaceBytes);
   }
   return s;
 }
 
+void destroy_plan(Plan& p) {
+  if (p.a) cublasLtMatrixLayoutDestroy(p.a);
+  if (p.b) cublasLtMatrixLayoutDestroy(p.b);
+  if (p.d) cublasLtMatrixLayoutDestroy(p.d);
+  if (p.desc) cublasLtMatmulDescDestroy(p.desc);
+  p = Plan{};
+}
+
 void release_states(std::map<int, DeviceState>& states) {
   for (auto& [device, s] : states) {
-    for (auto& [key, p] : s.plans) {
-      cublasLtMatrixLayoutDestroy(p.a);
-      cublasLtMatrixLayoutDestroy(p.b);
-      cublasLtMatrixLayoutDestroy(p.d);
-      cublasLtMatmulDescDestroy(p.desc);
-    }
+    for (auto& [key, p] : s.plans) destroy_plan(p);
     if (s.workspace) s.allocator->release(s.workspace, kWorkspaceBytes);
     if (s.handle) cublasLtDestroy(s.handle);
   }
@@ -117,9 +124,24 @@ void set_desc(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr, co
            "cublasLtMatmulDescSetAttribute", context);
 }
 
+void fill_plan(Plan& p, cublasLtHandle_t handle, const PlanKey& key, const std::string& context);
+
+// A plan for `key`; on any failure its descriptors are destroyed and the error names `context`.
 Plan make_plan(cublasLtHandle_t handle, const PlanKey& key, const std::string& context) {
-  const cudaDataType_t type = key.dtype == DType::BF16 ? CUDA_R_16BF : CUDA_R_32F;
   Plan p;
+  try {
+    S3D_CHECK(!fault::hit(fault::Point::PlanBuild), "cuBLASLt plan build failed for ", context,
+              " (injected fault)");
+    fill_plan(p, handle, key, context);
+  } catch (...) {
+    destroy_plan(p);
+    throw;
+  }
+  return p;
+}
+
+void fill_plan(Plan& p, cublasLtHandle_t handle, const PlanKey& key, const std::string& context) {
+  const cudaDataType_t type = key.dtype == DType::BF16 ? CUDA_R_16BF : CUDA_R_32F;
   // fp32 accumulation and fp32 alpha/beta for both dtypes; COMPUTE_32F never uses TF32.
   check_lt(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F),
            "cublasLtMatmulDescCreate", context);
@@ -138,6 +160,10 @@ Plan make_plan(cublasLtHandle_t handle, const PlanKey& key, const std::string& c
 
   cublasLtMatmulPreference_t pref = nullptr;
   check_lt(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate", context);
+  // Destroyed however this function leaves.
+  std::unique_ptr<std::remove_pointer_t<cublasLtMatmulPreference_t>,
+                  decltype(&cublasLtMatmulPreferenceDestroy)>
+      pref_guard(pref, &cublasLtMatmulPreferenceDestroy);
   auto set_pref = [&](cublasLtMatmulPreferenceAttributes_t attr, auto value) {
     check_lt(cublasLtMatmulPreferenceSetAttribute(pref, attr, &value, sizeof value),
              "cublasLtMatmulPreferenceSetAttribute", context);
@@ -152,11 +178,9 @@ Plan make_plan(cublasLtHandle_t handle, const PlanKey& key, const std::string& c
   int found = 0;
   cublasStatus_t st =
       cublasLtMatmulAlgoGetHeuristic(handle, p.desc, p.a, p.b, p.d, p.d, pref, 1, &result, &found);
-  cublasLtMatmulPreferenceDestroy(pref);
   check_lt(st, "cublasLtMatmulAlgoGetHeuristic", context);
   S3D_CHECK(found > 0, "cuBLASLt has no algorithm for ", context);
   p.algo = result.algo;
-  return p;
 }
 
 }  // namespace
@@ -193,6 +217,7 @@ void linear_cublaslt(const Tensor& x, const Tensor& weight, const Tensor* bias, 
              "cublasLtMatmulDescSetAttribute(BIAS_POINTER)", context());
   }
   const float alpha = 1.0f, beta = 0.0f;
+  before_library_write(y.data(), static_cast<size_t>(key.m * key.n) * dtype_size(key.dtype));
   cublasStatus_t st =
       cublasLtMatmul(s.handle, p.desc, &alpha, weight.data(), p.a, x.data(), p.b, &beta, y.data(),
                      p.d, y.data(), p.d, &p.algo, s.workspace, kWorkspaceBytes, current_stream());

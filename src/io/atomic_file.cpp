@@ -3,42 +3,25 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cerrno>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 
 #include "core/error.h"
+#include "core/fault.h"
 
 namespace s3d::io {
 namespace {
 
-std::atomic<uint64_t> g_steps{0};
-
-// SPARSE3D_FAULT_WRITE=N: the N-th step fails (0 or unset: none).
-uint64_t fault_step() {
-  static const uint64_t n = [] {
-    const char* v = std::getenv("SPARSE3D_FAULT_WRITE");
-    return v == nullptr ? 0ull : std::strtoull(v, nullptr, 10);
-  }();
-  return n;
-}
-
-// One step of a write: counted, and failed with ENOSPC when it is the injected one.
+// One step of a write: counted, and failed with ENOSPC when fault injection picks it.
 bool injected_fault() {
-  const uint64_t step = ++g_steps;
-  if (fault_step() != 0 && step == fault_step()) {
-    errno = ENOSPC;
-    return true;
-  }
-  return false;
+  if (!fault::hit(fault::Point::FileWrite)) return false;
+  errno = ENOSPC;
+  return true;
 }
 
 }  // namespace
-
-uint64_t file_write_steps() { return g_steps.load(); }
 
 AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
   const std::filesystem::path target(path_);

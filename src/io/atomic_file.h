@@ -2,9 +2,8 @@
 // in the same folder, which is flushed, checked, fsynced and then renamed over the target.
 // A reader sees the old file or the new one, never a partial one.
 //
-// Fault injection (docs/RELIABILITY.md): with SPARSE3D_FAULT_WRITE=N in the environment, the
-// N-th file-write step of the process (each write() and each commit() counts one) fails as a
-// full disk would, so that tests can check every writer's failure path.
+// Fault injection (core/fault.h): each write() and each commit() is one FileWrite step
+// (SPARSE3D_FAULT_WRITE=N fails the N-th as a full disk would, with ENOSPC).
 #pragma once
 
 #include <cstddef>
@@ -35,8 +34,5 @@ class AtomicFile {
 // Throws s3d::Error naming `path` and the failing step; on failure the target is unchanged
 // and the temporary file is removed.
 void write_file_atomic(const std::string& path, const std::string& bytes);
-
-// File-write steps taken so far in this process (the fault-injection counter).
-uint64_t file_write_steps();
 
 }  // namespace s3d::io

@@ -242,6 +242,11 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
 }
 
 SafetensorsFile SafetensorsFile::open(const std::string& path, const std::string& what) {
+  return open(path, what, kMaxHeaderBytes, "");
+}
+
+SafetensorsFile SafetensorsFile::open(const std::string& path, const std::string& what,
+                                      uint64_t max_header_bytes, const std::string& expected) {
   InputFile file(path, what);
   const uint64_t size = file.size();
   S3D_CHECK(size >= 8, what, ": the file is ", size,
@@ -252,6 +257,9 @@ SafetensorsFile SafetensorsFile::open(const std::string& path, const std::string
   for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | len_bytes[i];
   S3D_CHECK(header_len <= kMaxHeaderBytes, what, ": header length ", header_len,
             " is larger than the limit of ", kMaxHeaderBytes, " bytes");
+  S3D_CHECK(header_len <= max_header_bytes, what, ": header length ", header_len,
+            " bytes is more than ", max_header_bytes, " bytes, all that ", expected,
+            " can need; refused before reading it");
   // size >= 8 here, so size - 8 cannot wrap.
   S3D_CHECK(header_len <= size - 8, what, ": header length ", header_len,
             " reaches past the end of the file (", size, " bytes, ", size - 8,
@@ -316,6 +324,8 @@ SafetensorsFile SafetensorsFile::open(const std::string& path, const std::string
     covered = e.end;
     prev = &e;
   }
+  f.index_.reserve(f.entries_.size());
+  for (size_t i = 0; i < f.entries_.size(); ++i) f.index_.emplace(f.entries_[i].name, i);
   const uint64_t data_bytes = size - f.data_start_;
   S3D_CHECK(covered <= data_bytes, what, ": truncated: the tensors need ", covered,
             " bytes of data but the file holds ", data_bytes, " after the header");
@@ -326,9 +336,8 @@ SafetensorsFile SafetensorsFile::open(const std::string& path, const std::string
 }
 
 const TensorEntry* SafetensorsFile::find(const std::string& name) const {
-  for (const auto& e : entries_)
-    if (e.name == name) return &e;
-  return nullptr;
+  const auto it = index_.find(name);
+  return it == index_.end() ? nullptr : &entries_[it->second];
 }
 
 Tensor SafetensorsFile::load(const std::string& name, DType as) const {

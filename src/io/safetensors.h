@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -28,11 +29,17 @@ class SafetensorsFile {
   // instead ("checkpoint foo.safetensors", "payload a03.safetensors").
   static SafetensorsFile open(const std::string& path);
   static SafetensorsFile open(const std::string& path, const std::string& what);
+  // The same, refusing a header longer than `max_header_bytes` (what a reader that knows
+  // which tensors to expect allows) before it is read; the message names `expected`, what
+  // the limit follows from.
+  static SafetensorsFile open(const std::string& path, const std::string& what,
+                              uint64_t max_header_bytes, const std::string& expected);
 
   const std::string& path() const { return path_; }
   const std::vector<TensorEntry>& entries() const { return entries_; }  // in offset order
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
-  // nullptr when absent.
+  // nullptr when absent. By an index: a file may name up to millions of tensors, and a
+  // loader looks each one up.
   const TensorEntry* find(const std::string& name) const;
 
   // Reads one tensor into host memory converted to `as`: BF16/F16/F32 files load as bf16 or
@@ -47,6 +54,7 @@ class SafetensorsFile {
   std::string what_;  // how errors name the file
   uint64_t data_start_ = 0;
   std::vector<TensorEntry> entries_;
+  std::unordered_map<std::string, size_t> index_;  // name -> position in entries_
   std::map<std::string, std::string> metadata_;
 };
 

@@ -11,6 +11,7 @@
 #include "core/bf16.h"
 #include "core/cuda_util.h"
 #include "core/error.h"
+#include "core/fault.h"
 #include "core/hash.h"
 #include "core/rng.h"
 #include "io/atomic_file.h"
@@ -152,15 +153,25 @@ struct Staging {
   cudaEvent_t done[2] = {nullptr, nullptr};
   int next = 0;
   Staging() {
-    for (int i = 0; i < 2; ++i) {
-      S3D_CUDA_CHECK(cudaHostAlloc(&buf[i], kStageBytes, cudaHostAllocDefault));
-      S3D_CUDA_CHECK(cudaEventCreateWithFlags(&done[i], cudaEventDisableTiming));
+    try {
+      for (int i = 0; i < 2; ++i) {
+        S3D_CHECK(!fault::hit(fault::Point::HostAlloc), "out of host memory: pinned staging "
+                  "buffer ", i, " failed (injected fault)");
+        S3D_CUDA_CHECK(cudaHostAlloc(&buf[i], kStageBytes, cudaHostAllocDefault));
+        S3D_CUDA_CHECK(cudaEventCreateWithFlags(&done[i], cudaEventDisableTiming));
+      }
+    } catch (...) {
+      release();  // a constructor that throws runs no destructor
+      throw;
     }
   }
-  ~Staging() {
+  ~Staging() { release(); }
+  void release() {
     for (int i = 0; i < 2; ++i) {
       if (done[i]) cudaEventSynchronize(done[i]), cudaEventDestroy(done[i]);
       if (buf[i]) cudaFreeHost(buf[i]);
+      done[i] = nullptr;
+      buf[i] = nullptr;
     }
   }
   void upload(void* dst, const void* src, size_t n) {
@@ -204,9 +215,15 @@ Checkpoint read_checkpoint(const std::string& json_path) {
   ck.path = json_path;
   ck.config = read_config_file(json_path);
   const std::string st_path = safetensors_path_for(json_path);
-  io::SafetensorsFile file = io::SafetensorsFile::open(st_path);
-
   const std::vector<ParamSpec> specs = param_specs(ck.config);
+  // A header entry is some 150 bytes (name, dtype, shape, offsets); 1 KiB each and 1 MiB of
+  // metadata is generous, and refuses a 100 MB header before it is read and parsed (it cost
+  // 0.9 GB and 5 s to find that its 130,000 tensors do not match a 40-tensor config).
+  const uint64_t max_header = (uint64_t{1} << 20) + 1024 * static_cast<uint64_t>(specs.size());
+  io::SafetensorsFile file = io::SafetensorsFile::open(
+      st_path, "safetensors file " + st_path, max_header,
+      cat("a checkpoint of its config (", specs.size(), " tensors)"));
+
   check_entries(specs, file.entries(), "checkpoint " + st_path, " does not match its config " + json_path);
 
   std::vector<uint64_t> hashes;

@@ -187,7 +187,10 @@ std::string resolved_asset_path(const Manifest& m, const ManifestEntry& entry,
 Asset read_asset(const Manifest& m, const ManifestEntry& entry) {
   const std::string what = "payload " + entry.file;
   check_relative_file(entry.file, what);
-  auto file = io::SafetensorsFile::open(resolved_asset_path(m, entry, what), what);
+  // Three tensors and a little metadata: 1 MiB of header is plenty, and a longer one is
+  // refused before it is read.
+  auto file = io::SafetensorsFile::open(resolved_asset_path(m, entry, what), what, 1u << 20,
+                                        "a payload asset (coords, cond, concat_cond)");
   auto format = file.metadata().find("format");
   S3D_CHECK(format == file.metadata().end() || format->second == kAssetFormat, what,
             ": metadata 'format' is \"", format->second, "\", expected \"", kAssetFormat, "\"");

@@ -111,6 +111,35 @@ TEST_F(Cli, TruncatedCheckpoint) {
                      "trunc.safetensors");
 }
 
+// A checkpoint header far longer than its config's tensors can need (a 100 MB one cost
+// 0.9 GB and 5 s to parse before its names were found not to match) is refused from its
+// length, before it is read.
+TEST_F(Cli, CheckpointHeaderLongerThanItsConfigNeeds) {
+  fs::copy_file(dir + "/tiny.json", dir + "/wide.json", fs::copy_options::overwrite_existing);
+  std::string header = "{}" + std::string(6 << 20, ' ');
+  std::string bytes(8, '\0');
+  for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>((header.size() >> (8 * i)) & 0xff);
+  std::ofstream(dir + "/wide.safetensors", std::ios::binary) << bytes << header;
+  expect_clean_error(run_cli("run --device cpu --checkpoint " + dir + "/wide.json --manifest " +
+                             dir + "/pl/manifest.json"),
+                     "can need; refused before reading it");
+}
+
+// The same for a payload asset: three tensors never need a header of more than 1 MiB.
+TEST_F(Cli, AssetHeaderLongerThanAnAssetNeeds) {
+  const std::string d = dir + "/wide_asset";
+  fs::remove_all(d);
+  fs::copy(dir + "/pl", d);
+  payload::Manifest m = payload::read_manifest(d + "/manifest.json");
+  std::string header = "{}" + std::string(2 << 20, ' ');
+  std::string bytes(8, '\0');
+  for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>((header.size() >> (8 * i)) & 0xff);
+  std::ofstream(d + "/" + m.assets[0].file, std::ios::binary | std::ios::trunc) << bytes << header;
+  expect_clean_error(run_cli("run --device cpu --checkpoint " + ck() + " --manifest " + d +
+                             "/manifest.json --out " + dir + "/wide_out"),
+                     "all that a payload asset (coords, cond, concat_cond) can need");
+}
+
 TEST_F(Cli, ConfigFieldOfTheWrongType) {
   std::ifstream in(ck());
   std::stringstream ss;
@@ -239,6 +268,31 @@ TEST_F(Cli, AFailedWriteLeavesNoFileBehind) {
     EXPECT_GE(failures, 2) << name << ": every write step was tried";
   }
   fs::remove_all(root);
+}
+
+// A host allocation failed at points spread over a whole `run` (checkpoint load, payload
+// read, the loop, the output): one error line, exit 1, no output file. (Every point is
+// swept in-process by Faults.EveryHostAllocationOfAColdRequestFailsCleanly; this checks the
+// command's own handling, and a mistyped variable is refused rather than ignored.)
+TEST_F(Cli, AFailedHostAllocationLeavesNoFileBehind) {
+  const std::string out = dir + "/host_faults";
+  const std::string args = "run --device cpu --steps 2 --no-qualification-cache --checkpoint " +
+                           ck() + " --manifest " + dir + "/pl/manifest.json --out " + out;
+  int failures = 0;
+  for (int n : {1, 2, 3, 5, 8, 13, 40, 100, 300, 1000, 3000}) {
+    fs::remove_all(out);
+    const Result r = run_cli(args, "SPARSE3D_FAULT_HOST_ALLOC=" + std::to_string(n));
+    if (r.code == 0) break;  // past the run's last allocation
+    ++failures;
+    expect_clean_error(r, "(injected fault");
+    if (fs::exists(out)) {
+      EXPECT_TRUE(fs::is_empty(out)) << "fault " << n << " left a file";
+    }
+  }
+  EXPECT_GE(failures, 6);
+  expect_clean_error(run_cli(args, "SPARSE3D_FAULT_HOST_ALLOC=3x"),
+                     "SPARSE3D_FAULT_HOST_ALLOC is '3x'; expected a non-negative integer");
+  fs::remove_all(out);
 }
 
 // `run` on the tiny model, one step, writing into out/<name>: what the flag tests run.

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -248,6 +249,31 @@ TEST(Safetensors, HundredThousandLevelsDoNotCrash) {
   test::write_bytes(path, raw_file("{\"a\":" + std::string(100000, '[') +
                                    std::string(100000, ']') + "}"));
   EXPECT_ERROR(SafetensorsFile::open(path), "nests deeper than 64 levels");
+}
+
+// A header may name some 150,000 tensors (2^20 JSON values), and loaders look each
+// one up by name: found by an index, 120,000 lookups take milliseconds (a linear find made
+// the fuzzer's pass over such a file quadratic: minutes).
+TEST(Safetensors, EveryNameOfAHugeHeaderIsFoundFast) {
+  TempDir dir;
+  const int n = 120000;  // about 840,000 JSON values, under the 2^20 limit
+  std::string header = "{";
+  for (int i = 0; i < n; ++i)
+    header += (i ? ",\"t" : "\"t") + std::to_string(i) + "\":{\"dtype\":\"BF16\",\"shape\":[1],"
+              "\"data_offsets\":[" + std::to_string(2 * i) + "," + std::to_string(2 * i + 2) + "]}";
+  header += "}";
+  std::string path = dir.file("wide.safetensors");
+  test::write_bytes(path, raw_file(header, std::string(2 * n, '\0')));
+  SafetensorsFile f = SafetensorsFile::open(path);
+  ASSERT_EQ(f.entries().size(), static_cast<size_t>(n));
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = n - 1; i >= 0; --i) {
+    const TensorEntry* e = f.find("t" + std::to_string(i));
+    ASSERT_NE(e, nullptr);
+    ASSERT_EQ(e->begin, static_cast<uint64_t>(2 * i));
+  }
+  EXPECT_EQ(f.find("t-1"), nullptr);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 2.0);
 }
 
 TEST(Safetensors, RoundTripKeepsValuesOrderAndMetadata) {
