@@ -6,6 +6,7 @@
 #include <cmath>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "sparse3d/engine.h"
@@ -13,8 +14,9 @@
 namespace s3d::apps {
 
 struct SamplerFlags {
+  explicit SamplerFlags(std::string default_preset) : preset(std::move(default_preset)) {}
   // "released" (run's default: TRELLIS.2's shape-model settings) or "protocol" (bench's).
-  std::string preset = "released";
+  std::string preset;
   int steps = 0;
   double rescale_t = 0, cfg = 0, rescale = 0;
   std::vector<double> interval;

@@ -29,8 +29,9 @@ TEST(MultiAsset, PackRenumbersAssetsAndStacksRows) {
   for (int64_t t = 0; t < 12; ++t) {
     const int want = t < 5 ? 0 : t < 8 ? 1 : 2;
     EXPECT_EQ(c[4 * t], want) << "token " << t;
-    if (t >= 5)
+    if (t >= 5) {
       for (int k = 1; k < 4; ++k) EXPECT_EQ(c[4 * t + k], bc[4 * (t - 5) + k]);
+    }
   }
   EXPECT_EQ(p.noise.rows(5, 12).to_floats(), b.noise.to_floats());
   EXPECT_EQ(p.noise.rows(0, 5).to_floats(), a.noise.to_floats());

@@ -2,7 +2,7 @@
 # Device call (issue 6, 1 of 3): the GPU tests of per-request CUDA graphs, the allocator's
 # private pools, step tables and multi-asset packing, then `beyond` against pure_eager,
 # canonical_cache_combined and beyond without graphs over the 10 default payloads
-# (2 repeats, one run). Then issue6_ablate.sh and bench_throughput.sh.
+# (2 repeats, one run). Then beyond_leave_one_out.sh and bench_throughput.sh.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/device/env.sh
