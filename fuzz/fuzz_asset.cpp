@@ -5,46 +5,16 @@
 // reader promises (payload.h), or the target traps: coords [T, 4] with T = tokens, batch
 // column 0, x, y, z in [0, grid) strictly increasing; cond [L, C] finite; concat_cond
 // [T, Cc] finite when Cc > 0.
-#include <unistd.h>
-
-#include <cmath>
 #include <cstdint>
-#include <filesystem>
-#include <fstream>
 #include <string>
 
-#include "core/bf16.h"
 #include "core/error.h"
 #include "payload/payload.h"
+#include "scratch.h"
 
 namespace {
 
-const std::string& scratch_dir() {
-  static const std::string dir = [] {
-    auto p = std::filesystem::temp_directory_path() /
-             ("s3d_fuzz_asset_" + std::to_string(::getpid()));
-    std::filesystem::create_directories(p);
-    return p.string();
-  }();
-  return dir;
-}
-
 uint32_t u16(const uint8_t* p) { return p[0] | (uint32_t(p[1]) << 8); }
-
-bool finite_all(const s3d::Tensor& t) {
-  if (!t.defined()) return true;
-  const int64_t n = t.numel();
-  if (t.dtype() == s3d::DType::F32) {
-    const float* p = t.data_as<float>();
-    for (int64_t i = 0; i < n; ++i)
-      if (!std::isfinite(p[i])) return false;
-  } else if (t.dtype() == s3d::DType::BF16) {
-    const uint16_t* p = t.data_as<uint16_t>();
-    for (int64_t i = 0; i < n; ++i)
-      if (!std::isfinite(s3d::bf16_to_float(p[i]))) return false;
-  }
-  return true;
-}
 
 void check_promises(const s3d::payload::Manifest& m, const s3d::payload::ManifestEntry& e,
                     const s3d::payload::Asset& a) {
@@ -65,10 +35,10 @@ void check_promises(const s3d::payload::Manifest& m, const s3d::payload::Manifes
   }
   if (a.cond.ndim() != 2 || a.cond.size(0) != m.cond_tokens || a.cond.size(1) != m.cond_channels)
     __builtin_trap();
-  if (!finite_all(a.cond)) __builtin_trap();
+  if (a.cond.first_non_finite() >= 0) __builtin_trap();
   if (m.concat_channels > 0) {
     if (!a.concat_cond.defined() || a.concat_cond.size(0) != e.tokens ||
-        a.concat_cond.size(1) != m.concat_channels || !finite_all(a.concat_cond))
+        a.concat_cond.size(1) != m.concat_channels || a.concat_cond.first_non_finite() >= 0)
       __builtin_trap();
   }
 }
@@ -79,7 +49,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 12) return 0;
   using namespace s3d;
   payload::Manifest m;
-  m.dir = scratch_dir();
+  m.dir = s3d::fuzz::scratch_dir();
   m.grid = 1 + static_cast<int>(u16(data) % 1024);
   m.cond_tokens = 1 + static_cast<int>(u16(data + 2) % 64);
   m.cond_channels = 1 + static_cast<int>(u16(data + 4) % 64);
@@ -88,10 +58,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   entry.name = "fuzz";
   entry.file = "asset.safetensors";
   entry.tokens = 1 + static_cast<int64_t>(u16(data + 8) % 4096);
-  {
-    std::ofstream out(m.dir + "/" + entry.file, std::ios::binary | std::ios::trunc);
-    out.write(reinterpret_cast<const char*>(data + 12), static_cast<std::streamsize>(size - 12));
-  }
+  s3d::fuzz::write_input(entry.file, data + 12, size - 12);
   payload::Asset a;
   try {
     a = payload::read_asset(m, entry);

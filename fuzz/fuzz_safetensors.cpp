@@ -1,30 +1,16 @@
 // libFuzzer target: the safetensors reader, the tensor loads and conversions, and the
 // payload asset checks on whatever the reader accepts. Only s3d::Error may escape a parser;
 // anything else (a crash, a sanitizer report, another exception) is a finding.
-#include <unistd.h>
-
 #include <climits>
 #include <cstdint>
-#include <filesystem>
-#include <fstream>
 #include <string>
 
 #include "core/error.h"
 #include "io/safetensors.h"
 #include "payload/payload.h"
+#include "scratch.h"
 
 namespace {
-
-// The reader takes a path, so each input goes to a file in a per-process scratch folder.
-const std::string& scratch_dir() {
-  static const std::string dir = [] {
-    auto p = std::filesystem::temp_directory_path() /
-             ("s3d_fuzz_safetensors_" + std::to_string(::getpid()));
-    std::filesystem::create_directories(p);
-    return p.string();
-  }();
-  return dir;
-}
 
 int dim_or(const s3d::io::TensorEntry* e, size_t i, int fallback) {
   if (e == nullptr || e->shape.size() <= i || e->shape[i] < 1 || e->shape[i] > INT_MAX)
@@ -51,7 +37,7 @@ void exercise(const std::string& path) {
   // Read it as a payload asset, with a manifest shaped after the file so that the checks
   // past the header ones (coords order, finiteness) are reached.
   payload::Manifest m;
-  m.dir = scratch_dir();
+  m.dir = s3d::fuzz::scratch_dir();
   m.grid = 64;
   m.cond_tokens = dim_or(f.find("cond"), 0, 1);
   m.cond_channels = dim_or(f.find("cond"), 1, 1);
@@ -66,11 +52,7 @@ void exercise(const std::string& path) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  const std::string path = scratch_dir() + "/input.safetensors";
-  {
-    std::ofstream out(path, std::ios::binary | std::ios::trunc);
-    out.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(size));
-  }
+  const std::string path = s3d::fuzz::write_input("input.safetensors", data, size);
   try {
     exercise(path);
   } catch (const s3d::Error&) {

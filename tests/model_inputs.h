@@ -10,6 +10,7 @@
 #include "core/tensor.h"
 #include "payload/generate.h"
 #include "sampler/sampler.h"
+#include "sparse3d/engine.h"
 
 namespace s3d::testing {
 
@@ -37,6 +38,22 @@ inline sampler::Inputs synthetic_inputs(const std::vector<int64_t>& counts, int 
   in.noise = Tensor::empty({T, out_channels}, DType::F32, Device::CPU);
   normal_fill(seed, 0, static_cast<uint64_t>(in.noise.numel()), in.noise.data_as<float>());
   return in;
+}
+
+// A public-API request over `in`'s tensors (they must outlive it): the released sampler
+// with `steps` steps, noise drawn from `seed`.
+inline sparse3d::SampleRequest sample_request(sampler::Inputs& in, uint64_t seed, int steps) {
+  auto view = [](Tensor& t) {
+    return sparse3d::TensorView{t.data(), t.dtype(), t.device(), 0, t.shape()};
+  };
+  sparse3d::SampleRequest r;
+  r.coords = view(in.coords);
+  r.batch = in.batch;
+  r.cond = view(in.cond);
+  r.seed = seed;
+  r.sampler = sparse3d::SamplerSettings::released();
+  r.sampler.steps = steps;
+  return r;
 }
 
 }  // namespace s3d::testing

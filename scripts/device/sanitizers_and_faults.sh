@@ -19,7 +19,7 @@
 # Every run: --error-exitcode 1 and the kernel filter FILTER (default kns=s3d: only the
 # engine's own kernels, all in namespace s3d, are instrumented; the libraries' are left out
 # by name); initcheck with SPARSE3D_CLEAR_LIBRARY_OUTPUTS=1 (it does not see the library
-# kernels' stores, src/core/cuda_util.h). The tools of a part run at once, one process each,
+# kernels' stores, src/core/cuda_util.h). The tools run at once; each sanitizer process is
 # under `timeout $LIMIT`.
 # Writes to $OUT: fingerprint.txt, faults.log, <tool>.log (kernels named in reports, failed
 # tests, head and tail of the reports), summary.txt (printed last).
@@ -54,7 +54,7 @@ sanitize() {
   local extra=()
   [ "$tool" = memcheck ] && extra=(--leak-check full)
   echo "#### $tool [$envs] --gtest_filter=$filter" >> "/tmp/$tool.full.log"
-  env $envs compute-sanitizer --tool "$tool" --error-exitcode 1 --kernel-name "$FILTER" \
+  timeout "$LIMIT" env $envs compute-sanitizer --tool "$tool" --error-exitcode 1 --kernel-name "$FILTER" \
     "${extra[@]}" "$T" --gtest_filter="$filter" >> "/tmp/$tool.full.log" 2>&1
   echo "#### rc $?" >> "/tmp/$tool.full.log"
 }
@@ -65,7 +65,7 @@ run_tool() {
     if [ "$tool" = racecheck ]; then sanitize racecheck "SPARSE3D_NO_CACHING=1" "$RACECHECK_TESTS"
     else sanitize "$tool" "SPARSE3D_NO_CACHING=1 $hook" "-FaultsGpu.*:$GRAPH_TESTS"; fi
   fi
-  if has graphs && [ "$tool" != racecheck ]; then sanitize "$tool" "SPARSE3D_UNUSED=0 $hook" "$GRAPH_TESTS"; fi
+  if has graphs && [ "$tool" != racecheck ]; then sanitize "$tool" "$hook" "$GRAPH_TESTS"; fi
   if has demo && [ "$tool" = initcheck ]; then
     sanitize initcheck "SPARSE3D_NO_CACHING=1" "ModelGpu.ForwardMatchesTheCpuBackend"
   fi
@@ -78,14 +78,14 @@ has demo && [ -z "$TOOLS" ] && TOOLS="initcheck"
 declare -A pid start
 for tool in $TOOLS; do
   rm -f "/tmp/$tool.full.log"
-  ( timeout "$LIMIT" bash -c "$(declare -f has sanitize run_tool); PARTS='$PARTS' T=$T FILTER=$FILTER GRAPH_TESTS='$GRAPH_TESTS' RACECHECK_TESTS='$RACECHECK_TESTS' run_tool $tool"; echo $? > "/tmp/$tool.rc" ) &
+  run_tool "$tool" &
   pid[$tool]=$!; start[$tool]=$(date +%s)
 done
 for tool in $TOOLS; do
   wait "${pid[$tool]}"
-  rc=$(cat "/tmp/$tool.rc"); secs=$(( $(date +%s) - ${start[$tool]} ))
+  secs=$(( $(date +%s) - ${start[$tool]} ))
   log="/tmp/$tool.full.log"
-  [ "$rc" = 124 ] && state="TIMED OUT" || state="done"
+  grep -q "^#### rc 124" "$log" && state="TIMED OUT" || state="done"
   # Per process: its error summary, tests passed, exit code.
   runs=$(awk '/^#### [a-z]+ \[/{f=$0; sub(/^#### [a-z]+ /,"",f)} /ERROR SUMMARY|RACECHECK SUMMARY/{e=$0} /PASSED  \] [0-9]+ test/{p=$4}
               /^#### rc/{gsub(/.*SUMMARY: /,"",e); printf "%s: %s, %s passed, rc %s | ", f, e, p, $3; e=""; p="0"}' "$log")

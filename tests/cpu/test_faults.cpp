@@ -24,10 +24,6 @@ using s3d::fault::Point;
 
 const std::string kTiny = std::string(SPARSE3D_TEST_DATA) + "/golden/inputs/tiny.json";
 
-sparse3d::TensorView view(s3d::Tensor& t) {
-  return {t.data(), t.dtype(), t.device(), 0, t.shape()};
-}
-
 std::vector<uint8_t> bytes_of(const sparse3d::Array& a) {
   const auto* p = static_cast<const uint8_t*>(a.view.data);
   return {p, p + a.view.nbytes()};
@@ -50,14 +46,7 @@ struct Faults : ::testing::Test {
 std::vector<uint8_t> cold_request(const sparse3d::EngineOptions& options,
                                   s3d::sampler::Inputs& in, bool* fell_back) {
   sparse3d::Engine engine(kTiny, options);
-  sparse3d::SampleRequest r;
-  r.coords = view(in.coords);
-  r.batch = in.batch;
-  r.cond = view(in.cond);
-  r.seed = 11;
-  r.sampler = sparse3d::SamplerSettings::released();
-  r.sampler.steps = 3;
-  const sparse3d::SampleResult result = engine.sample(r);
+  const sparse3d::SampleResult result = engine.sample(s3d::testing::sample_request(in, 11, 3));
   *fell_back = !engine.counters().fallbacks.empty();
   return bytes_of(result.latent);
 }
@@ -120,13 +109,7 @@ TEST_F(Faults, EveryHostAllocationOfAColdRequestFailsCleanly) {
 // the same bits (the engine's caches are built whole or not at all).
 TEST_F(Faults, AFailedRequestLeavesTheEngineAsAGoodOneWould) {
   auto in = s3d::testing::synthetic_inputs({37, 21}, 9, 64, 32, 5);
-  sparse3d::SampleRequest r;
-  r.coords = view(in.coords);
-  r.batch = in.batch;
-  r.cond = view(in.cond);
-  r.seed = 11;
-  r.sampler = sparse3d::SamplerSettings::released();
-  r.sampler.steps = 3;
+  const sparse3d::SampleRequest r = s3d::testing::sample_request(in, 11, 3);
   auto held_after = [&](uint64_t fault, std::vector<uint8_t>* latent) {
     sparse3d::Engine engine(kTiny, options);
     s3d::fault::arm(Point::HostAlloc, fault);

@@ -72,19 +72,8 @@ struct FaultsGpu : ::testing::Test {
     for (int i = 0; i < s3d::fault::kPointCount; ++i) s3d::fault::arm(static_cast<Point>(i), 0);
   }
 
-  sparse3d::SampleRequest request() {
-    auto view = [](s3d::Tensor& t) {
-      return sparse3d::TensorView{t.data(), t.dtype(), t.device(), 0, t.shape()};
-    };
-    sparse3d::SampleRequest r;
-    r.coords = view(in.coords);
-    r.batch = in.batch;
-    r.cond = view(in.cond);
-    r.seed = 7;
-    r.sampler = sparse3d::SamplerSettings::released();
-    r.sampler.steps = 8;  // enough for both step kinds (CFG and not) to be graph-captured
-    return r;
-  }
+  // 8 steps: enough for both step kinds (CFG and not) to be graph-captured.
+  sparse3d::SampleRequest request() { return s3d::testing::sample_request(in, 7, 8); }
 
   // A fresh Engine and one request with `point` armed at `n` (0: none); then, disarmed,
   // `retries` more requests on the same Engine.
