@@ -70,6 +70,17 @@ inline double rel_l2(const std::vector<float>& got, const std::vector<float>& re
   return e.non_finite ? INFINITY : e.rel_l2;
 }
 
+// Same shape, dtype and bytes (any devices): bit-for-bit equality of two tensors.
+inline bool bitwise_equal(const Tensor& a, const Tensor& b) {
+  if (a.shape() != b.shape() || a.dtype() != b.dtype()) return false;
+  Tensor ha = a.device() == Device::CPU ? a : a.to(Device::CPU);
+  Tensor hb = b.device() == Device::CPU ? b : b.to(Device::CPU);
+  return std::memcmp(ha.data(), hb.data(), ha.nbytes()) == 0;
+}
+
+// The same 32 bits (a NaN equals only the same NaN; -0 differs from +0).
+inline bool bits_equal(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+
 // Elements still holding Tensor::poison()'s all-ones pattern (bf16/f32 only), on any device.
 inline int64_t count_poisoned(const Tensor& t) {
   Tensor h = t.device() == Device::CPU ? t : t.to(Device::CPU);

@@ -58,6 +58,11 @@ struct SamplerSettings {
   double sigma_min = 1e-5;
 
   static SamplerSettings released() { return SamplerSettings{}; }
+  // The released pipeline's sparse-structure stage (docs/DENSE_MODEL.md): 12 steps,
+  // rescale_t 5, CFG 7.5 on t in [0.6, 1], guidance rescale 0.7.
+  static SamplerSettings released_sparse_structure() {
+    return SamplerSettings{12, 5.0, 7.5, 0.6, 1.0, 0.7, 1e-5};
+  }
   // Throws Error naming the first setting out of range (what sample() would refuse).
   void validate() const;
   // The benchmark protocol: 15 steps, CFG 7.5 on every step, no rescale.

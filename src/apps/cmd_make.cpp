@@ -41,7 +41,8 @@ Command add_make_checkpoint(CLI::App& app) {
   auto a = std::make_shared<Args>();
   auto* sub = app.add_subcommand("make-checkpoint",
                                  "Write OUT.json + OUT.safetensors with synthetic weights");
-  sub->add_option("--preset", a->preset, "trellis2-shape-1024 | trellis2-tex-1024 | tiny")
+  sub->add_option("--preset", a->preset,
+                  "trellis2-shape-1024 | trellis2-tex-1024 | tiny | trellis2-ss-16 | tiny-ss")
       ->capture_default_str();
   sub->add_option("--seed", a->seed, "Weight seed")->capture_default_str();
   sub->add_option("--out", a->out, "Output prefix DIR/NAME")->required();
@@ -68,9 +69,10 @@ Command add_make_payloads(CLI::App& app) {
   auto* sub = app.add_subcommand("make-payloads", "Write a payload manifest and asset files");
   sub->add_option("--out", a->out, "Output folder")->required();
   sub->add_option("--set", a->set,
-                  "benchmark (10 assets 3,664..30,227 + long tail to 49,152, L=4101, 1024 ch) "
-                  "or small (2 small assets for the tiny preset)")
-      ->check(CLI::IsMember({"benchmark", "small"}))
+                  "benchmark (10 assets 3,664..30,227 + long tail to 49,152, L=4101, 1024 ch), "
+                  "small (2 small assets for the tiny preset), dense (4 structures on the 16^3 "
+                  "grid, L=1029, for trellis2-ss-16) or dense-small (2 on 8^3, for tiny-ss)")
+      ->check(CLI::IsMember({"benchmark", "small", "dense", "dense-small"}))
       ->capture_default_str();
   sub->add_option("--tokens", a->tokens, "Comma-separated token counts (replaces the set's)");
   sub->add_option("--cond-tokens", a->cond_tokens, "Condition tokens L");
@@ -80,8 +82,10 @@ Command add_make_payloads(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--seed", a->seed, "Payload seed")->capture_default_str();
   return [a]() {
-    payload::GenerateOptions o = a->set == "small" ? payload::GenerateOptions::small()
-                                                   : payload::GenerateOptions::benchmark();
+    payload::GenerateOptions o = a->set == "small"         ? payload::GenerateOptions::small()
+                                 : a->set == "dense"       ? payload::GenerateOptions::dense_structure()
+                                 : a->set == "dense-small" ? payload::GenerateOptions::dense_small()
+                                                           : payload::GenerateOptions::benchmark();
     if (!a->tokens.empty()) {
       o.default_tokens = parse_counts(a->tokens);
       o.long_tail_tokens.clear();

@@ -101,6 +101,18 @@ Tensor host_tensor(const sparse3d::Array& a) {
   return t;
 }
 
+// The engine's noise for an asset of T tokens, [T, channels]: the seed's stream in token order,
+// or for the dense model in the volume's order [channels, T] transposed (docs/FORMATS.md).
+Tensor initial_noise(const sparse3d::Engine& engine, uint64_t seed, int64_t T, int64_t channels) {
+  if (engine.model().family != "SparseStructureFlowModel")
+    return host_tensor(sparse3d::draw_noise(seed, T, channels));
+  const std::vector<float> v = sparse3d::draw_noise(seed, channels, T).to_floats();
+  std::vector<float> tokens(v.size());
+  for (int64_t c = 0; c < channels; ++c)
+    for (int64_t n = 0; n < T; ++n) tokens[n * channels + c] = v[c * T + n];
+  return Tensor::from_floats(tokens, {T, channels}, DType::F32);
+}
+
 // Runs one asset and writes OUT/<asset>.safetensors; returns its non-finite output count.
 int64_t run_asset(sparse3d::Engine& engine, const RunArgs& a, const payload::Manifest& manifest,
                   const payload::ManifestEntry& e, const std::vector<AutoFlag>& autos) {
@@ -128,7 +140,7 @@ int64_t run_asset(sparse3d::Engine& engine, const RunArgs& a, const payload::Man
   std::vector<std::pair<std::string, Tensor>> tensors = {{"latent", latent},
                                                          {"coords", asset.coords}};
   if (a.dump_first) {
-    tensors.emplace_back("x_T", host_tensor(sparse3d::draw_noise(e.noise_seed, T, latent.size(1))));
+    tensors.emplace_back("x_T", initial_noise(engine, e.noise_seed, T, latent.size(1)));
     if (out.first_v_cond.defined()) tensors.emplace_back("v_cond", host_tensor(out.first_v_cond));
     if (out.first_v_uncond.defined())
       tensors.emplace_back("v_uncond", host_tensor(out.first_v_uncond));

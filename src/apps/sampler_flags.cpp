@@ -5,9 +5,10 @@ namespace s3d::apps {
 void SamplerFlags::add_to(CLI::App* sub) {
   sub->add_option("--sampler", preset,
                   "released (12 steps, CFG 7.5 on t in [0.6, 1], rescale 0.5: TRELLIS.2's "
-                  "shape-model settings) or protocol (the benchmark: 15 steps, CFG 7.5 on every "
-                  "step)")
-      ->check(CLI::IsMember({"protocol", "released"}))
+                  "shape-model settings), released-ss (TRELLIS.2's sparse-structure stage: 12 "
+                  "steps, rescale_t 5, CFG 7.5 on t in [0.6, 1], rescale 0.7) or protocol (the "
+                  "benchmark: 15 steps, CFG 7.5 on every step)")
+      ->check(CLI::IsMember({"protocol", "released", "released-ss"}))
       ->capture_default_str();
   steps_given = sub->add_option("--steps", steps, "Euler steps (overrides the sampler preset)");
   rescale_t_given = sub->add_option("--rescale-t", rescale_t, "Timestep rescale r");
@@ -21,8 +22,10 @@ bool given(const CLI::Option* o) { return o != nullptr && o->count() > 0; }
 }  // namespace
 
 sparse3d::SamplerSettings SamplerFlags::resolve() const {
-  sparse3d::SamplerSettings o = preset == "released" ? sparse3d::SamplerSettings::released()
-                                                     : sparse3d::SamplerSettings::protocol();
+  sparse3d::SamplerSettings o =
+      preset == "released"      ? sparse3d::SamplerSettings::released()
+      : preset == "released-ss" ? sparse3d::SamplerSettings::released_sparse_structure()
+                                : sparse3d::SamplerSettings::protocol();
   if (given(steps_given)) o.steps = steps;
   if (given(rescale_t_given)) o.rescale_t = rescale_t;
   if (given(cfg_given)) o.guidance = cfg;

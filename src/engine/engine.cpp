@@ -15,6 +15,7 @@
 #include "io/safetensors.h"
 #include "model/checkpoint.h"
 #include "model/config.h"
+#include "model/models.h"
 #include "model/slat_flow_weights.h"
 
 namespace sparse3d {
@@ -42,7 +43,7 @@ ExecutionPlan plan_of(const EngineOptions& o, Device device) {
 ModelInfo model_info(const s3d::model::SLatFlowModel& m, const std::string& checkpoint) {
   const auto& c = m.config();
   ModelInfo i;
-  i.family = "SLatFlowModel";
+  i.family = m.summary().family;
   i.checkpoint = checkpoint;
   i.content_hash = s3d::hex16(m.weights_version());
   i.resolution = c.resolution;
@@ -113,7 +114,7 @@ Engine::Impl::Impl(const std::string& checkpoint,
     S3D_CUDA_CHECK(cudaStreamCreateWithFlags(&own_stream, cudaStreamNonBlocking));
     context->set_stream(own_stream);
   }
-  model = std::make_unique<s3d::model::SLatFlowModel>(s3d::model::to_device(std::move(host), device));
+  model = s3d::model::make_model(s3d::model::to_device(std::move(host), device));
   log(s3d::cat("checkpoint read and hashed in ", seconds(t1 - t0), " s (CUDA starting meanwhile), "
                "on the ", device == Device::CUDA ? "GPU" : "CPU", " in ",
                seconds(std::chrono::steady_clock::now() - t1), " s"));

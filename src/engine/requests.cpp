@@ -11,6 +11,8 @@
 #include "core/profiler.h"
 #include "engine/engine_impl.h"
 #include "kernels/elementwise.h"
+#include "kernels/volume_layout.h"
+#include "model/dense/sparse_structure_flow.h"
 
 namespace sparse3d {
 namespace {
@@ -43,6 +45,61 @@ Tensor condition(const TensorView& view, int batch, int channels) {
       S3D_CHECK(std::isfinite(v[i]), "cond element ", i, " is not finite (", v[i], ")");
   }
   return c;
+}
+
+// A view left at its default: no data and no shape (a shape without data is a caller's
+// mistake, refused by borrow()).
+bool absent(const TensorView& view) { return view.empty() && view.shape.empty(); }
+
+// The request's coordinates: the caller's (token layout), or for the dense family without
+// them (volume layout) the whole grid of each asset.
+Tensor request_coords(const TensorView& view, int batch, const s3d::model::ModelConfig& cfg) {
+  if (!absent(view)) return host_coords(view);
+  S3D_CHECK(cfg.dense(), "coords are required: a ", s3d::model::family_name(cfg.family),
+            " samples the voxels the coordinates name (only a SparseStructureFlowModel, whose "
+            "tokens are a whole grid, takes volumes without coords)");
+  return s3d::model::SparseStructureFlowModel::grid_coords(batch, cfg.resolution);
+}
+
+// The volume shape [B, channels, R, R, R] of the dense family.
+s3d::Shape volume_shape(int batch, int channels, const s3d::model::ModelConfig& cfg) {
+  return {batch, channels, cfg.resolution, cfg.resolution, cfg.resolution};
+}
+
+// A volume [B, C, R, R, R] (f32, any device) as tokens [B R^3, C] on the same device.
+Tensor to_tokens(const Tensor& volume) {
+  const int64_t B = volume.size(0), C = volume.size(1);
+  Tensor tokens = Tensor::empty({volume.numel() / C, C}, DType::F32, volume.device());
+  (void)B;
+  s3d::kernels::volume_to_tokens(volume, tokens);
+  return tokens;
+}
+
+// Tokens [B R^3, C] as a volume [B, C, R, R, R] on the same device, complete when this
+// returns: the result goes to a caller (a step callback, a returned Array) that may read it
+// from any stream, and the engine's stream does not block the legacy one.
+Tensor to_volume(const Tensor& tokens, int batch, const s3d::model::ModelConfig& cfg) {
+  Tensor volume = Tensor::empty(volume_shape(batch, static_cast<int>(tokens.size(1)), cfg),
+                                DType::F32, tokens.device());
+  s3d::kernels::tokens_to_volume(tokens, volume);
+  if (volume.is_cuda()) s3d::synchronize();
+  return volume;
+}
+
+// The engine's noise for `seed` (docs/FORMATS.md) as tokens [T, out] on the host. The dense
+// family's stream fills the volume [B, out, R, R, R] in row-major order, the order the
+// original fills its noise, whichever layout the request uses.
+Tensor seeded_noise(uint64_t seed, int batch, int64_t tokens, const s3d::model::ModelConfig& cfg,
+                    Array& keep) {
+  if (!cfg.dense()) {
+    keep = draw_noise(seed, tokens, cfg.out_channels);
+    return borrow(keep.view, "noise");
+  }
+  Array drawn = draw_noise(seed, int64_t(batch) * cfg.out_channels, cfg.grid_tokens());
+  Tensor volume = borrow(drawn.view, "noise").reshape(volume_shape(batch, cfg.out_channels, cfg));
+  Tensor t = to_tokens(volume);
+  keep = array_of(t);
+  return t;
 }
 
 s3d::sampler::SamplerOptions sampler_options(const SamplerSettings& s, const FlagSet& flags) {
@@ -212,18 +269,27 @@ SampleResult Engine::Impl::sample(const SampleRequest& r) {
   StreamScope stream(*context, r.cuda_stream, own_stream);
   const auto& cfg = model->config();
   S3D_CHECK(r.batch >= 1, "batch must be >= 1, got ", r.batch);
+  // Volume layout (the dense family without coords): noise, latent, `out` and the step
+  // latents are [B, out, R, R, R]; the loop itself runs on tokens.
+  const bool volume = absent(r.coords) && cfg.dense();
   s3d::sampler::Inputs in;
   in.batch = r.batch;
-  in.coords = host_coords(r.coords);
+  in.coords = request_coords(r.coords, r.batch, cfg);
   const int64_t T = in.coords.size(0);
   in.cond = condition(r.cond, r.batch, cfg.cond_channels);
   if (!r.concat_cond.empty()) in.concat_cond = borrow(r.concat_cond, "concat_cond");
   Array drawn;  // the seed's noise, alive for the whole request
   if (!r.noise.empty()) {
     in.noise = borrow(r.noise, "noise");
+    if (volume) {
+      const s3d::Shape want = volume_shape(r.batch, cfg.out_channels, cfg);
+      S3D_CHECK(in.noise.dtype() == DType::F32 && in.noise.shape() == want,
+                "noise must be f32", s3d::shape_str(want), " (the volume of ", r.batch,
+                " asset(s); no coords given), got ", r.noise.describe());
+      in.noise = to_tokens(in.noise);
+    }
   } else {
-    drawn = draw_noise(r.seed, T, cfg.out_channels);
-    in.noise = borrow(drawn.view, "noise");
+    in.noise = seeded_noise(r.seed, r.batch, T, cfg, drawn);
   }
   const FlagSet flags = flags_for(r.flags);
   s3d::sampler::SamplerOptions o = sampler_options(r.sampler, flags);
@@ -238,8 +304,9 @@ SampleResult Engine::Impl::sample(const SampleRequest& r) {
   s3d::sampler::StepCallback on_step;
   if (r.on_step)
     on_step = [&](const s3d::sampler::StepRecord& rec, const Tensor& x) {
+      const Array latent = array_of(volume ? to_volume(x, r.batch, cfg) : x);
       r.on_step(StepInfo{rec.index, rec.total, rec.t, rec.t_prev, rec.cfg, rec.elapsed_s,
-                         array_of(x).view});
+                         latent.view});
     };
   s3d::sampler::Output out = s3d::sampler::sample(*model, in, o, r.keep_first_forward, on_step);
   for (const auto& rec : out.steps)
@@ -254,14 +321,17 @@ SampleResult Engine::Impl::sample(const SampleRequest& r) {
     result.stats.peak_device_bytes = s3d::DeviceAllocator::current().stats().peak_allocated_bytes;
     peak_device_bytes = std::max(peak_device_bytes, result.stats.peak_device_bytes);
   }
+  const auto layout = [&](const Tensor& tokens) {
+    return volume ? to_volume(tokens, r.batch, cfg) : tokens;
+  };
   if (!r.out.empty()) {
-    copy_into_view(out.latent, r.out, "out");
+    copy_into_view(layout(out.latent), r.out, "out");
     result.latent.view = r.out;
   } else {
-    result.latent = array_of(out.latent);
+    result.latent = array_of(layout(out.latent));
   }
-  if (out.first_v_cond.defined()) result.first_v_cond = array_of(out.first_v_cond);
-  if (out.first_v_uncond.defined()) result.first_v_uncond = array_of(out.first_v_uncond);
+  if (out.first_v_cond.defined()) result.first_v_cond = array_of(layout(out.first_v_cond));
+  if (out.first_v_uncond.defined()) result.first_v_uncond = array_of(layout(out.first_v_uncond));
   ++requests;
   return result;
 }
@@ -271,13 +341,16 @@ Array Engine::Impl::forward(const ForwardRequest& r) {
   StreamScope stream(*context, r.cuda_stream, own_stream);
   const auto& cfg = model->config();
   S3D_CHECK(r.batch >= 1, "batch must be >= 1, got ", r.batch);
-  Tensor coords = host_coords(r.coords);
+  const bool volume = absent(r.coords) && cfg.dense();
+  Tensor coords = request_coords(r.coords, r.batch, cfg);
   const int64_t T = coords.size(0);
   Tensor cond_in = condition(r.cond, r.batch, cfg.cond_channels);
   Tensor x_in = borrow(r.x, "x");
-  S3D_CHECK(x_in.shape() == s3d::Shape({T, cfg.out_channels}) &&
-                (x_in.dtype() == DType::F32 || x_in.dtype() == DType::BF16),
-            "x must be f32 or bf16 [", T, ", ", cfg.out_channels, "], got ", r.x.describe());
+  const s3d::Shape x_shape =
+      volume ? volume_shape(r.batch, cfg.out_channels, cfg) : s3d::Shape{T, cfg.out_channels};
+  S3D_CHECK(x_in.shape() == x_shape && (x_in.dtype() == DType::F32 || x_in.dtype() == DType::BF16),
+            "x must be f32 or bf16", s3d::shape_str(x_shape),
+            volume ? " (the volume; no coords given)" : "", ", got ", r.x.describe());
   Tensor t_in = borrow(r.t, "t");
   s3d::check_tensor(t_in, "t", DType::F32, {r.batch});
   Tensor concat;
@@ -290,12 +363,13 @@ Array Engine::Impl::forward(const ForwardRequest& r) {
   s3d::model::Request req =
       model->prepare(coords, r.batch, static_cast<int>(cond_in.size(1)), concat);
   req.flags = flags;
-  Tensor x = Tensor::empty({T, cfg.out_channels}, DType::F32, device);
+  Tensor x = Tensor::empty(x_shape, DType::F32, device);
   if (x_in.dtype() == DType::F32) {
     x.copy_from(x_in);
   } else {
     s3d::kernels::cast(x_in.to(device), x);
   }
+  if (volume) x = to_tokens(x);
   Tensor cond = Tensor::empty(cond_in.shape(), DType::BF16, device);
   if (cond_in.dtype() == DType::BF16) {
     cond.copy_from(cond_in);
@@ -309,6 +383,7 @@ Array Engine::Impl::forward(const ForwardRequest& r) {
   const auto started = std::chrono::steady_clock::now();
   s3d::profiler::start(profiler_mode(r.profile));
   Tensor v = model->forward(req, x, t, cond);
+  if (volume) v = to_volume(v, r.batch, cfg);
   ++requests;
   if (device == Device::CUDA) s3d::synchronize();
   const auto totals = s3d::profiler::stop_and_collect();
@@ -337,12 +412,24 @@ void Engine::Impl::warm_up(const std::vector<int64_t>& token_counts, int cond_to
   S3D_CHECK(cond_tokens >= 1, "warm_up: cond_tokens must be >= 1, got ", cond_tokens);
   const auto& cfg = model->config();
   for (int64_t n : token_counts) {
-    Tensor coords = raster_coords(n, cfg.resolution);
-    Array cond = draw_noise(0x3a3a, cond_tokens, cfg.cond_channels);
+    Tensor coords;
+    int batch = 1;
+    if (cfg.dense()) {
+      // The dense family's requests are whole grids: n tokens are n / R^3 assets.
+      S3D_CHECK(n >= 1 && n % cfg.grid_tokens() == 0, "warm_up: the dense model's token counts "
+                "are whole ", cfg.resolution, "^3 grids (multiples of ", cfg.grid_tokens(),
+                "), got ", n);
+      batch = static_cast<int>(n / cfg.grid_tokens());
+      coords = s3d::model::SparseStructureFlowModel::grid_coords(batch, cfg.resolution);
+    } else {
+      coords = raster_coords(n, cfg.resolution);
+    }
+    Array cond = draw_noise(0x3a3a, int64_t(batch) * cond_tokens, cfg.cond_channels);
     SampleRequest r;
     r.coords = array_of(coords).view;
+    r.batch = batch;
     r.cond = cond.view;
-    r.cond.shape = {1, cond_tokens, cfg.cond_channels};
+    r.cond.shape = {batch, cond_tokens, cfg.cond_channels};
     r.seed = 1;
     // Two steps: one with both CFG branches, one conditional only (interval [0.9, 1]).
     r.sampler = SamplerSettings{2, 3.0, 7.5, 0.9, 1.0, 0.5, 1e-5};

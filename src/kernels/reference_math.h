@@ -94,7 +94,8 @@ S3D_HD float cfg_combine(float v_cond, float v_uncond, float g, float one_minus_
 S3D_HD float euler_step(float x, float v, float dt) { return x - dt * v; }
 S3D_HD float axpby_sub(float x, float a, float v, float b) { return a * x - b * v; }
 S3D_HD float xstart_to_pred(float x, float a, float x0, float b) { return (a * x - x0) / b; }
-// Population standard deviation from the sum of squared deviations of n values (double).
+// Standard deviation from the sum of squared deviations, divided by n (population; pass
+// n - 1 for the unbiased estimate), in double.
 S3D_HD float std_from_squares(double sum_sq_dev, int64_t n) {
   return static_cast<float>(sqrt(sum_sq_dev / static_cast<double>(n)));
 }

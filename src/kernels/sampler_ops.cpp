@@ -40,7 +40,7 @@ void xstart_to_pred(const Tensor& x, float a, const Tensor& x0, float b, Tensor&
 }
 
 // Offsets were checked by the caller (asset_std below).
-void asset_std(const Tensor& x, const Tensor& offsets, Tensor& out) {
+void asset_std(const Tensor& x, const Tensor& offsets, Tensor& out, bool unbiased) {
   const int64_t C = x.size(1), B = out.numel();
   const float* xp = x.data_as<float>();
   const int32_t* off = offsets.data_as<int32_t>();
@@ -55,7 +55,7 @@ void asset_std(const Tensor& x, const Tensor& offsets, Tensor& out) {
       const double d = xp[i] - mean;
       sum_sq += d * d;
     }
-    o[b] = math::std_from_squares(sum_sq, end - begin);
+    o[b] = math::std_from_squares(sum_sq, end - begin - (unbiased ? 1 : 0));
   }
 }
 
@@ -131,7 +131,7 @@ void xstart_to_pred(const Tensor& x, float a, const Tensor& x0, float b, Tensor&
   }
 }
 
-void asset_std(const Tensor& x, const Tensor& offsets, Tensor& out) {
+void asset_std(const Tensor& x, const Tensor& offsets, Tensor& out, bool unbiased) {
   const char* op = "asset_std";
   detail::check_dtype(x, DType::F32, op, "x");
   S3D_CHECK(x.ndim() == 2, op, ": x must be f32 [T, C], got ", x.describe());
@@ -146,7 +146,7 @@ void asset_std(const Tensor& x, const Tensor& offsets, Tensor& out) {
   if (x.is_cuda()) {
     // The kernel traps on offsets outside [0, T] or decreasing (reading them here would need
     // a host synchronisation); they are derived once per request and checked there.
-    cuda::asset_std(x, offsets, out);
+    cuda::asset_std(x, offsets, out, unbiased);
     return;
   }
   const int32_t* off = offsets.data_as<int32_t>();
@@ -155,7 +155,7 @@ void asset_std(const Tensor& x, const Tensor& offsets, Tensor& out) {
               ": offsets[", b, "] = ", off[b], " must lie in [", b == 0 ? 0 : off[b - 1], ", ",
               x.size(0), "] (x has ", x.size(0), " rows)");
   }
-  cpu::asset_std(x, offsets, out);
+  cpu::asset_std(x, offsets, out, unbiased);
 }
 
 void guidance_rescale(const Tensor& x0_cfg, const Tensor& std_pos, const Tensor& std_cfg,

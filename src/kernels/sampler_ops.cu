@@ -38,7 +38,7 @@ constexpr int kStdThreads = 1024;
 // Block b: mean of rows [offsets[b], offsets[b+1]) of x (all C columns), then the sum of
 // squared deviations, both in double; population std rounded to fp32.
 __global__ void asset_std_kernel(const float* x, int64_t T, int64_t C, const int32_t* offsets,
-                                 float* out) {
+                                 int64_t ddof, float* out) {
   __shared__ double scratch[33];
   const int64_t lo = offsets[blockIdx.x], hi = offsets[blockIdx.x + 1];
   if (lo < 0 || hi < lo || hi > T) {
@@ -59,7 +59,7 @@ __global__ void asset_std_kernel(const float* x, int64_t T, int64_t C, const int
     sum_sq += d * d;
   }
   sum_sq = block_sum(sum_sq, scratch);
-  if (threadIdx.x == 0) out[blockIdx.x] = math::std_from_squares(sum_sq, n);
+  if (threadIdx.x == 0) out[blockIdx.x] = math::std_from_squares(sum_sq, n - ddof);
 }
 
 // out[t, c] = rho * (x0[t, c] * (std_pos[b] / std_cfg[b])) + (1 - rho) * x0[t, c], b the
@@ -101,10 +101,10 @@ void xstart_to_pred(const Tensor& x, float a, const Tensor& x0, float b, Tensor&
   launch_binary(x, x0, 0, out, XstartToPred{a, b}, "xstart_to_pred");
 }
 
-void asset_std(const Tensor& x, const Tensor& offsets, Tensor& out) {
+void asset_std(const Tensor& x, const Tensor& offsets, Tensor& out, bool unbiased) {
   const int64_t B = out.numel();
   asset_std_kernel<<<static_cast<unsigned>(B), kStdThreads, 0, current_stream()>>>(
-      x.data_as<float>(), x.size(0), x.size(1), offsets.data_as<int32_t>(),
+      x.data_as<float>(), x.size(0), x.size(1), offsets.data_as<int32_t>(), unbiased ? 1 : 0,
       out.data_as<float>());
   after_launch("asset_std");
 }

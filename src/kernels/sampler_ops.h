@@ -21,10 +21,11 @@ void axpby_sub(const Tensor& x, float a, const Tensor& v, float b, Tensor& out);
 // out = (a * x - x0) / b   (velocity from x_0)
 void xstart_to_pred(const Tensor& x, float a, const Tensor& x0, float b, Tensor& out);
 
-// out[i] = population standard deviation of all elements of asset i, i.e. of rows
-// [offsets[i], offsets[i+1]) of x (f32 [T, C]); accumulated in double. offsets: i32 [B+1]
-// on x's device; out: f32 [B].
-void asset_std(const Tensor& x, const Tensor& offsets, Tensor& out);
+// out[i] = standard deviation of all elements of asset i, i.e. of rows
+// [offsets[i], offsets[i+1]) of x (f32 [T, C]); accumulated in double. Population (divide by
+// n) or, with `unbiased`, Bessel-corrected (n - 1: torch's Tensor.std, the dense sampler's).
+// offsets: i32 [B+1] on x's device; out: f32 [B].
+void asset_std(const Tensor& x, const Tensor& offsets, Tensor& out, bool unbiased = false);
 
 // Guidance rescale: out = rho * (x0_cfg * (std_pos[b] / std_cfg[b])) + (1 - rho) * x0_cfg for
 // each row's asset b. batch_index: i32 [T]; std_pos, std_cfg: f32 [B].

@@ -11,7 +11,7 @@ void cfg_combine(const Tensor& v_cond, const Tensor& v_uncond, float g, float on
 void euler_step(const Tensor& x, const Tensor& v, float dt, Tensor& out);
 void axpby_sub(const Tensor& x, float a, const Tensor& v, float b, Tensor& out);
 void xstart_to_pred(const Tensor& x, float a, const Tensor& x0, float b, Tensor& out);
-void asset_std(const Tensor& x, const Tensor& offsets, Tensor& out);
+void asset_std(const Tensor& x, const Tensor& offsets, Tensor& out, bool unbiased);
 void guidance_rescale(const Tensor& x0_cfg, const Tensor& std_pos, const Tensor& std_cfg,
                       const Tensor& batch_index, float rho, float one_minus_rho, Tensor& out);
 

@@ -17,6 +17,7 @@ constexpr int64_t kMaxBlocks = 1024;
 // Parameters: 2^36 (69 billion; 137 GB of bf16) is more than any GPU holds. Estimated from
 // the config before anything is built, so a hostile config is refused in microseconds.
 constexpr double kMaxParameters = 68719476736.0;
+constexpr int kMaxDenseResolution = 64;
 
 // The keys of SLatFlowModel.__init__ that a released NAME.json may carry.
 const std::vector<std::string> kArgsKeys = {
@@ -46,6 +47,10 @@ bool present(const io::Json& args, const std::string& key) {
 }
 
 }  // namespace
+
+const char* family_name(ModelFamily f) {
+  return f == ModelFamily::SparseStructureFlow ? "SparseStructureFlowModel" : "SLatFlowModel";
+}
 
 void ModelConfig::validate() const {
   auto size_ok = [](const char* name, int64_t v) {
@@ -82,6 +87,17 @@ void ModelConfig::validate() const {
   S3D_CHECK(dtype == "bfloat16" || dtype == "float16" || dtype == "float32",
             "model config: dtype must be \"bfloat16\", \"float16\" or \"float32\", found \"",
             dtype, "\"");
+  if (dense()) {
+    // Every voxel of the volume is a token: R^3 per asset. 64^3 = 262,144 tokens is far above
+    // TRELLIS.2's 16^3 and keeps one asset's activations within a GPU.
+    S3D_CHECK(resolution <= kMaxDenseResolution, "model config: a dense (",
+              family_name(family), ") resolution of ", resolution, " means ", grid_tokens(),
+              " tokens per asset; at most ", kMaxDenseResolution, " (",
+              int64_t(kMaxDenseResolution) * kMaxDenseResolution * kMaxDenseResolution,
+              " tokens) is accepted");
+    S3D_CHECK(in_channels == out_channels, "model config: the dense model takes no concat_cond, "
+              "so in_channels (", in_channels, ") must equal out_channels (", out_channels, ")");
+  }
   S3D_CHECK(num_blocks <= kMaxBlocks, "model config: num_blocks = ", num_blocks,
             " is more than ", kMaxBlocks);
   // An upper bound on the parameter count, in floating point (no overflow): per block the
@@ -103,6 +119,19 @@ ModelConfig preset(const std::string& name) {
     c.in_channels = 64;  // noisy latent 32 + shape latent 32
     return c;
   }
+  if (name == "trellis2-ss-16") {  // the released sparse-structure flow model
+    c.family = ModelFamily::SparseStructureFlow;
+    c.resolution = 16;
+    c.in_channels = c.out_channels = 8;
+    return c;
+  }
+  if (name == "tiny-ss") {  // tiny's blocks over an 8^3 grid of 8 channels
+    c = preset("tiny");
+    c.family = ModelFamily::SparseStructureFlow;
+    c.resolution = 8;
+    c.in_channels = c.out_channels = 8;
+    return c;
+  }
   if (name == "tiny") {
     c.model_channels = 128;
     c.num_blocks = 2;
@@ -117,21 +146,25 @@ ModelConfig preset(const std::string& name) {
 }
 
 std::vector<std::string> preset_names() {
-  return {"trellis2-shape-1024", "trellis2-tex-1024", "tiny"};
+  return {"trellis2-shape-1024", "trellis2-tex-1024", "tiny", "trellis2-ss-16", "tiny-ss"};
 }
 
 ModelConfig config_from_json(const io::Json& j, const std::string& what) {
   io::check_known_keys(j, {"name", "args"}, what);
   std::string name = io::get_string(j, "name", what);
-  S3D_CHECK(name == "SLatFlowModel", what, ": 'name' must be \"SLatFlowModel\", found \"", name,
+  S3D_CHECK(name == "SLatFlowModel" || name == "SparseStructureFlowModel", what,
+            ": 'name' must be \"SLatFlowModel\" or \"SparseStructureFlowModel\", found \"", name,
             "\"");
   S3D_CHECK(j.contains("args"), what, ": 'args' is missing");
   const io::Json& args = j.at("args");
   const std::string where = what + " args";
   io::check_known_keys(args, kArgsKeys, where);
 
-  // Defaults for absent keys are those of SLatFlowModel.__init__, not the preset's.
+  // Defaults for absent keys are those of the class's __init__, not the preset's (the two
+  // classes share their keys and defaults).
   ModelConfig c;
+  c.family = name == "SparseStructureFlowModel" ? ModelFamily::SparseStructureFlow
+                                                 : ModelFamily::SLatFlow;
   c.resolution = get_size(args, "resolution", where);
   c.in_channels = get_size(args, "in_channels", where);
   c.model_channels = get_size(args, "model_channels", where);
@@ -164,7 +197,9 @@ ModelConfig config_from_json(const io::Json& j, const std::string& what) {
     };
     c.rope_freq0 = positive(rf[0], "f0 (first entry)");
     c.rope_theta = positive(rf[1], "theta (second entry)");
-  } else {
+  }
+  if (!args.contains("rope_freq") || c.dense()) {
+    // The dense model type-checks rope_freq and ignores it (docs/DENSE_MODEL.md).
     c.rope_freq0 = 1.0;
     c.rope_theta = 10000.0;
   }
@@ -193,14 +228,14 @@ io::Json config_to_json(const ModelConfig& c) {
       {"num_heads", c.num_heads},
       {"mlp_ratio", c.mlp_ratio},
       {"pe_mode", c.pe_mode},
-      {"rope_freq", {c.rope_freq0, c.rope_theta}},
       {"share_mod", c.share_mod},
       {"qk_rms_norm", c.qk_rms_norm},
       {"qk_rms_norm_cross", c.qk_rms_norm_cross},
       {"initialization", c.initialization},
       {"dtype", c.dtype},
   };
-  return {{"name", "SLatFlowModel"}, {"args", args}};
+  if (!c.dense()) args["rope_freq"] = {c.rope_freq0, c.rope_theta};
+  return {{"name", family_name(c.family)}, {"args", args}};
 }
 
 ModelConfig read_config_file(const std::string& path) {

@@ -1,6 +1,7 @@
 // The denoiser interface of the flow sampler, and the types one denoiser evaluation takes.
-// A model family (SLatFlowModel, slat_flow.h; next, TRELLIS.2's dense sparse-structure flow
-// model) implements Denoiser: its config summary, per-request preparation and the forward.
+// A model family (SLatFlowModel, slat_flow.h; TRELLIS.2's dense sparse-structure flow model,
+// model/dense/) implements Denoiser: its config summary, per-request preparation and the
+// forward.
 // The request, condition, null-context and modulation types are shared: every family of
 // TRELLIS.2 is an adaLN-modulated transformer with cross-attention to the condition tokens.
 #pragma once
@@ -28,6 +29,9 @@ struct Request {
   attention::SeqLayout cond_layout;    // B ranges of cond_tokens condition rows
   int cond_tokens = 0;           // L
   Tensor rope_cos, rope_sin;     // f32 [T, D/2] (pe_mode "rope")
+  // f32 [T, C]: a position embedding added to the input layer's fp32 output before its one
+  // bf16 rounding (the dense family's APE); undefined otherwise.
+  Tensor position_f32;
   Tensor concat_cond;            // f32 [T, in - out] (texture models) or undefined
   // Symbolic null condition (null-context paths): the last `null_assets` assets of this
   // request have the null condition. The layouts of the conditional part, the first
@@ -114,6 +118,9 @@ struct DenoiserSummary {
   int in_channels = 0;    // x's channels plus concat_cond's
   int out_channels = 0;   // x's and the velocity's channels
   int cond_channels = 0;  // channels of a condition token
+  // Guidance rescale's per-asset standard deviation: unbiased (N - 1, the dense family's
+  // Tensor.std) or population (N, the structured-latent samplers' formula).
+  bool unbiased_rescale_std = false;
 };
 
 class Denoiser {

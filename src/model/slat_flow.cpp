@@ -1,5 +1,6 @@
 #include "model/slat_flow.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
@@ -19,6 +20,9 @@ namespace {
 
 constexpr float kBlockNormEps = 1e-6f;  // LayerNorm32 inside blocks
 constexpr float kOutNormEps = 1e-5f;    // F.layer_norm default before out_layer
+// Largest voxel coordinate + 1 a request may use: far above TRELLIS.2's largest latent grid
+// (96, the 1536 cascade) and far below where fp32 RoPE phases lose integer precision (2^24).
+constexpr int kMaxCoordinate = 1 << 16;
 
 // The six C-wide chunks of a block's modulation [B, 6C], in the original's order.
 enum ModulationChunk { kShiftMsa, kScaleMsa, kGateMsa, kShiftMlp, kScaleMlp, kGateMlp };
@@ -57,7 +61,12 @@ Request SLatFlowModel::prepare(const Tensor& coords, int batch, int cond_tokens,
             cond_tokens);
   check_tensor(coords, "request coords", DType::I32, {-1, 4});
   S3D_CHECK(coords.device() == Device::CPU, "request coords must be on the host");
-  payload::validate_packed_coords(coords, batch, c.resolution, "request coords");
+  // The original never reads `resolution` at inference (RoPE and APE take the coordinates as
+  // they are), and the released pipeline relies on it: its 1024 texture model's config says 32
+  // while it is fed the 64-grid coordinates of the 1024 shape stage. So `resolution` is not a
+  // bound here; coordinates must only be non-negative and below kMaxCoordinate.
+  payload::validate_packed_coords(coords, batch, std::max(c.resolution, kMaxCoordinate),
+                                  "request coords");
 
   Request r;
   r.batch = batch;
@@ -89,13 +98,7 @@ Request SLatFlowModel::prepare(const Tensor& coords, int batch, int cond_tokens,
         attention::make_seq_layout(std::vector<int32_t>(conditional, cond_tokens), device_);
   }
 
-  if (c.pe_mode == "rope") {
-    const int half = c.head_dim() / 2;
-    r.rope_cos = Tensor::empty({r.tokens, half}, DType::F32, device_);
-    r.rope_sin = Tensor::empty({r.tokens, half}, DType::F32, device_);
-    kernels::rope_phases(r.coords, c.head_dim(), static_cast<float>(c.rope_freq0),
-                         static_cast<float>(c.rope_theta), r.rope_cos, r.rope_sin);
-  }
+  position_tables(r);
   const int concat_channels = c.in_channels - c.out_channels;
   if (concat_channels > 0) {
     check_tensor(concat_cond, "request concat_cond (texture model shape latent)", DType::F32,
@@ -106,6 +109,16 @@ Request SLatFlowModel::prepare(const Tensor& coords, int batch, int cond_tokens,
               c.in_channels, " input channels = its ", c.out_channels, " output channels");
   }
   return r;
+}
+
+void SLatFlowModel::position_tables(Request& r) const {
+  const ModelConfig& c = config();
+  if (c.pe_mode != "rope") return;  // APE is computed in the input layer
+  const int half = c.head_dim() / 2;
+  r.rope_cos = Tensor::empty({r.tokens, half}, DType::F32, device_);
+  r.rope_sin = Tensor::empty({r.tokens, half}, DType::F32, device_);
+  kernels::rope_phases(r.coords, c.head_dim(), static_cast<float>(c.rope_freq0),
+                       static_cast<float>(c.rope_theta), r.rope_cos, r.rope_sin);
 }
 
 void SLatFlowModel::check_forward_operands(const Request& req, const Tensor& x,
@@ -184,10 +197,16 @@ Tensor SLatFlowModel::embed_input(const Request& req, const Tensor& x) const {
   }
   Tensor h32 = Tensor::empty({T, C}, DType::F32, dev);
   gemm::linear(feats, weights_.input_layer.weight, weights_.input_layer.bias_or_null(), h32);
+  if (req.position_f32.defined()) {
+    // The dense model's APE: added to the fp32 output, one rounding (docs/DENSE_MODEL.md).
+    Tensor sum32 = Tensor::empty({T, C}, DType::F32, dev);
+    kernels::add(h32, req.position_f32, sum32);
+    h32 = sum32;
+  }
   Tensor h = bf16_empty({T, C}, dev);
   kernels::cast(h32, h);
   h32 = Tensor();
-  if (c.pe_mode != "ape") return h;
+  if (c.pe_mode != "ape" || req.position_f32.defined()) return h;
   Tensor pe32 = Tensor::empty({T, C}, DType::F32, dev);
   kernels::ape_embedding(req.coords, pe32);
   Tensor pe = bf16_empty({T, C}, dev);

@@ -62,6 +62,12 @@ class SLatFlowModel : public Denoiser {
   size_t activation_bytes(int64_t tokens, int batch, int cond_tokens) const;
   size_t weight_bytes() const;
 
+ protected:
+  // The request's position tables from its coordinates (prepare's last step): the RoPE
+  // cos/sin on the model's device (pe_mode "rope"; nothing for "ape", which the input layer
+  // computes). The dense family overrides it with tables computed once on the host.
+  virtual void position_tables(Request& r) const;
+
  private:
   // Throws unless the forward's operands fit the request, the config and each other.
   void check_forward_operands(const Request& req, const Tensor& x, const Tensor& t1000,

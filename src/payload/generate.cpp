@@ -110,9 +110,48 @@ GenerateOptions GenerateOptions::small() {
   return o;
 }
 
+GenerateOptions GenerateOptions::dense_structure() {
+  GenerateOptions o;
+  o.dense = true;
+  o.grid = 16;
+  o.default_tokens = {4096, 4096, 4096, 4096};
+  o.long_tail_tokens = {};
+  o.cond_tokens = 1029;
+  return o;
+}
+
+GenerateOptions GenerateOptions::dense_small() {
+  GenerateOptions o = small();
+  o.dense = true;
+  o.grid = 8;
+  o.default_tokens = {512, 512};
+  return o;
+}
+
+Tensor full_grid(int grid) {
+  const int64_t g = grid, n = g * g * g;
+  Tensor c = Tensor::empty({n, 4}, DType::I32, Device::CPU);
+  int32_t* p = c.data_as<int32_t>();
+  for (int64_t t = 0; t < n; ++t) {
+    p[4 * t] = 0;
+    p[4 * t + 1] = static_cast<int32_t>(t / (g * g));
+    p[4 * t + 2] = static_cast<int32_t>((t / g) % g);
+    p[4 * t + 3] = static_cast<int32_t>(t % g);
+  }
+  return c;
+}
+
 Manifest generate_payloads(const std::string& dir, const GenerateOptions& o) {
   S3D_CHECK(o.cond_tokens >= 1 && o.cond_channels >= 1 && o.concat_channels >= 0,
             "make-payloads: condition must have at least one token and channel");
+  if (o.dense) {
+    const int64_t cells = int64_t(o.grid) * o.grid * o.grid;
+    S3D_CHECK(o.concat_channels == 0, "make-payloads: dense payloads take no concat_cond");
+    for (int64_t t : o.default_tokens)
+      S3D_CHECK(t == cells, "make-payloads: a dense payload is the whole ", o.grid, "^3 grid, ",
+                cells, " tokens; ", t, " was asked for");
+    S3D_CHECK(o.long_tail_tokens.empty(), "make-payloads: dense payloads have no long tail");
+  }
   const bool dir_existed = std::filesystem::exists(dir);
   std::filesystem::create_directories(dir);
   Manifest m;
@@ -129,10 +168,15 @@ Manifest generate_payloads(const std::string& dir, const GenerateOptions& o) {
       const uint64_t asset_seed = splitmix64(o.seed * 1000003ull + static_cast<uint64_t>(index));
       Asset a;
       char name[64];
-      std::snprintf(name, sizeof name, "a%02d-%s-%lld", index, shape_name(index),
-                    static_cast<long long>(tokens));
+      if (o.dense) {
+        std::snprintf(name, sizeof name, "s%02d-grid%d-%lld", index, o.grid,
+                      static_cast<long long>(tokens));
+      } else {
+        std::snprintf(name, sizeof name, "a%02d-%s-%lld", index, shape_name(index),
+                      static_cast<long long>(tokens));
+      }
       a.name = name;
-      a.coords = voxelize_surface(index, tokens, o.grid, asset_seed);
+      a.coords = o.dense ? full_grid(o.grid) : voxelize_surface(index, tokens, o.grid, asset_seed);
       // Layer-normalised Gaussian tokens (DINOv3 output is LayerNorm without affine).
       std::vector<float> cond(static_cast<size_t>(o.cond_tokens) * o.cond_channels);
       normal_fill(splitmix64(asset_seed ^ 0xC0DDull), 0, cond.size(), cond.data());

@@ -18,13 +18,25 @@ struct GenerateOptions {
   int cond_channels = 1024;
   int concat_channels = 0;
   uint64_t seed = 2026;
+  // Dense-model payloads: every asset is the whole grid^3 grid in raster order (the token
+  // layout of SparseStructureFlowModel), so every token count must be grid^3.
+  bool dense = false;
 
   // The benchmark's 10 assets from 3,664 to 30,227 tokens (log-spread, both ends) plus a
   // long tail up to 49,152, with DINOv3-shaped conditions.
   static GenerateOptions benchmark();
   // Two small assets and a small condition, for the CPU backend and the tiny preset.
   static GenerateOptions small();
+  // The sparse-structure stage as TRELLIS.2's pipeline runs it: four structures on the
+  // 16^3 grid (4,096 tokens each), 512-pixel DINOv3-shaped conditions (L = 1,029).
+  static GenerateOptions dense_structure();
+  // Two structures on an 8^3 grid with a small condition, for the tiny-ss preset.
+  static GenerateOptions dense_small();
 };
+
+// The whole grid^3 grid in raster order, i32 [grid^3, 4] with batch column 0: row
+// n = (0, n / grid^2, (n / grid) mod grid, n mod grid).
+Tensor full_grid(int grid);
 
 // n values from lo to hi, spread evenly in log space, rounded, both ends exact.
 std::vector<int64_t> log_spread(int64_t lo, int64_t hi, int n);

@@ -19,8 +19,8 @@ Tensor rescaled_velocity(const Tensor& x, const StepOut& so, double t, const Sam
   kernels::axpby_sub(x, a, so.v, b, x0_cfg);
   Tensor std_pos = Tensor::empty({B}, DType::F32, dev);
   Tensor std_cfg = Tensor::empty({B}, DType::F32, dev);
-  kernels::asset_std(x0_pos, req.token_offsets, std_pos);
-  kernels::asset_std(x0_cfg, req.token_offsets, std_cfg);
+  kernels::asset_std(x0_pos, req.token_offsets, std_pos, o.unbiased_rescale_std);
+  kernels::asset_std(x0_cfg, req.token_offsets, std_cfg, o.unbiased_rescale_std);
   Tensor x0 = Tensor::empty(x.shape(), DType::F32, dev);
   kernels::guidance_rescale(x0_cfg, std_pos, std_cfg, req.batch_index,
                             static_cast<float>(o.guidance_rescale),

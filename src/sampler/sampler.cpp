@@ -126,9 +126,12 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 
 }  // namespace
 
-Output sample(const model::SLatFlowModel& model, const Inputs& in, const SamplerOptions& o,
-              bool keep_first_forward, const StepCallback& on_step) {
-  o.validate();
+Output sample(const model::SLatFlowModel& model, const Inputs& in,
+              const SamplerOptions& options, bool keep_first_forward,
+              const StepCallback& on_step) {
+  options.validate();
+  SamplerOptions o = options;
+  o.unbiased_rescale_std = model.summary().unbiased_rescale_std;
   check_inputs(model, in);
   const Device dev = model.device();
   // The request's clock: from here to the loop's start is its set-up (Output::setup_seconds).

@@ -29,6 +29,9 @@ struct SamplerOptions : sparse3d::SamplerSettings {
   // the fused kernels, which every forward of the request reads.
   sparse3d::FlagSet flags;
   const model::NullContext* null_context = nullptr;
+  // Guidance rescale's std (DenoiserSummary::unbiased_rescale_std): sample() sets it from the
+  // model, so that the dense family's sampler divides by N - 1 as the original does.
+  bool unbiased_rescale_std = false;
 
   // Sets `flags` from an execution plan.
   void apply(const sparse3d::ExecutionPlan& plan);

@@ -103,8 +103,9 @@ TEST(Config, NumHeadChannelsDerivesHeads) {
 }
 
 TEST(Config, StructuralErrors) {
-  EXPECT_ERROR(parse(R"({"name":"SparseStructureFlowModel","args":{}})"),
-               "config c.json: 'name' must be \"SLatFlowModel\", found \"SparseStructureFlowModel\"");
+  EXPECT_ERROR(parse(R"({"name":"ElasticSLatFlowModel","args":{}})"),
+               "config c.json: 'name' must be \"SLatFlowModel\" or \"SparseStructureFlowModel\", "
+               "found \"ElasticSLatFlowModel\"");
   EXPECT_ERROR(parse(R"({"name":"SLatFlowModel"})"), "'args' is missing");
   EXPECT_ERROR(parse(R"({"args":{}})"), "'name' is missing");
   EXPECT_ERROR(parse(R"({"name":"SLatFlowModel","args":{},"extra":1})"), "unknown key 'extra'");

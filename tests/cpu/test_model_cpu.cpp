@@ -196,10 +196,10 @@ TEST_F(TinyFixture, BadRequestsAreRefusedWithTheirReason) {
   Tensor swapped = in.coords.to(Device::CPU);
   swapped.data_as<int32_t>()[0] = 1;
   EXPECT_NE(error_of([&] { m.prepare(swapped, 2, 4); }), "<no error>");
-  // A coordinate outside the 64^3 grid.
+  // A negative coordinate (the resolution is not a bound: ResolutionIsNotABoundOnTheCoordinates).
   Tensor outside = in.coords.to(Device::CPU);
-  outside.data_as<int32_t>()[4 * 3 + 2] = 64;
-  EXPECT_NE(error_of([&] { m.prepare(outside, 2, 4); }).find("64"), std::string::npos);
+  outside.data_as<int32_t>()[4 * 3 + 2] = -3;
+  EXPECT_NE(error_of([&] { m.prepare(outside, 2, 4); }).find("y = -3"), std::string::npos);
   // An asset with no tokens: batch 2 promised, only batch 0 present.
   Tensor first = in.coords.rows(0, 12).to(Device::CPU);
   EXPECT_NE(error_of([&] { m.prepare(first, 2, 4); }), "<no error>");
@@ -209,6 +209,21 @@ TEST_F(TinyFixture, BadRequestsAreRefusedWithTheirReason) {
   Tensor bad_cond = Tensor::zeros({2, 5, 64}, DType::BF16, Device::CPU);
   EXPECT_NE(error_of([&] { m.forward(req, in.noise, t, bad_cond); }).find("cond"),
             std::string::npos);
+}
+
+// The released 1024 texture model's config says resolution 32 while the pipeline feeds it the
+// 64-grid coordinates of the 1024 shape stage; the original never reads the resolution, so
+// neither may the engine bound coordinates by it. Negative or absurd coordinates stay errors.
+TEST_F(TinyFixture, ResolutionIsNotABoundOnTheCoordinates) {
+  Checkpoint ck = load_checkpoint(dir + "/tiny.json", Device::CPU);
+  ck.config.resolution = 32;
+  SLatFlowModel m(std::move(ck));
+  Tensor coords = Tensor::from_ints({0, 0, 0, 0, 0, 40, 63, 2, 0, 63, 63, 63}, {3, 4});
+  EXPECT_EQ(m.prepare(coords, 1, 4).tokens, 3);
+  Tensor negative = Tensor::from_ints({0, 0, -1, 0}, {1, 4});
+  EXPECT_NE(error_of([&] { m.prepare(negative, 1, 4); }).find("y = -1"), std::string::npos);
+  Tensor huge = Tensor::from_ints({0, 70000, 0, 0}, {1, 4});
+  EXPECT_NE(error_of([&] { m.prepare(huge, 1, 4); }).find("x = 70000"), std::string::npos);
 }
 
 }  // namespace
