@@ -1,10 +1,14 @@
-"""sparse3d: a CUDA inference engine for sparse-voxel 3D generative transformers (TRELLIS.2's
-structured-latent flow models), from Python.
+"""sparse3d: a CUDA inference engine for TRELLIS.2's flow transformers (the structured-latent
+models over sparse voxels and the dense sparse-structure model), from Python.
 
     import sparse3d
     engine = sparse3d.Engine("ckpts/slat_flow_img2shape_dit_1_3B_1024.json")
     latent = engine.sample(coords, cond, noise=noise)       # the whole denoise loop
     v = engine(x_t, t, cond, coords=coords)                  # one denoiser call
+
+    dense = sparse3d.Engine("ckpts/ss_flow_img_dit_1_3B_64_bf16.json")
+    z_s = dense.sample(cond=cond, noise=noise)               # volumes [B, 8, 16, 16, 16]
+    v = dense(x_t, t, cond)                                  # x_t a volume, no coords
 
 Tensors are any DLPack producer (torch, CuPy, JAX, NumPy), used in place; results come back
 in the framework of the inputs (a view of the engine's memory, no copy). docs/PYTHON.md has
@@ -25,8 +29,12 @@ except ImportError as e:  # pragma: no cover - depends on the machine
 Error = _native.Error
 __version__ = _native.version()
 
-__all__ = ["Engine", "Error", "SamplerSettings", "default_path", "paths", "flags", "draw_noise",
-           "timesteps", "__version__"]
+__all__ = ["Engine", "Error", "SamplerSettings", "SAMPLER_PRESETS", "SLAT", "DENSE",
+           "default_path", "paths", "flags", "draw_noise", "timesteps", "__version__"]
+
+# The model families (Engine.model["family"]).
+SLAT = "SLatFlowModel"
+DENSE = "SparseStructureFlowModel"
 
 # cudaStreamLegacy: what a framework's "default stream" handle 0 means; the engine runs such
 # work on its own stream, ordered by events (docs/PYTHON.md, "Streams").
@@ -35,9 +43,11 @@ _CUDA_STREAM_LEGACY = 1
 
 @dataclasses.dataclass
 class SamplerSettings:
-    """TRELLIS.2's FlowEulerGuidanceIntervalSampler settings. `released()` (the default) is
-    the released shape model's pipeline.json; `protocol()` the benchmark's (15 steps, CFG 7.5
-    on every step, no rescale)."""
+    """TRELLIS.2's FlowEulerGuidanceIntervalSampler settings. `released()` is the released
+    shape model's pipeline.json (the default of a SLatFlowModel engine);
+    `released_sparse_structure()` the released sparse-structure sampler's (the default of a
+    SparseStructureFlowModel engine); `protocol()` the benchmark's (15 steps, CFG 7.5 on every
+    step, no rescale)."""
     steps: int = 12
     rescale_t: float = 3.0
     guidance: float = 7.5                 # TRELLIS.2's guidance_strength
@@ -48,6 +58,10 @@ class SamplerSettings:
     @classmethod
     def released(cls):
         return cls()
+
+    @classmethod
+    def released_sparse_structure(cls):
+        return cls(rescale_t=5.0, guidance_rescale=0.7)
 
     @classmethod
     def protocol(cls):
@@ -61,11 +75,17 @@ class SamplerSettings:
                 "sigma_min": float(self.sigma_min)}
 
 
-def _sampler(spec):
-    if spec is None or spec == "released":
-        return SamplerSettings.released()
-    if spec == "protocol":
-        return SamplerSettings.protocol()
+# Named presets (sampler="..."), by their SamplerSettings constructor.
+SAMPLER_PRESETS = ("released", "released_sparse_structure", "protocol")
+
+
+def _sampler(spec, family=SLAT):
+    """SamplerSettings from a preset name, a dict or SamplerSettings; None: the released
+    settings of the model family."""
+    if spec is None:
+        spec = "released_sparse_structure" if family == DENSE else "released"
+    if isinstance(spec, str) and spec in SAMPLER_PRESETS:
+        return getattr(SamplerSettings, spec)()
     if isinstance(spec, SamplerSettings):
         return spec
     if isinstance(spec, dict):
@@ -75,8 +95,8 @@ def _sampler(spec):
             raise Error(f"sampler: unknown setting(s) {', '.join(unknown)} "
                         f"(known: {', '.join(sorted(names))})")
         return SamplerSettings(**spec)
-    raise Error(f"sampler must be \"released\", \"protocol\", a dict or a SamplerSettings, "
-                f"got {spec!r}")
+    raise Error(f"sampler must be one of {', '.join(repr(p) for p in SAMPLER_PRESETS)}, None (the "
+                f"model's released settings), a dict or a SamplerSettings, got {spec!r}")
 
 
 # ---- Frameworks ------------------------------------------------------------------------------
@@ -173,6 +193,9 @@ class Engine:
                                      persist_qualification=persist_qualification,
                                      qualify_m=list(qualify_m), log=log)
         self.last_request = None
+        m = self._e.model
+        self._family, self._resolution = m["family"], int(m["resolution"])
+        self._out_channels = int(m["out_channels"])
 
     @classmethod
     def from_state_dict(cls, config, state_dict, name="in-memory checkpoint", **options):
@@ -206,57 +229,74 @@ class Engine:
 
     # -- requests --
 
-    def sample(self, coords, cond, noise=None, seed=None, concat_cond=None, sampler="released",
-               callback=None, *, path=None, out=None, stream=None, keep_first_forward=False):
-        """The whole denoise loop for the assets packed in `coords` (int32 [T, 4]: batch, x,
-        y, z, in batch order), with condition `cond` ([B, L, C], bf16 or f32). `noise` (f32
-        [T, out], x at t = 1) or `seed` (the engine's counter-based normal stream) gives the
-        start. Returns the latent, f32 [T, out], in the inputs' framework; the request's
+    def sample(self, coords=None, cond=None, noise=None, seed=None, concat_cond=None,
+               sampler=None, callback=None, *, path=None, out=None, stream=None,
+               keep_first_forward=False):
+        """The whole denoise loop. Returns the latent in the inputs' framework; the request's
         steps and stats are in `self.last_request`.
 
+        Token mode (every model): `coords` int32 [T, 4] (batch, x, y, z; assets packed in
+        batch order), `noise` f32 [T, out], result f32 [T, out]. For a SparseStructureFlowModel
+        the coords are the full R^3 grid of each asset in raster order.
+        Volume mode (a SparseStructureFlowModel only): `coords=None`, `noise` f32
+        [B, out, R, R, R], result f32 [B, out, R, R, R].
+
+        cond: [B, L, C], bf16 or f32 (B assets). `noise` (x at t = 1) or `seed` (the engine's
+        counter-based normal stream) gives the start. sampler: a preset name, a dict or a
+        SamplerSettings; None: the released settings of the model's family.
         callback(step, t, latent) runs after each step with the latent so far (a view valid
         during the call only: clone it to keep it). stream: a CUDA stream (torch, CuPy or an
         int handle) to order the work on; default: the inputs' current stream."""
+        if coords is None and hasattr(noise, "feats") and hasattr(noise, "coords"):
+            coords = noise.coords   # a SparseTensor's own coords
         coords, cond = _feats(coords), _feats(cond)
         noise, concat_cond = _feats(noise), _feats(concat_cond)
+        if cond is None:
+            raise Error("sample: cond is required ([B, L, cond_channels])")
         if noise is None and seed is None:
             raise Error("sample: pass the starting noise or a seed")
         if noise is not None and seed is not None:
             raise Error("sample: pass the starting noise or a seed, not both")
-        batch = int(cond.shape[0]) if len(cond.shape) == 3 else 1
-        out = self._host_out(coords, out)
+        batch = self._batch("sample", coords, cond, noise, "noise", out)
+        like = next(a for a in (coords, noise, cond) if a is not None)
+        out = self._host_out(like, out, coords, batch)
         on_step = None
         if callback is not None:
             def on_step(step, t, latent):
-                callback(step, t, _as_framework(latent, coords))
+                callback(step, t, _as_framework(latent, like))
         r = self._e.sample(coords, cond, batch, noise=noise, seed=0 if seed is None else int(seed),
-                           concat_cond=concat_cond, sampler=_sampler(sampler)._native(),
+                           concat_cond=concat_cond,
+                           sampler=_sampler(sampler, self._family)._native(),
                            path=path, out=out, callback=on_step,
                            keep_first_forward=keep_first_forward,
                            stream=_stream(stream, (coords, cond, noise)))
         self.last_request = {"steps": r["steps"], "stats": r["stats"],
-                             "first_v_cond": _as_framework(r["first_v_cond"], coords),
-                             "first_v_uncond": _as_framework(r["first_v_uncond"], coords)}
-        return out if out is not None else _as_framework(r["latent"], coords)
+                             "first_v_cond": _as_framework(r["first_v_cond"], like),
+                             "first_v_uncond": _as_framework(r["first_v_uncond"], like)}
+        return out if out is not None else _as_framework(r["latent"], like)
 
     def forward(self, x, t, cond, concat_cond=None, *, coords=None, path=None, out=None,
                 stream=None):
-        """One denoiser call v = model(x_t, t, cond): TRELLIS.2's SLatFlowModel.forward.
+        """One denoiser call v = model(x_t, t, cond): TRELLIS.2's SLatFlowModel.forward or
+        SparseStructureFlowModel.forward.
 
         x: a SparseTensor (anything with .feats and .coords; the result is x.replace(v)) or
-        the features f32/bf16 [T, out] with `coords=`. t: 1000 * t per asset ([B]) or one
-        number for every asset."""
+        the features f32/bf16 [T, out] with `coords=`; for a SparseStructureFlowModel also a
+        volume f32/bf16 [B, out, R, R, R] with coords=None (the result is a volume too).
+        t: 1000 * t per asset ([B]) or one number for every asset."""
         sparse = hasattr(x, "feats") and hasattr(x, "coords")
         feats = x.feats if sparse else x
-        if coords is None:
-            if not sparse:
-                raise Error("forward: x has no .coords; pass coords= (int32 [T, 4])")
+        if coords is None and sparse:
             coords = x.coords
+        if coords is None and self._family != DENSE:
+            raise Error(f"forward: x has no .coords; pass coords= (int32 [T, 4]) (coords=None "
+                        f"with x a volume is for a {DENSE} only; this engine's model is a "
+                        f"{self._family})")
         cond, concat_cond = _feats(cond), _feats(concat_cond)
-        batch = int(cond.shape[0]) if len(cond.shape) == 3 else 1
+        batch = self._batch("forward", coords, cond, feats, "x", out)
         if isinstance(t, (int, float)):
             t = _float_array([float(t)] * batch, feats)
-        out = self._host_out(coords, out)
+        out = self._host_out(feats, out, coords, batch)
         v = self._e.forward(feats, t, coords, cond, batch, concat_cond=concat_cond, path=path,
                             out=out, stream=_stream(stream, (feats, cond)))
         v = out if out is not None else _as_framework(v, feats)
@@ -264,13 +304,55 @@ class Engine:
 
     __call__ = forward
 
-    def _host_out(self, like, out):
+    def _batch(self, what, coords, cond, latent, latent_name, out):
+        """The request's asset count B (from cond, else a volume's first dimension), after
+        the checks that tell the two layouts apart (the engine checks the rest)."""
+        shape = lambda a: tuple(int(n) for n in a.shape)  # noqa: E731
+        volume = latent is not None and len(latent.shape) == 5
+        if len(cond.shape) == 3:
+            batch = int(cond.shape[0])
+        elif volume:
+            batch = int(latent.shape[0])
+        else:
+            batch = 1
+        if self._family != DENSE:
+            if coords is None:
+                raise Error(f"{what}: coords are required (int32 [T, 4]) for a {self._family}; "
+                            f"coords=None (volume mode) is for a {DENSE} only")
+            return batch
+        R, C = self._resolution, self._out_channels
+        grid = f"[B, {C}, {R}, {R}, {R}]"
+        if coords is None:
+            for name, a in ((latent_name, latent), ("out", out)):
+                if a is not None and len(a.shape) != 5:
+                    raise Error(f"{what}: {name} has shape {list(shape(a))}; with coords=None "
+                                f"(volume mode) it is a volume {grid}; token rows [T, {C}] "
+                                f"need coords (the full {R}^3 grid of each asset)")
+            return batch
+        for name, a in ((latent_name, latent), ("out", out)):
+            if a is not None and len(a.shape) == 5:
+                raise Error(f"{what}: {name} is a volume {list(shape(a))}: pass coords=None "
+                            f"(volume mode), or token rows [T, {C}] with coords")
+        rows = R ** 3
+        if len(coords.shape) != 2 or int(coords.shape[0]) != batch * rows:
+            raise Error(f"{what}: coords has shape {list(shape(coords))}; a {DENSE} of "
+                        f"resolution {R} takes coords=None with volumes {grid}, or coords of "
+                        f"the full {R}^3 grid of each asset in raster order: [{batch * rows}, 4] "
+                        f"for {batch} asset(s)")
+        return batch
+
+    def _host_out(self, like, out, coords, batch):
         """NumPy inputs to a GPU engine: the result is written into a NumPy array (NumPy
         cannot hold device memory); otherwise `out` as given."""
         if out is None and _framework(like) == "numpy" and self.device == "cuda":
             import numpy
-            out = numpy.empty((int(like.shape[0]), int(self.model["out_channels"])),
-                              dtype=numpy.float32)
+            C = self._out_channels
+            if coords is None:
+                R = self._resolution
+                shape = (batch, C, R, R, R)
+            else:
+                shape = (int(coords.shape[0]), C)
+            out = numpy.empty(shape, dtype=numpy.float32)
         return out
 
     def warm_up(self, tokens, cond_tokens):
@@ -301,6 +383,12 @@ class Engine:
     @property
     def model(self):
         return self._e.model
+
+    @property
+    def family(self):
+        """The model family: "SLatFlowModel" or "SparseStructureFlowModel" (sparse3d.SLAT,
+        sparse3d.DENSE)."""
+        return self._family
 
     @property
     def device(self):
@@ -337,5 +425,6 @@ def draw_noise(seed, rows, cols, offset=0):
 
 
 def timesteps(sampler="released"):
-    """The schedule t_0 = 1 > ... > t_steps = 0."""
+    """The schedule t_0 = 1 > ... > t_steps = 0 (sampler: a preset name, a dict or a
+    SamplerSettings)."""
     return _native.timesteps(_sampler(sampler)._native())

@@ -1,5 +1,6 @@
-"""The TRELLIS.2 drop-in: `accelerate(pipeline)` serves the pipeline's structured-latent flow
-models from sparse3d engines, with everything else (image conditioning, decoders, the
+"""The TRELLIS.2 drop-in: `accelerate(pipeline)` serves the five flow models of a TRELLIS.2
+image-to-3D pipeline (the dense sparse-structure model and the four structured-latent
+models) from sparse3d engines, with everything else (image conditioning, decoders, the
 pipeline's own samplers and their settings) unchanged.
 
     pipeline = Trellis2ImageTo3DPipeline.from_pretrained("microsoft/TRELLIS.2-4B")
@@ -11,14 +12,16 @@ pipeline's own samplers and their settings) unchanged.
 Two levels, both counted (docs/PYTHON.md, "TRELLIS.2 drop-in"):
 
 * Each flow model `pipeline.models[NAME]` is replaced by an `EngineFlowModel` with the
-  same call (`model(x, t, cond, concat_cond=None) -> SparseTensor`, duck-typed: `.feats`,
-  `.coords`, `.replace()`) and the attributes the pipeline reads. Any sampler works on it,
-  one engine forward per model call.
+  same call and the attributes the pipeline reads: for a SLatFlowModel
+  `model(x, t, cond, concat_cond=None) -> SparseTensor` (duck-typed: `.feats`, `.coords`,
+  `.replace()`), for the SparseStructureFlowModel `model(x, t, cond) -> tensor` on a dense
+  volume [B, C, R, R, R]. Any sampler works on it, one engine forward per model call.
 * The pipeline's flow samplers are wrapped: a `sample(model, noise, cond, neg_cond, ...)`
   call on an engine-backed model with a zero negative condition runs the whole loop inside
   the engine (`Engine.sample`: batched CFG, CUDA graphs, the null-context cache), bit for
-  bit what `sparse3d run` gives; the result's `.samples` is the latent (`pred_x_t` and
-  `pred_x_0` are not collected: None).
+  bit what `sparse3d run` gives; the result's `.samples` is the latent (a SparseTensor, or
+  the dense volume for the sparse-structure model; `pred_x_t` and `pred_x_0` are not
+  collected: None).
 
 What the engine cannot serve (an unknown config, a refused request, a negative condition
 that is not zero, keyword arguments it does not know) runs on the original PyTorch module or
@@ -31,18 +34,21 @@ import os
 import types
 from collections import Counter
 
-from . import Engine, Error, SamplerSettings, _framework
+from . import DENSE, SLAT, Engine, Error, SamplerSettings, _framework
 
-# The structured-latent flow models of a TRELLIS.2 image-to-3D pipeline (pipeline.models keys).
-FLOW_MODELS = ("shape_slat_flow_model_512", "shape_slat_flow_model_1024",
-               "tex_slat_flow_model_512", "tex_slat_flow_model_1024")
+# The flow models of a TRELLIS.2 image-to-3D pipeline (pipeline.models keys): the dense
+# sparse-structure model, then the structured-latent ones.
+FLOW_MODELS = ("sparse_structure_flow_model", "shape_slat_flow_model_512",
+               "shape_slat_flow_model_1024", "tex_slat_flow_model_512",
+               "tex_slat_flow_model_1024")
 # Their samplers (pipeline attributes).
-FLOW_SAMPLERS = ("shape_slat_sampler", "tex_slat_sampler")
+FLOW_SAMPLERS = ("sparse_structure_sampler", "shape_slat_sampler", "tex_slat_sampler")
 # Samplers whose arithmetic the engine's loop reproduces (by class name: TRELLIS.2 is not
 # imported here).
 ENGINE_SAMPLERS = ("FlowEulerGuidanceIntervalSampler", "FlowEulerCfgSampler")
 
-# The config keys of SLatFlowModel.__init__ that a module keeps as attributes.
+# The config keys of SLatFlowModel.__init__ (and SparseStructureFlowModel.__init__, the same
+# names) that a module keeps as attributes.
 _ARG_ATTRIBUTES = ("resolution", "in_channels", "model_channels", "cond_channels",
                    "out_channels", "num_blocks", "num_heads", "mlp_ratio", "pe_mode",
                    "share_mod", "qk_rms_norm", "qk_rms_norm_cross")
@@ -64,17 +70,50 @@ def _dtype_name(dtype):
     return None
 
 
+def family_of_module(module):
+    """"SparseStructureFlowModel" or "SLatFlowModel" for a TRELLIS.2 flow module.
+
+    The rule: the dense family when a class of the module's type (its own or a base class)
+    is named SparseStructureFlowModel, or when the module has the dense model's position
+    buffer (`rope_phases` or `pos_emb`: SparseStructureFlowModel registers one of them at
+    construction, SLatFlowModel neither); otherwise SLatFlowModel. The call convention (a
+    dense tensor or a SparseTensor) is not known before the first call, so it is not used."""
+    if any(c.__name__ == DENSE for c in type(module).__mro__):
+        return DENSE
+    if _has_own(module, "rope_phases") or _has_own(module, "pos_emb"):
+        return DENSE
+    return SLAT
+
+
+def _has_own(module, name):
+    # torch keeps buffers in _buffers (and the APE model sets rope_phases = None there too);
+    # plain objects in their __dict__. getattr() is not used: a wrapper forwarding unknown
+    # attributes would answer for anything.
+    buffers = getattr(module, "__dict__", {}).get("_buffers")
+    if isinstance(buffers, dict) and name in buffers:
+        return True
+    return name in getattr(module, "__dict__", {})
+
+
 def config_of_module(module):
-    """(config dict, how it was found) for a SLatFlowModel-like module from its attributes.
-    Raises Error naming what is missing."""
+    """(config dict, how it was found) for a SLatFlowModel- or SparseStructureFlowModel-like
+    module from its attributes (family_of_module() picks the family). Raises Error naming
+    what is missing."""
+    family = family_of_module(module)
     args = {}
     missing = [a for a in _ARG_ATTRIBUTES if not hasattr(module, a)]
     if missing:
-        raise Error(f"the module has no {', '.join(missing)}: not a SLatFlowModel")
+        raise Error(f"the module has no {', '.join(missing)}: not a {family}")
     for a in _ARG_ATTRIBUTES:
         value = getattr(module, a)
         args[a] = value.item() if hasattr(value, "item") else value
     source = "module attributes"
+    if family == DENSE:
+        # The dense model ignores rope_freq (docs/DENSE_MODEL.md): not passed.
+        dtype = _dtype_name(getattr(module, "dtype", None))
+        if dtype:
+            args["dtype"] = dtype
+        return {"name": DENSE, "args": args}, source
     if hasattr(module, "rope_freq"):
         args["rope_freq"] = list(module.rope_freq)
     elif args["pe_mode"] == "rope":
@@ -83,14 +122,15 @@ def config_of_module(module):
     dtype = _dtype_name(getattr(module, "dtype", None))
     if dtype:
         args["dtype"] = dtype
-    return {"name": "SLatFlowModel", "args": args}, source
+    return {"name": SLAT, "args": args}, source
 
 
 class EngineFlowModel(_module_base()):
-    """A structured-latent flow model served by a sparse3d engine, called as the original:
-    `model(x, t, cond, concat_cond=None)`. The engine is built on first use on the device of
-    the inputs; `.cpu()` releases its device memory (the pipeline's low_vram mode), `.to()`
-    and `.cuda()` move with the pipeline."""
+    """A flow model served by a sparse3d engine, called as the original: a SLatFlowModel as
+    `model(x, t, cond, concat_cond=None)` on a SparseTensor x, the SparseStructureFlowModel as
+    `model(x, t, cond)` on a dense volume x [B, C, R, R, R] (`family` says which). The engine
+    is built on first use on the device of the inputs; `.cpu()` releases its device memory
+    (the pipeline's low_vram mode), `.to()` and `.cuda()` move with the pipeline."""
 
     def __init__(self, name, original, config, config_source, checkpoint=None, path=None,
                  engine_options=None, stats=None, release_on_cpu=True):
@@ -103,6 +143,7 @@ class EngineFlowModel(_module_base()):
         object.__setattr__(self, "_original", original)
         self.name = name
         self._config = config
+        self.family = config.get("name", SLAT)
         self.config_source = config_source
         self._checkpoint = checkpoint
         self._path = path
@@ -158,7 +199,8 @@ class EngineFlowModel(_module_base()):
         if self._checkpoint:
             self._engine = Engine(self._checkpoint, **options)
         else:
-            self._engine = Engine.from_state_dict(self._config, self._original.state_dict(),
+            self._engine = Engine.from_state_dict(self._config,
+                                                  _weights(self._original.state_dict()),
                                                   name=f"{self.name} (state dict)", **options)
         self._engine_device = device
         return self._engine
@@ -202,7 +244,13 @@ class EngineFlowModel(_module_base()):
     def _refusal(self, x, cond, kwargs):
         if kwargs:
             return f"keyword arguments the engine does not take: {', '.join(sorted(kwargs))}"
-        if not (hasattr(x, "feats") and hasattr(x, "coords")):
+        sparse = hasattr(x, "feats") and hasattr(x, "coords")
+        if self.family == DENSE:
+            if sparse:
+                return "x is a SparseTensor (the SparseStructureFlowModel takes a dense volume)"
+            if not hasattr(x, "shape") or len(x.shape) != 5:
+                return "x is not a dense volume [B, C, R, R, R]"
+        elif not sparse:
             return "x is not a SparseTensor (no .feats/.coords)"
         # Everything else (rows out of batch order, shapes, dtypes) the engine checks itself:
         # its refusal is the fallback's reason.
@@ -216,6 +264,8 @@ class EngineFlowModel(_module_base()):
         return ("cpu", 0)
 
     def _serve(self, x, t, cond, concat_cond):
+        if self.family == DENSE:
+            return self._serve_dense(x, t, cond, concat_cond)
         feats = x.feats
         engine = self.engine(self._device_of(feats))
         kind = _framework(feats)
@@ -247,12 +297,38 @@ class EngineFlowModel(_module_base()):
             v = v.to(x.feats.dtype)  # the original returns x's dtype
         return x.replace(v)
 
+    def _serve_dense(self, x, t, cond, concat_cond):
+        """The SparseStructureFlowModel's call: x a volume [B, C, R, R, R], the result a
+        volume of x's dtype (the engine's volume mode: no coords)."""
+        if concat_cond is not None:
+            raise Error("concat_cond given: the SparseStructureFlowModel takes none")
+        engine = self.engine(self._device_of(x))
+        cond_t = _feats(cond)
+        vol = x
+        if _framework(x) == "torch":
+            import torch
+            if cond_t.dtype == torch.float16:
+                cond_t = cond_t.float()
+            if vol.dtype not in (torch.float32, torch.bfloat16):
+                vol = vol.float()   # f16 values are exact in f32
+            B = int(vol.shape[0])
+            if not torch.is_tensor(t):
+                t = torch.tensor([float(t)] * B, dtype=torch.float32, device=vol.device)
+            t = t.to(dtype=torch.float32, device=vol.device).reshape(-1)
+            if t.numel() == 1 and B > 1:
+                t = t.expand(B)
+            vol, t, cond_t = vol.contiguous(), t.contiguous(), cond_t.contiguous()
+        v = engine.forward(vol, t, cond_t)
+        if _framework(v) == "torch" and v.dtype != x.dtype:
+            v = v.to(x.dtype)   # the original returns x's dtype
+        return v
+
     def _run_original(self, x, t, cond, concat_cond, **kwargs):
         if concat_cond is not None:
             kwargs["concat_cond"] = concat_cond
         # The pipeline moved this module, not the original (it is not a submodule): move the
         # original to the inputs' device for the call.
-        target = getattr(getattr(x, "feats", None), "device", None)
+        target = getattr(getattr(x, "feats", x), "device", None)
         if target is not None and hasattr(self._original, "parameters"):
             first = next(iter(self._original.parameters()), None)
             if first is not None and first.device != target:
@@ -261,12 +337,23 @@ class EngineFlowModel(_module_base()):
         return self._original(x, t, cond, **kwargs)
 
     def __repr__(self):
-        return (f"EngineFlowModel({self.name}, engine path {self._path or 'default'}, "
-                f"config from {self.config_source})")
+        return (f"EngineFlowModel({self.name}, {self.family}, engine path "
+                f"{self._path or 'default'}, config from {self.config_source})")
 
 
 def _feats(x):
     return x.feats if hasattr(x, "feats") else x
+
+
+def _weights(state_dict):
+    """The tensors an engine loads from a module's state dict: the dense model's position
+    buffer (`rope_phases`, complex64, or `pos_emb`), which the module computes at
+    construction from its config, is left out: the engine computes the same table on the
+    host (docs/DENSE_MODEL.md)."""
+    return {k: v for k, v in state_dict.items() if k not in _POSITION_BUFFERS}
+
+
+_POSITION_BUFFERS = ("rope_phases", "pos_emb")
 
 
 def _torch_device(kind, index):
@@ -311,7 +398,7 @@ class EngineSampler:
             self.stats.fell_back("sample", f"arguments: {e}")
             return self.original.sample(model, noise, cond, neg_cond, *args, **kwargs)
         bound.apply_defaults()
-        reason, settings, concat = self._plan(model, bound.arguments)
+        reason, settings, concat = self._plan(model, noise, bound.arguments)
         if reason is None:
             try:
                 out = self._serve(model, noise, cond, settings, concat, bound.arguments)
@@ -322,12 +409,20 @@ class EngineSampler:
         self.stats.fell_back("sample", reason)
         return self.original.sample(model, noise, cond, neg_cond, *args, **kwargs)
 
-    def _plan(self, model, a):
+    def _plan(self, model, noise, a):
         """(reason the engine cannot run it or None, SamplerSettings, concat_cond)."""
         if type(self.original).__name__ not in ENGINE_SAMPLERS:
             return f"sampler {type(self.original).__name__} is not one the engine runs", None, None
         if not isinstance(model, EngineFlowModel):
             return "the model is not engine-backed", None, None
+        sparse = hasattr(noise, "feats") and hasattr(noise, "coords")
+        if model.family == DENSE and sparse:
+            return ("the noise is a SparseTensor (the SparseStructureFlowModel samples a dense "
+                    "volume)"), None, None
+        if model.family == DENSE and (not hasattr(noise, "shape") or len(noise.shape) != 5):
+            return "the noise is not a dense volume [B, C, R, R, R]", None, None
+        if model.family != DENSE and not sparse:
+            return "the noise is not a SparseTensor (no .feats/.coords)", None, None
         # Named parameters and **kwargs alike: TRELLIS.2's samplers take some settings
         # (guidance_rescale) through **kwargs, passed on to their guidance mixins.
         a = {k: v for k, v in a.items() if k != "kwargs"} | dict(a.get("kwargs", {}))
@@ -353,9 +448,13 @@ class EngineSampler:
         return None, settings, concat
 
     def _serve(self, model, noise, cond, settings, concat, a):
-        feats = noise.feats
+        dense = model.family == DENSE
+        if dense and concat is not None:
+            raise Error("concat_cond given: the SparseStructureFlowModel takes none")
+        feats = noise if dense else noise.feats
         engine = model.engine(model._device_of(feats))
-        coords, cond_t, concat_t = noise.coords, _feats(cond), _feats(concat)
+        coords = None if dense else noise.coords
+        cond_t, concat_t = _feats(cond), _feats(concat)
         if _framework(feats) == "torch":
             import torch
             if cond_t.dtype == torch.float16:
@@ -363,7 +462,7 @@ class EngineSampler:
             if concat_t is not None and concat_t.dtype != torch.float32:
                 concat_t = concat_t.float()
             feats = feats.float().contiguous()
-            coords = coords.int().contiguous()
+            coords = coords.int().contiguous() if coords is not None else None
             cond_t = cond_t.contiguous()
             concat_t = concat_t.contiguous() if concat_t is not None else None
         callback = None
@@ -374,9 +473,11 @@ class EngineSampler:
                                sampler=settings, callback=callback)
         if callback is not None:
             bar.close()
-        if _framework(latent) == "torch" and latent.dtype != noise.feats.dtype:
-            latent = latent.to(noise.feats.dtype)
-        return types.SimpleNamespace(samples=noise.replace(latent), pred_x_t=None, pred_x_0=None)
+        dtype = getattr(noise if dense else noise.feats, "dtype", None)
+        if _framework(latent) == "torch" and latent.dtype != dtype:
+            latent = latent.to(dtype)
+        samples = latent if dense else noise.replace(latent)
+        return types.SimpleNamespace(samples=samples, pred_x_t=None, pred_x_0=None)
 
 
 def _nonzero(x):
@@ -414,8 +515,9 @@ class Acceleration:
     def report(self):
         lines = []
         for name, m in self.models.items():
-            lines.append(f"{name}: sparse3d engine (path {m._path or 'default'}; config from "
-                         f"{m.config_source}); forward calls served {m.stats.calls['forward']}")
+            lines.append(f"{name}: sparse3d engine ({m.family}; path {m._path or 'default'}; "
+                         f"config from {m.config_source}); forward calls served "
+                         f"{m.stats.calls['forward']}")
             engine = m._engine
             if engine is not None:
                 for f in engine.counters()["fallbacks"]:
@@ -472,7 +574,8 @@ def _checkpoint_for(name, module, checkpoints, pipeline_dir):
 
 def accelerate(pipeline, path=None, models=FLOW_MODELS, samplers=FLOW_SAMPLERS,
                checkpoints=None, pipeline_dir=None, release_on_cpu=True, **engine_options):
-    """Serves `pipeline`'s structured-latent flow models (and their samplers) from sparse3d.
+    """Serves `pipeline`'s flow models (FLOW_MODELS: the sparse-structure model and the four
+    structured-latent ones) and their samplers (FLOW_SAMPLERS) from sparse3d.
 
     path: the engine's execution path (default: the fastest whose contracts hold).
     checkpoints: {model name: NAME.json} to load from files; pipeline_dir: the pipeline's
@@ -501,8 +604,8 @@ def accelerate(pipeline, path=None, models=FLOW_MODELS, samplers=FLOW_SAMPLERS,
                 source = checkpoint
             else:
                 config, source = config_of_module(module)
-            if config.get("name") != "SLatFlowModel":
-                raise Error(f"model class {config.get('name')!r} is not SLatFlowModel")
+            if config.get("name") not in (SLAT, DENSE):
+                raise Error(f"model class {config.get('name')!r} is neither {SLAT} nor {DENSE}")
         except (Error, OSError, ValueError) as e:
             acc.skipped[name] = str(e)
             continue
@@ -521,4 +624,4 @@ def accelerate(pipeline, path=None, models=FLOW_MODELS, samplers=FLOW_SAMPLERS,
 
 
 __all__ = ["accelerate", "Acceleration", "EngineFlowModel", "EngineSampler", "config_of_module",
-           "FLOW_MODELS", "FLOW_SAMPLERS"]
+           "family_of_module", "FLOW_MODELS", "FLOW_SAMPLERS"]

@@ -332,13 +332,15 @@ class PyEngine {
     engine_ = std::make_unique<sparse3d::Engine>(ck, std::move(options));
   }
 
-  nb::dict sample(const AnyArray& coords, const AnyArray& cond, int batch,
+  // coords None: the dense model's volume mode (SampleRequest/ForwardRequest with empty
+  // coords; the engine refuses it for a SLatFlowModel).
+  nb::dict sample(const std::optional<AnyArray>& coords, const AnyArray& cond, int batch,
                   const std::optional<AnyArray>& noise, uint64_t seed,
                   const std::optional<AnyArray>& concat_cond, const nb::dict& sampler,
                   const std::optional<std::string>& path, const std::optional<OutArray>& out,
                   std::optional<nb::callable> callback, bool keep_first_forward, uintptr_t stream) {
     sparse3d::SampleRequest r;
-    r.coords = view_of(coords, "coords");
+    r.coords = optional_view(coords, "coords");
     r.cond = view_of(cond, "cond");
     r.batch = batch;
     r.noise = optional_view(noise, "noise");
@@ -379,14 +381,14 @@ class PyEngine {
     return d;
   }
 
-  nb::object forward(const AnyArray& x, const AnyArray& t, const AnyArray& coords,
+  nb::object forward(const AnyArray& x, const AnyArray& t, const std::optional<AnyArray>& coords,
                      const AnyArray& cond, int batch, const std::optional<AnyArray>& concat_cond,
                      const std::optional<std::string>& path, const std::optional<OutArray>& out,
                      uintptr_t stream) {
     sparse3d::ForwardRequest r;
     r.x = view_of(x, "x");
     r.t = view_of(t, "t");
-    r.coords = view_of(coords, "coords");
+    r.coords = optional_view(coords, "coords");
     r.cond = view_of(cond, "cond");
     r.batch = batch;
     r.concat_cond = optional_view(concat_cond, "concat_cond");
@@ -492,11 +494,11 @@ NB_MODULE(_native, m) {
           "device"_a = "auto", "device_index"_a = 0, "max_device_memory_gib"_a = 0.0,
           "cache_dir"_a = "", "persist_qualification"_a = true,
           "qualify_m"_a = std::vector<int64_t>{}, "log"_a = nb::none(), nb::rv_policy::take_ownership)
-      .def("sample", &PyEngine::sample, "coords"_a, "cond"_a, "batch"_a, "noise"_a = nb::none(),
+      .def("sample", &PyEngine::sample, "coords"_a.none(), "cond"_a, "batch"_a, "noise"_a = nb::none(),
            "seed"_a = 0, "concat_cond"_a = nb::none(), "sampler"_a = nb::dict(), "path"_a = nb::none(),
            "out"_a = nb::none(), "callback"_a = nb::none(), "keep_first_forward"_a = false,
            "stream"_a = 0)
-      .def("forward", &PyEngine::forward, "x"_a, "t"_a, "coords"_a, "cond"_a, "batch"_a,
+      .def("forward", &PyEngine::forward, "x"_a, "t"_a, "coords"_a.none(), "cond"_a, "batch"_a,
            "concat_cond"_a = nb::none(), "path"_a = nb::none(), "out"_a = nb::none(), "stream"_a = 0)
       .def("warm_up", &PyEngine::warm_up, "tokens"_a, "cond_tokens"_a)
       .def("fits", &PyEngine::fits, "tokens"_a, "batch"_a, "cond_tokens"_a, "path"_a = nb::none())

@@ -79,3 +79,62 @@ def tiny_config():
 @pytest.fixture(scope="session")
 def tiny_state_dict():
     return read_safetensors(TINY[:-len(".json")] + ".safetensors")
+
+
+# ---- The dense family (SparseStructureFlowModel) ------------------------------------------
+# A tiny dense checkpoint from the tiny SLat weights (the two families share tensor names):
+# resolution DENSE_R, 8 channels in and out (the input and output layers cut to 8).
+DENSE_R = 8
+DENSE_C = 8
+
+
+@pytest.fixture(scope="session")
+def dense_config(tiny_config):
+    args = {k: v for k, v in tiny_config["args"].items() if k != "rope_freq"}
+    args.update(resolution=DENSE_R, in_channels=DENSE_C, out_channels=DENSE_C)
+    return {"name": "SparseStructureFlowModel", "args": args}
+
+
+@pytest.fixture(scope="session")
+def dense_state_dict(tiny_state_dict):
+    sd = dict(tiny_state_dict)
+    sd["input_layer.weight"] = np.ascontiguousarray(sd["input_layer.weight"][:, :DENSE_C])
+    sd["out_layer.weight"] = np.ascontiguousarray(sd["out_layer.weight"][:DENSE_C])
+    sd["out_layer.bias"] = np.ascontiguousarray(sd["out_layer.bias"][:DENSE_C])
+    return sd
+
+
+@pytest.fixture
+def dense_engine(dense_config, dense_state_dict, cache_dir):
+    import sparse3d
+    return sparse3d.Engine.from_state_dict(dense_config, dense_state_dict, name="tiny dense",
+                                           device="cpu", cache_dir=cache_dir)
+
+
+def grid_coords(batch, res=DENSE_R):
+    """The full res^3 grid of each of `batch` assets in raster order (token n = i R^2 + j R
+    + k): int32 [batch * res^3, 4] rows (b, i, j, k)."""
+    ijk = np.stack(np.unravel_index(np.arange(res ** 3), (res, res, res)), axis=1)
+    rows = [np.concatenate([np.full((res ** 3, 1), b), ijk], axis=1) for b in range(batch)]
+    return np.ascontiguousarray(np.concatenate(rows).astype(np.int32))
+
+
+def to_tokens(volume):
+    """[B, C, R, R, R] -> [B R^3, C] (channels last, voxels in raster order)."""
+    B, C = volume.shape[:2]
+    return np.ascontiguousarray(volume.reshape(B, C, -1).transpose(0, 2, 1).reshape(-1, C))
+
+
+def to_volume(tokens, batch, res=DENSE_R):
+    """[B R^3, C] -> [B, C, R, R, R]."""
+    C = tokens.shape[1]
+    return np.ascontiguousarray(tokens.reshape(batch, res ** 3, C).transpose(0, 2, 1)
+                                .reshape(batch, C, res, res, res))
+
+
+def dense_request(batch, seed, cond_tokens=9, cond_channels=64):
+    """A noise volume f32 [B, 8, R, R, R] and a condition [B, L, C]."""
+    rng = np.random.default_rng(seed)
+    noise = rng.standard_normal((batch, DENSE_C, DENSE_R, DENSE_R, DENSE_R)).astype(np.float32)
+    cond = rng.standard_normal((batch, cond_tokens, cond_channels)).astype(np.float32)
+    return noise, cond

@@ -158,3 +158,91 @@ def test_a_fallback_brings_the_original_to_the_inputs_and_it_follows_the_pipelin
     assert model._engine is engine                              # release_on_cpu=False keeps it
     assert [f["reason"] for f in acc.fallbacks()] == [
         "keyword arguments the engine does not take: unknown_option"]
+
+
+class SparseStructureFlowModel(torch.nn.Module):
+    """A dense-model stand-in (TRELLIS.2's class name) with real parameters (the tiny dense
+    checkpoint's) and the original's complex64 rope_phases buffer in its state dict."""
+
+    def __init__(self, config, state_dict):
+        super().__init__()
+        for a in t2._ARG_ATTRIBUTES:
+            setattr(self, a, config["args"][a])
+        self.dtype = torch.bfloat16
+        self.weights = torch.nn.ParameterDict(
+            {k.replace(".", "__"): torch.nn.Parameter(torch.from_numpy(v)) for k, v in state_dict.items()})
+        D = self.model_channels // self.num_heads
+        self.register_buffer("rope_phases", torch.ones(self.resolution ** 3, D // 2,
+                                                       dtype=torch.complex64))
+        self.calls = 0
+
+    def state_dict(self, *args, **kwargs):
+        sd = {k.replace("__", "."): v for k, v in self.weights.items()}
+        sd["rope_phases"] = self.rope_phases
+        return sd
+
+    def forward(self, x, t, cond):
+        self.calls += 1
+        return torch.zeros_like(x)
+
+
+class FlowEulerGuidanceIntervalSampler:
+    """TRELLIS.2's sampler signature (the drop-in runs the whole loop in the engine; this
+    one's own loop never runs here)."""
+    sigma_min = 1e-5
+
+    def __init__(self):
+        self.loops = 0
+
+    def sample(self, model, noise, cond, neg_cond, steps=50, rescale_t=1.0,
+               guidance_strength=3.0, guidance_interval=(0.0, 1.0), verbose=True,
+               tqdm_desc="Sampling", **kwargs):
+        self.loops += 1
+        raise AssertionError("the original sampler ran")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_the_dense_drop_in_with_torch_volumes(device, dense_config, dense_state_dict, cache_dir):
+    from conftest import DENSE_C, DENSE_R
+
+    class Pipeline:
+        pass
+    p = Pipeline()
+    original = SparseStructureFlowModel(dense_config, dense_state_dict)
+    assert t2.family_of_module(original) == "SparseStructureFlowModel"
+    p.models = {"sparse_structure_flow_model": original}
+    p.sparse_structure_sampler = FlowEulerGuidanceIntervalSampler()
+    acc = t2.accelerate(p, device=device, cache_dir=cache_dir)
+    model = p.models["sparse_structure_flow_model"]
+    assert isinstance(model, torch.nn.Module) and model.family == "SparseStructureFlowModel"
+    g = torch.Generator().manual_seed(7)
+    noise = torch.randn(2, DENSE_C, DENSE_R, DENSE_R, DENSE_R, generator=g).to(device)
+    cond = torch.randn(2, 9, 64, generator=g).to(device)
+    t = torch.tensor([1000.0, 640.0], device=device)
+    v = model(noise, t, cond)
+    assert isinstance(v, torch.Tensor) and v.shape == noise.shape and v.dtype == torch.float32
+    assert v.device.type == device and original.calls == 0
+    # The engine built from the module's state dict (its rope_phases buffer left out) is the
+    # one a state dict without it gives.
+    e = sparse3d.Engine.from_state_dict(dense_config, dense_state_dict, device=device,
+                                        cache_dir=cache_dir)
+    assert torch.equal(v, e.forward(noise, t, cond))
+    # f16 volumes in, f16 out (as the original returns x's dtype); bf16 taken as it is.
+    assert model(noise.half(), t, cond.half()).dtype == torch.float16
+    assert model(noise.bfloat16(), t, cond).dtype == torch.bfloat16
+    # One t for every volume, as a 0-d tensor.
+    assert torch.equal(model(noise, torch.tensor(1000.0, device=device), cond)[0], v[0])
+    # The whole loop in the engine.
+    params = dict(steps=3, rescale_t=5.0, guidance_strength=7.5, guidance_interval=(0.6, 1.0),
+                  guidance_rescale=0.7)
+    z = p.sparse_structure_sampler.sample(model, noise, cond, torch.zeros_like(cond),
+                                          verbose=False, **params).samples
+    want = e.sample(cond=cond, noise=noise,
+                    sampler=sparse3d.SamplerSettings(steps=3, rescale_t=5.0,
+                                                     guidance_rescale=0.7))
+    assert isinstance(z, torch.Tensor) and z.device.type == device and torch.equal(z, want)
+    assert p.sparse_structure_sampler.original.loops == 0
+    model.cpu()
+    if device == "cuda":
+        assert model._engine is None
+    assert acc.fallbacks() == [] and original.calls == 0

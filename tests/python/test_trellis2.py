@@ -1,13 +1,14 @@
 """The TRELLIS.2 drop-in (sparse3d.trellis2) against duck-typed stand-ins: a pipeline with a
-`models` dict and flow samplers, SparseTensors of NumPy arrays, and an "original" module
-that records its calls (CI has no torch; the H200 runs the drop-in against the PyTorch
-oracle: scripts/device/python_package.sh)."""
+`models` dict (the five flow models) and flow samplers, SparseTensors of NumPy arrays, dense
+volumes for the sparse-structure model, and "original" modules that record their calls (CI
+has no torch; the H200 runs the drop-in against the PyTorch oracle:
+scripts/device/python_package.sh)."""
 import numpy as np
 import pytest
 
 import sparse3d
 import sparse3d.trellis2 as t2
-from conftest import SparseTensor, make_request
+from conftest import DENSE_C, DENSE_R, SparseTensor, dense_request, make_request
 
 ARGS = ("resolution", "in_channels", "model_channels", "cond_channels", "out_channels",
         "num_blocks", "num_heads", "mlp_ratio", "pe_mode", "share_mod", "qk_rms_norm",
@@ -34,9 +35,43 @@ class OriginalModule:
         return x.replace(np.full_like(x.feats, 0.25))
 
 
+class SparseStructureFlowModel:
+    """Stands for TRELLIS.2's dense SparseStructureFlowModel (found by its class name): its
+    attributes, its position buffer and its state dict; called on a dense volume
+    model(x, t, cond) (no concat_cond), a call records itself and returns a marker volume."""
+
+    def __init__(self, config, state_dict):
+        for a in ARGS:
+            setattr(self, a, config["args"][a])
+        self.dtype = "torch.bfloat16"
+        D = config["args"]["model_channels"] // config["args"]["num_heads"]
+        # The buffer the original registers (complex64 [R^3, D/2]); the engine computes its own.
+        self.rope_phases = np.ones((self.resolution ** 3, D // 2), np.complex64)
+        self._state = dict(state_dict, rope_phases=self.rope_phases)
+        self.calls = 0
+
+    def state_dict(self):
+        return self._state
+
+    def __call__(self, x, t, cond, **kwargs):   # keyword arguments: recorded, not read
+        self.calls += 1
+        assert x.shape[1:] == (self.in_channels,) + (self.resolution,) * 3
+        return np.full_like(x, 0.25)
+
+
+def _rows(x):
+    return x.feats if hasattr(x, "feats") else x
+
+
+def _with(x, values):
+    return x.replace(values) if hasattr(x, "feats") else values
+
+
 class FlowEulerGuidanceIntervalSampler:
     """TRELLIS.2's sampler structure, in NumPy: Euler steps of the guided velocity, CFG with
-    the negative condition inside the interval, guidance rescale on x_0 per asset."""
+    the negative condition inside the interval, guidance rescale on x_0 per asset: over a
+    SparseTensor the asset's rows (the population std, as the structured-latent stages), over
+    a dense volume Tensor.std of each batch element (unbiased, as the original)."""
 
     def __init__(self, sigma_min=1e-5):
         self.sigma_min = sigma_min
@@ -56,22 +91,27 @@ class FlowEulerGuidanceIntervalSampler:
             t, t_prev = ts[k], ts[k + 1]
             tt = np.full((B,), 1000 * t, dtype=np.float32)
             g = guidance_strength if guidance_interval[0] <= t <= guidance_interval[1] else 1
-            v_pos = model(x, tt, cond, **kwargs).feats
+            xf = _rows(x)
+            v_pos = _rows(model(x, tt, cond, **kwargs))
             if g != 1:
-                v_neg = model(x, tt, neg_cond, **kwargs).feats
+                v_neg = _rows(model(x, tt, neg_cond, **kwargs))
                 v = g * v_pos + (1 - g) * v_neg
                 if guidance_rescale > 0:
-                    x0_pos = (1 - sm) * x.feats - (sm + (1 - sm) * t) * v_pos
-                    x0_cfg = (1 - sm) * x.feats - (sm + (1 - sm) * t) * v
-                    ratio = np.empty((len(x.feats), 1), np.float32)
-                    for b in range(B):
-                        rows = x.coords[:, 0] == b
-                        ratio[rows] = x0_pos[rows].std() / x0_cfg[rows].std()
+                    x0_pos = (1 - sm) * xf - (sm + (1 - sm) * t) * v_pos
+                    x0_cfg = (1 - sm) * xf - (sm + (1 - sm) * t) * v
+                    if hasattr(x, "coords"):
+                        ratio = np.empty((len(xf), 1), np.float32)
+                        for b in range(B):
+                            rows = x.coords[:, 0] == b
+                            ratio[rows] = x0_pos[rows].std() / x0_cfg[rows].std()
+                    else:
+                        ratio = np.array([x0_pos[b].std(ddof=1) / x0_cfg[b].std(ddof=1)
+                                          for b in range(B)], np.float32).reshape(B, 1, 1, 1, 1)
                     x0 = guidance_rescale * (x0_cfg * ratio) + (1 - guidance_rescale) * x0_cfg
-                    v = ((1 - sm) * x.feats - x0) / (sm + (1 - sm) * t)
+                    v = ((1 - sm) * xf - x0) / (sm + (1 - sm) * t)
             else:
                 v = v_pos
-            x = x.replace((x.feats - (t - t_prev) * v).astype(np.float32))
+            x = _with(x, (xf - (t - t_prev) * v).astype(np.float32))
         return type("Out", (), {"samples": x, "pred_x_t": [], "pred_x_0": []})()
 
 
@@ -242,3 +282,230 @@ def test_a_texture_model_takes_its_concat_condition(tiny_config, tiny_state_dict
     np.testing.assert_array_equal(
         v.feats, engine.forward(noise.feats, 1000.0, cond, shape_slat.feats, coords=noise.coords))
     assert original.calls == 0 and acc.fallbacks() == []
+
+
+# ---- The five flow models: the dense sparse-structure model beside the four SLat ones ----
+
+SS_PARAMS = dict(steps=4, rescale_t=5.0, guidance_strength=7.5, guidance_interval=(0.6, 1.0),
+                 guidance_rescale=0.7)
+SS_SETTINGS = sparse3d.SamplerSettings(steps=4, rescale_t=5.0, guidance_rescale=0.7)
+
+
+class FullPipeline:
+    """Trellis2ImageTo3DPipeline's flow models and samplers: all five models and the three
+    samplers with their parameters (the sparse-structure ones as the released pipeline.json,
+    with fewer steps)."""
+
+    def __init__(self, dense, slat, tex):
+        self.models = {"sparse_structure_flow_model": dense,
+                       "shape_slat_flow_model_512": slat, "shape_slat_flow_model_1024": slat,
+                       "tex_slat_flow_model_512": tex, "tex_slat_flow_model_1024": tex,
+                       "sparse_structure_decoder": object(), "image_cond_model": object()}
+        self.sparse_structure_sampler = FlowEulerGuidanceIntervalSampler()
+        self.shape_slat_sampler = FlowEulerGuidanceIntervalSampler()
+        self.tex_slat_sampler = FlowEulerGuidanceIntervalSampler()
+        self.sparse_structure_sampler_params = dict(SS_PARAMS)
+
+    def sample_sparse_structure(self, cond, noise):
+        """As the pipeline: the sampler over the model with a zero negative condition."""
+        return self.sparse_structure_sampler.sample(
+            self.models["sparse_structure_flow_model"], noise, cond, np.zeros_like(cond),
+            **self.sparse_structure_sampler_params, verbose=False).samples
+
+
+def _texture(tiny_config, tiny_state_dict):
+    import copy
+    config = copy.deepcopy(tiny_config)
+    config["args"]["in_channels"] = 40
+    state = dict(tiny_state_dict)
+    rng = np.random.default_rng(5)
+    extra = (0.02 * rng.standard_normal((128, 8))).astype(np.float32)
+    state["input_layer.weight"] = np.concatenate([state["input_layer.weight"], extra], axis=1)
+    return config, state
+
+
+@pytest.fixture
+def full(tiny_config, tiny_state_dict, dense_config, dense_state_dict):
+    tex_config, tex_state = _texture(tiny_config, tiny_state_dict)
+    return FullPipeline(SparseStructureFlowModel(dense_config, dense_state_dict),
+                        OriginalModule(tiny_config, tiny_state_dict),
+                        OriginalModule(tex_config, tex_state))
+
+
+@pytest.fixture
+def full_acc(full, cache_dir):
+    return t2.accelerate(full, device="cpu", cache_dir=cache_dir)
+
+
+def test_all_five_flow_models_and_three_samplers_are_served(full, full_acc):
+    assert t2.FLOW_MODELS == ("sparse_structure_flow_model", "shape_slat_flow_model_512",
+                              "shape_slat_flow_model_1024", "tex_slat_flow_model_512",
+                              "tex_slat_flow_model_1024")
+    assert t2.FLOW_SAMPLERS == ("sparse_structure_sampler", "shape_slat_sampler",
+                                "tex_slat_sampler")
+    assert sorted(full_acc.models) == sorted(t2.FLOW_MODELS)
+    assert sorted(full_acc.samplers) == sorted(t2.FLOW_SAMPLERS)
+    assert full_acc.skipped == {}
+    for name in t2.FLOW_MODELS:
+        assert isinstance(full.models[name], t2.EngineFlowModel)
+    assert not isinstance(full.models["sparse_structure_decoder"], t2.EngineFlowModel)
+    dense = full.models["sparse_structure_flow_model"]
+    assert dense.family == "SparseStructureFlowModel"
+    assert full.models["tex_slat_flow_model_1024"].family == "SLatFlowModel"
+    # What the pipeline reads for the noise: resolution and in_channels.
+    assert (dense.resolution, dense.in_channels) == (DENSE_R, DENSE_C)
+    report = full_acc.report()
+    for name in t2.FLOW_MODELS:
+        assert f"{name}: sparse3d engine" in report
+    assert "sparse_structure_flow_model: sparse3d engine (SparseStructureFlowModel;" in report
+    for name in t2.FLOW_SAMPLERS:
+        assert f"{name}: whole loops in the engine 0" in report
+
+
+def test_the_dense_config_comes_from_the_module(full, full_acc, dense_config):
+    model = full.models["sparse_structure_flow_model"]
+    config, source = t2.config_of_module(model.original)
+    assert source == "module attributes"
+    want = dict(dense_config["args"])
+    del want["initialization"]             # training only; not read from the module
+    assert config == {"name": "SparseStructureFlowModel", "args": want}
+    assert "rope_freq" not in config["args"]   # ignored by the dense model: not passed
+
+
+def test_the_family_rule(tiny_config, tiny_state_dict, dense_config, dense_state_dict):
+    assert t2.family_of_module(SparseStructureFlowModel(dense_config, dense_state_dict)) == \
+        "SparseStructureFlowModel"
+    assert t2.family_of_module(OriginalModule(tiny_config, tiny_state_dict)) == "SLatFlowModel"
+
+    class Renamed:                         # another class name, the dense model's buffer
+        pass
+    m = Renamed()
+    m.pos_emb = np.zeros((8, 8), np.float32)
+    assert t2.family_of_module(m) == "SparseStructureFlowModel"
+
+    class Derived(SparseStructureFlowModel):   # a subclass of the named class
+        pass
+    d = Derived(dense_config, dense_state_dict)
+    del d.rope_phases
+    assert t2.family_of_module(d) == "SparseStructureFlowModel"
+
+
+def test_the_dense_model_is_served_per_forward(full, full_acc, dense_config, dense_state_dict,
+                                               cache_dir):
+    model = full.models["sparse_structure_flow_model"]
+    noise, cond = dense_request(2, 21)
+    t = np.array([1000.0, 700.0], np.float32)
+    v = model(noise, t, cond)
+    assert isinstance(v, np.ndarray) and v.shape == noise.shape and v.dtype == noise.dtype
+    engine = sparse3d.Engine.from_state_dict(dense_config, dense_state_dict, device="cpu",
+                                             cache_dir=cache_dir)
+    np.testing.assert_array_equal(v, engine.forward(noise, t, cond))
+    assert model.original.calls == 0 and model.stats.calls["forward"] == 1
+    assert full_acc.fallbacks() == []
+    assert "sparse_structure_flow_model: sparse3d engine (SparseStructureFlowModel; path " \
+           "default; config from module attributes); forward calls served 1" in full_acc.report()
+
+
+def test_the_dense_whole_loop_runs_in_the_engine_bit_for_bit(full, full_acc, dense_config,
+                                                              dense_state_dict, cache_dir):
+    noise, cond = dense_request(1, 22)
+    z_s = full.sample_sparse_structure(cond, noise)
+    assert isinstance(z_s, np.ndarray) and z_s.shape == noise.shape
+    engine = sparse3d.Engine.from_state_dict(dense_config, dense_state_dict, device="cpu",
+                                             cache_dir=cache_dir)
+    np.testing.assert_array_equal(z_s, engine.sample(cond=cond, noise=noise, sampler=SS_SETTINGS))
+    # The same as the token-mode request the CLI makes of a payload (full grid, raster order).
+    from conftest import grid_coords, to_tokens, to_volume
+    tok = engine.sample(grid_coords(1), cond, noise=to_tokens(noise), sampler=SS_SETTINGS)
+    np.testing.assert_array_equal(z_s, to_volume(tok, 1))
+    model = full.models["sparse_structure_flow_model"]
+    assert full.sparse_structure_sampler.original.loops == 0
+    assert model.original.calls == 0 and model.stats.calls["forward"] == 0
+    assert full_acc.fallbacks() == []
+    assert "sparse_structure_sampler: whole loops in the engine 1" in full_acc.report()
+
+
+def test_the_dense_original_sampler_over_the_drop_in_matches_the_engine_loop(full, full_acc):
+    """TRELLIS.2's sampler arithmetic (NumPy, the unbiased std of a dense tensor) calling the
+    engine-backed dense model once per forward: close to the engine's whole loop."""
+    noise, cond = dense_request(2, 23)
+    model = full.models["sparse_structure_flow_model"]
+    loop = full.sparse_structure_sampler.original.sample(model, noise, cond, np.zeros_like(cond),
+                                                         **SS_PARAMS, verbose=False).samples
+    whole = full.sample_sparse_structure(cond, noise)
+    rel = np.linalg.norm(loop - whole) / np.linalg.norm(whole)
+    assert rel < 1e-4, rel
+    assert model.stats.calls["forward"] == 4 + 4   # r = 5: all 4 steps' t are in [0.6, 1]
+    assert model.original.calls == 0
+
+
+def test_what_the_dense_engine_cannot_serve_runs_on_the_original(full, full_acc):
+    model = full.models["sparse_structure_flow_model"]
+    sampler = full.sparse_structure_sampler
+    noise, cond = dense_request(1, 24)
+    t = np.full(1, 500.0, np.float32)
+    # A negative condition that is not zero: the original sampler over the engine's forwards.
+    out = sampler.sample(model, noise, cond, np.ones_like(cond), **SS_PARAMS, verbose=False)
+    assert sampler.original.loops == 1 and out.samples.shape == noise.shape
+    assert model.original.calls == 0
+    # A keyword argument the dense call does not take: the original module.
+    model(noise, t, cond, mystery=1)
+    # A condition the engine refuses (wrong width): the original, the engine's message as reason.
+    model(noise, t, np.ascontiguousarray(cond[:, :, :7]))
+    # A SparseTensor given to the dense model: the original (which asserts a volume, as
+    # TRELLIS.2's does).
+    coords, _ = make_request([10], 1)
+    with pytest.raises(AssertionError):
+        model(SparseTensor(np.zeros((10, 8), np.float32), coords), t, cond)
+    assert model.original.calls == 3
+    reasons = [f["reason"] for f in full_acc.fallbacks()]
+    assert any("not zero" in r for r in reasons)
+    assert any("mystery" in r for r in reasons)
+    assert any("cond" in r and "mystery" not in r and "zero" not in r for r in reasons)
+    assert any("SparseTensor" in r and "dense volume" in r for r in reasons)
+    assert "ran the original sampler x" in full_acc.report()
+
+
+def test_a_slat_sampler_given_a_dense_tensor_falls_back(full, full_acc):
+    """The wrong kind of noise for the model is a counted fallback, not an AttributeError."""
+    sampler = full.shape_slat_sampler
+    noise, cond = dense_request(1, 25)
+    with pytest.raises(Exception):   # the NumPy original sampler cannot run it either
+        sampler.sample(full.models["shape_slat_flow_model_512"], noise, cond,
+                       np.zeros_like(cond), **PARAMS)
+    assert any("not a SparseTensor" in f["reason"] for f in full_acc.fallbacks())
+
+
+def test_texture_models_take_concat_cond_per_forward_and_whole_loop(full, full_acc,
+                                                                    tiny_config, tiny_state_dict,
+                                                                    cache_dir):
+    """Both texture models of the pipeline: the sampler passes the shape latent as
+    concat_cond (**kwargs, as TRELLIS.2's pipeline), served as one whole loop; TRELLIS.2's
+    own sampler arithmetic passes it on to every model call, served per forward."""
+    tex_config, tex_state = _texture(tiny_config, tiny_state_dict)
+    engine = sparse3d.Engine.from_state_dict(tex_config, tex_state, device="cpu",
+                                             cache_dir=cache_dir)
+    rng = np.random.default_rng(26)
+    for name in ("tex_slat_flow_model_512", "tex_slat_flow_model_1024"):
+        model = full.models[name]
+        noise, cond = request((19, 28), 27)
+        shape_slat = SparseTensor(rng.standard_normal((47, 8)).astype(np.float32), noise.coords)
+        whole = full.tex_slat_sampler.sample(model, noise, cond, np.zeros_like(cond),
+                                             concat_cond=shape_slat, **PARAMS).samples
+        want = engine.sample(noise.coords, cond, noise=noise.feats, concat_cond=shape_slat.feats,
+                             sampler=sparse3d.SamplerSettings(steps=4))
+        np.testing.assert_array_equal(whole.feats, want)
+        loop = full.tex_slat_sampler.original.sample(model, noise, cond, np.zeros_like(cond),
+                                                     concat_cond=shape_slat, **PARAMS).samples
+        rel = np.linalg.norm(loop.feats - want) / np.linalg.norm(want)
+        assert rel < 1e-4, rel
+        # Without the concat_cond the loop differs: it was used.
+        plain = engine.sample(noise.coords, cond, noise=noise.feats,
+                              concat_cond=np.zeros_like(shape_slat.feats),
+                              sampler=sparse3d.SamplerSettings(steps=4))
+        assert not np.array_equal(plain, want)
+        assert model.stats.calls["forward"] >= 7
+    assert full.tex_slat_sampler.original.loops == 2   # the two direct calls only
+    assert full.models["tex_slat_flow_model_512"].original.calls == 0
+    assert full_acc.fallbacks() == []
+    assert "tex_slat_sampler: whole loops in the engine 2" in full_acc.report()

@@ -8,6 +8,13 @@
 3. Every payload: the pipeline with the original (oracle) module vs accelerated, same run:
    time per asset and the latent's relative L2 error against the original's; plus TRELLIS.2's
    own sampler arithmetic calling the accelerated model once per forward.
+4. With --dense-checkpoint (a SparseStructureFlowModel NAME.json): the dense model's
+   drop-in. Engine.sample in volume mode (coords=None, [B, 8, R, R, R]) against token mode
+   (the full grid in raster order) bit for bit; the pipeline's sparse_structure_sampler over
+   the accelerated model (whole loop in the engine, the released sparse-structure settings)
+   against Engine.sample bit for bit; against the original (dense oracle behind TRELLIS.2's
+   call, dense.py) in time and relative L2; TRELLIS.2's sampler arithmetic over the
+   accelerated model per forward.
 
 Writes a JSON (--json) and prints a table last.
 """
@@ -24,7 +31,8 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import io_formats  # noqa: E402
 from model import ModelConfig, SLatFlowModel  # noqa: E402
-from trellis2_like import OracleFlowModel, Pipeline, SparseTensor  # noqa: E402
+from trellis2_like import (OracleFlowModel, Pipeline, SparseTensor,  # noqa: E402
+                           SparseStructureFlowModel as DenseOriginal)
 
 import sparse3d  # noqa: E402  (the installed wheel)
 import sparse3d.trellis2  # noqa: E402
@@ -71,6 +79,12 @@ def main():
     p.add_argument("--cache-dir", default="/tmp/s3d/cache-py")
     p.add_argument("--json", required=True)
     p.add_argument("--skip-original", action="store_true")
+    p.add_argument("--dense-checkpoint", default=None,
+                   help="a SparseStructureFlowModel NAME.json: also check its drop-in (4.)")
+    p.add_argument("--dense-batch", type=int, default=1, help="volumes per dense request")
+    p.add_argument("--dense-cond-tokens", type=int, default=1029,
+                   help="condition tokens of the dense requests (the pipeline's 512-px DINOv3)")
+    p.add_argument("--dense-seed", type=int, default=42)
     a = p.parse_args()
     dev = torch.device("cuda")
     res = {"sparse3d_file": sparse3d.__file__, "version": sparse3d.__version__,
@@ -215,6 +229,8 @@ def main():
         res["speedup_geomean"] = float(np.exp(np.mean(np.log(speedups))))
         table.append(f"geomean speedup of the drop-in over the original: "
                      f"{res['speedup_geomean']:.2f}x over {len(speedups)} payloads")
+    if a.dense_checkpoint:
+        check_dense(a, dev, res, table)
     res["report"] = acc.report()
     res["fallbacks"] = acc.fallbacks()
     res["engine_counters"] = engine.counters()
@@ -222,6 +238,81 @@ def main():
     with open(a.json, "w") as f:
         json.dump(res, f, indent=1, default=str)
     print("\n".join(table))
+
+
+def check_dense(a, dev, res, table):
+    """4. The dense model's drop-in (docs/PYTHON.md, "The dense model")."""
+    import dense as dense_oracle
+    name, args, state = io_formats.load_model_checkpoint(a.dense_checkpoint)
+    assert name == "SparseStructureFlowModel", name
+    cfg = dense_oracle.config_from_args(args, a.dense_checkpoint)
+    oracle = dense_oracle.SparseStructureFlowModel.from_state_dict(cfg, state, dev,
+                                                                   a.dense_checkpoint)
+    del state
+    original = DenseOriginal(oracle)
+    plain = Pipeline(dense_model=original)
+    accelerated = Pipeline(dense_model=original)
+    acc = sparse3d.trellis2.accelerate(accelerated, path=a.path, cache_dir=a.cache_dir)
+    model = accelerated.models["sparse_structure_flow_model"]
+    d = {"family": model.family, "config_source": model.config_source}
+    R, C, B = cfg.resolution, cfg.out_channels, a.dense_batch
+    g = torch.Generator().manual_seed(a.dense_seed)
+    noise = torch.randn(B, C, R, R, R, generator=g).to(dev)    # as the pipeline draws it
+    cond = torch.randn(B, a.dense_cond_tokens, cfg.cond_channels, generator=g).to(dev)
+    params = accelerated.sparse_structure_sampler_params
+
+    # Volume mode against token mode, on the file's engine.
+    engine = sparse3d.Engine(a.dense_checkpoint, path=a.path, cache_dir=a.cache_dir)
+    vol, t_vol = timed(lambda: engine.sample(cond=cond, noise=noise,
+                                             sampler="released_sparse_structure"), a.repeat + 1)
+    assert vol.shape == noise.shape, vol.shape
+    steps = engine.last_request["steps"]
+    tok = engine.sample(dense_oracle.dense_coords(B, R, dev), cond,
+                        noise=dense_oracle.volume_to_tokens(noise).contiguous(),
+                        sampler="released_sparse_structure")
+    d["volume_vs_token_bitwise"] = bool(torch.equal(
+        vol, dense_oracle.tokens_to_volume(tok, R)))
+    d["cfg_steps"] = sum(1 for s in steps if s["cfg"])
+    d["engine_sample_s"] = statistics.median(t_vol[1:])
+    v_vol = engine.forward(noise, 1000.0, cond)
+    v_tok = engine.forward(dense_oracle.volume_to_tokens(noise).contiguous(), 1000.0, cond,
+                           coords=dense_oracle.dense_coords(B, R, dev))
+    d["forward_volume_vs_token_bitwise"] = bool(torch.equal(
+        v_vol, dense_oracle.tokens_to_volume(v_tok, R)))
+
+    # The drop-in: the whole loop in the engine, bit for bit Engine.sample.
+    whole, t_whole = timed(lambda: accelerated.sample_sparse_structure(cond, noise), a.repeat + 1)
+    d["dropin_whole_loop_bitwise_vs_sample"] = bool(torch.equal(whole, vol))
+    d["dropin_whole_loop_s"] = statistics.median(t_whole[1:])
+    # TRELLIS.2's sampler arithmetic over the accelerated model, one engine forward per call.
+    sampler = accelerated.sparse_structure_sampler.original
+    loop, t_loop = timed(lambda: sampler.sample(model, noise, cond, torch.zeros_like(cond),
+                                                verbose=False, **params).samples, 1)
+    d["dropin_per_forward_s"] = t_loop[0]
+    d["rel_l2_per_forward_vs_whole"] = rel_l2(loop, whole)
+    if not a.skip_original:
+        plain.sample_sparse_structure(cond, noise)            # warm-up
+        ref, t_ref = timed(lambda: plain.sample_sparse_structure(cond, noise), 2)
+        d["original_s"] = min(t_ref)
+        d["speedup_whole_loop"] = d["original_s"] / d["dropin_whole_loop_s"]
+        d["rel_l2_whole_vs_original"] = rel_l2(whole, ref)
+        d["rel_l2_per_forward_vs_original"] = rel_l2(loop, ref)
+        d["occupancy_sign_agreement"] = float(((whole > 0) == (ref > 0)).float().mean())
+    d["report"] = acc.report()
+    d["fallbacks"] = acc.fallbacks()
+    res["dense"] = d
+    line = (f"dense {B} x {C} x {R}^3, L {a.dense_cond_tokens}: volume vs token bitwise "
+            f"{d['volume_vs_token_bitwise']} (forward {d['forward_volume_vs_token_bitwise']}), "
+            f"drop-in loop bitwise {d['dropin_whole_loop_bitwise_vs_sample']}, CFG steps "
+            f"{d['cfg_steps']}; sample() {d['engine_sample_s'] * 1e3:.1f} ms, drop-in "
+            f"{d['dropin_whole_loop_s'] * 1e3:.1f} ms, per-forward {t_loop[0] * 1e3:.1f} ms "
+            f"(rel L2 vs whole {d['rel_l2_per_forward_vs_whole']:.1e})")
+    if "original_s" in d:
+        line += (f"; original {d['original_s'] * 1e3:.1f} ms ({d['speedup_whole_loop']:.2f}x; "
+                 f"rel L2 {d['rel_l2_whole_vs_original']:.1e}, per-forward "
+                 f"{d['rel_l2_per_forward_vs_original']:.1e})")
+    table.append(line)
+    table.append("dense accelerate report:\n" + acc.report())
 
 
 if __name__ == "__main__":
