@@ -11,6 +11,14 @@ at hand.
   python3 tools/torch_ref/fixtures.py --out /tmp/tiny        # tiny.json/.safetensors + manifest.json
   python3 tools/torch_ref/fixtures.py --out /tmp/big --preset shape-1024 --fast-rng \
       --tokens 3664 30227 --cond-tokens 4101
+
+The presets tiny-ss and ss-16 are the dense sparse-structure model (SparseStructureFlowModel,
+docs/DENSE_MODEL.md): every asset is the full R^3 grid in raster order (dense.dense_coords),
+so --assets N replaces --tokens.
+
+  python3 tools/torch_ref/fixtures.py --out /tmp/tiny-ss --preset tiny-ss
+  python3 tools/torch_ref/fixtures.py --out /tmp/ss16 --preset ss-16 --fast-rng --assets 1 \
+      --cond-tokens 1029
 """
 import argparse
 import copy
@@ -22,6 +30,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import dense  # noqa: E402
 import io_formats  # noqa: E402
 from model import ModelConfig, SLatFlowModel  # noqa: E402
 
@@ -36,7 +45,26 @@ TINY_ARGS = {
 
 SHAPE_1024_ARGS = {**TINY_ARGS, "model_channels": 1536, "cond_channels": 1024,
                    "num_blocks": 30, "num_heads": 12, "mlp_ratio": 5.3334}
-PRESETS = {"tiny": TINY_ARGS, "shape-1024": SHAPE_1024_ARGS}
+# The dense sparse-structure model: a tiny one, and the released shape (640 tensors).
+TINY_SS_ARGS = {
+    "resolution": 8, "in_channels": 8, "out_channels": 8, "model_channels": 128,
+    "cond_channels": 64, "num_blocks": 2, "num_heads": 2, "mlp_ratio": 4.0,
+    "pe_mode": "rope", "share_mod": True, "qk_rms_norm": True, "qk_rms_norm_cross": True,
+    "initialization": "scaled", "dtype": "bfloat16", "use_checkpoint": False,
+}
+SS_16_ARGS = {**TINY_SS_ARGS, "resolution": 16, "model_channels": 1536,
+              "cond_channels": 1024, "num_blocks": 30, "num_heads": 12, "mlp_ratio": 5.3334}
+PRESETS = {"tiny": TINY_ARGS, "shape-1024": SHAPE_1024_ARGS, "tiny-ss": TINY_SS_ARGS,
+           "ss-16": SS_16_ARGS}
+# The checkpoint JSON's "name" of each preset (SLatFlowModel unless listed).
+PRESET_MODELS = {"tiny-ss": dense.MODEL_NAME, "ss-16": dense.MODEL_NAME}
+
+
+def config_for(model_name, args, where="checkpoint config"):
+    """ModelConfig of a checkpoint's (name, args)."""
+    if model_name == dense.MODEL_NAME:
+        return dense.config_from_args(args, where)
+    return ModelConfig.from_args(args, where)
 
 
 def _normal(seed, shape, std, mean=0.0, fast=False):
@@ -103,20 +131,29 @@ def random_cond(seed, tokens, channels):
 
 
 def write_fixture(out_dir, args=None, token_counts=(37, 64, 21), cond_tokens=16, seed=7,
-                  name="tiny", concat_channels=0, fast=False):
+                  name="tiny", concat_channels=0, fast=False, model_name="SLatFlowModel",
+                  assets=2):
     """Writes NAME.json/.safetensors, manifest.json and one file per asset into out_dir.
     Alternates the condition dtype (BF16, F32, ...) to exercise both. Returns the paths
-    (checkpoint json, manifest json)."""
+    (checkpoint json, manifest json). For the dense model (model_name
+    "SparseStructureFlowModel") token_counts is not used: `assets` assets, each the full
+    R^3 grid in raster order."""
     args = copy.deepcopy(args or TINY_ARGS)
-    cfg = ModelConfig.from_args(args)
+    cfg = config_for(model_name, args)
+    is_dense = model_name == dense.MODEL_NAME
+    if is_dense and concat_channels:
+        raise ValueError("the dense model takes no concat_cond")
     os.makedirs(out_dir, exist_ok=True)
     ckpt = os.path.join(out_dir, f"{name}.json")
-    io_formats.write_checkpoint(ckpt, args, random_state_dict(cfg, seed, fast=fast))
+    io_formats.write_checkpoint(ckpt, args, random_state_dict(cfg, seed, fast=fast),
+                                model_name)
     grid = cfg.resolution
+    if is_dense:
+        token_counts = [grid ** 3] * assets
     entries = []
     for i, T in enumerate(token_counts):
-        asset = f"a{i:02d}-random-{T}"
-        coords = random_coords(1000 + i, T, grid)
+        asset = f"a{i:02d}-grid-{grid}" if is_dense else f"a{i:02d}-random-{T}"
+        coords = dense.dense_coords(1, grid) if is_dense else random_coords(1000 + i, T, grid)
         cond = random_cond(2000 + i, cond_tokens, cfg.cond_channels)
         if i % 2 == 0:
             cond = cond.to(torch.bfloat16)
@@ -136,16 +173,26 @@ def main():
     p = argparse.ArgumentParser(description="write a random checkpoint and payload")
     p.add_argument("--out", required=True)
     p.add_argument("--preset", choices=sorted(PRESETS), default="tiny")
-    p.add_argument("--tokens", type=int, nargs="+", default=[37, 64, 21])
+    p.add_argument("--tokens", type=int, nargs="+", default=None,
+                   help="token count of each asset (SLat presets; default 37 64 21)")
+    p.add_argument("--assets", type=int, default=2,
+                   help="number of assets (dense presets tiny-ss, ss-16: each the full grid)")
     p.add_argument("--cond-tokens", type=int, default=16)
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--fast-rng", action="store_true",
                    help="weights from torch.randn (the FORMATS.md stream takes minutes for "
                         "shape-1024)")
     a = p.parse_args()
-    ckpt, man = write_fixture(a.out, args=PRESETS[a.preset], token_counts=a.tokens,
+    model_name = PRESET_MODELS.get(a.preset, "SLatFlowModel")
+    if model_name == dense.MODEL_NAME and a.tokens is not None:
+        p.error(f"--tokens does not apply to the dense preset {a.preset} (every asset is the "
+                "full grid); use --assets")
+    if a.assets < 1:
+        p.error("--assets must be >= 1")
+    ckpt, man = write_fixture(a.out, args=PRESETS[a.preset],
+                              token_counts=a.tokens or [37, 64, 21],
                               cond_tokens=a.cond_tokens, seed=a.seed, name=a.preset,
-                              fast=a.fast_rng)
+                              fast=a.fast_rng, model_name=model_name, assets=a.assets)
     print(f"wrote {ckpt} and {man}")
 
 

@@ -86,18 +86,28 @@ def normal_tensor(seed, shape):
 # Checkpoint: NAME.json + NAME.safetensors
 # ---------------------------------------------------------------------------------------
 
-def read_config(json_path):
-    """The "args" dict of a checkpoint's NAME.json (validated by model.ModelConfig)."""
+MODEL_NAMES = ("SLatFlowModel", "SparseStructureFlowModel")
+
+
+def read_model_config(json_path, names=MODEL_NAMES):
+    """(name, args) of a checkpoint's NAME.json: {"name": one of names, "args": {...}}
+    (args validated by model.ModelConfig / dense.config_from_args)."""
     with open(json_path) as f:
         doc = json.load(f)
-    if not isinstance(doc, dict) or doc.get("name") != "SLatFlowModel":
+    if not isinstance(doc, dict) or doc.get("name") not in names:
+        expected = " or ".join(f"\"{n}\"" for n in names)
         raise ValueError(f"checkpoint config {json_path}: expected {{\"name\": "
-                         f"\"SLatFlowModel\", \"args\": {{...}}}}, found name "
+                         f"{expected}, \"args\": {{...}}}}, found name "
                          f"{doc.get('name') if isinstance(doc, dict) else type(doc).__name__!r}")
     args = doc.get("args")
     if not isinstance(args, dict):
         raise ValueError(f"checkpoint config {json_path}: \"args\" must be an object")
-    return args
+    return doc["name"], args
+
+
+def read_config(json_path):
+    """The "args" dict of an SLatFlowModel checkpoint's NAME.json."""
+    return read_model_config(json_path, ("SLatFlowModel",))[1]
 
 
 def checkpoint_tensors_path(json_path):
@@ -108,21 +118,30 @@ def checkpoint_tensors_path(json_path):
     return base + ".safetensors"
 
 
-def load_checkpoint(json_path):
-    """(args dict, state dict of CPU tensors as stored) for NAME.json."""
+def load_model_checkpoint(json_path):
+    """(model name, args dict, state dict of CPU tensors as stored) for NAME.json of either
+    model (SLatFlowModel or SparseStructureFlowModel)."""
     from safetensors.torch import load_file
-    args = read_config(json_path)
+    name, args = read_model_config(json_path)
     tensors_path = checkpoint_tensors_path(json_path)
     if not os.path.exists(tensors_path):
         raise FileNotFoundError(f"checkpoint {json_path}: tensor file {tensors_path} not found")
-    return args, load_file(tensors_path, device="cpu")
+    return name, args, load_file(tensors_path, device="cpu")
 
 
-def write_checkpoint(json_path, args, state_dict):
+def load_checkpoint(json_path):
+    """(args dict, state dict of CPU tensors as stored) for an SLatFlowModel NAME.json."""
+    read_config(json_path)
+    return load_model_checkpoint(json_path)[1:]
+
+
+def write_checkpoint(json_path, args, state_dict, name="SLatFlowModel"):
     """Writes NAME.json and NAME.safetensors (used by the test fixtures)."""
     from safetensors.torch import save_file
+    if name not in MODEL_NAMES:
+        raise ValueError(f"model name {name!r} is not one of {MODEL_NAMES}")
     with open(json_path, "w") as f:
-        json.dump({"name": "SLatFlowModel", "args": args}, f, indent=2)
+        json.dump({"name": name, "args": args}, f, indent=2)
         f.write("\n")
     save_file({k: v.contiguous() for k, v in state_dict.items()},
               checkpoint_tensors_path(json_path))

@@ -12,6 +12,12 @@ set of sampler settings and writes, into one self-contained folder,
       --manifest payloads/tiny/manifest.json --out tests/data/golden --device cuda
   python3 tools/torch_ref/make_golden.py --tiny --out tests/data/golden --device cuda
       (--tiny: make the inputs with fixtures.py instead of reading them)
+  python3 tools/torch_ref/make_golden.py --preset tiny-ss --out tests/data/golden-ss --device cuda
+      (--preset NAME: the same with any fixtures.py preset; tiny-ss is the dense
+      sparse-structure model, two assets of the full 8^3 grid)
+
+A dense checkpoint (SparseStructureFlowModel) runs through the same cases: its assets are
+full grids, its outputs tokens in raster order, its guidance rescale the unbiased std.
 """
 import argparse
 import hashlib
@@ -92,6 +98,8 @@ def main(argv=None):
     p.add_argument("--manifest", help="payload manifest")
     p.add_argument("--tiny", action="store_true",
                    help="generate a tiny checkpoint and payload (fixtures.py) as the inputs")
+    p.add_argument("--preset", choices=sorted(fixtures.PRESETS), default=None,
+                   help="as --tiny with another fixtures.py preset (tiny-ss: the dense model)")
     p.add_argument("--out", required=True, help="golden folder (created)")
     p.add_argument("--device", default="cuda")
     p.add_argument("--steps", type=int, default=4)
@@ -101,11 +109,17 @@ def main(argv=None):
     p.add_argument("--case", action="append", default=None,
                    help=f"subset of cases: {[c[0] for c in CASES]}")
     a = p.parse_args(argv)
-    if a.tiny == bool(a.checkpoint or a.manifest) or (not a.tiny and not (a.checkpoint and a.manifest)):
-        p.error("pass either --tiny or both --checkpoint and --manifest")
+    if a.tiny and a.preset and a.preset != "tiny":
+        p.error("--tiny is --preset tiny; pass one of them")
+    preset = "tiny" if a.tiny else a.preset
+    if bool(preset) == bool(a.checkpoint or a.manifest) or \
+            (not preset and not (a.checkpoint and a.manifest)):
+        p.error("pass either --tiny (or --preset NAME) or both --checkpoint and --manifest")
     inputs = os.path.join(a.out, "inputs")
-    if a.tiny:
-        ckpt, man = fixtures.write_fixture(inputs)
+    if preset:
+        ckpt, man = fixtures.write_fixture(
+            inputs, args=fixtures.PRESETS[preset], name=preset,
+            model_name=fixtures.PRESET_MODELS.get(preset, "SLatFlowModel"))
     else:
         ckpt, man = copy_inputs(a.checkpoint, a.manifest, inputs)
     cases = [c for c in CASES if not a.case or c[0] in a.case]

@@ -397,6 +397,14 @@ class SLatFlowModel(nn.Module):
     def check_state_dict(cfg, state_dict, where="checkpoint"):
         """Raises one error naming every missing, unexpected and mis-shaped tensor, and
         every tensor stored in a dtype other than bf16, f16 or f32."""
+        problems = SLatFlowModel.state_dict_problems(cfg, state_dict)
+        if problems:
+            raise ValueError(f"{where}: {len(problems)} problem(s) with the tensors for this "
+                             "config:\n  " + "\n  ".join(problems))
+
+    @staticmethod
+    def state_dict_problems(cfg, state_dict):
+        """check_state_dict's findings as a list of lines (empty when the tensors fit)."""
         expected = SLatFlowModel.expected_shapes(cfg)
         problems = []
         for name in sorted(set(expected) - set(state_dict)):
@@ -410,9 +418,7 @@ class SLatFlowModel(nn.Module):
                                 f"found {list(t.shape)}")
             if t.dtype not in (torch.bfloat16, torch.float16, torch.float32):
                 problems.append(f"bad dtype {name}: {t.dtype} (expected bf16, f16 or f32)")
-        if problems:
-            raise ValueError(f"{where}: {len(problems)} problem(s) with the tensors for this "
-                             "config:\n  " + "\n  ".join(problems))
+        return problems
 
     @staticmethod
     def from_state_dict(cfg, state_dict, device="cpu", where="checkpoint"):

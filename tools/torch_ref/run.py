@@ -1,5 +1,8 @@
 """Command line of the PyTorch oracle: denoise the assets of a payload manifest with a
-checkpoint and write one output file per asset, in the engine's output format.
+checkpoint and write one output file per asset, in the engine's output format. The
+checkpoint is an SLatFlowModel or a dense SparseStructureFlowModel (its NAME.json's
+"name"); a dense model's assets are full grids (dense.dense_coords), its outputs tokens
+[R^3, out] in raster order like any other asset's.
 
   python3 tools/torch_ref/run.py --checkpoint ckpt/tiny.json --manifest payloads/m.json \
       --out out/torch --device cuda --steps 15 --cfg 7.5 --dump-first-forward --time
@@ -16,6 +19,7 @@ import traceback
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import dense  # noqa: E402
 import io_formats  # noqa: E402
 from model import ModelConfig, SLatFlowModel  # noqa: E402
 from sampler import SamplerSettings, sample  # noqa: E402
@@ -64,11 +68,14 @@ def build_parser():
 
 
 def load_model(checkpoint, device):
-    args, state = io_formats.load_checkpoint(checkpoint)
+    """(config, model) of NAME.json: SLatFlowModel or dense.SparseStructureFlowModel."""
+    name, args, state = io_formats.load_model_checkpoint(checkpoint)
+    where = f"checkpoint {io_formats.checkpoint_tensors_path(checkpoint)}"
+    if name == dense.MODEL_NAME:
+        cfg = dense.config_from_args(args, f"checkpoint config {checkpoint}")
+        return cfg, dense.SparseStructureFlowModel.from_state_dict(cfg, state, device, where)
     cfg = ModelConfig.from_args(args, f"checkpoint config {checkpoint}")
-    model = SLatFlowModel.from_state_dict(cfg, state, device,
-                                          f"checkpoint {io_formats.checkpoint_tensors_path(checkpoint)}")
-    return cfg, model
+    return cfg, SLatFlowModel.from_state_dict(cfg, state, device, where)
 
 
 def select_entries(manifest, names):
@@ -82,7 +89,7 @@ def select_entries(manifest, names):
     return [by_name[n] for n in names]
 
 
-def pack_group(assets, cfg, device):
+def pack_group(assets, cfg, device, is_dense=False):
     """Packed coords (batch column = position in the group), noise, cond [B, L, Cc] and
     concat_cond for a group of assets read by io_formats.read_asset."""
     coords, noise, concat = [], [], []
@@ -90,8 +97,15 @@ def pack_group(assets, cfg, device):
         c = a["coords"].clone()
         c[:, 0] = b
         coords.append(c)
-        noise.append(torch.from_numpy(
-            io_formats.normal_tensor(a["noise_seed"], (c.shape[0], cfg.out_channels))))
+        if is_dense:
+            # The dense model's noise fills its volume [out, R^3] (the original's order),
+            # then goes to the token layout, as the engine draws it (docs/FORMATS.md).
+            noise.append(torch.from_numpy(
+                io_formats.normal_tensor(a["noise_seed"], (cfg.out_channels, c.shape[0]))).t()
+                .contiguous())
+        else:
+            noise.append(torch.from_numpy(
+                io_formats.normal_tensor(a["noise_seed"], (c.shape[0], cfg.out_channels))))
         if a["concat_cond"] is not None:
             concat.append(a["concat_cond"])
     cond_dtype = torch.float32 if any(a["cond"].dtype == torch.float32 for a in assets) \
@@ -101,7 +115,15 @@ def pack_group(assets, cfg, device):
             torch.cat(concat).to(device) if concat else None)
 
 
-def check_compatible(cfg, manifest):
+def check_compatible(cfg, manifest, is_dense=False):
+    if is_dense:
+        R = cfg.resolution
+        if manifest["grid"] != R:
+            raise ValueError(f"manifest grid {manifest['grid']} != dense model resolution {R}")
+        bad = [e["name"] for e in manifest["assets"] if e["tokens"] != R ** 3]
+        if bad:
+            raise ValueError(f"dense model: every asset must have {R ** 3} tokens (the full "
+                             f"{R}^3 grid); not so for {bad}")
     if manifest["cond_channels"] != cfg.cond_channels:
         raise ValueError(f"manifest cond_channels {manifest['cond_channels']} != model "
                          f"cond_channels {cfg.cond_channels}")
@@ -187,7 +209,9 @@ class Compiler:
             du.set_compilation_metrics_limit(1 << 20)     # count every compilation
         # Past the recompile limit dynamo silently falls back to eager; that is not a
         # compiled baseline, so make it an error (recorded as the reason).
-        torch._dynamo.config.fail_on_recompile_limit_hit = True
+        # (torch before 2.6 has no such option; there the limit stays a silent fall back.)
+        if hasattr(torch._dynamo.config, "fail_on_recompile_limit_hit"):
+            torch._dynamo.config.fail_on_recompile_limit_hit = True
         self.base = _dynamo_stats()
         opts = dict(dynamic=True, fullgraph=False)
         if self.mode == "blocks":
@@ -251,7 +275,8 @@ def run(argv=None, log=print):
         raise SystemExit("--attn varlen needs a CUDA device (flash varlen attention)")
     cfg, model = load_model(a.checkpoint, device)
     manifest = io_formats.read_manifest(a.manifest)
-    check_compatible(cfg, manifest)
+    is_dense = isinstance(model, dense.SparseStructureFlowModel)
+    check_compatible(cfg, manifest, is_dense)
     entries = select_entries(manifest, a.asset)
     settings = SamplerSettings(steps=a.steps, rescale_t=a.rescale_t, guidance_strength=a.cfg,
                                guidance_interval=tuple(a.interval),
@@ -262,7 +287,8 @@ def run(argv=None, log=print):
         os.makedirs(a.out, exist_ok=True)
     log(f"torch {torch.__version__} device {device}"
         + (f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else "")
-        + f"; model C={cfg.model_channels} blocks={cfg.num_blocks} heads={cfg.num_heads}"
+        + f"; model {'dense R=' + str(cfg.resolution) + ' ' if is_dense else ''}"
+        f"C={cfg.model_channels} blocks={cfg.num_blocks} heads={cfg.num_heads}"
         f"x{cfg.head_dim} pe={cfg.pe_mode} share_mod={cfg.share_mod} dtype={cfg.dtype}")
     log(f"settings: {settings}; sdpa backend: {a.sdpa_backend}")
 
@@ -312,7 +338,8 @@ def _run_groups(a, cfg, model, manifest, entries, settings, device, log, comp=No
         call = comp.call
     for w, group in enumerate(warm_groups):
         coords, noise, cond, concat = pack_group(
-            [io_formats.read_asset(manifest, e) for e in group], cfg, device)
+            [io_formats.read_asset(manifest, e) for e in group], cfg, device,
+            isinstance(model, dense.SparseStructureFlowModel))
         call("first_call" if w == 0 else "warmup",
              lambda: sample(model, noise, coords, cond, concat, settings, progress=None))
         log(f"warm-up {w + 1}/{len(warm_groups)} done")
@@ -322,7 +349,8 @@ def _run_groups(a, cfg, model, manifest, entries, settings, device, log, comp=No
     nonfinite = []
     for group in groups:
         assets = [io_formats.read_asset(manifest, e) for e in group]
-        coords, noise, cond, concat = pack_group(assets, cfg, device)
+        coords, noise, cond, concat = pack_group(
+            assets, cfg, device, isinstance(model, dense.SparseStructureFlowModel))
         names = ", ".join(f"{x['name']} ({x['coords'].shape[0]} tokens)" for x in assets)
         log(f"denoising {names}")
         totals, per_step = [], []

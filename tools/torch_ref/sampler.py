@@ -1,5 +1,6 @@
 """Flow-matching Euler sampler with classifier-free guidance, as TRELLIS.2's
-FlowEulerGuidanceIntervalSampler (pipelines/samplers/*.py) computes it.
+FlowEulerGuidanceIntervalSampler (pipelines/samplers/*.py) computes it, for the SLat
+models (model.py) and the dense sparse-structure model (dense.py).
 
 Scalars follow the original's arithmetic: the schedule is float64 (numpy) turned into
 Python floats, and every product of a Python float with an fp32 tensor is an fp32 op
@@ -56,6 +57,26 @@ def per_asset_std(x, layout):
     return (mean2 - mean ** 2).sqrt()
 
 
+def dense_asset_std(x, layout, resolution):
+    """Unbiased std of each dense asset [B, 1], as the original's guidance rescale computes
+    it on a volume: Tensor.std over every dimension but the batch of the contiguous
+    [B, C, R, R, R] tensor (the reduction order follows that layout, so the tokens are
+    transposed back to it first)."""
+    from dense import tokens_to_volume
+    v = tokens_to_volume(x, resolution)
+    return v.std(dim=list(range(1, v.ndim)), keepdim=True).reshape(layout.batch_size, 1)
+
+
+def guidance_std_fn(model):
+    """The rescale statistic of the model's family: the unbiased volume std for the dense
+    model, per_asset_std (population) for the SLat models."""
+    from dense import SparseStructureFlowModel
+    if isinstance(model, SparseStructureFlowModel):
+        R = model.resolution
+        return lambda x, layout: dense_asset_std(x, layout, R)
+    return per_asset_std
+
+
 def pred_to_xstart(x_t, t, v, sigma_min):
     return (1 - sigma_min) * x_t - (sigma_min + (1 - sigma_min) * t) * v
 
@@ -70,6 +91,7 @@ class Denoiser:
 
     def __init__(self, model, coords, cond, concat_cond, settings: SamplerSettings):
         self.model, self.s = model, settings
+        self.std = guidance_std_fn(model)
         self.B = cond.shape[0]
         self.cond, self.concat_cond = cond, concat_cond
         self.neg_cond = torch.zeros_like(cond)
@@ -111,7 +133,7 @@ class Denoiser:
             rho, sm = s.guidance_rescale, s.sigma_min
             x0_pos = pred_to_xstart(x, t, v_pos, sm)
             x0_cfg = pred_to_xstart(x, t, v, sm)
-            ratio = per_asset_std(x0_pos, self.layout) / per_asset_std(x0_cfg, self.layout)
+            ratio = self.std(x0_pos, self.layout) / self.std(x0_cfg, self.layout)
             x0 = rho * (x0_cfg * ratio[self.layout.batch_index]) + (1 - rho) * x0_cfg
             v = xstart_to_pred(x, t, x0, sm)
         return v, v_pos, v_neg
@@ -129,6 +151,9 @@ def sample(model, noise, coords, cond, concat_cond=None, settings=None,
 
     noise: fp32 [T, out] (x at t = 1); coords: int32 [T, 4] packed, batch column 0..B-1;
     cond: [B, L, cond_channels]; concat_cond: fp32 [T, Cc] or None (texture models).
+    The dense model (dense.SparseStructureFlowModel) takes the same token layout (each
+    asset the full grid, dense.dense_coords) and gets its own rescale std
+    (guidance_std_fn).
     Returns a dict: "latent" fp32 [T, out]; "x_T", "v_cond" and "v_uncond" (None when
     the first step ran no unconditional branch) of the first step; "step_seconds" and
     "total_seconds" (device-synchronised wall time of the loop).

@@ -6,7 +6,10 @@ Checks the noise RNG against a scalar Python-int implementation and against bit 
 produced by the engine's src/core/rng.cpp, the schedule, the RoPE/APE/timestep layouts,
 the strict key check, that a random tiny model runs with the right shapes, that assets in
 one batch do not see each other, that batched and serial CFG agree, and the command line
-end to end (fixture -> run.py -> compare.py).
+end to end (fixture -> run.py -> compare.py); then the same for the dense sparse-structure
+model (dense.py): its host RoPE table (bit for bit the C library's cosf / sinf, padding
+pair (1, 0)), APE added before the single rounding, token order and transposes, the
+unbiased rescale std, forward shapes, optional table buffers, run.py and make_golden.py.
 """
 import contextlib
 import io
@@ -21,6 +24,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import compare  # noqa: E402
+import dense  # noqa: E402
 import fixtures  # noqa: E402
 import io_formats  # noqa: E402
 import run as run_cli  # noqa: E402
@@ -259,7 +263,15 @@ def test_cfg_branches():
 def test_varlen_plumbing_matches_loop():
     """The varlen path's arguments (cu_seqlens, max lengths, cross-attention key offsets),
     checked on the CPU with a stand-in for torch's CUDA-only varlen_attn."""
-    import torch.nn.attention.varlen as varlen_module
+    placeholder = False
+    try:
+        import torch.nn.attention.varlen as varlen_module
+    except ImportError:     # older torch has no varlen module: a placeholder, removed below
+        import types
+        varlen_module = types.ModuleType("torch.nn.attention.varlen")
+        varlen_module.varlen_attn = None
+        sys.modules["torch.nn.attention.varlen"] = varlen_module
+        placeholder = True
 
     def stand_in(q, k, v, cu_q, cu_k, max_q, max_k):
         cq, ck = cu_q.tolist(), cu_k.tolist()
@@ -281,6 +293,8 @@ def test_varlen_plumbing_matches_loop():
             a = m(noise, t, cond, layout, attn_mode="varlen")
     finally:
         varlen_module.varlen_attn = saved
+        if placeholder:
+            del sys.modules["torch.nn.attention.varlen"]
     with torch.no_grad():
         b = m(noise, t, cond, layout, attn_mode="loop")
     assert torch.equal(a, b)
@@ -357,6 +371,281 @@ def test_compile_failure_is_recorded():
         assert doc["compile"] == {"mode": "blocks", "ok": False, "stage": "first_call",
                                   "reason": "RuntimeError: stub compiler failed"}, doc
         assert doc["assets"] == {}
+
+
+# --- the dense sparse-structure model (dense.py, docs/DENSE_MODEL.md) ---------------------
+
+def _dense(overrides=None, seed=5):
+    cfg = dense.config_from_args({**fixtures.TINY_SS_ARGS, **(overrides or {})})
+    return cfg, dense.SparseStructureFlowModel.from_state_dict(
+        cfg, fixtures.random_state_dict(cfg, seed=seed))
+
+
+def _dense_request(cfg, B, seed=3, L=5):
+    T = B * cfg.resolution ** 3
+    noise = torch.from_numpy(io_formats.normal_tensor(seed, (T, cfg.out_channels)))
+    cond = torch.stack([fixtures.random_cond(seed + 10 + b, L, cfg.cond_channels)
+                        for b in range(B)])
+    return dense.dense_coords(B, cfg.resolution), noise, cond
+
+
+def _libm_cos_sin():
+    """The C library's single-precision cosf / sinf through ctypes, or None."""
+    import ctypes
+    import ctypes.util
+    name = ctypes.util.find_library("m")
+    if not name:
+        return None
+    libm = ctypes.CDLL(name)
+    for f in (libm.cosf, libm.sinf):
+        f.restype, f.argtypes = ctypes.c_float, [ctypes.c_float]
+    return libm.cosf, libm.sinf
+
+
+def test_dense_config():
+    cfg = dense.config_from_args(fixtures.TINY_SS_ARGS)
+    assert (cfg.resolution, cfg.head_dim, cfg.mlp_hidden) == (8, 64, 512)
+    for bad, want in (({"patch_size": 1}, "patch_size"), ({}, "resolution")):
+        args = {**fixtures.TINY_SS_ARGS, **bad}
+        if not bad:
+            del args["resolution"]
+        try:
+            dense.config_from_args(args)
+        except ValueError as e:
+            assert want in str(e), str(e)
+            continue
+        raise AssertionError(f"accepted {bad or 'no resolution'}")
+    # rope_freq is accepted (and ignored: test_dense_rope_host_table).
+    dense.config_from_args({**fixtures.TINY_SS_ARGS, "rope_freq": [2.0, 100.0]})
+    # The released shape: 640 tensors, 1,292,179,976 parameters (DENSE_MODEL.md).
+    big = dense.config_from_args(fixtures.SS_16_ARGS)
+    shapes = dense.SparseStructureFlowModel.expected_shapes(big)
+    assert len(shapes) == 640, len(shapes)
+    assert sum(math.prod(s) for s in shapes.values()) == 1292179976
+    assert (big.head_dim, big.mlp_hidden, big.head_dim // 2 // 3) == (128, 8192, 21)
+
+
+def test_dense_token_order():
+    R, B, C = 3, 2, 5
+    v = torch.randn(B, C, R, R, R, generator=torch.Generator().manual_seed(1))
+    tok = dense.volume_to_tokens(v)
+    coords = dense.dense_coords(B, R)
+    assert tok.shape == (B * R ** 3, C) and tok.is_contiguous()
+    assert coords.dtype == torch.int32 and coords.shape == (B * R ** 3, 4)
+    for row in range(B * R ** 3):
+        b, n = divmod(row, R ** 3)
+        i, j, k = n // (R * R), (n // R) % R, n % R
+        assert coords[row].tolist() == [b, i, j, k]
+        assert torch.equal(tok[row], v[b, :, i, j, k])
+    back = dense.tokens_to_volume(tok, R)
+    assert back.is_contiguous() and torch.equal(back, v)
+    # The layout insists on the full grid in raster order.
+    _, m = _dense()
+    m.prepare_layout(dense.dense_coords(2, 8), 2)
+    swapped = dense.dense_coords(1, 8)
+    swapped[[3, 4]] = swapped[[4, 3]]
+    for bad in (swapped, dense.dense_coords(1, 8)[:-1], dense.dense_coords(1, 8).long()):
+        try:
+            m.prepare_layout(bad, 1)
+        except ValueError:
+            continue
+        raise AssertionError("prepare_layout accepted coords that are not the grid")
+
+
+def test_dense_rope_host_table():
+    R, D = 4, 128                        # freq_dim 21: 63 rotated pairs + 1 padding pair
+    tab = dense.host_rope_table(R, D)
+    assert tab.shape == (R ** 3, 64) and tab.dtype == torch.complex64
+    assert tab.device.type == "cpu"
+    omega = torch.arange(21, dtype=torch.float32) / 21
+    omega = 1.0 / (10000.0 ** omega)     # fp32, f0 = 1, theta = 10000
+    cos_sin = _libm_cos_sin()
+    re, im = tab.real.numpy(), tab.imag.numpy()
+    for n in range(R ** 3):
+        ijk = (n // (R * R), (n // R) % R, n % R)
+        for p in range(63):
+            angle = np.float32(ijk[p // 21]) * np.float32(omega[p % 21])   # fp32 product
+            if cos_sin:          # the host C library's cosf / sinf, bit for bit
+                assert _f32_bits(re[n, p]) == _f32_bits(cos_sin[0](float(angle))), (n, p)
+                assert _f32_bits(im[n, p]) == _f32_bits(cos_sin[1](float(angle))), (n, p)
+            assert abs(re[n, p] - math.cos(angle)) < 1e-6 and \
+                abs(im[n, p] - math.sin(angle)) < 1e-6, (n, p)
+        assert re[n, 63] == 1.0 and im[n, 63] == 0.0                   # padding pair (1, 0)
+        assert _f32_bits(im[n, 63]) == 0                                # +0, not -0
+    # The model's table: this one for its R and D, whatever rope_freq says, tiled per asset.
+    cfg, m = _dense({"rope_freq": [2.0, 100.0]})
+    assert torch.equal(m.rope_phases, dense.host_rope_table(8, 64))
+    assert m.pos_emb is None
+    layout = m.prepare_layout(dense.dense_coords(2, 8), 2)
+    assert torch.equal(layout.rope_phases, torch.cat([m.rope_phases, m.rope_phases]))
+    assert layout.ape is None
+
+
+def test_dense_ape_before_rounding():
+    cfg, m = _dense({"pe_mode": "ape", "model_channels": 96, "num_heads": 2})
+    R, C = cfg.resolution, cfg.model_channels
+    assert m.rope_phases is None
+    assert torch.equal(m.pos_emb, ape_embedding(dense.dense_coords(1, R), C))
+    assert m.pos_emb.dtype == torch.float32 and m.pos_emb.shape == (R ** 3, C)
+    coords, noise, _ = _dense_request(cfg, 2)
+    layout = m.prepare_layout(coords, 2)
+    assert torch.equal(layout.ape, torch.cat([m.pos_emb, m.pos_emb]))
+    with torch.no_grad():
+        h = m.embed_tokens(noise, layout.ape)
+        fp32 = m.input_layer(noise) + layout.ape
+        twice = m.input_layer(noise).to(torch.bfloat16) + layout.ape.to(torch.bfloat16)
+    assert h.dtype == torch.bfloat16
+    assert torch.equal(h, fp32.to(torch.bfloat16))         # one rounding after the fp32 sum
+    assert not torch.equal(h, twice)                        # not the SLat's two roundings
+
+
+def test_dense_unbiased_std():
+    cfg, m = _dense()
+    R = cfg.resolution
+    coords, noise, _ = _dense_request(cfg, 2)
+    layout = m.prepare_layout(coords, 2)
+    x = noise * torch.tensor([1.0] * R ** 3 + [3.0] * R ** 3)[:, None] + 0.5
+    std = sampler.dense_asset_std(x, layout, R)
+    vol = dense.tokens_to_volume(x, R)
+    assert std.shape == (2, 1)
+    assert torch.equal(std.reshape(-1), vol.std(dim=[1, 2, 3, 4]))   # the original's call
+    for b in range(2):
+        rows = x[b * R ** 3:(b + 1) * R ** 3].double().numpy()
+        assert abs(float(std[b, 0]) - float(np.std(rows, ddof=1))) < 1e-5
+        assert abs(float(std[b, 0]) - float(np.std(rows))) > 1e-5     # not the population std
+    assert sampler.guidance_std_fn(m) is not sampler.per_asset_std
+    slat = SLatFlowModel.from_state_dict(ModelConfig.from_args(fixtures.TINY_ARGS),
+                                         fixtures.random_state_dict(
+                                             ModelConfig.from_args(fixtures.TINY_ARGS)))
+    assert sampler.guidance_std_fn(slat) is sampler.per_asset_std
+
+
+def test_dense_forward_shapes():
+    variants = [{}, {"pe_mode": "ape", "share_mod": False, "qk_rms_norm": False,
+                     "qk_rms_norm_cross": False},
+                {"num_heads": None, "num_head_channels": 32, "mlp_ratio": 5.3334,
+                 "in_channels": 8, "out_channels": 8, "resolution": 4}]
+    for v in variants:
+        cfg, m = _dense(v)
+        R = cfg.resolution
+        coords, noise, cond = _dense_request(cfg, 2)
+        layout = m.prepare_layout(coords, 2)
+        t = torch.tensor([1000.0, 600.0])
+        with torch.no_grad():
+            out = m(noise, t, cond, layout)
+            vol = m.forward_volume(dense.tokens_to_volume(noise, R), t, cond)
+        assert out.shape == (2 * R ** 3, cfg.out_channels) and out.dtype == torch.float32, v
+        assert torch.isfinite(out).all() and out.abs().max() > 0, v
+        assert vol.shape == (2, cfg.out_channels, R, R, R)
+        assert torch.equal(vol, dense.tokens_to_volume(out, R)), v
+    # Assets do not see each other; the condition is per asset; no concat_cond.
+    cfg, m = _dense()
+    N = cfg.resolution ** 3
+    coords, noise, cond = _dense_request(cfg, 2)
+    layout = m.prepare_layout(coords, 2)
+    t = torch.tensor([900.0, 900.0])
+    with torch.no_grad():
+        a = m(noise, t, cond, layout)
+        noise2, cond2 = noise.clone(), cond.clone()
+        noise2[N:] += 1.0
+        cond2[1] = -cond2[1]
+        b = m(noise2, t, cond2, layout)
+        for bad in (dict(cond=cond[:1]), dict(concat_cond=noise)):
+            try:
+                m(noise, t, bad.get("cond", cond), layout, bad.get("concat_cond"))
+            except ValueError:
+                continue
+            raise AssertionError(f"accepted {sorted(bad)}")
+    assert torch.equal(a[:N], b[:N]) and not torch.equal(a[N:], b[N:])
+    # The dense model through the sampler: serial and batched CFG agree.
+    res = {}
+    for mode in ("serial", "batched"):
+        s = sampler.SamplerSettings(steps=3, guidance_strength=7.5, guidance_interval=(0.6, 1.0),
+                                    guidance_rescale=0.7, cfg_mode=mode)
+        res[mode] = sampler.sample(m, noise, coords, cond, settings=s, progress=None)
+    assert res["serial"]["latent"].shape == noise.shape
+    assert _rel(res["batched"]["latent"], res["serial"]["latent"]) < 1e-2
+
+
+def test_dense_checkpoint_buffers():
+    cfg = dense.config_from_args(fixtures.TINY_SS_ARGS)
+    sd = fixtures.random_state_dict(cfg)
+    assert len(sd) == 10 + 21 * cfg.num_blocks
+    # A stored table is optional; when present it replaces the computed one.
+    table = dense.host_rope_table(8, 64) * torch.polar(torch.ones(()), torch.tensor(0.25))
+    m = dense.SparseStructureFlowModel.from_state_dict(cfg, {**sd, "rope_phases": table})
+    assert torch.equal(m.rope_phases, table)
+    for extra, want in ((("rope_phases", torch.zeros(512, 31, dtype=torch.complex64)),
+                         "mis-shaped rope_phases"),
+                        (("rope_phases", torch.zeros(512, 32)), "bad dtype rope_phases"),
+                        (("pos_emb", torch.zeros(512, 128)), "unexpected pos_emb")):
+        try:
+            dense.SparseStructureFlowModel.check_state_dict(cfg, {**sd, extra[0]: extra[1]})
+        except ValueError as e:
+            assert want in str(e), str(e)
+            continue
+        raise AssertionError(f"accepted {extra[0]}")
+    bad = dict(sd)
+    del bad["input_layer.bias"]
+    try:
+        dense.SparseStructureFlowModel.check_state_dict(cfg, bad)
+        raise AssertionError("missing tensor accepted")
+    except ValueError as e:
+        assert "missing input_layer.bias" in str(e), str(e)
+    acfg = dense.config_from_args({**fixtures.TINY_SS_ARGS, "pe_mode": "ape"})
+    pos = torch.full((512, 128), 0.5)
+    m = dense.SparseStructureFlowModel.from_state_dict(acfg, {**sd, "pos_emb": pos})
+    assert torch.equal(m.pos_emb, pos)
+
+
+def test_dense_cli_end_to_end():
+    from safetensors.torch import load_file
+    with tempfile.TemporaryDirectory() as d, contextlib.redirect_stdout(io.StringIO()):
+        ckpt, man = fixtures.write_fixture(
+            os.path.join(d, "in"), args=fixtures.TINY_SS_ARGS, name="tiny-ss", cond_tokens=6,
+            model_name=dense.MODEL_NAME, assets=2)
+        assert io_formats.read_model_config(ckpt)[0] == "SparseStructureFlowModel"
+        m = io_formats.read_manifest(man)
+        assert m["grid"] == 8 and [e["tokens"] for e in m["assets"]] == [512, 512]
+        common = ["--checkpoint", ckpt, "--manifest", man, "--device", "cpu", "--steps", "3",
+                  "--dump-first-forward", "--quiet", "--interval", "0.6", "1.0",
+                  "--guidance-rescale", "0.7", "--rescale-t", "5"]
+        log = []
+        run_cli.run(common + ["--out", os.path.join(d, "one")], log=log.append)
+        run_cli.run(common + ["--out", os.path.join(d, "two"), "--batch-assets",
+                              "--cfg-mode", "batched"], log=log.append)
+        name = "a01-grid-8.safetensors"
+        t = load_file(os.path.join(d, "one", name))
+        assert sorted(t) == ["coords", "latent", "v_cond", "v_uncond", "x_T"], sorted(t)
+        assert t["latent"].shape == (512, 8)
+        assert torch.equal(t["coords"], dense.dense_coords(1, 8))
+        # FORMATS.md: the dense noise fills the volume [out, R^3], then goes to tokens.
+        assert torch.equal(t["x_T"], torch.from_numpy(io_formats.normal_tensor(1002, (8, 512))).t())
+        assert compare.main([os.path.join(d, "one"), os.path.join(d, "two"),
+                             "--max-rel", "*=2e-2"]) == 0
+        # The same request through the oracle's volume call and sampler by hand.
+        cfg, model = run_cli.load_model(ckpt, "cpu")
+        asset = io_formats.read_asset(m, m["assets"][1])
+        s = sampler.SamplerSettings(steps=3, rescale_t=5.0, guidance_interval=(0.6, 1.0),
+                                    guidance_rescale=0.7)
+        r = sampler.sample(model, t["x_T"], asset["coords"], asset["cond"][None], None, s,
+                           progress=None)
+        assert torch.equal(r["latent"], t["latent"])
+        # A SLat-shaped manifest does not fit the dense model.
+        slat_ckpt, slat_man = fixtures.write_fixture(os.path.join(d, "slat"),
+                                                     token_counts=(9,), cond_tokens=6)
+        try:
+            run_cli.run(["--checkpoint", ckpt, "--manifest", slat_man, "--device", "cpu",
+                         "--steps", "1", "--quiet"], log=log.append)
+            raise AssertionError("dense model accepted a sparse payload")
+        except ValueError as e:
+            assert "grid" in str(e) or "tokens" in str(e), str(e)
+        # make_golden with the dense preset.
+        import make_golden
+        make_golden.main(["--preset", "tiny-ss", "--out", os.path.join(d, "golden"),
+                          "--device", "cpu", "--steps", "2", "--case", "interval-rescale"])
+        g = load_file(os.path.join(d, "golden", "interval-rescale", "a00-grid-8.safetensors"))
+        assert g["latent"].shape == (512, 8)
 
 
 def main():

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Device call: TRELLIS.2's three denoise stages end to end (pipeline type 1024_cascade: sparse
+# structure, shape 512 -> 1024 cascade, texture 1024), TRELLIS.2's own PyTorch modules and
+# samplers against the sparse3d drop-in (sparse3d.trellis2.accelerate), in one process, with
+# the same random weights of the released shapes, conditions and noise, on a small and a large
+# synthetic asset: time, peak memory and final-latent relative L2 per stage
+# (tools/torch_ref/pipeline_e2e.py says what is synthetic and what replaces the decoders).
+#
+# Needs, carried: .deps/trellis2-src (a TRELLIS.2 checkout; TRELLIS2=DIR for another) and
+# .deps/cudnn_frontend (the module is built here from this tree; WHEEL=1: dist/'s wheel).
+# Environment: ASSETS ("small large"), WARMUP (1), REPEAT (1), PATH_SPEC (engine path, empty:
+# the fastest), LOW_VRAM=1 (the pipeline's low_vram moves, timed), E2E_ARGS (more options of
+# pipeline_e2e.py), TIMEOUT_S (480).
+# Writes $OUT/pipeline_e2e.json (everything), $OUT/pipeline_e2e.log, $OUT/pip.log and
+# $OUT/pipeline_e2e_table.txt; prints a summary, then the table last.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+source scripts/device/env.sh
+T2=${TRELLIS2:-.deps/trellis2-src}
+ASSETS=${ASSETS:-small large}
+summary=()
+if [ ! -d "$T2/trellis2/models" ]; then
+  echo "no TRELLIS.2 checkout at $T2 (carry it there, or TRELLIS2=DIR)"; exit 1
+fi
+summary+=("machine: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | head -1); $(python3 --version 2>&1); torch $(python3 -c 'import torch; print(torch.__version__)' 2>/dev/null)")
+
+# The package: by default built here from this tree (16 cores, sm_90a, about two minutes: the
+# wheel in dist/ may be older than the tree); WHEEL=1 installs dist/'s wheel instead.
+if [ "${WHEEL:-0}" = 1 ]; then
+  wheel=$(ls dist/sparse3d-*manylinux*.whl 2>/dev/null | head -1)
+  python3 -m pip install --no-index "$wheel" > "$OUT/pip.log" 2>&1 ||
+    summary+=("pip install --no-index: dependencies not all satisfied ($(grep -m1 -iE 'no matching|error' "$OUT/pip.log"))")
+  if python3 -m pip install --no-index --no-deps --force-reinstall "$wheel" >> "$OUT/pip.log" 2>&1; then
+    summary+=("wheel: $(basename "$wheel") installed")
+  else
+    summary+=("wheel: install FAILED ($(tail -1 "$OUT/pip.log"))")
+  fi
+else
+  t0=$(date +%s)
+  { cmake -S . -B build-py -G Ninja -DCMAKE_BUILD_TYPE=Release -DSPARSE3D_BUILD_PYTHON=ON \
+      -DSPARSE3D_BUILD_TESTS=OFF -DCMAKE_CUDA_ARCHITECTURES=90a -DPython_EXECUTABLE="$(command -v python3)" \
+      -DCUDNN_LIBRARY="$CUDNN_SITE/lib/libcudnn.so.9" -DCUDNN_INCLUDE_DIR="$CUDNN_SITE/include" &&
+    cmake --build build-py --target sparse3d_native -j 16; } > "$OUT/build_module.log" 2>&1
+  rc_build=$?
+  summary+=("module built here: exit $rc_build in $(( $(date +%s) - t0 )) s")
+  [ $rc_build = 0 ] || tail -n 15 "$OUT/build_module.log"
+  export PYTHONPATH="$PWD/build-py/python${PYTHONPATH:+:$PYTHONPATH}"
+fi
+# Without LD_LIBRARY_PATH when the package finds its libraries itself (python_package.sh).
+PYENV="env -u LD_LIBRARY_PATH"
+imp=$(cd /tmp && $PYENV python3 -c "import sparse3d, sparse3d.trellis2 as t; print(sparse3d.__version__, sparse3d.__file__, 'FLOW_MODELS', len(t.FLOW_MODELS))" 2>&1 | tail -1)
+case "$imp" in
+  *FLOW_MODELS*) ;;
+  *) PYENV=env
+     imp=$(cd /tmp && python3 -c "import sparse3d, sparse3d.trellis2 as t; print(sparse3d.__version__, sparse3d.__file__, 'FLOW_MODELS', len(t.FLOW_MODELS))" 2>&1 | tail -1)
+     case "$imp" in *FLOW_MODELS*) summary+=("  (sparse3d imports only with LD_LIBRARY_PATH)");; esac;;
+esac
+summary+=("import sparse3d: $imp")
+
+args=(--trellis2 "$T2" --device cuda --assets $ASSETS --warmup "${WARMUP:-1}" --repeat "${REPEAT:-1}"
+      --cache-dir /tmp/s3d-e2e-cache --json "$OUT/pipeline_e2e.json" --table "$OUT/pipeline_e2e_table.txt")
+[ -n "${PATH_SPEC:-}" ] && args+=(--path "$PATH_SPEC")
+[ "${LOW_VRAM:-0}" = 1 ] && args+=(--low-vram)
+t0=$(date +%s)
+$PYENV timeout "${TIMEOUT_S:-480}" python3 tools/torch_ref/pipeline_e2e.py "${args[@]}" ${E2E_ARGS:-} \
+  > "$OUT/pipeline_e2e.log" 2>&1
+rc=$?
+summary+=("pipeline_e2e.py: exit $rc after $(( $(date +%s) - t0 )) s$( [ $rc = 124 ] && echo ' (TIMED OUT)')")
+
+printf '%s\n' "${summary[@]}"
+# The run's own lines (tqdm's progress bars left out): assets, models, what accelerate() did,
+# per-run times, the report, problems.
+tr '\r' '\n' < "$OUT/pipeline_e2e.log" | grep -vE "it/s\]|s/it\]|^\[(SPARSE|ATTENTION)\]|^\s*$" |
+  grep -vE "^asset +stage|^-{20,}|^(small|large|tiny) " | tail -60
+if [ -s "$OUT/pipeline_e2e_table.txt" ]; then
+  echo; cat "$OUT/pipeline_e2e_table.txt"
+else
+  echo "no table (see $OUT/pipeline_e2e.log):"; tail -20 "$OUT/pipeline_e2e.log"
+fi
+exit $rc
