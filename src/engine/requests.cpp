@@ -68,9 +68,8 @@ s3d::Shape volume_shape(int batch, int channels, const s3d::model::ModelConfig& 
 
 // A volume [B, C, R, R, R] (f32, any device) as tokens [B R^3, C] on the same device.
 Tensor to_tokens(const Tensor& volume) {
-  const int64_t B = volume.size(0), C = volume.size(1);
+  const int64_t C = volume.size(1);
   Tensor tokens = Tensor::empty({volume.numel() / C, C}, DType::F32, volume.device());
-  (void)B;
   s3d::kernels::volume_to_tokens(volume, tokens);
   return tokens;
 }

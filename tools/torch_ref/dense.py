@@ -199,16 +199,9 @@ class SparseStructureFlowModel(nn.Module):
         if cond.shape[0] != layout.batch_size:
             raise ValueError(f"dense model: cond has batch {cond.shape[0]}, expected one "
                              f"condition per asset ({layout.batch_size})")
-        dt = self.cfg.dtype
-        h = self.embed_tokens(x, layout.ape)
-        mod = self.t_embedder(t)
-        if self.cfg.share_mod:
-            mod = self.adaLN_modulation(mod)
-        mod = mod.to(dt)
-        context = cond.to(dt)
-        for block in self.blocks:
-            h = block(h, mod, context, layout, attn_mode)
-        return self.output_tokens(h, x.dtype)
+        # The blocks, modulation and output of the structured-latent forward; this class's
+        # embed_tokens (APE before the rounding) and layout (host tables) make the difference.
+        return SLatFlowModel.forward(self, x, t, cond, layout, None, attn_mode)
 
     def forward_volume(self, x, t, cond, attn_mode="loop"):
         """The original's call: x [B, in, R, R, R] -> v [B, out, R, R, R]."""

@@ -150,15 +150,10 @@ GIB = float(1 << 30)
 # ---------------------------------------------------------------------------------------
 
 def _varlen_sdpa_loop(q, k, v, cu_q, cu_k):
-    """Per-asset SDPA over packed [T, H, D] rows (the CPU stand-in)."""
-    out = torch.empty(q.shape[:-1] + (v.shape[-1],), dtype=q.dtype, device=q.device)
-    cq, ck = cu_q.tolist(), cu_k.tolist()
-    for b in range(len(cq) - 1):
-        o = F.scaled_dot_product_attention(q[cq[b]:cq[b + 1]].transpose(0, 1).unsqueeze(0),
-                                           k[ck[b]:ck[b + 1]].transpose(0, 1).unsqueeze(0),
-                                           v[ck[b]:ck[b + 1]].transpose(0, 1).unsqueeze(0))
-        out[cq[b]:cq[b + 1]] = o[0].transpose(0, 1)
-    return out
+    """Per-asset SDPA over packed [T, H, D] rows (the CPU stand-in): check_original's."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from check_original import _sdpa_segments
+    return _sdpa_segments(q, k, v, cu_q, cu_k)
 
 
 def varlen_attention(q, k, v, cu_q, cu_k, max_q, max_k):
