@@ -258,13 +258,8 @@ def test_a_texture_model_takes_its_concat_condition(tiny_config, tiny_state_dict
     shape latent as concat_cond through **kwargs, as TRELLIS.2's pipeline does; the whole
     loop in the engine equals Engine.sample with that concat_cond, and a model call takes it
     too."""
-    import copy
-    config = copy.deepcopy(tiny_config)
-    config["args"]["in_channels"] = 40
-    state = dict(tiny_state_dict)
-    rng = np.random.default_rng(5)
-    extra = (0.02 * rng.standard_normal((128, 8))).astype(np.float32)
-    state["input_layer.weight"] = np.concatenate([state["input_layer.weight"], extra], axis=1)
+    config, state = _texture(tiny_config, tiny_state_dict)
+    rng = np.random.default_rng(6)
     original = OriginalModule(config, state)
     p = Pipeline(original)
     p.models = {"tex_slat_flow_model_512": original}
