@@ -34,4 +34,20 @@ struct KernelBandwidth {
 };
 KernelBandwidth measure_kernel_bandwidth(Engine& engine, const std::vector<int64_t>& tokens);
 
+// The cuBLASLt and cuDNN shapes this engine chose a searched plan for (flags tuned_gemm and
+// tuned_attention; docs/CONTRACTS.md, "Searched plans"), in the order first seen: timed now
+// ("searched") or restored from the qualification cache ("cache"). Empty when neither flag
+// ran, and always on the CPU, which has no library plans (no error there).
+struct SearchedPlan {
+  std::string kind;    // "gemm" | "attention"
+  std::string shape;   // as the cache keys it
+  int candidates = 0;  // the library's list (at most 16)
+  int timed = 0;       // of those, how many built, ran and were timed
+  int index = 0;       // the chosen one, in the library's list
+  double default_ms = 0, best_ms = 0;  // per call: the heuristic's first, the chosen
+  std::string source;  // "searched" | "cache"
+  double gain() const { return best_ms > 0 ? default_ms / best_ms : 1.0; }
+};
+std::vector<SearchedPlan> searched_plans(Engine& engine);
+
 }  // namespace sparse3d

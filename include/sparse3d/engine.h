@@ -117,7 +117,11 @@ struct RequestStats {
   uint64_t launches_before_loop = 0;
   std::map<std::string, uint64_t> launches_by_op;
   std::map<std::string, uint64_t> launches_before_loop_by_op;  // the set-up's part of each
-  size_t peak_device_bytes = 0;  // peak allocated during the request
+  // Peak device memory during the request: bytes in tensors (as
+  // torch.cuda.max_memory_allocated) and bytes held from the driver (as
+  // max_memory_reserved: the caching allocator's free blocks and CUDA-graph pools included).
+  size_t peak_device_bytes = 0;
+  size_t peak_device_reserved_bytes = 0;
   int graphs_captured = 0;
   double graph_capture_seconds = 0;
   size_t graph_nodes = 0;
@@ -172,6 +176,7 @@ struct Counters {
 // The null-context state per condition length L (docs/CONTRACTS.md).
 struct QualificationState {
   int context_tokens = 0;             // L
+  bool tuned_gemm = false;            // taken under searched GEMM plans (flag tuned_gemm)
   bool applicable = false;
   std::string reason;                 // why not, when not applicable
   std::vector<std::string> facts;

@@ -26,7 +26,13 @@ namespace sparse3d {
   X(gated_residual_add)          \
   X(qk_rmsnorm_cross_inplace)    \
   X(gelu_tanh)                   \
-  X(gemm_gelu_epilogue)
+  X(gemm_gelu_epilogue)          \
+  X(fast_modulated_layernorm)    \
+  X(fast_qk_rmsnorm_rope)        \
+  X(fast_head_rmsnorm)           \
+  X(tuned_gemm)                  \
+  X(tuned_attention)             \
+  X(chunked_mlp)
 
 enum class Flag : uint8_t {
 #define SPARSE3D_FLAG_ENUM(name) name,
@@ -66,6 +72,11 @@ class FlagSet {
   FlagSet& set(Flag f, bool value = true) {
     const uint32_t bit = 1u << static_cast<int>(f);
     bits_ = value ? bits_ | bit : bits_ & ~bit;
+    return *this;
+  }
+  // Every flag of `other` on as well.
+  FlagSet& set(const FlagSet& other) {
+    bits_ |= other.bits_;
     return *this;
   }
   bool any() const { return bits_ != 0; }

@@ -47,6 +47,12 @@ Command add_bench(CLI::App& app) {
   sub->add_option("--warmup", a->o.warmup, "Warm-up loops per (path, asset)")->capture_default_str();
   sub->add_option("--repeats", a->o.repeats, "Timed loops per (path, asset)")->capture_default_str();
   sub->add_flag("--ablate", a->o.ablate, "Leave-one-out over the last path's flags");
+  sub->add_option("--max-device-memory", a->o.max_device_memory_gib,
+                  "GiB of device memory the engine may use (0 = all); a request that would "
+                  "not fit drops cond_kv_cache, then batched_cfg (counted fallbacks)")
+      ->check(CLI::NonNegativeNumber);
+  sub->add_option("--ablate-flags", a->o.ablate_flags,
+                  "Leave out only these flags of the last path (default: all of them)");
   sub->add_option("--ablate-assets", a->o.ablate_assets,
                   "Assets (names or sets) the leave-one-out variants run on (default: all)");
   sub->add_option("--instrument-steps", a->o.instrument_steps,

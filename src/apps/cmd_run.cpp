@@ -145,7 +145,9 @@ int64_t run_asset(sparse3d::Engine& engine, const RunArgs& a, const payload::Man
     if (out.first_v_uncond.defined())
       tensors.emplace_back("v_uncond", host_tensor(out.first_v_uncond));
   }
-  const bool batched = r.flags->on(sparse3d::Flag::batched_cfg);
+  // What ran: the engine may have dropped memory-costly flags under --max-device-memory.
+  const sparse3d::ExecutionPlan ran = sparse3d::ExecutionPlan::parse(out.stats.plan);
+  const bool batched = ran.on(sparse3d::Flag::batched_cfg);
   const std::string path = (std::filesystem::path(a.out) / (e.name + ".safetensors")).string();
   if (non_finite > 0) {
     std::printf("[%s] %lld non-finite outputs: %s not written\n", e.name.c_str(),
@@ -155,12 +157,15 @@ int64_t run_asset(sparse3d::Engine& engine, const RunArgs& a, const payload::Man
   io::write_safetensors(path, tensors,
                         {{"asset", e.name}, {"steps", std::to_string(r.sampler.steps)},
                          {"path", out.stats.plan}, {"cfg", batched ? "batched" : "serial"},
-                         {"cuda_graphs", r.flags->on(sparse3d::Flag::cuda_graphs) ? "on" : "off"}});
-  std::printf("[%s] %lld tokens: set-up %.3f s + denoise loop %.3f s, %llu launches, peak "
-              "device memory %.2f GiB, %lld non-finite outputs -> %s\n",
-              e.name.c_str(), static_cast<long long>(T), out.stats.setup_seconds,
-              out.stats.loop_seconds, static_cast<unsigned long long>(out.stats.launches),
-              gib(out.stats.peak_device_bytes), static_cast<long long>(non_finite), path.c_str());
+                         {"cuda_graphs", ran.on(sparse3d::Flag::cuda_graphs) ? "on" : "off"}});
+  std::printf("[%s] %lld tokens, path %s: set-up %.3f s + denoise loop %.3f s, %llu launches, "
+              "peak device memory %.2f GiB in use / %.2f GiB reserved, %lld non-finite outputs "
+              "-> %s\n",
+              e.name.c_str(), static_cast<long long>(T), out.stats.plan.c_str(),
+              out.stats.setup_seconds, out.stats.loop_seconds,
+              static_cast<unsigned long long>(out.stats.launches),
+              gib(out.stats.peak_device_bytes), gib(out.stats.peak_device_reserved_bytes),
+              static_cast<long long>(non_finite), path.c_str());
   // For start-up measurements: when the latent reached its file (process start to first latent).
   std::printf("[%s] written at unix time %.3f\n", e.name.c_str(),
               std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());

@@ -15,6 +15,12 @@
 // total is never lowered. So, formally, the last sequence may be addressed up to S_bucket rows
 // past its start. With the padding mask, rows at or past seq_len must not contribute; the GPU
 // test checks this with a NaN-poisoned guard region after the last row of Q, K, V and O.
+//
+// With tuned_attention (core/plan_search.h) a graph first seen asks cuDNN for every
+// execution plan its heuristics (modes A, then FALLBACK) offer, builds each (at most
+// kMaxCandidates distinct engine configs), times each on the call's own operands and
+// executes the fastest by its index from then on (or restores the index a store kept). The
+// tuned and the default graph are different keys, so both paths coexist in one process.
 #include <cudnn.h>
 // The frontend's headers define a helper they never call; keep our -Wall -Wextra build quiet.
 #pragma GCC diagnostic push
@@ -22,11 +28,15 @@
 #include <cudnn_frontend.h>
 #pragma GCC diagnostic pop
 
+#include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
+#include <optional>
+#include <set>
 #include <string>
 #include <tuple>
 #include <unordered_map>
@@ -37,7 +47,9 @@
 #include "core/context.h"
 #include "core/cuda_util.h"
 #include "core/error.h"
+#include "core/fallback.h"
 #include "core/fault.h"
+#include "core/plan_search.h"
 
 namespace fe = cudnn_frontend;
 
@@ -61,9 +73,10 @@ struct GraphKey {
   int device;
   SdpaShape s;
   uint32_t scale_bits;  // compared bitwise: a graph bakes its scale in
+  bool tuned = false;   // the searched plan (tuned_attention) rather than the heuristic's first
   auto tie() const {
     return std::tie(device, s.batch, s.heads, s.head_dim, s.s_q_bucket, s.s_kv_bucket, s.q_stride,
-                    s.k_stride, s.v_stride, scale_bits);
+                    s.k_stride, s.v_stride, scale_bits, tuned);
   }
   bool operator<(const GraphKey& o) const { return tie() < o.tie(); }
 };
@@ -72,6 +85,7 @@ struct CachedGraph {
   std::shared_ptr<fe::graph::Graph> graph;
   int64_t workspace_bytes = 0;
   const char* implementation = "";
+  int64_t plan_index = -1;  // tuned: the execution plan run; -1: the frontend's candidate
 };
 
 struct DeviceState {
@@ -138,8 +152,9 @@ std::shared_ptr<fe::graph::Tensor_attributes> index_tensor(fe::graph::Graph& g, 
                       .set_data_type(fe::DataType_t::INT32));
 }
 
-CachedGraph build_graph(const SdpaShape& s, cudnnHandle_t handle,
-                        fe::AttentionImplementation_t impl) {
+// The SDPA graph of `s`, validated and lowered to an operation graph (no plans yet).
+std::shared_ptr<fe::graph::Graph> operation_graph(const SdpaShape& s, cudnnHandle_t handle,
+                                                  fe::AttentionImplementation_t impl) {
   const int64_t B = s.batch, H = s.heads, D = s.head_dim, Sq = s.s_q_bucket, Skv = s.s_kv_bucket;
   auto g = std::make_shared<fe::graph::Graph>();
   g->set_io_data_type(fe::DataType_t::BFLOAT16)
@@ -184,6 +199,12 @@ CachedGraph build_graph(const SdpaShape& s, cudnnHandle_t handle,
 
   check_fe(g->validate(), "validate");
   check_fe(g->build_operation_graph(handle), "build_operation_graph");
+  return g;
+}
+
+CachedGraph build_graph(const SdpaShape& s, cudnnHandle_t handle,
+                        fe::AttentionImplementation_t impl) {
+  std::shared_ptr<fe::graph::Graph> g = operation_graph(s, handle, impl);
   check_fe(g->create_execution_plans({fe::HeurMode_t::A}), "create_execution_plans");
   check_fe(g->check_support(), "check_support");
   check_fe(g->build_plans(fe::BuildPlanPolicy_t::HEURISTICS_CHOICE), "build_plans");
@@ -204,23 +225,25 @@ const char* requested_implementation() {
   fail("SPARSE3D_SDPA_IMPLEMENTATION is '", env, "'; expected auto, unified or composite");
 }
 
-CachedGraph build_cached(const SdpaShape& s, cudnnHandle_t handle) {
+struct Attempt {
+  fe::AttentionImplementation_t impl;
+  const char* name;
+};
+
+// The implementations to try, in order, for SPARSE3D_SDPA_IMPLEMENTATION.
+std::vector<Attempt> implementation_attempts() {
   const std::string want = requested_implementation();
+  if (want == "auto")
+    return {{fe::AttentionImplementation_t::UNIFIED, "unified"},
+            {fe::AttentionImplementation_t::COMPOSITE, "composite"}};
+  if (want == "unified") return {{fe::AttentionImplementation_t::UNIFIED, "unified"}};
+  return {{fe::AttentionImplementation_t::COMPOSITE, "composite"}};
+}
+
+CachedGraph build_cached(const SdpaShape& s, cudnnHandle_t handle) {
   S3D_CHECK(!fault::hit(fault::Point::PlanBuild), "cuDNN SDPA graph build failed for ",
             describe(s), " (injected fault)");
-  struct Attempt {
-    fe::AttentionImplementation_t impl;
-    const char* name;
-  };
-  std::vector<Attempt> attempts;
-  if (want == "auto") {
-    attempts = {{fe::AttentionImplementation_t::UNIFIED, "unified"},
-                {fe::AttentionImplementation_t::COMPOSITE, "composite"}};
-  } else if (want == "unified") {
-    attempts = {{fe::AttentionImplementation_t::UNIFIED, "unified"}};
-  } else {
-    attempts = {{fe::AttentionImplementation_t::COMPOSITE, "composite"}};
-  }
+  const std::vector<Attempt> attempts = implementation_attempts();
   std::string errors;
   for (const Attempt& a : attempts) {
     try {
@@ -251,23 +274,169 @@ void ensure_workspace(DeviceState& st, int64_t bytes) {
   st.workspace_capacity = capacity;
 }
 
+// After a plan search the workspace holds the largest candidate's need, which may be far
+// more than any kept graph's (a split-KV engine at 30,000 tokens, say): held for the life of
+// the engine, it would count against every later request's memory. Shrink it to what the
+// kept graphs and `keep` need. Only outside a capture (searches never run inside one), so no
+// captured graph holds the old pointer.
+void shrink_workspace(DeviceState& st, int64_t keep) {
+  int64_t need = keep;
+  for (const auto& [key, g] : st.graphs) need = std::max(need, g.workspace_bytes);
+  const size_t capacity = static_cast<size_t>(need < 256 ? 256 : need);
+  if (st.workspace == nullptr || st.workspace_capacity <= capacity) return;
+  st.allocator->release(st.workspace, st.workspace_capacity);
+  st.workspace = nullptr;
+  st.workspace_capacity = 0;
+  ensure_workspace(st, need);
+}
+
+// The shape as the qualification cache keys it: the graph's key without the device ordinal
+// (the fingerprint names the GPU), plus the implementations SPARSE3D_SDPA_IMPLEMENTATION allows.
+std::string shape_text(const SdpaShape& s, uint32_t scale_bits) {
+  char bits[16];
+  std::snprintf(bits, sizeof bits, "%08x", scale_bits);
+  return cat("B=", s.batch, " H=", s.heads, " D=", s.head_dim, " Sq<=", s.s_q_bucket, " Skv<=",
+             s.s_kv_bucket, " strides ", s.q_stride, "/", s.k_stride, "/", s.v_stride,
+             " scale 0x", bits, " impl ", requested_implementation());
+}
+
+// A graph of `s` with the plans of heuristic modes A and FALLBACK listed (none built yet):
+// the list a choice's index points into, deterministic for a fixed library, GPU and shape.
+std::shared_ptr<fe::graph::Graph> listed_graph(const SdpaShape& s, cudnnHandle_t handle,
+                                               const Attempt& a) {
+  std::shared_ptr<fe::graph::Graph> g = operation_graph(s, handle, a.impl);
+  check_fe(g->create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK}),
+           "create_execution_plans");
+  check_fe(g->check_support(), "check_support");
+  return g;
+}
+
+// The tuned graph of `key`: the stored choice when `store` holds one that still builds, else
+// (outside a capture) every plan built and timed on the call's operands `pack`. Nothing (a
+// capture, no stored choice): the caller runs the default graph and counts the fallback.
+std::optional<CachedGraph> build_tuned(const GraphKey& key, DeviceState& st,
+                                       std::unordered_map<int64_t, void*>& pack,
+                                       cudaStream_t stream, plan_search::Store* store) {
+  using plan_search::Kind;
+  const SdpaShape& s = key.s;
+  S3D_CHECK(!fault::hit(fault::Point::PlanBuild), "cuDNN SDPA graph build failed for ",
+            describe(s), " (injected fault)");
+  const std::string shape = shape_text(s, key.scale_bits);
+  const std::vector<Attempt> attempts = implementation_attempts();
+  if (store != nullptr) {
+    if (std::optional<plan_search::Choice> c = store->find_plan(Kind::Attention, shape)) {
+      std::string why = cat("the stored implementation '", c->variant, "' is not allowed now");
+      for (const Attempt& a : attempts) {
+        if (c->variant != a.name) continue;
+        try {
+          std::shared_ptr<fe::graph::Graph> g = listed_graph(s, st.handle, a);
+          const int64_t count = std::min<int64_t>(g->get_execution_plan_count(),
+                                                  plan_search::kMaxCandidates);
+          // A list of another length means the index no longer names the same plan.
+          if (count != c->candidates || c->index >= count) {
+            why = cat("the stored choice is plan ", c->index, " of ", c->candidates,
+                      " but cuDNN now offers ", count);
+            break;
+          }
+          check_fe(g->build_plan_at_index(c->index), "build_plan_at_index");
+          CachedGraph cg;
+          check_fe(g->get_workspace_size_plan_at_index(c->index, cg.workspace_bytes),
+                   "get_workspace_size_plan_at_index");
+          cg.graph = std::move(g);
+          cg.implementation = a.name;
+          cg.plan_index = c->index;
+          plan_search::record({Kind::Attention, shape, *c, plan_search::Source::Cache});
+          return cg;
+        } catch (const BuildFailure& e) {
+          why = cat("the stored plan ", c->index, " does not build (", e.message, ")");
+        } catch (const std::exception& e) {
+          why = cat("the stored plan ", c->index, " does not build (", e.what(), ")");
+        }
+        break;
+      }
+      store->refuse_plan(Kind::Attention, shape, why + ": searching again");
+    }
+  }
+  if (plan_search::capturing(stream)) return std::nullopt;
+
+  std::string errors;
+  for (const Attempt& a : attempts) {
+    std::shared_ptr<fe::graph::Graph> g;
+    std::vector<int64_t> built;  // indices of the plans that built, list order
+    int64_t count = 0;
+    try {
+      g = listed_graph(s, st.handle, a);
+      count = std::min<int64_t>(g->get_execution_plan_count(), plan_search::kMaxCandidates);
+      std::set<std::string> seen;  // both modes may list one engine config: time it once
+      for (int64_t i = 0; i < count; ++i) {
+        std::string name;
+        if (g->get_plan_name_at_index(i, name).is_good() && !seen.insert(name).second) continue;
+        if (g->build_plan_at_index(i).is_good()) built.push_back(i);
+      }
+    } catch (const BuildFailure& e) {
+      errors += cat(" [", a.name, "] ", e.message);
+      continue;
+    } catch (const std::exception& e) {  // the frontend can throw from sdpa() itself
+      errors += cat(" [", a.name, "] ", e.what());
+      continue;
+    }
+    if (built.empty()) {
+      errors += cat(" [", a.name, "] none of ", count, " plans built");
+      continue;
+    }
+    int64_t max_workspace = 0;
+    for (int64_t i : built) {
+      int64_t w = 0;
+      check_fe(g->get_workspace_size_plan_at_index(i, w), "get_workspace_size_plan_at_index");
+      max_workspace = std::max(max_workspace, w);
+    }
+    ensure_workspace(st, max_workspace);
+    check_cudnn(cudnnSetStream(st.handle, stream), "cudnnSetStream", describe(s));
+    std::vector<double> ms(static_cast<size_t>(count), -1.0);
+    for (int64_t i : built) {
+      std::optional<double> t = plan_search::time_per_call(
+          [&] { return g->execute_plan_at_index(st.handle, pack, st.workspace, i).is_good(); },
+          stream);
+      if (t) ms[static_cast<size_t>(i)] = *t;
+    }
+    // The default graph runs the first plan that builds, in the heuristic's order.
+    const int first = static_cast<int>(built.front());
+    const int best = plan_search::choose(ms, first);
+    if (best < 0) {
+      errors += cat(" [", a.name, "] none of ", built.size(), " built plans ran");
+      continue;
+    }
+    plan_search::Choice c;
+    c.index = best;
+    c.candidates = static_cast<int>(count);
+    c.timed = static_cast<int>(std::count_if(ms.begin(), ms.end(), [](double v) { return v >= 0; }));
+    c.variant = a.name;
+    c.best_ms = ms[static_cast<size_t>(best)];
+    c.default_ms = ms[static_cast<size_t>(first)] >= 0 ? ms[static_cast<size_t>(first)] : c.best_ms;
+    CachedGraph cg;
+    check_fe(g->get_workspace_size_plan_at_index(best, cg.workspace_bytes),
+             "get_workspace_size_plan_at_index");
+    cg.graph = std::move(g);
+    cg.implementation = a.name;
+    cg.plan_index = best;
+    shrink_workspace(st, cg.workspace_bytes);
+    if (store != nullptr) store->store_plan(Kind::Attention, shape, c);
+    plan_search::record({Kind::Attention, shape, c, plan_search::Source::Searched});
+    return cg;
+  }
+  fail("cuDNN SDPA plan search found no plan that builds and runs for ", describe(s), " (cuDNN ",
+       cudnnGetVersion(), ", frontend ", CUDNN_FRONTEND_VERSION, "):", errors);
+}
+
 }  // namespace
 
 void cudnn_sdpa_forward(const SdpaShape& shape, const SdpaPointers& p, cudaStream_t stream) {
   int device = 0;
   S3D_CUDA_CHECK(cudaGetDevice(&device));
   DeviceState& st = device_state(device);
-  GraphKey key{device, shape, 0};
+  const plan_search::Settings tune = plan_search::settings();
+  GraphKey key{device, shape, 0, tune.attention};
   std::memcpy(&key.scale_bits, &shape.scale, sizeof key.scale_bits);
-  auto it = st.graphs.find(key);
-  if (it == st.graphs.end()) {
-    it = st.graphs.emplace(key, build_cached(shape, st.handle)).first;
-    ++current_context().state<ContextStates>().graphs_built;
-  }
-  const CachedGraph& c = it->second;
-  ensure_workspace(st, c.workspace_bytes);
-
-  check_cudnn(cudnnSetStream(st.handle, stream), "cudnnSetStream", describe(shape));
   // The frontend's variant pack is non-const; cuDNN only reads the inputs.
   std::unordered_map<int64_t, void*> pack = {
       {kQ, const_cast<void*>(p.q)},
@@ -281,7 +450,33 @@ void cudnn_sdpa_forward(const SdpaShape& shape, const SdpaPointers& p, cudaStrea
       {kRaggedV, const_cast<int32_t*>(p.ragged_v)},
       {kRaggedO, const_cast<int32_t*>(p.ragged_o)},
   };
-  fe::error_t status = c.graph->execute(st.handle, pack, st.workspace);
+  auto it = st.graphs.find(key);
+  if (it == st.graphs.end() && key.tuned) {
+    std::optional<CachedGraph> tuned = build_tuned(key, st, pack, stream, tune.store);
+    if (tuned) {
+      it = st.graphs.emplace(key, std::move(*tuned)).first;
+      ++current_context().state<ContextStates>().graphs_built;
+    } else {
+      // The engine runs each step kind once eagerly before capturing it, so a graph first
+      // seen inside a capture is unexpected; it is counted, never timed there.
+      record_fallback(sparse3d::Flag::tuned_attention,
+                      "an attention shape was first seen during CUDA graph capture, where plans "
+                      "cannot be timed; ran cuDNN's default plan");
+      key.tuned = false;
+      it = st.graphs.find(key);
+    }
+  }
+  if (it == st.graphs.end()) {
+    it = st.graphs.emplace(key, build_cached(shape, st.handle)).first;
+    ++current_context().state<ContextStates>().graphs_built;
+  }
+  const CachedGraph& c = it->second;
+  ensure_workspace(st, c.workspace_bytes);
+
+  check_cudnn(cudnnSetStream(st.handle, stream), "cudnnSetStream", describe(shape));
+  fe::error_t status =
+      c.plan_index >= 0 ? c.graph->execute_plan_at_index(st.handle, pack, st.workspace, c.plan_index)
+                        : c.graph->execute(st.handle, pack, st.workspace);
   if (status.is_bad())
     fail("cuDNN SDPA execute failed for ", describe(shape), " (", c.implementation,
          " implementation): ", status.get_message());
@@ -300,8 +495,9 @@ std::string cudnn_sdpa_cache_summary() {
   }
   std::string out;
   for (const auto& [key, c] : device_state(device).graphs)
-    out +=
-        cat(describe(key.s), ": ", c.implementation, ", workspace ", c.workspace_bytes, " bytes\n");
+    out += cat(describe(key.s), ": ", c.implementation,
+               key.tuned ? cat(", searched plan ", c.plan_index) : std::string(), ", workspace ",
+               c.workspace_bytes, " bytes\n");
   return out;
 }
 

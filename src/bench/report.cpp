@@ -53,6 +53,16 @@ io::Json raw_json(const BenchResult& r) {
     j["baselines"].push_back({{"name", b.name}, {"ran", b.ran}, {"reason", b.reason}});
   j["fallbacks"] = io::fallbacks_to_json(r.fallbacks);
   j["null_context"] = r.null_context;
+  j["searched_plans"] = io::Json::array();
+  for (const auto& p : r.searched_plans)
+    j["searched_plans"].push_back({{"kind", p.kind},
+                                   {"shape", p.shape},
+                                   {"candidates", p.candidates},
+                                   {"timed", p.timed},
+                                   {"index", p.index},
+                                   {"default_ms", p.default_ms},
+                                   {"best_ms", p.best_ms},
+                                   {"source", p.source}});
   j["throughput"] = io::Json::array();
   for (const auto& t : r.throughput)
     j["throughput"].push_back({{"path", t.path},
@@ -72,6 +82,7 @@ io::Json raw_json(const BenchResult& r) {
                           {"launches", c.launches},
                           {"launches_by_op", c.launches_by_op},
                           {"peak_bytes", c.peak_bytes},
+                          {"peak_reserved_bytes", c.peak_reserved_bytes},
                           {"attention_seconds", c.attention_seconds},
                           {"gemm_seconds", c.gemm_seconds},
                           {"attention_flops", c.attention_flops},

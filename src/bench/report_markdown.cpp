@@ -131,6 +131,55 @@ void ideal_table(std::ostringstream& o, const BenchResult& r,
   o << '\n';
 }
 
+// Per asset and path: peak device memory in use and reserved, GiB, from the instrumented
+// loop (engine paths) or the baseline's own allocator counters (PyTorch).
+void memory_table(std::ostringstream& o, const BenchResult& r,
+                  const std::vector<const PathFigures*>& shown) {
+  auto cell_of = [&](const std::string& path, const std::string& asset) -> const Cell* {
+    for (const auto& c : r.cells)
+      if (c.path == path && c.asset == asset && c.peak_bytes > 0) return &c;
+    return nullptr;
+  };
+  std::vector<std::string> paths;
+  for (const auto* p : shown)
+    for (const auto& a : r.assets)
+      if (cell_of(p->path, a.name)) {
+        paths.push_back(p->path);
+        break;
+      }
+  if (paths.empty()) return;
+  const auto torch = std::find(paths.begin(), paths.end(), "torch_eager");
+  o << "## Device memory per asset\n\nPeak GiB in use / reserved during one request: bytes in "
+       "tensors (the weights included; comparable to torch.cuda.max_memory_allocated) and "
+       "bytes held from the driver (max_memory_reserved: cached blocks and CUDA-graph pools "
+       "included).";
+  if (torch != paths.end())
+    o << " A * marks an engine path whose peak in use is above torch_eager's for that asset.";
+  o << "\n\n";
+  std::vector<std::string> head = {"asset", "tokens"};
+  for (const auto& p : paths) head.push_back(md(p));
+  row(o, head);
+  rule(o, 1, head.size() - 1);
+  const auto gib = [](size_t b) { return fixed(static_cast<double>(b) / (1ull << 30), 2); };
+  for (const auto& a : r.assets) {
+    std::vector<std::string> cells = {md(a.name), group_digits(a.tokens)};
+    const Cell* t = torch != paths.end() ? cell_of(*torch, a.name) : nullptr;
+    for (const auto& p : paths) {
+      const Cell* c = cell_of(p, a.name);
+      if (!c) {
+        cells.push_back(kDash);
+        continue;
+      }
+      const bool above = t && c != t && c->peak_bytes > t->peak_bytes;
+      cells.push_back(gib(c->peak_bytes) + " / " +
+                      (c->peak_reserved_bytes ? gib(c->peak_reserved_bytes) : kDash) +
+                      (above ? " *" : ""));
+    }
+    row(o, cells);
+  }
+  o << '\n';
+}
+
 std::string launches_text(const SetSummary& s) {
   if (!s.launches_min) return kDash;
   const std::string lo = group_digits(static_cast<int64_t>(*s.launches_min));
@@ -359,6 +408,25 @@ void how_measured(std::ostringstream& o, const BenchResult& r) {
        "only in their tables here; the JSON holds their cells and figures.\n";
 }
 
+// The searched cuBLASLt/cuDNN plans (tuned_gemm, tuned_attention): per shape, what the search
+// kept against the heuristic's default, or that it came from the qualification cache.
+void searched_plans_table(std::ostringstream& o, const BenchResult& r) {
+  if (r.searched_plans.empty()) return;
+  o << "## Searched plans\n\nPer shape: the library's candidates (timed / offered), the "
+       "heuristic's default and the chosen candidate in ms per call, gain = default / best, "
+       "the chosen index in the library's list, and whether it was searched in this run or "
+       "restored from the qualification cache (its times are then those of the search).\n\n";
+  row(o, {"kind", "shape", "candidates", "default ms", "best ms", "gain", "index", "source"});
+  o << "|---|---|---:|---:|---:|---:|---:|---|\n";
+  for (const auto& p : r.searched_plans)
+    row(o, {p.kind, md(p.shape),
+            p.source == "cache" ? std::to_string(p.candidates)
+                                : cat(p.timed, " / ", p.candidates),
+            fixed(p.default_ms, 4), fixed(p.best_ms, 4), times(p.gain()), std::to_string(p.index),
+            p.source});
+  o << '\n';
+}
+
 }  // namespace
 
 std::string to_markdown(const BenchResult& r) {
@@ -375,6 +443,7 @@ std::string to_markdown(const BenchResult& r) {
     summary_table(o, fig, s, n, shown);
   }
   ideal_table(o, r, shown);
+  memory_table(o, r, shown);
   for (const auto& t : fig.leave_one_out) loo_table(o, t);
   bool any_missing = false;
   for (const auto& b : r.baselines) any_missing |= !b.ran;
@@ -387,6 +456,7 @@ std::string to_markdown(const BenchResult& r) {
   }
   throughput_table(o, r);
   graph_table(o, r);
+  searched_plans_table(o, r);
   if (!r.null_context.empty())
     o << "## Null-context qualification\n\n```\n" << r.null_context << "```\n\n";
   o << "## Fallbacks\n\n";

@@ -9,6 +9,7 @@
 
 #include "sparse3d/flags.h"
 #include "io/json.h"
+#include "sparse3d/diagnostics.h"
 #include "sparse3d/flags.h"
 
 namespace s3d::bench {
@@ -31,7 +32,10 @@ struct Cell {
   std::vector<double> setup_seconds;  // the set-up part of each repeat (empty: not recorded)
   uint64_t launches = 0;       // kernel launches + library calls per denoise loop (0 = not counted)
   std::map<std::string, uint64_t> launches_by_op;
-  size_t peak_bytes = 0;       // peak device memory during the loop (0 = not measured)
+  // Peak device memory during the request (0 = not measured): bytes in tensors (as
+  // torch.cuda.max_memory_allocated) and bytes held from the driver (max_memory_reserved).
+  size_t peak_bytes = 0;
+  size_t peak_reserved_bytes = 0;
   double attention_seconds = 0;  // GPU time inside attention calls (instrumented loop)
   double gemm_seconds = 0;       // GPU time inside GEMM calls (instrumented loop)
   double attention_flops = 0;    // per denoise loop
@@ -95,6 +99,9 @@ struct BenchResult {
   std::vector<sparse3d::FallbackCount> fallbacks;
   std::string null_context;
   std::vector<ThroughputCell> throughput;  // empty unless bench --batch
+  // Every cuBLASLt/cuDNN shape a searched plan was chosen for (tuned_gemm, tuned_attention),
+  // searched or restored from the cache; empty when neither flag ran.
+  std::vector<sparse3d::SearchedPlan> searched_plans;
 };
 
 }  // namespace s3d::bench

@@ -73,6 +73,25 @@ BenchResult result_from_json(const io::Json& j, const std::string& what) {
     // Absent in results written before null-context elimination.
     if (j.contains("fallbacks")) r.fallbacks = io::fallbacks_from_json(j.at("fallbacks"), what);
     r.null_context = j.value("null_context", std::string());
+    // Absent in results written before searched plans.
+    if (j.contains("searched_plans"))
+      for (const auto& p : j.at("searched_plans")) {
+        sparse3d::SearchedPlan sp;
+        sp.kind = p.at("kind").get<std::string>();
+        sp.shape = p.at("shape").get<std::string>();
+        sp.candidates = p.at("candidates").get<int>();
+        sp.timed = p.at("timed").get<int>();
+        sp.index = p.at("index").get<int>();
+        sp.default_ms = p.at("default_ms").get<double>();
+        sp.best_ms = p.at("best_ms").get<double>();
+        sp.source = p.at("source").get<std::string>();
+        S3D_CHECK((sp.kind == "gemm" || sp.kind == "attention") &&
+                      (sp.source == "searched" || sp.source == "cache") && sp.index >= 0 &&
+                      sp.index < sp.candidates,
+                  what, ": searched plan '", sp.shape, "' has kind '", sp.kind, "', source '",
+                  sp.source, "', index ", sp.index, " of ", sp.candidates);
+        r.searched_plans.push_back(std::move(sp));
+      }
     // Absent in results written before multi-asset batching.
     if (j.contains("throughput"))
       for (const auto& t : j.at("throughput")) {
@@ -94,6 +113,7 @@ BenchResult result_from_json(const io::Json& j, const std::string& what) {
       cell.launches = c.at("launches").get<uint64_t>();
       cell.launches_by_op = c.at("launches_by_op").get<std::map<std::string, uint64_t>>();
       cell.peak_bytes = c.at("peak_bytes").get<size_t>();
+      cell.peak_reserved_bytes = c.value("peak_reserved_bytes", size_t{0});  // since 2026-11-30
       cell.attention_seconds = c.at("attention_seconds").get<double>();
       cell.gemm_seconds = c.at("gemm_seconds").get<double>();
       cell.attention_flops = c.at("attention_flops").get<double>();
@@ -138,6 +158,9 @@ void add_baseline_timing(BenchResult& r, const io::Json& timing, const std::stri
     c.path = name;
     c.asset = a.name;
     for (const auto& v : e["total_seconds"]) c.loop_seconds.push_back(v.get<double>());
+    // Optional (run.py on a GPU): torch.cuda.max_memory_allocated / max_memory_reserved.
+    c.peak_bytes = e.value("peak_allocated_bytes", size_t{0});
+    c.peak_reserved_bytes = e.value("peak_reserved_bytes", size_t{0});
     r.cells.push_back(std::move(c));
     ++timed;
   }

@@ -158,7 +158,17 @@ void make_plans(Run& run) {
   if (!run.o.ablate) return;
   const ExecutionPlan ref = run.plans.back();
   r.ablation.reference_path = r.paths.back();
-  for (const Flag flag : ref.flags().flags()) {
+  sparse3d::FlagSet chosen = ref.flags();
+  if (!run.o.ablate_flags.empty()) {
+    chosen = {};
+    for (const auto& name : run.o.ablate_flags) {
+      const Flag f = sparse3d::parse_flag(name);
+      S3D_CHECK(ref.on(f), "bench --ablate-flags: ", name, " is not on in ", ref.label(),
+                "; nothing to leave out");
+      chosen.set(f);
+    }
+  }
+  for (const Flag flag : chosen.flags()) {
     ExecutionPlan off = ref;
     off.disable(flag);
     r.ablation.flags.push_back(flag);
@@ -180,6 +190,7 @@ sparse3d::Engine load_engine(const Run& run) {
   eo.device = sparse3d::DeviceChoice::CUDA;
   eo.persist_qualification = false;
   eo.qualify_m = run.o.qualify_m;
+  eo.max_device_memory_gib = run.o.max_device_memory_gib;
   eo.log = run.log;
   for (const auto& p : run.plans)
     if (eo.path.empty() && (p.on(Flag::null_context_exact) || p.on(Flag::null_context_cache)))
@@ -308,6 +319,7 @@ void instrument_cell(Run& run, sparse3d::Engine& engine, size_t pi, size_t ai) {
         per_loop_n(it == st.launches_before_loop_by_op.end() ? 0 : it->second, n);
   }
   c.peak_bytes = st.peak_device_bytes;
+  c.peak_reserved_bytes = st.peak_device_reserved_bytes;
   if (graphs) {
     const sparse3d::RequestStats whole = engine.sample(run.request(pi, ai)).stats;
     c.graphs_captured = whole.graphs_captured;
@@ -316,6 +328,7 @@ void instrument_cell(Run& run, sparse3d::Engine& engine, size_t pi, size_t ai) {
     c.launches = whole.launches;
     c.launches_by_op = whole.launches_by_op;
     c.peak_bytes = whole.peak_device_bytes;
+    c.peak_reserved_bytes = whole.peak_device_reserved_bytes;
   }
   auto profiled = [&](const char* category) {
     const auto it = st.profile.find(category);
@@ -429,6 +442,9 @@ void measure_engine(Run& run) {
   run.log(cat("fallbacks:\n", format_fallbacks(run.r.fallbacks)));
   run.r.null_context = format_qualification(engine.qualification());
   if (!run.r.null_context.empty()) run.log(run.r.null_context);
+  run.r.searched_plans = sparse3d::searched_plans(engine);
+  if (!run.r.searched_plans.empty())
+    run.log(cat("searched plans: ", run.r.searched_plans.size(), " shapes (report: Searched plans)"));
 }
 
 }  // namespace

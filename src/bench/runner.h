@@ -27,6 +27,8 @@ struct BenchOptions {
   bool ablate = false;              // leave-one-out over the last path's flags
   // Assets the leave-one-out variants run on (names or sets; empty: every asset).
   std::vector<std::string> ablate_assets;
+  // Leave out only these flags (empty: every flag of the last path); each must be on in it.
+  std::vector<std::string> ablate_flags;
   // Steps of the instrumented loop (0: all). Fewer steps need CFG on every step (the
   // protocol), so that every step does the same work; its counts and times are then scaled
   // by steps / instrument_steps.
@@ -42,6 +44,10 @@ struct BenchOptions {
   // (Engine::warm_up). Candidate M: EngineOptions::qualify_m (empty: the engine's default).
   std::vector<int64_t> qualify_tokens;
   std::vector<int64_t> qualify_m;
+  // EngineOptions::max_device_memory_gib (0: all): under a limit the engine drops the
+  // memory-costly flags a request would not fit with (counted, and the cell's path label
+  // says which).
+  double max_device_memory_gib = 0;
   std::string torch_script;         // tools/torch_ref/run.py; empty: no external baseline
   bool torch_compile = false;       // also run the baseline under torch.compile
   std::string python = "python3";

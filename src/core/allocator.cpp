@@ -4,6 +4,7 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <map>
@@ -118,6 +119,8 @@ void* DeviceAllocator::allocate(size_t bytes) {
   if (pool != 0) impl_->block_pool[p] = pool;
   impl_->stats.driver_allocations++;
   impl_->stats.reserved_bytes += size;
+  impl_->stats.peak_reserved_bytes =
+      std::max(impl_->stats.peak_reserved_bytes, impl_->stats.reserved_bytes);
   impl_->stats.allocated_bytes += size;
   if (impl_->stats.allocated_bytes > impl_->stats.peak_allocated_bytes)
     impl_->stats.peak_allocated_bytes = impl_->stats.allocated_bytes;
@@ -151,6 +154,7 @@ AllocatorStats DeviceAllocator::stats() const {
 void DeviceAllocator::reset_peak() {
   std::lock_guard<std::mutex> lock(impl_->mu);
   impl_->stats.peak_allocated_bytes = impl_->stats.allocated_bytes;
+  impl_->stats.peak_reserved_bytes = impl_->stats.reserved_bytes;
 }
 
 void DeviceAllocator::set_caching(bool enabled) {

@@ -14,6 +14,7 @@ struct AllocatorStats {
   size_t allocated_bytes = 0;       // handed out and not yet released
   size_t peak_allocated_bytes = 0;  // since the last reset_peak()
   size_t reserved_bytes = 0;        // held from the driver (allocated + cached)
+  size_t peak_reserved_bytes = 0;   // since the last reset_peak()
   uint64_t driver_allocations = 0;  // cudaMalloc calls so far
 };
 

@@ -20,9 +20,16 @@ static_assert(std::size(kFlagNames) == kFlagCount);
 
 constexpr std::string_view kBitwise = "bitwise";
 
-FlagInfo entry(Flag f, std::string_view help, std::string_view contract, int calls_per_step) {
-  return FlagInfo{f, kFlagNames[static_cast<int>(f)], help, contract, calls_per_step, true};
+FlagInfo entry(Flag f, std::string_view help, std::string_view contract, int calls_per_step,
+               bool gpu_validated = true) {
+  return FlagInfo{f, kFlagNames[static_cast<int>(f)], help, contract, calls_per_step,
+                  gpu_validated};
 }
+
+// The fp64-golden rule of the tolerance kernels (docs/CONTRACTS.md, "Tolerance kernels").
+constexpr std::string_view kGoldenRule =
+    "tolerance: per call, mean |fp64 - fast| <= 1.1 mean |fp64 - reference path|, no NaN/Inf; "
+    "final latent rel L2 <= 2e-2 of pure_eager";
 
 std::vector<FlagInfo> make_flag_infos() {
   using F = Flag;
@@ -91,6 +98,40 @@ std::vector<FlagInfo> make_flag_infos() {
             "tolerance: per element |y' - y| <= 1.13 ulp(u) + ulp(max(|y|, |y'|)), rel L2 <= "
             "2^-8, fp64-golden rule; final latent rel L2 <= 2e-2 of pure_eager",
             60),
+      entry(F::fast_modulated_layernorm,
+            "modulated LayerNorm written for bandwidth: one warp per token row, the row read "
+            "once into registers, fp32 statistics, one rounding per element (the bitwise "
+            "modulated_layernorm keeps the reference's fp64 sums and four roundings)",
+            kGoldenRule, 120),
+      entry(F::fast_qk_rmsnorm_rope,
+            "self-attention q/k RMSNorm + RoPE in place, written for bandwidth: 8 lanes per "
+            "head, every load issued before the reduction, fp32 sum of squares, one rounding "
+            "per element (the bitwise qk_rmsnorm_rope_inplace keeps fp64 sums and two "
+            "roundings)",
+            kGoldenRule, 60),
+      entry(F::fast_head_rmsnorm,
+            "cross-attention q RMSNorm in place with the fast kernel (fp32 sum of squares, "
+            "one rounding); the condition's K keeps the reference op",
+            kGoldenRule, 60),
+      entry(F::tuned_gemm,
+            "every cuBLASLt GEMM shape searched once over the heuristic's candidate "
+            "algorithms, timed, the fastest kept (persisted in the qualification cache); "
+            "another algorithm sums in another order",
+            "tolerance: rel L2 <= 1e-2 per GEMM against the default algorithm; final latent "
+            "rel L2 <= 2e-2 of pure_eager",
+            420),
+      entry(F::tuned_attention,
+            "every cuDNN SDPA graph built with each engine config cuDNN offers, timed, the "
+            "fastest kept (persisted in the qualification cache)",
+            "tolerance: rel L2 <= 1e-2 per attention against the default plan; final latent "
+            "rel L2 <= 2e-2 of pure_eager",
+            120),
+      entry(F::chunked_mlp,
+            "the MLP (norm, fc1 + GELU, fc2, gated residual) over token chunks of at most "
+            "8,192 rows: the [T, 4C] hidden never exists whole; the GEMMs run at another M",
+            "tolerance: rel L2 <= 1e-2 per block against the unchunked MLP; final latent rel "
+            "L2 <= 2e-2 of pure_eager",
+            60),
   };
   // info(f) indexes this list by the enum's value: a missing or misplaced entry is a bug.
   S3D_CHECK(v.size() == static_cast<size_t>(kFlagCount), "flag list: ", v.size(),
@@ -112,6 +153,14 @@ std::vector<PathInfo> make_paths() {
   const FlagSet fusion = {F::qk_rmsnorm_rope_inplace, F::modulated_layernorm,
                           F::gated_residual_add, F::gemm_gelu_epilogue};
   const FlagSet combined = FlagSet(fusion).set(F::null_context_cache);
+  const FlagSet beyond = FlagSet(combined)
+                             .set(F::cond_kv_cache)
+                             .set(F::batched_cfg)
+                             .set(F::step_tables)
+                             .set(F::cuda_graphs);
+  const FlagSet fast_kernels_and_plans = {F::fast_modulated_layernorm, F::fast_qk_rmsnorm_rope,
+                                          F::fast_head_rmsnorm, F::tuned_gemm,
+                                          F::tuned_attention};
   return {
       {"pure_eager", "every op its own kernel, at the rounding points of the PyTorch original",
        {}},
@@ -128,11 +177,18 @@ std::vector<PathInfo> make_paths() {
       {"beyond",
        "canonical_cache_combined + the condition K/V cache + batched CFG + step tables + "
        "per-request CUDA graphs",
-       FlagSet(combined)
-           .set(F::cond_kv_cache)
-           .set(F::batched_cfg)
-           .set(F::step_tables)
-           .set(F::cuda_graphs)},
+       beyond},
+      {"fast",
+       "beyond + the tolerance kernels (fast_*) + the searched cuBLASLt and cuDNN plans",
+       FlagSet(beyond).set(fast_kernels_and_plans)},
+      {"low_memory",
+       "fast without the memory-costly flags (batched CFG, condition K/V cache) and with the "
+       "MLP in token chunks: the least device memory",
+       FlagSet(beyond)
+           .set(fast_kernels_and_plans)
+           .set(F::batched_cfg, false)
+           .set(F::cond_kv_cache, false)
+           .set(F::chunked_mlp)},
   };
 }
 

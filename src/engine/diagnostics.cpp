@@ -12,10 +12,12 @@
 #include "attention/attention.h"
 #include "core/cuda_util.h"
 #include "core/error.h"
+#include "core/plan_search.h"
 #include "engine/engine_impl.h"
 #include "engine/measure.h"
 #include "gemm/linear.h"
 #include "kernels/elementwise.h"
+#include "kernels/fast_norm.h"
 #include "kernels/fused_gelu.h"
 #include "kernels/fused_norm.h"
 #include "kernels/fused_qk.h"
@@ -150,6 +152,11 @@ KernelBandwidth measure_kernel_bandwidth(Engine& engine, const std::vector<int64
       add("qk_rmsnorm_rope_inplace", "fused", bytes, n, [&](int i) {
         s3d::kernels::fused::qk_rmsnorm_rope_inplace(qkv[i], H, D, &q_gamma, &k_gamma, &cos, &sin);
       });
+      // The tolerance twins (fast_*, kernels/fast_norm.h) beside their bitwise kernels: the
+      // same compulsory traffic.
+      add("fast qk_rmsnorm_rope_inplace (fast_qk_rmsnorm_rope)", "tolerance", bytes, n, [&](int i) {
+        s3d::kernels::fast::qk_rmsnorm_rope_inplace(qkv[i], H, D, &q_gamma, &k_gamma, &cos, &sin);
+      });
     }
     {  // cross-attention q RMSNorm in place
       const double bytes = double(T) * C * 2 * 2;
@@ -157,6 +164,8 @@ KernelBandwidth measure_kernel_bandwidth(Engine& engine, const std::vector<int64
       auto q = replicas(random_device({T, C}, DType::BF16, 17), n);
       add("head_rmsnorm_inplace (qk_rmsnorm_cross_inplace)", "fused", bytes, n,
           [&](int i) { s3d::kernels::fused::head_rmsnorm_inplace(q[i], q_gamma, H, D); });
+      add("fast head_rmsnorm_inplace (fast_head_rmsnorm)", "tolerance", bytes, n,
+          [&](int i) { s3d::kernels::fast::head_rmsnorm_inplace(q[i], q_gamma, H, D); });
     }
     {  // modulated LayerNorm, and the reference's LayerNorm alone (same traffic)
       const double bytes = double(T) * C * 2 * 2 + double(T) * 4;
@@ -165,6 +174,9 @@ KernelBandwidth measure_kernel_bandwidth(Engine& engine, const std::vector<int64
       auto out = replicas(random_device({T, C}, DType::BF16, 19), n);
       add("modulated_layer_norm", "fused", bytes, n, [&](int i) {
         s3d::kernels::fused::modulated_layer_norm(x[i], shift, scale, batch_index, 1e-6f, out[i]);
+      });
+      add("fast modulated_layer_norm (fast_modulated_layernorm)", "tolerance", bytes, n, [&](int i) {
+        s3d::kernels::fast::modulated_layer_norm(x[i], shift, scale, batch_index, 1e-6f, out[i]);
       });
       add("layer_norm (reference op, no affine)", "reference", double(T) * C * 2 * 2, n,
           [&](int i) { s3d::kernels::layer_norm(x[i], nullptr, nullptr, 1e-6f, out[i]); });
@@ -194,6 +206,18 @@ KernelBandwidth measure_kernel_bandwidth(Engine& engine, const std::vector<int64
   }
   s3d::synchronize();
   return k;
+}
+
+std::vector<SearchedPlan> searched_plans(Engine& engine) {
+  EngineAccess::Impl& impl = EngineAccess::of(engine);
+  std::lock_guard<std::mutex> lock(impl.mu);
+  s3d::ContextScope scope(*impl.context);  // the report lives in the engine's context
+  std::vector<SearchedPlan> out;
+  for (const s3d::plan_search::Row& r : s3d::plan_search::report())
+    out.push_back(SearchedPlan{s3d::plan_search::kind_name(r.kind), r.shape, r.choice.candidates,
+                               r.choice.timed, r.choice.index, r.choice.default_ms,
+                               r.choice.best_ms, s3d::plan_search::source_name(r.source)});
+  return out;
 }
 
 }  // namespace sparse3d

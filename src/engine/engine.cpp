@@ -268,14 +268,16 @@ std::vector<std::pair<std::string, std::string>> Engine::fingerprint() const {
 std::vector<QualificationState> Engine::qualification() const {
   std::lock_guard<std::mutex> lock(impl_->mu);
   std::vector<QualificationState> out;
-  for (const auto& [L, nc] : impl_->null_contexts) {
+  for (const auto& [key, nc] : impl_->null_contexts) {
+    const auto [L, tuned_gemm] = key;
     QualificationState s;
     s.context_tokens = L;
+    s.tuned_gemm = tuned_gemm;
     s.applicable = nc->applicability().ok;
     s.reason = nc->applicability().reason;
     s.facts = nc->applicability().facts;
     for (const auto& [n, q] : nc->qualifications()) {
-      auto src = impl_->qualification_source.find({L, n});
+      auto src = impl_->qualification_source.find({L, n, tuned_gemm});
       s.shapes.push_back(QualificationState::Shape{
           n, q.slices_checked, q.m,
           src == impl_->qualification_source.end() ? "qualified" : src->second, q.summary()});

@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <map>
+#include <tuple>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -30,8 +31,11 @@ struct Engine::Impl {
   ModelInfo info;
   s3d::engine::QualificationCache cache;
   // Null-context state per condition length L: the probe once, a qualification per token count.
-  std::map<int, std::unique_ptr<s3d::model::NullContext>> null_contexts;
-  std::map<std::pair<int, int64_t>, std::string> qualification_source;  // (L, N) -> how
+  // Null-context state per (L, tuned_gemm): with searched GEMM plans the projections that
+  // make v0 and the cached rows, and the reference rows they are qualified against, may run
+  // other algorithms, so a qualification holds only under the plan policy it was taken with.
+  std::map<std::pair<int, bool>, std::unique_ptr<s3d::model::NullContext>> null_contexts;
+  std::map<std::tuple<int, int64_t, bool>, std::string> qualification_source;  // -> how
   std::mutex mu;  // one request at a time
   uint64_t requests = 0;
   uint64_t qualifications_run = 0;
@@ -48,9 +52,18 @@ struct Engine::Impl {
   FlagSet flags_for(const std::optional<FlagSet>& requested) const;
   // The NullContext for condition length L, with the token count N qualified (from the
   // cache when it holds a trusted entry).
-  const s3d::model::NullContext& null_context(int cond_tokens, int64_t tokens);
+  const s3d::model::NullContext& null_context(int cond_tokens, int64_t tokens, bool tuned_gemm);
   // Refuses, before anything runs, a request whose activations cannot fit.
   void check_memory(int64_t tokens, int batch, int cond_tokens, const FlagSet& flags) const;
+  // Estimated activation bytes of a request with these flags, and what the device (or the
+  // EngineOptions::max_device_memory_gib cap) has left for them.
+  size_t memory_need(int64_t tokens, int batch, int cond_tokens, const FlagSet& flags) const;
+  size_t memory_available() const;
+  // The request's flags with the memory-costly ones dropped, in order, until the estimate
+  // fits: cond_kv_cache (bitwise, so dropping it changes no value), then batched_cfg (serial
+  // CFG, the reference's mode). Each drop is a counted fallback naming the sizes. What still
+  // does not fit is refused by check_memory.
+  FlagSet fit_to_memory(int64_t tokens, int batch, int cond_tokens, FlagSet flags) const;
 
   SampleResult sample(const SampleRequest& r);
   Array forward(const ForwardRequest& r);

@@ -111,6 +111,30 @@ model::Applicability applicability_from_json(const io::Json& j, const std::strin
   return a;
 }
 
+io::Json plan_choice_to_json(const plan_search::Choice& c) {
+  return {{"index", c.index},           {"candidates", c.candidates},
+          {"timed", c.timed},           {"variant", c.variant},
+          {"default_ms", c.default_ms}, {"best_ms", c.best_ms}};
+}
+
+plan_search::Choice plan_choice_from_json(const io::Json& j, const std::string& what) {
+  S3D_CHECK(j.is_object(), what, ": the result must be an object");
+  io::check_known_keys(j, {"index", "candidates", "timed", "variant", "default_ms", "best_ms"},
+                       what);
+  plan_search::Choice c;
+  c.candidates = static_cast<int>(io::get_int(j, "candidates", what, 1, 1 << 16));
+  c.index = static_cast<int>(io::get_int(j, "index", what, 0, c.candidates - 1));
+  c.timed = static_cast<int>(io::get_int(j, "timed", what, 1, c.candidates));
+  c.variant = io::get_string_or(j, "variant", what, "");
+  c.default_ms = io::get_number(j, "default_ms", what, 0, 1e9);
+  c.best_ms = io::get_number(j, "best_ms", what, 0, 1e9);
+  // The default is one of the candidates timed, so the kept one is never slower.
+  S3D_CHECK(c.default_ms > 0 && c.best_ms > 0 && c.best_ms <= c.default_ms, what,
+            ": best_ms ", c.best_ms, " and default_ms ", c.default_ms,
+            " must be positive with best <= default");
+  return c;
+}
+
 QualificationCache::QualificationCache(std::string dir, Log log)
     : dir_(std::move(dir)), log_(std::move(log)) {}
 
@@ -248,6 +272,47 @@ void QualificationCache::store_probe(const contract::Fingerprint& fingerprint,
                                      const model::Applicability& verdict) {
   store_entry(fingerprint.to_json(), weights_hash, probe_key(probe),
               {{"ok", verdict.ok}, {"reason", verdict.reason}, {"facts", verdict.facts}});
+}
+
+namespace {
+
+io::Json plan_key(plan_search::Kind kind, const std::string& shape) {
+  return {{"plan", {{"kind", plan_search::kind_name(kind)}, {"shape", shape}}}};
+}
+
+}  // namespace
+
+std::optional<plan_search::Choice> QualificationCache::find_plan(
+    const contract::Fingerprint& fingerprint, plan_search::Kind kind, const std::string& shape) {
+  // No checkpoint: "" in the weights field (entries of the other kinds always name one).
+  return parse_hit(find_entry(fingerprint.to_json(), "", plan_key(kind, shape)),
+                   [](const io::Json& r) {
+                     return plan_choice_from_json(r, "qualification cache plan entry");
+                   },
+                   "searching again");
+}
+
+void QualificationCache::store_plan(const contract::Fingerprint& fingerprint,
+                                    plan_search::Kind kind, const std::string& shape,
+                                    const plan_search::Choice& choice) {
+  store_entry(fingerprint.to_json(), "", plan_key(kind, shape), plan_choice_to_json(choice));
+}
+
+std::optional<plan_search::Choice> QualificationCache::find_plan(plan_search::Kind kind,
+                                                                 const std::string& shape) {
+  return find_plan(contract::context_fingerprint(), kind, shape);
+}
+
+void QualificationCache::store_plan(plan_search::Kind kind, const std::string& shape,
+                                    const plan_search::Choice& choice) {
+  store_plan(contract::context_fingerprint(), kind, shape, choice);
+}
+
+void QualificationCache::refuse_plan(plan_search::Kind kind, const std::string& shape,
+                                     const std::string& why) {
+  // The entry parsed and matched, so it was counted a hit; it is a refusal after all.
+  if (stats_.hits > 0) --stats_.hits;
+  refuse(cat(plan_search::kind_name(kind), " plan for ", shape, ": ", why));
 }
 
 }  // namespace s3d::engine

@@ -13,6 +13,7 @@
 
 #include "contract/fingerprint.h"
 #include "core/error.h"
+#include "core/plan_search.h"
 #include "io/json.h"
 #include "model/null_context.h"
 #include "model/null_context_qualify.h"
@@ -26,7 +27,9 @@ struct CacheStats {
   uint64_t stores = 0;
 };
 
-class QualificationCache {
+// Also the store of searched library plans (core/plan_search.h): an entry per (kind, shape)
+// under the environment fingerprint, independent of the checkpoint.
+class QualificationCache : public plan_search::Store {
  public:
   using Log = std::function<void(const std::string&)>;
   // dir: the cache folder (created on the first store); empty: kept in memory only.
@@ -47,6 +50,20 @@ class QualificationCache {
                                                  const model::NullContextOptions& probe);
   void store_probe(const contract::Fingerprint& fingerprint, const std::string& weights_hash,
                    const model::NullContextOptions& probe, const model::Applicability& verdict);
+
+  // The searched plan of a cuBLASLt or cuDNN shape (tuned_gemm, tuned_attention), under the
+  // same rules; no weights: a choice depends on the environment and the shape only.
+  std::optional<plan_search::Choice> find_plan(const contract::Fingerprint& fingerprint,
+                                               plan_search::Kind kind, const std::string& shape);
+  void store_plan(const contract::Fingerprint& fingerprint, plan_search::Kind kind,
+                  const std::string& shape, const plan_search::Choice& choice);
+  // plan_search::Store, under contract::context_fingerprint() (the current context's).
+  std::optional<plan_search::Choice> find_plan(plan_search::Kind kind,
+                                               const std::string& shape) override;
+  void store_plan(plan_search::Kind kind, const std::string& shape,
+                  const plan_search::Choice& choice) override;
+  void refuse_plan(plan_search::Kind kind, const std::string& shape,
+                   const std::string& why) override;
 
   const CacheStats& stats() const { return stats_; }
   std::string file() const;  // the cache file, or "" in memory
@@ -91,5 +108,7 @@ io::Json qualification_to_json(const model::Qualification& q);
 model::Qualification qualification_from_json(const io::Json& j, const std::string& what);
 model::Applicability applicability_from_json(const io::Json& j, const std::string& what);
 io::Json shapes_to_json(const model::QualificationOptions& o);
+io::Json plan_choice_to_json(const plan_search::Choice& c);
+plan_search::Choice plan_choice_from_json(const io::Json& j, const std::string& what);
 
 }  // namespace s3d::engine

@@ -8,6 +8,7 @@
 #include "core/allocator.h"
 #include "core/cuda_util.h"
 #include "core/error.h"
+#include "core/fallback.h"
 #include "core/profiler.h"
 #include "engine/engine_impl.h"
 #include "kernels/elementwise.h"
@@ -195,19 +196,25 @@ FlagSet Engine::Impl::flags_for(const std::optional<FlagSet>& requested) const {
   return requested ? *requested : plan.flags();
 }
 
-void Engine::Impl::check_memory(int64_t tokens, int batch, int cond_tokens,
-                                const FlagSet& flags) const {
-  if (device != Device::CUDA) return;
+size_t Engine::Impl::memory_need(int64_t tokens, int batch, int cond_tokens,
+                                 const FlagSet& flags) const {
   const bool batched = flags.on(Flag::batched_cfg);
   const int64_t t_eff = batched ? 2 * tokens : tokens;
   const int b_eff = batched ? 2 * batch : batch;
-  size_t need = model->activation_bytes(t_eff, b_eff, cond_tokens);
+  size_t need = model->activation_bytes(t_eff, b_eff, cond_tokens, flags);
   if (flags.on(Flag::cond_kv_cache)) {
-    // Per block: to_kv's [BL, 2C] and the normalised K [BL, C], bf16, for every row the
-    // conditional forwards attend to (both halves in the batched reference forward).
+    // Per block: K and V [BL, 2C] bf16 (with K RMSNorm the normalised K and V alone), for
+    // every condition cached (StepForwards::set_up_kv_cache): the B real ones, plus with
+    // batched CFG and no null-context path the batched reference's [real; zero] 2B.
     const auto& c = model->config();
-    need += static_cast<size_t>(c.num_blocks) * b_eff * cond_tokens * 3 * c.model_channels * 2;
+    const bool null_path = flags.on(Flag::null_context_exact) || flags.on(Flag::null_context_cache);
+    const size_t assets = static_cast<size_t>(batched && !null_path ? 3 * batch : batch);
+    need += static_cast<size_t>(c.num_blocks) * assets * cond_tokens * 2 * c.model_channels * 2;
   }
+  return need;
+}
+
+size_t Engine::Impl::memory_available() const {
   size_t free_b = 0, total_b = 0;
   S3D_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
   // Blocks the caching allocator holds count as free for this purpose.
@@ -217,24 +224,58 @@ void Engine::Impl::check_memory(int64_t tokens, int batch, int cond_tokens,
     const auto cap = static_cast<size_t>(options.max_device_memory_gib * 1024 * 1024 * 1024);
     available = std::min(available, cap > st.allocated_bytes ? cap - st.allocated_bytes : 0);
   }
+  return available;
+}
+
+FlagSet Engine::Impl::fit_to_memory(int64_t tokens, int batch, int cond_tokens,
+                                    FlagSet flags) const {
+  if (device != Device::CUDA) return flags;
+  const size_t available = memory_available();
+  for (const Flag f : {Flag::cond_kv_cache, Flag::batched_cfg}) {
+    const size_t need = memory_need(tokens, batch, cond_tokens, flags);
+    if (need <= available || !flags.on(f)) continue;
+    FlagSet without = flags;
+    without.set(f, false);
+    s3d::record_fallback(
+        f, s3d::cat("the request would need an estimated ", gib(need), " GiB of activations with ",
+                    sparse3d::name(f), ", ", gib(memory_need(tokens, batch, cond_tokens, without)),
+                    " GiB without; ", gib(available), " GiB available",
+                    options.max_device_memory_gib > 0 ? " under max_device_memory_gib" : "",
+                    ": off for this request"));
+    flags = without;
+  }
+  return flags;
+}
+
+void Engine::Impl::check_memory(int64_t tokens, int batch, int cond_tokens,
+                                const FlagSet& flags) const {
+  if (device != Device::CUDA) return;
+  const bool batched = flags.on(Flag::batched_cfg);
+  const int64_t t_eff = batched ? 2 * tokens : tokens;
+  const size_t need = memory_need(tokens, batch, cond_tokens, flags);
+  const size_t available = memory_available();
   S3D_CHECK(need <= available, t_eff, " tokens", batched ? " (both CFG branches batched)" : "",
             " need an estimated ", gib(need), " GiB of device memory for activations, but only ",
             gib(available), " GiB are available (weights hold ", gib(model->weight_bytes()),
-            " GiB); use fewer tokens", batched ? " or serial CFG" : "", " (nothing was run)");
+            " GiB); use fewer tokens", batched ? " or serial CFG" : "",
+            flags.on(Flag::chunked_mlp) ? "" : " or the low_memory path", " (nothing was run)");
 }
 
-const s3d::model::NullContext& Engine::Impl::null_context(int cond_tokens, int64_t tokens) {
-  auto& nc = null_contexts[cond_tokens];
+const s3d::model::NullContext& Engine::Impl::null_context(int cond_tokens, int64_t tokens,
+                                                          bool tuned_gemm) {
+  auto& nc = null_contexts[{cond_tokens, tuned_gemm}];
+  // The cache's weights identity carries the plan policy too (docs/FORMATS.md).
+  const std::string weights = info.content_hash + (tuned_gemm ? "+tuned_gemm" : "");
   if (!nc) {
     const auto t0 = std::chrono::steady_clock::now();
     s3d::model::NullContextOptions o;
     o.context_tokens = cond_tokens;
     const s3d::contract::Fingerprint& fp = s3d::contract::context_fingerprint();
     const std::optional<s3d::model::Applicability> known =
-        cache.find_probe(fp, info.content_hash, o);
+        cache.find_probe(fp, weights, o);
     if (known) o.trusted = &*known;
     nc = std::make_unique<s3d::model::NullContext>(s3d::model::NullContext::build(*model, o));
-    if (!known) cache.store_probe(fp, info.content_hash, o, nc->applicability());
+    if (!known) cache.store_probe(fp, weights, o, nc->applicability());
     log(s3d::cat(nc->report(), "  (", known ? "verdict from the cache" : "probed", ", ",
                  seconds_since(t0), " s)"));
   }
@@ -244,7 +285,7 @@ const s3d::model::NullContext& Engine::Impl::null_context(int cond_tokens, int64
   shapes.token_counts = {tokens};
   shapes.context_rows = {cond_tokens};
   std::optional<s3d::model::Qualification> q =
-      cache.find(s3d::contract::context_fingerprint(), info.content_hash, shapes);
+      cache.find(s3d::contract::context_fingerprint(), weights, shapes);
   std::string source = "cache";
   const auto t0 = std::chrono::steady_clock::now();
   if (q) {
@@ -253,12 +294,13 @@ const s3d::model::NullContext& Engine::Impl::null_context(int cond_tokens, int64
   } else {
     q = s3d::model::qualify_null_context(*model, nc->value_rows(), shapes, true, true);
     ++qualifications_run;
-    cache.store(*q, info.content_hash);
+    cache.store(*q, weights);
     source = "qualified";
   }
-  log(s3d::cat("null context L=", cond_tokens, " N=", tokens, ": ", q->summary(), " (", source,
-               ", ", seconds_since(t0), " s)"));
-  qualification_source[{cond_tokens, tokens}] = source;
+  log(s3d::cat("null context L=", cond_tokens, " N=", tokens,
+               tuned_gemm ? " (searched GEMM plans)" : "", ": ", q->summary(), " (", source, ", ",
+               seconds_since(t0), " s)"));
+  qualification_source[{cond_tokens, tokens, tuned_gemm}] = source;
   nc->add_qualification(tokens, std::move(*q));
   return *nc;
 }
@@ -290,12 +332,15 @@ SampleResult Engine::Impl::sample(const SampleRequest& r) {
   } else {
     in.noise = seeded_noise(r.seed, r.batch, T, cfg, drawn);
   }
-  const FlagSet flags = flags_for(r.flags);
-  s3d::sampler::SamplerOptions o = sampler_options(r.sampler, flags);
   const int L = static_cast<int>(in.cond.size(1));
+  const FlagSet flags = fit_to_memory(T, r.batch, L, flags_for(r.flags));
+  // Searched cuBLASLt/cuDNN plans for this request's shapes, kept in the qualification cache.
+  s3d::plan_search::TunedScope tuned(flags.on(Flag::tuned_gemm), flags.on(Flag::tuned_attention),
+                                     &cache);
+  s3d::sampler::SamplerOptions o = sampler_options(r.sampler, flags);
   check_memory(T, r.batch, L, flags);
   if (flags.on(Flag::null_context_exact) || flags.on(Flag::null_context_cache))
-    o.null_context = &null_context(L, T);
+    o.null_context = &null_context(L, T, flags.on(Flag::tuned_gemm) && device == Device::CUDA);
   if (device == Device::CUDA) s3d::DeviceAllocator::current().reset_peak();
   const s3d::LaunchCounts before = s3d::launch_counts();
   s3d::profiler::start(profiler_mode(r.profile));
@@ -317,7 +362,9 @@ SampleResult Engine::Impl::sample(const SampleRequest& r) {
   result.stats.plan = plan_with(plan, flags).label();
   result.stats.tokens = T;
   if (device == Device::CUDA) {
-    result.stats.peak_device_bytes = s3d::DeviceAllocator::current().stats().peak_allocated_bytes;
+    const s3d::AllocatorStats mem = s3d::DeviceAllocator::current().stats();
+    result.stats.peak_device_bytes = mem.peak_allocated_bytes;
+    result.stats.peak_device_reserved_bytes = mem.peak_reserved_bytes;
     peak_device_bytes = std::max(peak_device_bytes, result.stats.peak_device_bytes);
   }
   const auto layout = [&](const Tensor& tokens) {
@@ -355,6 +402,8 @@ Array Engine::Impl::forward(const ForwardRequest& r) {
   Tensor concat;
   if (!r.concat_cond.empty()) concat = borrow(r.concat_cond, "concat_cond").to(Device::CPU);
   const FlagSet flags = flags_for(r.flags);
+  s3d::plan_search::TunedScope tuned(flags.on(Flag::tuned_gemm), flags.on(Flag::tuned_attention),
+                                     &cache);
   FlagSet one_forward = flags;  // a forward is one batch, whatever the CFG mode
   one_forward.set(Flag::batched_cfg, false);
   check_memory(T, r.batch, static_cast<int>(cond_in.size(1)), one_forward);
@@ -397,8 +446,11 @@ Array Engine::Impl::forward(const ForwardRequest& r) {
     const s3d::LaunchCounts after = s3d::launch_counts();
     st.launches = after.total - before.total;
     st.launches_by_op = launch_delta(before, after);
-    if (device == Device::CUDA)
-      st.peak_device_bytes = s3d::DeviceAllocator::current().stats().peak_allocated_bytes;
+    if (device == Device::CUDA) {
+      const s3d::AllocatorStats mem = s3d::DeviceAllocator::current().stats();
+      st.peak_device_bytes = mem.peak_allocated_bytes;
+      st.peak_device_reserved_bytes = mem.peak_reserved_bytes;
+    }
   }
   if (r.out.empty()) return array_of(v);
   copy_into_view(v, r.out, "out");

@@ -6,23 +6,33 @@
 // Descriptors, layouts and the heuristic's algorithm are made once per key (shape, dtype,
 // epilogue, pointer alignment) and kept for the life of the process; a call then only sets
 // the bias pointer and launches, with no host synchronisation.
+//
+// With tuned_gemm (core/plan_search.h) a key first seen asks the heuristic for up to
+// kMaxCandidates algorithms, times each on the call's own operands and keeps the fastest
+// (or restores the index a store kept for this shape). The tuned and the default plan are
+// different keys, so both paths coexist in one process.
 #include "gemm/linear_cublaslt.h"
 
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <type_traits>
+#include <vector>
 
 #include "core/allocator.h"
 #include "core/context.h"
 #include "core/cuda_util.h"
 #include "core/error.h"
+#include "core/fallback.h"
 #include "core/fault.h"
+#include "core/plan_search.h"
 #include "gemm/linear.h"
 
 namespace s3d::gemm {
@@ -51,7 +61,10 @@ struct PlanKey {
   DType dtype;
   Epilogue epilogue;
   uint32_t align_x, align_w, align_y;
-  auto tie() const { return std::tie(device, m, n, k, dtype, epilogue, align_x, align_w, align_y); }
+  bool tuned = false;  // the searched algorithm (tuned_gemm) rather than the heuristic's first
+  auto tie() const {
+    return std::tie(device, m, n, k, dtype, epilogue, align_x, align_w, align_y, tuned);
+  }
   bool operator<(const PlanKey& o) const { return tie() < o.tie(); }
 };
 
@@ -124,7 +137,13 @@ void set_desc(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr, co
            "cublasLtMatmulDescSetAttribute", context);
 }
 
-void fill_plan(Plan& p, cublasLtHandle_t handle, const PlanKey& key, const std::string& context);
+std::vector<cublasLtMatmulHeuristicResult_t> describe_and_rank(Plan& p, cublasLtHandle_t handle,
+                                                               const PlanKey& key, int count,
+                                                               const std::string& context);
+
+void fill_plan(Plan& p, cublasLtHandle_t handle, const PlanKey& key, const std::string& context) {
+  p.algo = describe_and_rank(p, handle, key, 1, context)[0].algo;
+}
 
 // A plan for `key`; on any failure its descriptors are destroyed and the error names `context`.
 Plan make_plan(cublasLtHandle_t handle, const PlanKey& key, const std::string& context) {
@@ -140,7 +159,11 @@ Plan make_plan(cublasLtHandle_t handle, const PlanKey& key, const std::string& c
   return p;
 }
 
-void fill_plan(Plan& p, cublasLtHandle_t handle, const PlanKey& key, const std::string& context) {
+// The descriptors and layouts of `key` into `p`, then the heuristic's list of up to `count`
+// algorithms, best first (its order is deterministic for a fixed library, GPU and shape).
+std::vector<cublasLtMatmulHeuristicResult_t> describe_and_rank(Plan& p, cublasLtHandle_t handle,
+                                                               const PlanKey& key, int count,
+                                                               const std::string& context) {
   const cudaDataType_t type = key.dtype == DType::BF16 ? CUDA_R_16BF : CUDA_R_32F;
   // fp32 accumulation and fp32 alpha/beta for both dtypes; COMPUTE_32F never uses TF32.
   check_lt(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F),
@@ -174,13 +197,107 @@ void fill_plan(Plan& p, cublasLtHandle_t handle, const PlanKey& key, const std::
   set_pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_y);
   set_pref(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_y);
 
-  cublasLtMatmulHeuristicResult_t result{};
+  std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<size_t>(count));
   int found = 0;
-  cublasStatus_t st =
-      cublasLtMatmulAlgoGetHeuristic(handle, p.desc, p.a, p.b, p.d, p.d, pref, 1, &result, &found);
+  cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle, p.desc, p.a, p.b, p.d, p.d, pref,
+                                                     count, results.data(), &found);
   check_lt(st, "cublasLtMatmulAlgoGetHeuristic", context);
   S3D_CHECK(found > 0, "cuBLASLt has no algorithm for ", context);
-  p.algo = result.algo;
+  results.resize(static_cast<size_t>(found));
+  return results;
+}
+
+// The shape as the qualification cache keys it: everything of PlanKey but the device ordinal
+// (the fingerprint names the GPU) and the tuned bit.
+std::string shape_text(const PlanKey& key) {
+  return cat(dtype_name(key.dtype), " M=", key.m, " N=", key.n, " K=", key.k, " ",
+             epilogue_name(key.epilogue), " align ", key.align_x, "/", key.align_w, "/",
+             key.align_y);
+}
+
+// The operands of one call, for timing the candidates on them.
+struct Operands {
+  const void* x;
+  const void* w;
+  const void* bias;
+  void* y;
+};
+
+bool overlaps(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
+  const auto a0 = reinterpret_cast<uintptr_t>(a), b0 = reinterpret_cast<uintptr_t>(b);
+  return a0 < b0 + b_bytes && b0 < a0 + a_bytes;
+}
+
+// The tuned plan of `key`: the stored choice when `store` holds one the heuristic's list still
+// has, else (outside a capture) every candidate timed on `ops`. Nothing (a capture, no stored
+// choice): the caller runs the default plan and counts the fallback.
+std::optional<Plan> make_tuned_plan(cublasLtHandle_t handle, void* workspace, const PlanKey& key,
+                                    const Operands& ops, plan_search::Store* store,
+                                    const std::string& context) {
+  using plan_search::Kind;
+  Plan p;
+  try {
+    S3D_CHECK(!fault::hit(fault::Point::PlanBuild), "cuBLASLt plan build failed for ", context,
+              " (injected fault)");
+    const std::vector<cublasLtMatmulHeuristicResult_t> list =
+        describe_and_rank(p, handle, key, plan_search::kMaxCandidates, context);
+    const int count = static_cast<int>(list.size());
+    const std::string shape = shape_text(key);
+    if (store != nullptr) {
+      if (std::optional<plan_search::Choice> c = store->find_plan(Kind::Gemm, shape)) {
+        // The list is deterministic for the fingerprint the entry was taken under; a list of
+        // another length means the index no longer names the same algorithm.
+        if (c->candidates == count && c->index < count) {
+          p.algo = list[static_cast<size_t>(c->index)].algo;
+          plan_search::record({Kind::Gemm, shape, *c, plan_search::Source::Cache});
+          return p;
+        }
+        store->refuse_plan(Kind::Gemm, shape,
+                           cat("the stored choice is candidate ", c->index, " of ", c->candidates,
+                               " but cuBLASLt now offers ", count, ": searching again"));
+      }
+    }
+    const cudaStream_t stream = current_stream();
+    if (plan_search::capturing(stream)) {
+      destroy_plan(p);
+      return std::nullopt;
+    }
+    if (ops.bias != nullptr)
+      check_lt(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &ops.bias,
+                                              sizeof ops.bias),
+               "cublasLtMatmulDescSetAttribute(BIAS_POINTER)", context);
+    const float alpha = 1.0f, beta = 0.0f;
+    std::vector<double> ms(static_cast<size_t>(count), -1.0);
+    for (int i = 0; i < count; ++i) {
+      if (list[static_cast<size_t>(i)].state != CUBLAS_STATUS_SUCCESS) continue;
+      const cublasLtMatmulAlgo_t& algo = list[static_cast<size_t>(i)].algo;
+      // A candidate the library refuses for these operands is skipped, not an error.
+      std::optional<double> t = plan_search::time_per_call(
+          [&] {
+            return cublasLtMatmul(handle, p.desc, &alpha, ops.w, p.a, ops.x, p.b, &beta, ops.y,
+                                  p.d, ops.y, p.d, &algo, workspace, kWorkspaceBytes,
+                                  stream) == CUBLAS_STATUS_SUCCESS;
+          },
+          stream);
+      if (t) ms[static_cast<size_t>(i)] = *t;
+    }
+    const int best = plan_search::choose(ms, 0);
+    S3D_CHECK(best >= 0, "cuBLASLt: none of the ", count, " candidate algorithms ran for ",
+              context);
+    plan_search::Choice c;
+    c.index = best;
+    c.candidates = count;
+    c.timed = static_cast<int>(std::count_if(ms.begin(), ms.end(), [](double v) { return v >= 0; }));
+    c.best_ms = ms[static_cast<size_t>(best)];
+    c.default_ms = ms[0] >= 0 ? ms[0] : c.best_ms;
+    p.algo = list[static_cast<size_t>(best)].algo;
+    if (store != nullptr) store->store_plan(Kind::Gemm, shape, c);
+    plan_search::record({Kind::Gemm, shape, c, plan_search::Source::Searched});
+    return p;
+  } catch (...) {
+    destroy_plan(p);
+    throw;
+  }
 }
 
 }  // namespace
@@ -206,7 +323,37 @@ void linear_cublaslt(const Tensor& x, const Tensor& weight, const Tensor* bias, 
                " epilogue ", epilogue_name(epilogue), " (alignment x ", key.align_x, ", W ",
                key.align_w, ", y ", key.align_y, " bytes)");
   };
+  const plan_search::Settings tune = plan_search::settings();
+  const size_t esize = dtype_size(key.dtype);
+  const Operands ops{x.data(), weight.data(), bias ? bias->data() : nullptr, y.data()};
+  key.tuned = tune.gemm;
+  // The search runs the product ten-odd times into y: an output overlapping an input would
+  // feed its own results back in.
+  const size_t y_bytes = static_cast<size_t>(key.m * key.n) * esize;
+  if (key.tuned && (overlaps(ops.y, y_bytes, ops.x, static_cast<size_t>(key.m * key.k) * esize) ||
+                    overlaps(ops.y, y_bytes, ops.w, static_cast<size_t>(key.n * key.k) * esize) ||
+                    (bias && overlaps(ops.y, y_bytes, ops.bias, static_cast<size_t>(key.n) * esize)))) {
+    record_fallback(sparse3d::Flag::tuned_gemm,
+                    "the GEMM's output overlaps an input, so its candidates cannot be timed in "
+                    "place; ran the heuristic's default algorithm");
+    key.tuned = false;
+  }
   auto it = s.plans.find(key);
+  if (it == s.plans.end() && key.tuned) {
+    std::optional<Plan> tuned =
+        make_tuned_plan(s.handle, s.workspace, key, ops, tune.store, context());
+    if (tuned) {
+      it = s.plans.emplace(key, *tuned).first;
+    } else {
+      // The engine runs each step kind once eagerly before capturing it, so a shape first
+      // seen inside a capture is unexpected; it is counted, never timed there.
+      record_fallback(sparse3d::Flag::tuned_gemm,
+                      "a GEMM shape was first seen during CUDA graph capture, where candidates "
+                      "cannot be timed; ran the heuristic's default algorithm");
+      key.tuned = false;
+      it = s.plans.find(key);
+    }
+  }
   if (it == s.plans.end()) it = s.plans.emplace(key, make_plan(s.handle, key, context())).first;
   const Plan& p = it->second;
 

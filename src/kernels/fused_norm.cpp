@@ -79,26 +79,8 @@ std::string modulated_layer_norm_unsupported(const Tensor& x, const RowView& shi
 void modulated_layer_norm(const Tensor& x, const RowView& shift, const RowView& scale,
                           const Tensor& batch_index, float eps, Tensor& out) {
   const char* op = "modulated_layer_norm";
-  detail::check_dtype(x, DType::BF16, op, "x");
-  S3D_CHECK(x.ndim() == 2 && x.size(1) > 0, op, ": x must be bf16 [T, C], got ", x.describe());
-  const int64_t T = x.size(0), C = x.size(1);
-  detail::check_view(shift, op, "shift");
-  detail::check_view(scale, op, "scale");
-  detail::check_dtype(shift.base, DType::BF16, op, "shift");
-  detail::check_dtype(scale.base, DType::BF16, op, "scale");
-  S3D_CHECK(shift.cols == C && scale.cols == C && shift.rows == scale.rows && shift.rows > 0,
-            op, ": shift and scale must be views of the same B >= 1 rows of ", C,
-            " elements, got ", shift.rows, " x ", shift.cols, " and ", scale.rows, " x ",
-            scale.cols);
-  S3D_CHECK(shift.stride == scale.stride, op, ": shift and scale must share a row stride, got ",
-            shift.stride, " and ", scale.stride);
-  detail::check_dtype(batch_index, DType::I32, op, "batch_index");
-  detail::check_shape(batch_index, {T}, op, "batch_index");
-  detail::check_dtype(out, DType::BF16, op, "out");
-  detail::check_same_shape(out, x, op, "out", "x");
-  detail::check_same_device(op, {{"x", &x}, {"shift", &shift.base}, {"scale", &scale.base},
-                                 {"batch_index", &batch_index}, {"out", &out}});
-  S3D_CHECK(eps >= 0.0f, op, ": eps must be >= 0, got ", eps);
+  detail::check_modulated_norm_operands(op, x, shift, scale, batch_index, eps, out);
+  const int64_t T = x.size(0);
   const std::string why = modulated_layer_norm_unsupported(x, shift, scale, out);
   S3D_CHECK(why.empty(), op, ": unsupported shape: ", why, " (x ", x.describe(),
             "); the caller runs the reference chain");

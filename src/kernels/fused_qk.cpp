@@ -90,28 +90,8 @@ namespace {
 void qk_inplace_checked(const char* op, Tensor& x, int slots, int heads, int head_dim,
                         const Tensor* gamma0, const Tensor* gamma1, const Tensor* cos,
                         const Tensor* sin) {
-  detail::check_dtype(x, DType::BF16, op, "x");
-  S3D_CHECK(heads > 0 && head_dim > 0 && head_dim % 2 == 0, op,
-            ": heads and head_dim must be positive, head_dim even, got ", heads, " x ", head_dim);
-  const int64_t C = int64_t{heads} * head_dim;
-  S3D_CHECK(x.ndim() == 2 && x.size(1) >= slots * C, op, ": x must be bf16 [T, >= ", slots,
-            " * ", C, "], got ", x.describe());
+  detail::check_qk_operands(op, x, slots, heads, head_dim, gamma0, gamma1, cos, sin);
   const int64_t T = x.size(0);
-  for (const Tensor* g : {gamma0, gamma1}) {
-    if (g == nullptr) continue;
-    detail::check_dtype(*g, DType::F32, op, "gamma");
-    detail::check_shape(*g, {heads, head_dim}, op, "gamma");
-    detail::check_same_device(op, {{"x", &x}, {"gamma", g}});
-  }
-  S3D_CHECK((cos == nullptr) == (sin == nullptr), op, ": give both cos and sin or neither");
-  if (cos != nullptr) {
-    detail::check_dtype(*cos, DType::F32, op, "cos");
-    detail::check_shape(*cos, {T, head_dim / 2}, op, "cos");
-    detail::check_dtype(*sin, DType::F32, op, "sin");
-    detail::check_shape(*sin, {T, head_dim / 2}, op, "sin");
-    detail::check_same_device(op, {{"x", &x}, {"cos", cos}, {"sin", sin}});
-  }
-  S3D_CHECK(gamma0 != nullptr || cos != nullptr, op, ": nothing to do (no gamma, no RoPE)");
   const std::string why = fused::qk_unsupported(x, x.size(1), heads, head_dim, cos, sin);
   S3D_CHECK(why.empty(), op, ": unsupported shape: ", why, " (x ", x.describe(),
             "); the caller runs the reference chain");

@@ -75,4 +75,62 @@ inline void store_f32(void* p, DType dtype, int64_t i, float v) {
   }
 }
 
+// The operands of a modulated LayerNorm (fused_norm.h, fast_norm.h): x bf16 [T, C]; shift and
+// scale bf16 views of the same B >= 1 rows of C with one row stride; batch_index i32 [T];
+// out bf16 like x; eps >= 0; all on one device.
+inline void check_modulated_norm_operands(const char* op, const Tensor& x, const RowView& shift,
+                                          const RowView& scale, const Tensor& batch_index,
+                                          float eps, const Tensor& out) {
+  check_dtype(x, DType::BF16, op, "x");
+  S3D_CHECK(x.ndim() == 2 && x.size(1) > 0, op, ": x must be bf16 [T, C], got ", x.describe());
+  const int64_t T = x.size(0), C = x.size(1);
+  check_view(shift, op, "shift");
+  check_view(scale, op, "scale");
+  check_dtype(shift.base, DType::BF16, op, "shift");
+  check_dtype(scale.base, DType::BF16, op, "scale");
+  S3D_CHECK(shift.cols == C && scale.cols == C && shift.rows == scale.rows && shift.rows > 0,
+            op, ": shift and scale must be views of the same B >= 1 rows of ", C,
+            " elements, got ", shift.rows, " x ", shift.cols, " and ", scale.rows, " x ",
+            scale.cols);
+  S3D_CHECK(shift.stride == scale.stride, op, ": shift and scale must share a row stride, got ",
+            shift.stride, " and ", scale.stride);
+  check_dtype(batch_index, DType::I32, op, "batch_index");
+  check_shape(batch_index, {T}, op, "batch_index");
+  check_dtype(out, DType::BF16, op, "out");
+  check_same_shape(out, x, op, "out", "x");
+  check_same_device(op, {{"x", &x}, {"shift", &shift.base}, {"scale", &scale.base},
+                         {"batch_index", &batch_index}, {"out", &out}});
+  S3D_CHECK(eps >= 0.0f, op, ": eps must be >= 0, got ", eps);
+}
+
+// The operands of the in-place per-head q/k ops (fused_qk.h, fast_norm.h): x bf16 [T, >=
+// slots * H * D], D even; gammas f32 [H, D] (either may be null); cos and sin f32 [T, D / 2],
+// both or neither; at least a gamma or the RoPE tables; all on x's device.
+inline void check_qk_operands(const char* op, const Tensor& x, int slots, int heads,
+                              int head_dim, const Tensor* gamma0, const Tensor* gamma1,
+                              const Tensor* cos, const Tensor* sin) {
+  check_dtype(x, DType::BF16, op, "x");
+  S3D_CHECK(heads > 0 && head_dim > 0 && head_dim % 2 == 0, op,
+            ": heads and head_dim must be positive, head_dim even, got ", heads, " x ", head_dim);
+  const int64_t C = int64_t{heads} * head_dim;
+  S3D_CHECK(x.ndim() == 2 && x.size(1) >= slots * C, op, ": x must be bf16 [T, >= ", slots,
+            " * ", C, "], got ", x.describe());
+  const int64_t T = x.size(0);
+  for (const Tensor* g : {gamma0, gamma1}) {
+    if (g == nullptr) continue;
+    check_dtype(*g, DType::F32, op, "gamma");
+    check_shape(*g, {heads, head_dim}, op, "gamma");
+    check_same_device(op, {{"x", &x}, {"gamma", g}});
+  }
+  S3D_CHECK((cos == nullptr) == (sin == nullptr), op, ": give both cos and sin or neither");
+  if (cos != nullptr) {
+    check_dtype(*cos, DType::F32, op, "cos");
+    check_shape(*cos, {T, head_dim / 2}, op, "cos");
+    check_dtype(*sin, DType::F32, op, "sin");
+    check_shape(*sin, {T, head_dim / 2}, op, "sin");
+    check_same_device(op, {{"x", &x}, {"cos", cos}, {"sin", sin}});
+  }
+  S3D_CHECK(gamma0 != nullptr || cos != nullptr, op, ": nothing to do (no gamma, no RoPE)");
+}
+
 }  // namespace s3d::kernels::detail

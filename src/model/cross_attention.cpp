@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "gemm/linear.h"
 #include "kernels/elementwise.h"
+#include "kernels/fast_norm.h"
 #include "kernels/fused_qk.h"
 #include "kernels/layernorm.h"
 #include "kernels/qk_norm_rope.h"
@@ -46,8 +47,17 @@ CondKV SLatFlowModel::precompute_cond_kv(const Tensor& tokens) const {
   CondKV out;
   for (int i = 0; i < c.num_blocks; ++i) {
     CrossKV kv = condition_kv(i, cond2d);
-    out.kv.push_back(kv.kv);
-    if (kv.k_normed.defined()) out.k_normed.push_back(kv.k_normed);
+    if (kv.k_normed.defined()) {
+      // Keep V alone: the raw K half is not read once K is normalised (denoiser.h, CondKV).
+      const int64_t BL = kv.kv.size(0), C = c.model_channels;
+      Tensor v = Tensor::empty({BL, C}, DType::BF16, device_);
+      RowView dst = RowView::of(v);
+      kernels::copy_rows(RowView{kv.kv, C, BL, C, 2 * C}, dst);
+      out.kv.push_back(std::move(v));
+      out.k_normed.push_back(kv.k_normed);
+    } else {
+      out.kv.push_back(kv.kv);
+    }
   }
   return out;
 }
@@ -69,6 +79,7 @@ void SLatFlowModel::attend_condition(int i, const Request& req, const Tensor& x,
   kernels::layer_norm(x, &w.norm2.weight, &w.norm2.bias, kBlockNormEps, hn);
   Tensor q = Tensor::empty({T, C}, DType::BF16, device_);
   gemm::linear(hn, w.cross_attn.to_q.weight, w.cross_attn.to_q.bias_or_null(), q);
+  hn = Tensor();
   CrossKV kv;
   if (cond.kv) {
     kv.kv = cond.kv->kv[static_cast<size_t>(i)];
@@ -79,12 +90,16 @@ void SLatFlowModel::attend_condition(int i, const Request& req, const Tensor& x,
   }
   const int64_t BL = kv.kv.size(0);
   RowView cq = RowView::of(q), ck{kv.kv, 0, BL, C, 2 * C}, cv{kv.kv, C, BL, C, 2 * C};
+  if (cond.kv && c.qk_rms_norm_cross) cv = RowView::of(kv.kv);  // the cache keeps V alone
   Tensor qn;
   if (c.qk_rms_norm_cross) {
-    qn = kernels::cross_q_rmsnorm(q, w.cross_attn.q_rms_gamma, H, D,
-                                  req.flags.on(sparse3d::Flag::qk_rmsnorm_cross_inplace));
+    const bool fused = req.flags.on(sparse3d::Flag::qk_rmsnorm_cross_inplace);
+    qn = req.flags.on(sparse3d::Flag::fast_head_rmsnorm)
+             ? kernels::cross_q_rmsnorm_fast_or(q, w.cross_attn.q_rms_gamma, H, D, fused)
+             : kernels::cross_q_rmsnorm(q, w.cross_attn.q_rms_gamma, H, D, fused);
     cq = RowView::of(qn);
     ck = RowView::of(kv.k_normed.reshape({BL, C}));
+    q = Tensor();  // qn holds its storage when the norm ran in place
   }
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
   attention::sdpa_varlen(cq, q_layout, ck, cv, kv_layout, H, D, scale, attn);
@@ -99,6 +114,7 @@ Tensor SLatFlowModel::cross_attention(int i, const Request& req, const Tensor& x
   attend_condition(i, req, x, cond, req.tokens_layout, req.cond_layout, attn);
   Tensor ca = Tensor::empty({T, C}, DType::BF16, device_);
   gemm::linear(attn, to_out.weight, to_out.bias_or_null(), ca);
+  attn = Tensor();
   Tensor x2 = Tensor::empty({T, C}, DType::BF16, device_);
   kernels::add(x, ca, x2);
   return x2;

@@ -19,6 +19,9 @@ namespace s3d::model {
 
 // Everything about a batch of assets that does not change across denoise steps, computed
 // once per request (never per layer or per step).
+// Rows per MLP chunk with chunked_mlp unless a Request says otherwise.
+inline constexpr int64_t kDefaultMlpChunkTokens = 8192;
+
 struct Request {
   int batch = 0;                 // B assets
   int64_t tokens = 0;            // T, all assets packed
@@ -45,6 +48,9 @@ struct Request {
   // chain and counts a fallback. Set by the caller after prepare (the sampler copies
   // SamplerOptions::flags).
   sparse3d::FlagSet flags;
+  // Rows per MLP chunk with chunked_mlp: the hidden [rows, 4C] of one chunk is 72 MiB at
+  // C = 1536, and fc1/fc2 at M = 8192 still run near the GEMM peak. Tests set it small.
+  int64_t mlp_chunk_tokens = kDefaultMlpChunkTokens;
   // Diagnostics only (the per-layer gemm_gelu_epilogue check): called with each block's MLP
   // input (bf16 [T, C], the modulated LayerNorm output) before fc1. Empty in production.
   std::function<void(int block, const Tensor& mlp_in)> mlp_probe;
@@ -61,14 +67,16 @@ struct Condition {
   const CondKV* kv = nullptr;   // cond_kv_cache: to_kv (and K RMSNorm) of `tokens`, precomputed
 };
 
-// Step-invariant condition-side K/V (flag cond_kv_cache), per block, in the reference
-// layout so that the attention call is the same (same strides, same cuDNN graph):
-// to_kv's output [BL, 2C] (K in the first C columns, V in the second) and, with
-// qk_rms_norm_cross, the RMS-normalised K [BL, H, D] (the raw K half is then unused).
-// Memory: blocks x BL x 2C bf16, plus blocks x BL x C with K RMSNorm: for the full preset
-// (30 blocks, C = 1536) and one asset with L = 4101, 756 MB + 378 MB = 1.13 GB.
+// Step-invariant condition-side K/V (flag cond_kv_cache), per block: to_kv's output
+// [BL, 2C] (K in the first C columns, V in the second); with qk_rms_norm_cross the
+// RMS-normalised K [BL, H, D] and only the V half of to_kv's output, copied to its own
+// [BL, C] (the raw K half is never read again, so it is not kept). The attention then reads V
+// at row stride C instead of the reference's 2C: same values, same graph otherwise; the GPU
+// tests hold the flag to bitwise equality with the reference.
+// Memory: blocks x BL x 2C bf16: for the full preset (30 blocks, C = 1536) and one asset with
+// L = 4101, 756 MB (1.13 GB before the raw K half was dropped).
 struct CondKV {
-  std::vector<Tensor> kv;        // bf16 [BL, 2C] per block
+  std::vector<Tensor> kv;        // bf16 [BL, 2C] per block; [BL, C] (V only) with k_normed
   std::vector<Tensor> k_normed;  // bf16 [BL, H, D] per block, or empty
   size_t bytes() const;
 };

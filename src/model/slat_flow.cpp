@@ -8,6 +8,7 @@
 #include "gemm/linear_gelu.h"
 #include "kernels/elementwise.h"
 #include "kernels/embedding.h"
+#include "kernels/fast_norm.h"
 #include "kernels/fused_norm.h"
 #include "kernels/fused_qk.h"
 #include "kernels/fused_residual.h"
@@ -32,6 +33,19 @@ RowView chunk(const Tensor& mod, ModulationChunk k, int64_t C) {
 }
 
 Tensor bf16_empty(Shape s, Device dev) { return Tensor::empty(s, DType::BF16, dev); }
+
+// The modulated LayerNorm of the request's path: the tolerance kernel
+// (fast_modulated_layernorm, falling back to the next choice, counted), the bitwise fused
+// kernel (modulated_layernorm) or the reference chain.
+void modulated_norm(const Request& req, const Tensor& x, const RowView& shift,
+                    const RowView& scale, const Tensor& batch_index, float eps, Tensor& out) {
+  const bool fused = req.flags.on(sparse3d::Flag::modulated_layernorm);
+  if (req.flags.on(sparse3d::Flag::fast_modulated_layernorm)) {
+    kernels::modulated_layer_norm_fast_or(x, shift, scale, batch_index, eps, fused, out);
+  } else {
+    kernels::modulated_layer_norm(x, shift, scale, batch_index, eps, fused, out);
+  }
+}
 
 // y = x W^T + b in bf16, [rows of x, out_features of W].
 Tensor project(const Tensor& x, const Linear& l) {
@@ -177,8 +191,9 @@ Tensor SLatFlowModel::forward(const Request& req, const Tensor& x, const Tensor&
     computed = modulation(t1000);
     mod = &computed;
   }
+  // The block takes h by value: its input dies inside it, as soon as it is last read.
   for (int i = 0; i < config().num_blocks; ++i)
-    h = block(i, req, h, mod->blocks[static_cast<size_t>(i)], cond, null);
+    h = block(i, req, std::move(h), mod->blocks[static_cast<size_t>(i)], cond, null);
   return output_layer(h);
 }
 
@@ -301,10 +316,15 @@ ModulationTable SLatFlowModel::modulation_table(const Tensor& t1000) const {
   return tab;
 }
 
-Tensor SLatFlowModel::block(int i, const Request& req, const Tensor& x, const Tensor& mod,
+// Memory: every intermediate is released right after its last reader is queued (a released
+// block is reused by later work on the same stream, in stream order), so a block holds at
+// most its input, the packed QKV and one [T, C] output at once, or with the MLP its input,
+// the hidden and one output. Nothing here changes a value.
+Tensor SLatFlowModel::block(int i, const Request& req, Tensor x, const Tensor& mod,
                             const Condition& cond, const NullPath* null) const {
   const BlockWeights& w = weights_.blocks[static_cast<size_t>(i)];
   Tensor h = self_attention(w, req, x, mod);
+  x = Tensor();
   h = cross_attention(i, req, h, cond, null);  // no modulation, no gate
   return mlp(i, w, req, h, mod);
 }
@@ -315,24 +335,31 @@ Tensor SLatFlowModel::self_attention(const BlockWeights& w, const Request& req, 
   const int64_t T = req.tokens, C = c.model_channels;
   const int H = c.num_heads, D = c.head_dim();
   Tensor hm = bf16_empty({T, C}, device_);
-  kernels::modulated_layer_norm(x, chunk(mod, kShiftMsa, C), chunk(mod, kScaleMsa, C),
-                                req.batch_index, kBlockNormEps, req.flags.on(sparse3d::Flag::modulated_layernorm),
-                                hm);
+  modulated_norm(req, x, chunk(mod, kShiftMsa, C), chunk(mod, kScaleMsa, C), req.batch_index,
+                 kBlockNormEps, hm);
   Tensor qkv = project(hm, w.self_attn.to_qkv);
+  hm = Tensor();
   const bool rope = c.pe_mode == "rope";
   const Tensor* q_gamma = c.qk_rms_norm ? &w.self_attn.q_rms_gamma : nullptr;
   const Tensor* k_gamma = c.qk_rms_norm ? &w.self_attn.k_rms_gamma : nullptr;
   // The attention reads q, k, v from one [T, 3C] tensor: qkv itself (fused, in place) or the
   // reference chain's restack.
-  const Tensor attn_in =
-      kernels::qk_rmsnorm_rope(qkv, H, D, q_gamma, k_gamma, rope ? &req.rope_cos : nullptr,
-                               rope ? &req.rope_sin : nullptr, req.flags.on(sparse3d::Flag::qk_rmsnorm_rope_inplace));
+  const Tensor* cos = rope ? &req.rope_cos : nullptr;
+  const Tensor* sin = rope ? &req.rope_sin : nullptr;
+  const bool fused = req.flags.on(sparse3d::Flag::qk_rmsnorm_rope_inplace);
+  Tensor attn_in =
+      req.flags.on(sparse3d::Flag::fast_qk_rmsnorm_rope)
+          ? kernels::qk_rmsnorm_rope_fast_or(qkv, H, D, q_gamma, k_gamma, cos, sin, fused)
+          : kernels::qk_rmsnorm_rope(qkv, H, D, q_gamma, k_gamma, cos, sin, fused);
   Tensor attn = bf16_empty({T, C}, device_);
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
   attention::sdpa_varlen(RowView{attn_in, 0, T, C, 3 * C}, req.tokens_layout,
                          RowView{attn_in, C, T, C, 3 * C}, RowView{attn_in, 2 * C, T, C, 3 * C},
                          req.tokens_layout, H, D, scale, attn);
+  attn_in = Tensor();
+  qkv = Tensor();
   Tensor sa = project(attn, w.self_attn.to_out);
+  attn = Tensor();
   Tensor out = bf16_empty({T, C}, device_);
   kernels::gated_residual_add(x, sa, chunk(mod, kGateMsa, C), req.batch_index,
                               req.flags.on(sparse3d::Flag::gated_residual_add), out);
@@ -341,21 +368,42 @@ Tensor SLatFlowModel::self_attention(const BlockWeights& w, const Request& req, 
 
 Tensor SLatFlowModel::mlp(int i, const BlockWeights& w, const Request& req, const Tensor& x,
                           const Tensor& mod) const {
+  const int64_t T = req.tokens;
+  Tensor out = bf16_empty({T, config().model_channels}, device_);
+  S3D_CHECK(req.mlp_chunk_tokens >= 1, "mlp: mlp_chunk_tokens must be >= 1, got ",
+            req.mlp_chunk_tokens);
+  const bool chunked = req.flags.on(sparse3d::Flag::chunked_mlp) && T > req.mlp_chunk_tokens;
+  S3D_CHECK(!(chunked && req.mlp_probe), "mlp: the per-layer probe needs the whole MLP input; "
+            "run it without chunked_mlp");
+  // chunked_mlp: the same ops over row ranges; every op of the MLP is row-wise, so only the
+  // GEMMs' M changes (another algorithm may sum in another order: a tolerance flag).
+  const int64_t step = chunked ? req.mlp_chunk_tokens : std::max<int64_t>(T, 1);
+  for (int64_t r0 = 0; r0 < T; r0 += step) {
+    const int64_t r1 = std::min(T, r0 + step);
+    Tensor out_rows = chunked ? out.rows(r0, r1) : out;
+    mlp_rows(i, w, req, chunked ? x.rows(r0, r1) : x,
+             chunked ? req.batch_index.rows(r0, r1) : req.batch_index, mod, out_rows);
+  }
+  return out;
+}
+
+void SLatFlowModel::mlp_rows(int i, const BlockWeights& w, const Request& req, const Tensor& x,
+                             const Tensor& batch_index, const Tensor& mod, Tensor& out) const {
   const ModelConfig& c = config();
-  const int64_t T = req.tokens, C = c.model_channels;
+  const int64_t T = x.size(0), C = c.model_channels;
   Tensor hm = bf16_empty({T, C}, device_);
-  kernels::modulated_layer_norm(x, chunk(mod, kShiftMlp, C), chunk(mod, kScaleMlp, C),
-                                req.batch_index, kBlockNormEps, req.flags.on(sparse3d::Flag::modulated_layernorm),
-                                hm);
+  modulated_norm(req, x, chunk(mod, kShiftMlp, C), chunk(mod, kScaleMlp, C), batch_index,
+                 kBlockNormEps, hm);
   if (req.mlp_probe) req.mlp_probe(i, hm);
   Tensor ug = bf16_empty({T, c.mlp_hidden()}, device_);
-  gemm::linear_gelu(hm, w.mlp.fc1.weight, w.mlp.fc1.bias_or_null(), req.flags.on(sparse3d::Flag::gemm_gelu_epilogue),
+  gemm::linear_gelu(hm, w.mlp.fc1.weight, w.mlp.fc1.bias_or_null(),
+                    req.flags.on(sparse3d::Flag::gemm_gelu_epilogue),
                     req.flags.on(sparse3d::Flag::gelu_tanh), ug);
+  hm = Tensor();
   Tensor mo = project(ug, w.mlp.fc2);
-  Tensor out = bf16_empty({T, C}, device_);
-  kernels::gated_residual_add(x, mo, chunk(mod, kGateMlp, C), req.batch_index,
+  ug = Tensor();
+  kernels::gated_residual_add(x, mo, chunk(mod, kGateMlp, C), batch_index,
                               req.flags.on(sparse3d::Flag::gated_residual_add), out);
-  return out;
 }
 
 size_t SLatFlowModel::weight_bytes() const {
@@ -364,22 +412,37 @@ size_t SLatFlowModel::weight_bytes() const {
   return n;
 }
 
-size_t SLatFlowModel::activation_bytes(int64_t tokens, int batch, int cond_tokens) const {
+size_t SLatFlowModel::activation_bytes(int64_t tokens, int batch, int cond_tokens,
+                                       const sparse3d::FlagSet& flags) const {
+  using sparse3d::Flag;
   const ModelConfig& c = config();
   const auto T = static_cast<size_t>(tokens);
   const auto C = static_cast<size_t>(c.model_channels);
   const auto hidden = static_cast<size_t>(c.mlp_hidden());
   const size_t BL = static_cast<size_t>(batch) * static_cast<size_t>(cond_tokens);
-  // Tensors alive at the worst point of a block (the MLP: x, norm, modulated, the hidden
-  // and its GELU, plus transient [T, C] buffers), counted generously: the caching allocator
-  // rounds and keeps freed blocks.
-  size_t per_token_block = 2 * (10 * C + 2 * hidden) + 2 * (3 * C) * 2;
-  // Around the blocks: fp32 input/output paths and the request's RoPE tables.
-  size_t per_token_io = 4 * (3 * C + 2 * static_cast<size_t>(c.in_channels)) +
-                        4 * static_cast<size_t>(c.head_dim());
-  size_t cond = BL * (2 * static_cast<size_t>(c.cond_channels) + 2 * 3 * C);
-  size_t per_request = T * (per_token_block + per_token_io) + cond;
-  return per_request + per_request / 4 + (64u << 20);
+  // bf16 [T, C]-sized tensors alive at a block's worst point (block() releases every
+  // intermediate after its last reader). Self-attention: the input, the packed QKV (3) and
+  // the attention output; the reference q/k chain adds its normalised and rotated q and k
+  // copies and the restack (6). MLP: the input, the modulated input and the hidden, or with
+  // chunked_mlp the input, the output and one chunk's rows. Cross-attention and the
+  // reference modulation chain hold at most 5.
+  const bool inplace_qk =
+      flags.on(Flag::qk_rmsnorm_rope_inplace) || flags.on(Flag::fast_qk_rmsnorm_rope);
+  const size_t attention_units = inplace_qk ? 5 : 11;
+  const bool chunked = flags.on(Flag::chunked_mlp) && tokens > kDefaultMlpChunkTokens;
+  const size_t mlp_units = chunked ? 3 : 2 + hidden / C;
+  size_t per_token = 2 * C * std::max<size_t>({attention_units, mlp_units, 5});
+  // Around the blocks: the fp32 input/output layers, the RoPE tables and the sampler's fp32
+  // states; they are not alive at a block's worst point all at once, but close.
+  per_token += 4 * (2 * static_cast<size_t>(c.in_channels) + 4 * c.out_channels) +
+               4 * static_cast<size_t>(c.head_dim());
+  size_t bytes = T * per_token;
+  // One chunk's modulated input, hidden and fc2 output.
+  if (chunked) bytes += static_cast<size_t>(kDefaultMlpChunkTokens) * 2 * (2 * C + hidden);
+  // The condition and one block's K/V projection (plus its normalised K).
+  bytes += BL * (2 * static_cast<size_t>(c.cond_channels) + 2 * 3 * C);
+  // Allocator rounding and blocks reused at larger sizes: a quarter more, and 64 MiB.
+  return bytes + bytes / 4 + (64u << 20);
 }
 
 }  // namespace s3d::model

@@ -58,8 +58,10 @@ class SLatFlowModel : public Denoiser {
   CondKV precompute_cond_kv(const Tensor& tokens) const;
 
   // Bytes of device memory one forward over `tokens` tokens and `batch` assets needs beyond
-  // the weights (an upper bound from the shapes of the eager path).
-  size_t activation_bytes(int64_t tokens, int batch, int cond_tokens) const;
+  // the weights with these flags (an estimate from the shapes the block holds at its worst
+  // point, a quarter more for the allocator; docs/CONTRACTS.md, "Memory").
+  size_t activation_bytes(int64_t tokens, int batch, int cond_tokens,
+                          const sparse3d::FlagSet& flags = {}) const;
   size_t weight_bytes() const;
 
  protected:
@@ -79,7 +81,7 @@ class SLatFlowModel : public Denoiser {
   Tensor output_layer(const Tensor& h) const;
 
   // Block i: x + self-attention, + cross-attention, + MLP; mod is its bf16 [B, 6C].
-  Tensor block(int i, const Request& req, const Tensor& x, const Tensor& mod,
+  Tensor block(int i, const Request& req, Tensor x, const Tensor& mod,
                const Condition& cond, const NullPath* null) const;
   // x + gate_msa[b] * to_out(SDPA(q, k, v of to_qkv(modulated LayerNorm(x)))).
   Tensor self_attention(const BlockWeights& w, const Request& req, const Tensor& x,
@@ -87,6 +89,9 @@ class SLatFlowModel : public Denoiser {
   // x + gate_mlp[b] * fc2(GELU(fc1(modulated LayerNorm(x)))); i for the request's mlp_probe.
   Tensor mlp(int i, const BlockWeights& w, const Request& req, const Tensor& x,
              const Tensor& mod) const;
+  // The MLP over the rows of x (all of them, or one chunk with chunked_mlp), into `out`.
+  void mlp_rows(int i, const BlockWeights& w, const Request& req, const Tensor& x,
+                const Tensor& batch_index, const Tensor& mod, Tensor& out) const;
   // The cross-attention branch (cross_attention.cpp): returns x + CrossAttn(norm2(x)).
   Tensor cross_attention(int i, const Request& req, const Tensor& x, const Condition& cond,
                          const NullPath* null) const;

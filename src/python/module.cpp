@@ -215,6 +215,7 @@ nb::dict stats_dict(const sparse3d::RequestStats& st) {
   d["launches"] = st.launches;
   d["launches_before_loop"] = st.launches_before_loop;
   d["peak_device_bytes"] = st.peak_device_bytes;
+  d["peak_device_reserved_bytes"] = st.peak_device_reserved_bytes;
   d["graphs_captured"] = st.graphs_captured;
   d["graph_capture_seconds"] = st.graph_capture_seconds;
   d["graph_nodes"] = st.graph_nodes;
@@ -278,6 +279,7 @@ nb::list qualification_list(const std::vector<sparse3d::QualificationState>& sta
   for (const auto& q : states) {
     nb::dict d;
     d["context_tokens"] = q.context_tokens;
+    d["tuned_gemm"] = q.tuned_gemm;
     d["applicable"] = q.applicable;
     d["reason"] = q.reason;
     d["facts"] = q.facts;

@@ -21,10 +21,11 @@ using sparse3d::FlagSet;
 const char* const kKnownFlags =
     "batched_cfg, null_context_exact, null_context_cache, cond_kv_cache, step_tables, "
     "cuda_graphs, qk_rmsnorm_rope_inplace, modulated_layernorm, gated_residual_add, "
-    "qk_rmsnorm_cross_inplace, gelu_tanh, gemm_gelu_epilogue";
+    "qk_rmsnorm_cross_inplace, gelu_tanh, gemm_gelu_epilogue, fast_modulated_layernorm, "
+    "fast_qk_rmsnorm_rope, fast_head_rmsnorm, tuned_gemm, tuned_attention, chunked_mlp";
 const char* const kKnownPaths =
     "pure_eager, kernel_fusion, prior_exact_null, canonical_cache_null, "
-    "canonical_cache_combined, beyond";
+    "canonical_cache_combined, beyond, fast, low_memory";
 
 // The message of the Error `f` throws ("" when it throws none).
 template <class F>
@@ -53,8 +54,12 @@ TEST(Flags, EveryNameRoundTripsThroughParseFlag) {
 
 TEST(Flags, ContractsAreTheDocumentedOnes) {
   for (const auto& f : sparse3d::flag_infos()) {
-    const bool tolerance = f.flag == Flag::batched_cfg || f.flag == Flag::step_tables ||
-                           f.flag == Flag::gemm_gelu_epilogue;
+    const bool tolerance =
+        f.flag == Flag::batched_cfg || f.flag == Flag::step_tables ||
+        f.flag == Flag::gemm_gelu_epilogue || f.flag == Flag::fast_modulated_layernorm ||
+        f.flag == Flag::fast_qk_rmsnorm_rope || f.flag == Flag::fast_head_rmsnorm ||
+        f.flag == Flag::tuned_gemm || f.flag == Flag::tuned_attention ||
+        f.flag == Flag::chunked_mlp;
     EXPECT_EQ(f.contract != "bitwise", tolerance) << f.name << ": " << f.contract;
   }
 }
@@ -93,6 +98,25 @@ TEST(Flags, PathsCarryTheirFlags) {
                      .set(Flag::batched_cfg)
                      .set(Flag::step_tables)
                      .set(Flag::cuda_graphs)},
+      {"fast", FlagSet(combined)
+                   .set(Flag::cond_kv_cache)
+                   .set(Flag::batched_cfg)
+                   .set(Flag::step_tables)
+                   .set(Flag::cuda_graphs)
+                   .set(Flag::fast_modulated_layernorm)
+                   .set(Flag::fast_qk_rmsnorm_rope)
+                   .set(Flag::fast_head_rmsnorm)
+                   .set(Flag::tuned_gemm)
+                   .set(Flag::tuned_attention)},
+      {"low_memory", FlagSet(combined)
+                         .set(Flag::step_tables)
+                         .set(Flag::cuda_graphs)
+                         .set(Flag::fast_modulated_layernorm)
+                         .set(Flag::fast_qk_rmsnorm_rope)
+                         .set(Flag::fast_head_rmsnorm)
+                         .set(Flag::tuned_gemm)
+                         .set(Flag::tuned_attention)
+                         .set(Flag::chunked_mlp)},
   };
   ASSERT_EQ(sparse3d::execution_paths().size(), want.size());
   for (size_t i = 0; i < want.size(); ++i) {

@@ -226,5 +226,47 @@ TEST_F(TinyFixture, ResolutionIsNotABoundOnTheCoordinates) {
   EXPECT_NE(error_of([&] { m.prepare(huge, 1, 4); }).find("x = 70000"), std::string::npos);
 }
 
+TEST_F(TinyFixture, ChunkedMlpIsBitwiseOnTheCpuAtOddChunkSizes) {
+  // Every op of the MLP is row-wise and the CPU GEMM sums each row alone, so chunks of any
+  // size give the unchunked bits there; on the GPU the GEMMs' M changes (a tolerance flag,
+  // bounded by the GPU tests). Chunk sizes that divide nothing, one row, and more than T.
+  SLatFlowModel m(load_checkpoint(dir + "/tiny.json", Device::CPU));
+  auto in = inputs({23, 41}, 9, 5);
+  Request req = m.prepare(in.coords, 2, 9);
+  Tensor t = Tensor::from_floats({700.0f, 300.0f}, {2}, DType::F32);
+  const auto whole = m.forward(req, in.noise, t, in.cond).to_floats();
+  req.flags.set(sparse3d::Flag::chunked_mlp, true);
+  for (int64_t chunk : {1, 7, 37, 63, 64, 1000}) {
+    req.mlp_chunk_tokens = chunk;
+    const auto parts = m.forward(req, in.noise, t, in.cond).to_floats();
+    ASSERT_EQ(parts.size(), whole.size());
+    for (size_t i = 0; i < whole.size(); ++i) ASSERT_EQ(parts[i], whole[i]) << chunk << " " << i;
+  }
+  req.mlp_chunk_tokens = 0;
+  EXPECT_NE(error_of([&] { m.forward(req, in.noise, t, in.cond); }).find("mlp_chunk_tokens"),
+            std::string::npos);
+}
+
+TEST_F(TinyFixture, TheConditionKvCacheKeepsVAloneAndStaysBitwise) {
+  // With K RMSNorm the cache holds the normalised K and V only ([BL, C] each, not to_kv's
+  // [BL, 2C] as well): a third less memory, the same attention inputs.
+  SLatFlowModel m(load_checkpoint(dir + "/tiny.json", Device::CPU));
+  ASSERT_TRUE(m.config().qk_rms_norm_cross) << "the tiny preset exercises the K RMSNorm case";
+  auto in = inputs({29}, 11, 3);
+  sampler::SamplerOptions o;
+  o.steps = 3;
+  auto plain = sampler::sample(m, in, o, true);
+  o.flags.set(sparse3d::Flag::cond_kv_cache, true);
+  auto cached = sampler::sample(m, in, o, true);
+  const auto a = plain.latent.to_floats(), b = cached.latent.to_floats();
+  for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(a[i], b[i]) << i;
+  ASSERT_EQ(in.cond.dtype(), DType::BF16);
+  const CondKV kv = m.precompute_cond_kv(in.cond);
+  const int64_t C = m.config().model_channels;
+  ASSERT_EQ(kv.kv.size(), static_cast<size_t>(m.config().num_blocks));
+  EXPECT_EQ(kv.kv[0].shape(), (Shape{11, C}));
+  EXPECT_EQ(kv.k_normed[0].numel(), 11 * C);
+}
+
 }  // namespace
 }  // namespace s3d::model

@@ -354,6 +354,11 @@ def _run_groups(a, cfg, model, manifest, entries, settings, device, log, comp=No
         names = ", ".join(f"{x['name']} ({x['coords'].shape[0]} tokens)" for x in assets)
         log(f"denoising {names}")
         totals, per_step = [], []
+        # Peak memory over the timed repeats, from the allocator's own counters: bytes in
+        # tensors (max_memory_allocated, the model's weights included) and bytes reserved.
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
         for _ in range(max(1, a.repeat)):
             res = call("timed", lambda: sample(model, noise, coords, cond, concat, settings,
                                                progress=progress))
@@ -383,6 +388,10 @@ def _run_groups(a, cfg, model, manifest, entries, settings, device, log, comp=No
                 log(f"WARNING {x['name']}: non-finite values in {bad}")
             results[x["name"]] = {"tokens": T, "batch": [y["name"] for y in assets],
                                   "total_seconds": totals, "step_seconds": per_step}
+            if device.type == "cuda":
+                results[x["name"]].update(
+                    peak_allocated_bytes=int(torch.cuda.max_memory_allocated()),
+                    peak_reserved_bytes=int(torch.cuda.max_memory_reserved()))
             if a.out:
                 path = os.path.join(a.out, f"{x['name']}.safetensors")
                 io_formats.write_output(path, tensors)

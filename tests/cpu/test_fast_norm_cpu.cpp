@@ -1,0 +1,301 @@
+// Tolerance kernels (issue 14 item 1, src/kernels/fast_norm.h) on the CPU backend: each
+// *_fast_or entry point against the fp64 golden under the fp64-golden rule, r being the
+// bitwise entry point's output (the reference chain), on random non-zero inputs: token
+// counts 1, 3, 37, 1001, widths 8, 24, 1536, 1544, head dims 8, 24, 64, 128, several assets
+// with random batch indices, gamma and the modulation far from trivial; poisoned outputs;
+// the support rules (refused shape: fallback counted, the bitwise entry point's bits).
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "bench/kernel_bandwidth.h"
+#include "contract/fallback.h"
+#include "kernel_test_util.h"
+#include "kernels/elementwise.h"
+#include "kernels/fast_norm.h"
+#include "kernels/fused_norm.h"
+#include "kernels/fused_qk.h"
+#include "kernels/qk_norm_rope.h"
+#include "../fast_norm_golden.h"
+#include "../test_numerics.h"
+
+namespace s3d {
+namespace {
+
+using test::random_tensor;
+using test::throws_error;
+using testing::copy_of;
+using testing::count_poisoned;
+using testing::Golden;
+
+const std::vector<int64_t> kTokens = {1, 3, 37, 1001};
+
+Tensor poisoned(const Shape& shape) {
+  Tensor t = Tensor::empty(shape, DType::BF16, Device::CPU);
+  t.poison();
+  return t;
+}
+
+uint64_t fallbacks_of(const std::string& flag) {
+  uint64_t n = 0;
+  for (const auto& c : contract::fallback_counts())
+    if (c.optimization == flag) n += c.count;
+  return n;
+}
+
+struct FastNormCpu : ::testing::Test {
+  void SetUp() override { contract::reset_fallbacks(); }
+};
+
+// ---- modulated LayerNorm ----
+
+void check_modulated(int64_t T, int64_t C, int B, uint64_t seed) {
+  const std::string what = cat("fast modulated_layer_norm T ", T, " C ", C, " B ", B);
+  Tensor x = random_tensor({T, C}, DType::BF16, seed, 2.0f, 0.5f);
+  Tensor mod = random_tensor({B, 6 * C}, DType::BF16, seed + 1, 0.5f);
+  Tensor bidx = test::random_ints({T}, seed + 2, 0, B);
+  const RowView shift = RowView::columns(mod, 3 * C, C), scale = RowView::columns(mod, 4 * C, C);
+  Tensor ref = poisoned({T, C});
+  kernels::modulated_layer_norm(x, shift, scale, bidx, 1e-6f, false, ref);
+  ASSERT_EQ(kernels::fast::modulated_layer_norm_unsupported(x, shift, scale, ref), "") << what;
+  Tensor got = poisoned({T, C});
+  kernels::modulated_layer_norm_fast_or(x, shift, scale, bidx, 1e-6f, true, got);
+  EXPECT_EQ(count_poisoned(ref), 0) << what;
+  EXPECT_EQ(count_poisoned(got), 0) << what;
+  const Golden g = testing::golden_modulated_layer_norm(x, shift, scale, bidx, 1e-6f);
+  EXPECT_TRUE(testing::meets_golden_rule(g, ref.to_floats(), got.to_floats(), what));
+  // In place (out = x) gives the same bits: each row is read whole before it is written.
+  Tensor xi = copy_of(x);
+  kernels::fast::modulated_layer_norm(xi, shift, scale, bidx, 1e-6f, xi);
+  EXPECT_TRUE(testing::bitwise_equal(xi, got)) << what << ": in place";
+}
+
+TEST_F(FastNormCpu, ModulatedLayerNormMeetsTheGoldenRule) {
+  for (int64_t T : kTokens) {
+    check_modulated(T, 8, 1, 1000 + T);
+    check_modulated(T, 24, 3, 1010 + T);    // fewer chunks than lanes
+    check_modulated(T, 1544, 3, 1020 + T);  // 193 chunks: 7 per lane, not all lanes full
+    check_modulated(T, 1536, 2, 1030 + T);  // the model's width: 6 chunks per lane
+  }
+  check_modulated(5, 4096, 2, 1040);  // the widest row the kernel holds
+  EXPECT_EQ(fallbacks_of("fast_modulated_layernorm"), 0u);
+  EXPECT_EQ(fallbacks_of("modulated_layernorm"), 0u);
+}
+
+// A row far from zero mean: the fp32 two-pass statistics keep the rule (a one-pass
+// E[x^2] - mean^2 would cancel here).
+TEST_F(FastNormCpu, ModulatedLayerNormKeepsTheRuleOnAnOffsetRow) {
+  const int64_t T = 37, C = 1536;
+  Tensor x = random_tensor({T, C}, DType::BF16, 1050, 0.05f, 30.0f);
+  Tensor mod = random_tensor({2, 6 * C}, DType::BF16, 1051, 0.5f);
+  Tensor bidx = test::random_ints({T}, 1052, 0, 2);
+  const RowView shift = RowView::columns(mod, 0, C), scale = RowView::columns(mod, C, C);
+  Tensor ref = poisoned({T, C}), got = poisoned({T, C});
+  kernels::modulated_layer_norm(x, shift, scale, bidx, 1e-6f, false, ref);
+  kernels::modulated_layer_norm_fast_or(x, shift, scale, bidx, 1e-6f, false, got);
+  const Golden g = testing::golden_modulated_layer_norm(x, shift, scale, bidx, 1e-6f);
+  EXPECT_TRUE(testing::meets_golden_rule(g, ref.to_floats(), got.to_floats(), "offset rows"));
+}
+
+TEST_F(FastNormCpu, ModulatedLayerNormRefusesUnsupportedWidthsAndFallsBack) {
+  // C = 12: not a multiple of 8 (the bitwise twin refuses it too, and falls back to the
+  // chain); C = 4104: wider than a warp's registers (the bitwise fused kernel takes it).
+  for (auto [C, reason, twin_falls_back] :
+       {std::tuple{int64_t{12}, "multiple of 8", true}, std::tuple{int64_t{4104}, "exceeds 4096", false}}) {
+    contract::reset_fallbacks();
+    Tensor x = random_tensor({3, C}, DType::BF16, 1100 + C, 2.0f, 0.5f);
+    Tensor mod = random_tensor({2, 6 * C}, DType::BF16, 1101 + C, 0.5f);
+    Tensor bidx = test::random_ints({3}, 1102, 0, 2);
+    const RowView shift = RowView::columns(mod, 0, C), scale = RowView::columns(mod, C, C);
+    Tensor out = poisoned({3, C});
+    const std::string why = kernels::fast::modulated_layer_norm_unsupported(x, shift, scale, out);
+    EXPECT_NE(why.find(reason), std::string::npos) << why;
+    EXPECT_TRUE(throws_error(
+        [&] { kernels::fast::modulated_layer_norm(x, shift, scale, bidx, 1e-6f, out); },
+        {"fast modulated_layer_norm", "unsupported", reason}));
+    EXPECT_EQ(count_poisoned(out), 3 * C) << "a refused call writes nothing";
+    for (bool fused : {false, true}) {
+      Tensor want = poisoned({3, C});
+      kernels::modulated_layer_norm(x, shift, scale, bidx, 1e-6f, fused, want);
+      Tensor got = poisoned({3, C});
+      kernels::modulated_layer_norm_fast_or(x, shift, scale, bidx, 1e-6f, fused, got);
+      EXPECT_EQ(count_poisoned(got), 0);
+      EXPECT_TRUE(testing::bitwise_equal(got, want)) << "C " << C << " fused " << fused;
+    }
+    EXPECT_EQ(fallbacks_of("fast_modulated_layernorm"), 2u) << C;
+    // The bitwise twin's own refusal is counted under its own flag (once by the fast_or call
+    // with fused = true, once by the direct call).
+    EXPECT_EQ(fallbacks_of("modulated_layernorm"), twin_falls_back ? 2u : 0u) << C;
+    for (const auto& c : contract::fallback_counts()) {
+      if (c.optimization == "fast_modulated_layernorm") {
+        EXPECT_EQ(c.reason, why);
+      }
+    }
+  }
+}
+
+TEST_F(FastNormCpu, ModulatedLayerNormRejectsABadBatchIndex) {
+  Tensor x = random_tensor({3, 16}, DType::BF16, 1140);
+  Tensor mod = random_tensor({2, 96}, DType::BF16, 1141);
+  Tensor out = Tensor::empty({3, 16}, DType::BF16, Device::CPU);
+  Tensor bidx = Tensor::from_ints({0, 1, 2}, {3});
+  const RowView shift = RowView::columns(mod, 0, 16), scale = RowView::columns(mod, 16, 16);
+  EXPECT_TRUE(throws_error(
+      [&] { kernels::modulated_layer_norm_fast_or(x, shift, scale, bidx, 1e-6f, true, out); },
+      {"fast modulated_layer_norm: batch_index[2] = 2", "outside [0, 2)"}));
+}
+
+// ---- q/k RMSNorm + RoPE ----
+
+void check_qk(int64_t T, int H, int D, bool norm, bool rope, uint64_t seed) {
+  const int64_t C = int64_t{H} * D;
+  const std::string what = cat("fast qk T ", T, " H ", H, " D ", D, " norm ", norm, " rope ", rope);
+  Tensor qkv = random_tensor({T, 3 * C}, DType::BF16, seed, 1.5f, 0.1f);
+  if (norm && T > 1) {  // one all-zero head: the norm is clamped to 1e-12, the output 0
+    auto* p = qkv.data_as<uint16_t>();
+    for (int d = 0; d < D; ++d) p[1 * 3 * C + C + d] = 0;
+  }
+  Tensor qg = random_tensor({H, D}, DType::F32, seed + 1, 0.3f, 1.0f);
+  Tensor kg = random_tensor({H, D}, DType::F32, seed + 2, 0.3f, 1.0f);
+  Tensor cos = Tensor::empty({T, D / 2}, DType::F32, Device::CPU);
+  Tensor sin = Tensor::empty({T, D / 2}, DType::F32, Device::CPU);
+  kernels::rope_phases(test::random_coords(T, seed + 3), D, 1.0f, 10000.0f, cos, sin);
+  const Tensor* g0 = norm ? &qg : nullptr;
+  const Tensor* g1 = norm ? &kg : nullptr;
+  const Tensor* c = rope ? &cos : nullptr;
+  const Tensor* s = rope ? &sin : nullptr;
+  Tensor ref_in = copy_of(qkv);
+  const Tensor ref = kernels::qk_rmsnorm_rope(ref_in, H, D, g0, g1, c, s, false);
+  ASSERT_EQ(kernels::fast::qk_unsupported(qkv, 3 * C, H, D, g0, g1, c, s), "") << what;
+  Tensor got_in = copy_of(qkv);
+  const Tensor got = kernels::qk_rmsnorm_rope_fast_or(got_in, H, D, g0, g1, c, s, true);
+  EXPECT_EQ(got.data(), got_in.data()) << what << ": in place";
+  const Golden g = testing::golden_qk(qkv, 2, H, D, g0, g1, c, s);
+  EXPECT_TRUE(testing::meets_golden_rule(g, testing::leading_columns(ref, 2 * C),
+                                         testing::leading_columns(got, 2 * C), what));
+  // v is the input's.
+  auto v_of = [&](const Tensor& packed) {
+    Tensor v = Tensor::empty({T, C}, DType::BF16, Device::CPU);
+    RowView dst = RowView::of(v);
+    kernels::copy_rows(RowView{packed, 2 * C, T, C, 3 * C}, dst);
+    return v;
+  };
+  EXPECT_TRUE(testing::bitwise_equal(v_of(got), v_of(qkv))) << what << ": v slot";
+}
+
+TEST_F(FastNormCpu, QkRmsNormRopeMeetsTheGoldenRule) {
+  for (int64_t T : kTokens) {
+    for (auto [H, D] : {std::pair{2, 8}, std::pair{3, 24}, std::pair{2, 64}, std::pair{12, 128}}) {
+      const uint64_t seed = 2000 + 10 * T + D;
+      check_qk(T, H, D, true, true, seed);
+      check_qk(T, H, D, true, false, seed + 3);  // ape models: norm only
+      check_qk(T, H, D, false, true, seed + 6);  // no qk_rms_norm: RoPE only
+    }
+  }
+  check_qk(7, 1, 256, true, true, 2900);  // the widest head the kernel holds
+  check_qk(7, 2, 136, true, true, 2910);  // 17 chunks: lanes with 2 and 3 chunks
+  EXPECT_TRUE(contract::fallback_counts().empty());
+}
+
+TEST_F(FastNormCpu, QkRmsNormRopeWithNothingToDoReturnsItsInput) {
+  Tensor qkv = random_tensor({3, 3 * 16}, DType::BF16, 2950);
+  const Tensor before = copy_of(qkv);
+  Tensor got = kernels::qk_rmsnorm_rope_fast_or(qkv, 2, 8, nullptr, nullptr, nullptr, nullptr, true);
+  EXPECT_EQ(got.data(), qkv.data());
+  EXPECT_TRUE(testing::bitwise_equal(qkv, before));
+  EXPECT_TRUE(throws_error(
+      [&] { kernels::fast::qk_rmsnorm_rope_inplace(qkv, 2, 8, nullptr, nullptr, nullptr, nullptr); },
+      {"fast qk_rmsnorm_rope_inplace", "nothing to do"}));
+  EXPECT_TRUE(contract::fallback_counts().empty());
+}
+
+TEST_F(FastNormCpu, CrossQRmsNormMeetsTheGoldenRule) {
+  for (int64_t T : kTokens) {
+    for (auto [H, D] : {std::pair{2, 8}, std::pair{3, 24}, std::pair{2, 64}, std::pair{12, 128}}) {
+      const std::string what = cat("fast cross_q_rmsnorm T ", T, " H ", H, " D ", D);
+      Tensor q = random_tensor({T, int64_t{H} * D}, DType::BF16, 3000 + T + D, 2.0f, -0.2f);
+      Tensor gm = random_tensor({H, D}, DType::F32, 3100 + D, 0.3f, 1.0f);
+      Tensor ref_in = copy_of(q);
+      const Tensor ref = kernels::cross_q_rmsnorm(ref_in, gm, H, D, false);
+      Tensor got_in = copy_of(q);
+      const Tensor got = kernels::cross_q_rmsnorm_fast_or(got_in, gm, H, D, true);
+      EXPECT_EQ(got.data(), got_in.data()) << what << ": in place";
+      const Golden g = testing::golden_qk(q, 1, H, D, &gm, nullptr, nullptr, nullptr);
+      EXPECT_TRUE(testing::meets_golden_rule(g, ref.to_floats(), got.to_floats(), what));
+    }
+  }
+  EXPECT_TRUE(contract::fallback_counts().empty());
+}
+
+TEST_F(FastNormCpu, QkKernelsRefuseUnsupportedShapesAndTheEntryPointsFallBack) {
+  // head_dim 12: not a multiple of 8 (the bitwise twin refuses it too); head_dim 264: wider
+  // than 8 lanes' registers (the bitwise fused kernel takes it).
+  for (auto [D, reason, twin_falls_back] :
+       {std::tuple{12, "multiple of 8", true}, std::tuple{264, "exceeds 256", false}}) {
+    contract::reset_fallbacks();
+    const int H = 2;
+    const int64_t C = int64_t{H} * D, T = 3;
+    Tensor qkv = random_tensor({T, 3 * C}, DType::BF16, 3200 + D, 1.5f);
+    Tensor qg = random_tensor({H, D}, DType::F32, 3201 + D, 0.3f, 1.0f);
+    Tensor kg = random_tensor({H, D}, DType::F32, 3202 + D, 0.3f, 1.0f);
+    Tensor cos = Tensor::empty({T, D / 2}, DType::F32, Device::CPU);
+    Tensor sin = Tensor::empty({T, D / 2}, DType::F32, Device::CPU);
+    kernels::rope_phases(test::random_coords(T, 3203), D, 1.0f, 10000.0f, cos, sin);
+    const std::string why = kernels::fast::qk_unsupported(qkv, 3 * C, H, D, &qg, &kg, &cos, &sin);
+    EXPECT_NE(why.find(reason), std::string::npos) << why;
+    Tensor untouched = copy_of(qkv);
+    EXPECT_TRUE(throws_error(
+        [&] { kernels::fast::qk_rmsnorm_rope_inplace(untouched, H, D, &qg, &kg, &cos, &sin); },
+        {"fast qk_rmsnorm_rope_inplace", "unsupported", reason}));
+    EXPECT_TRUE(testing::bitwise_equal(untouched, qkv)) << "a refused call writes nothing";
+    for (bool fused : {false, true}) {
+      Tensor want_in = copy_of(qkv), got_in = copy_of(qkv);
+      const Tensor want = kernels::qk_rmsnorm_rope(want_in, H, D, &qg, &kg, &cos, &sin, fused);
+      const Tensor got =
+          kernels::qk_rmsnorm_rope_fast_or(got_in, H, D, &qg, &kg, &cos, &sin, fused);
+      EXPECT_TRUE(testing::bitwise_equal(got, want)) << "D " << D << " fused " << fused;
+    }
+    EXPECT_EQ(fallbacks_of("fast_qk_rmsnorm_rope"), 2u) << D;
+    EXPECT_EQ(fallbacks_of("qk_rmsnorm_rope_inplace"), twin_falls_back ? 2u : 0u) << D;
+
+    // The cross-attention's q: the same rule, its own flag.
+    Tensor q = random_tensor({T, C}, DType::BF16, 3204 + D, 2.0f);
+    for (bool fused : {false, true}) {
+      Tensor want_in = copy_of(q), got_in = copy_of(q);
+      const Tensor want = kernels::cross_q_rmsnorm(want_in, qg, H, D, fused);
+      const Tensor got = kernels::cross_q_rmsnorm_fast_or(got_in, qg, H, D, fused);
+      EXPECT_TRUE(testing::bitwise_equal(got, want)) << "cross D " << D << " fused " << fused;
+    }
+    EXPECT_EQ(fallbacks_of("fast_head_rmsnorm"), 2u) << D;
+    EXPECT_TRUE(throws_error([&] { kernels::fast::head_rmsnorm_inplace(q, qg, H, D); },
+                             {"fast head_rmsnorm_inplace", "unsupported", reason}));
+  }
+  // A view starting 2 bytes into its storage: not 16-byte aligned.
+  Tensor big = random_tensor({4 * 64 + 1}, DType::BF16, 3300);
+  Tensor odd = big.rows(1, 4 * 64 + 1).reshape({4, 64});
+  Tensor g64 = random_tensor({1, 64}, DType::F32, 3301);
+  EXPECT_NE(kernels::fast::qk_unsupported(odd, 64, 1, 64, &g64, nullptr, nullptr, nullptr), "");
+  EXPECT_TRUE(throws_error([&] { kernels::fast::head_rmsnorm_inplace(odd, g64, 1, 64); },
+                           {"fast head_rmsnorm_inplace", "16-byte"}));
+}
+
+// bench-kernels states the tolerance rows' target with them (the rows come from
+// sparse3d::measure_kernel_bandwidth on a GPU).
+TEST_F(FastNormCpu, BenchKernelsReportNamesTheToleranceTarget) {
+  bench::KernelBandwidthReport r;
+  r.date = "2026-11-30T00:00:00Z";
+  r.measured.copy_bytes = 2e9;
+  r.measured.copy_seconds = 5e-4;
+  r.measured.rows.push_back({"modulated_layer_norm", "fused", 30227, 1.9e8, 1.7e-4});
+  EXPECT_EQ(bench::to_markdown(r).find("Role \"tolerance\""), std::string::npos);
+  r.measured.rows.push_back(
+      {"fast modulated_layer_norm (fast_modulated_layernorm)", "tolerance", 30227, 1.9e8, 5e-5});
+  const std::string md = bench::to_markdown(r);
+  EXPECT_NE(md.find("| fast modulated_layer_norm (fast_modulated_layernorm) | tolerance | 30,227 |"),
+            std::string::npos)
+      << md;
+  EXPECT_NE(md.find("target >= 80% of the copy bandwidth at 30,227 tokens"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace s3d
