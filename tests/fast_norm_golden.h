@@ -20,6 +20,7 @@
 #include "core/bf16.h"
 #include "core/tensor.h"
 #include "cpu/kernel_test_util.h"
+#include "kernels/qk_norm_rope.h"
 
 namespace s3d::testing {
 
@@ -176,6 +177,29 @@ inline ::testing::AssertionResult meets_golden_rule(const Golden& g, const std::
            << what << ": mean|g - fast| " << err_fast / n << " > 1.1 mean|g - reference| "
            << err_ref / n;
   return ::testing::AssertionSuccess();
+}
+
+
+// The q/k operands of the fast kernels' tests (host): a packed QKV [T, 3HD] with one all-zero
+// k head when norm is on and T > 1 (the norm is clamped to 1e-12 and the output is 0), gammas
+// not all ones, RoPE phases of random coordinates.
+struct QkOperands {
+  Tensor qkv, q_gamma, k_gamma, cos, sin;
+};
+inline QkOperands make_qk_operands(int64_t T, int H, int D, bool norm, uint64_t seed) {
+  const int64_t C = int64_t{H} * D;
+  QkOperands o;
+  o.qkv = test::random_tensor({T, 3 * C}, DType::BF16, seed, 1.5f, 0.1f);
+  if (norm && T > 1) {
+    auto* p = o.qkv.data_as<uint16_t>();
+    for (int d = 0; d < D; ++d) p[1 * 3 * C + C + d] = 0;
+  }
+  o.q_gamma = test::random_tensor({H, D}, DType::F32, seed + 1, 0.3f, 1.0f);
+  o.k_gamma = test::random_tensor({H, D}, DType::F32, seed + 2, 0.3f, 1.0f);
+  o.cos = Tensor::empty({T, D / 2}, DType::F32, Device::CPU);
+  o.sin = Tensor::empty({T, D / 2}, DType::F32, Device::CPU);
+  kernels::rope_phases(test::random_coords(T, seed + 3), D, 1.0f, 10000.0f, o.cos, o.sin);
+  return o;
 }
 
 }  // namespace s3d::testing

@@ -97,15 +97,12 @@ void qk_inplace_checked(const char* op, Tensor& x, int slots, int heads, int hea
             "); the caller runs the reference chain");
   if (T == 0) return;
   const float scale = math::head_rmsnorm_scale(head_dim);
-  const float* g0 = gamma0 ? gamma0->data_as<float>() : nullptr;
-  const float* g1 = gamma1 ? gamma1->data_as<float>() : nullptr;
-  const float* cp = cos ? cos->data_as<float>() : nullptr;
-  const float* sp = sin ? sin->data_as<float>() : nullptr;
+  const detail::QkPointers ptr = detail::qk_pointers(gamma0, gamma1, cos, sin);
   if (x.is_cuda()) {
-    cuda::qk_inplace(x, x.size(1), slots, heads, head_dim, g0, g1, scale, cp, sp);
+    cuda::qk_inplace(x, x.size(1), slots, heads, head_dim, ptr.gammas[0], ptr.gammas[1], scale,
+                     ptr.cos, ptr.sin);
   } else {
-    const float* gammas[2] = {g0, g1};
-    cpu::qk_inplace(x, x.size(1), slots, heads, head_dim, gammas, scale, cp, sp);
+    cpu::qk_inplace(x, x.size(1), slots, heads, head_dim, ptr.gammas, scale, ptr.cos, ptr.sin);
   }
 }
 
@@ -116,20 +113,14 @@ namespace fused {
 void qk_rmsnorm_rope_inplace(Tensor& qkv, int heads, int head_dim, const Tensor* q_gamma,
                              const Tensor* k_gamma, const Tensor* cos, const Tensor* sin) {
   const char* op = "qk_rmsnorm_rope_inplace";
-  S3D_CHECK((q_gamma == nullptr) == (k_gamma == nullptr), op,
-            ": give both q and k gammas or neither");
-  detail::check_defined(qkv, op, "qkv");
-  S3D_CHECK(qkv.ndim() == 2 && qkv.size(1) == 3 * int64_t{heads} * head_dim, op,
-            ": qkv must be bf16 [T, 3 * ", heads, " * ", head_dim, "], got ", qkv.describe());
+  detail::check_packed_qkv(op, qkv, heads, head_dim, q_gamma, k_gamma);
   // q and k are the first 2C columns of each 3C row; v is never touched.
   qk_inplace_checked(op, qkv, 2, heads, head_dim, q_gamma, k_gamma, cos, sin);
 }
 
 void head_rmsnorm_inplace(Tensor& x, const Tensor& gamma, int heads, int head_dim) {
   const char* op = "head_rmsnorm_inplace";
-  detail::check_defined(x, op, "x");
-  S3D_CHECK(x.ndim() == 2 && x.size(1) == int64_t{heads} * head_dim, op, ": x must be bf16 [T, ",
-            heads, " * ", head_dim, "], got ", x.describe());
+  detail::check_heads_row(op, x, heads, head_dim);
   qk_inplace_checked(op, x, 1, heads, head_dim, &gamma, nullptr, nullptr, nullptr);
 }
 

@@ -133,4 +133,38 @@ inline void check_qk_operands(const char* op, const Tensor& x, int slots, int he
   S3D_CHECK(gamma0 != nullptr || cos != nullptr, op, ": nothing to do (no gamma, no RoPE)");
 }
 
+// The packed QKV [T, 3 * H * D] of the self-attention's in-place q/k ops: both gammas or
+// neither.
+inline void check_packed_qkv(const char* op, const Tensor& qkv, int heads, int head_dim,
+                             const Tensor* q_gamma, const Tensor* k_gamma) {
+  S3D_CHECK((q_gamma == nullptr) == (k_gamma == nullptr), op,
+            ": give both q and k gammas or neither");
+  check_defined(qkv, op, "qkv");
+  S3D_CHECK(qkv.ndim() == 2 && qkv.size(1) == 3 * int64_t{heads} * head_dim, op,
+            ": qkv must be bf16 [T, 3 * ", heads, " * ", head_dim, "], got ", qkv.describe());
+}
+
+// The cross-attention's q [T, H * D] of the in-place head RMSNorm.
+inline void check_heads_row(const char* op, const Tensor& x, int heads, int head_dim) {
+  check_defined(x, op, "x");
+  S3D_CHECK(x.ndim() == 2 && x.size(1) == int64_t{heads} * head_dim, op, ": x must be bf16 [T, ",
+            heads, " * ", head_dim, "], got ", x.describe());
+}
+
+// The raw operands the in-place q/k kernels take (null where absent).
+struct QkPointers {
+  const float* gammas[2] = {nullptr, nullptr};
+  const float* cos = nullptr;
+  const float* sin = nullptr;
+};
+inline QkPointers qk_pointers(const Tensor* gamma0, const Tensor* gamma1, const Tensor* cos,
+                              const Tensor* sin) {
+  QkPointers p;
+  p.gammas[0] = gamma0 ? gamma0->data_as<float>() : nullptr;
+  p.gammas[1] = gamma1 ? gamma1->data_as<float>() : nullptr;
+  p.cos = cos ? cos->data_as<float>() : nullptr;
+  p.sin = sin ? sin->data_as<float>() : nullptr;
+  return p;
+}
+
 }  // namespace s3d::kernels::detail

@@ -15,11 +15,27 @@
 #include <vector>
 
 #include "../test_numerics.h"
+#include "contract/fallback.h"
 #include "core/error.h"
 #include "core/rng.h"
 #include "core/tensor.h"
 
 namespace s3d::test {
+
+// A host bf16 tensor with every element poisoned, so that an unwritten element fails a check.
+inline Tensor poisoned_bf16(const Shape& shape) {
+  Tensor t = Tensor::empty(shape, DType::BF16, Device::CPU);
+  t.poison();
+  return t;
+}
+
+// The fallbacks counted so far for one flag, every reason together.
+inline uint64_t fallbacks_of(const std::string& flag) {
+  uint64_t n = 0;
+  for (const auto& c : contract::fallback_counts())
+    if (c.optimization == flag) n += c.count;
+  return n;
+}
 
 // Normal inputs (mean + stddev * N(0, 1), rounded to dtype) from the shared test helpers.
 using s3d::testing::random_tensor;

@@ -87,35 +87,25 @@ TEST(Flags, PathsCarryTheirFlags) {
   const FlagSet fusion = {Flag::qk_rmsnorm_rope_inplace, Flag::modulated_layernorm,
                           Flag::gated_residual_add, Flag::gemm_gelu_epilogue};
   const FlagSet combined = FlagSet(fusion).set(Flag::null_context_cache);
+  const FlagSet beyond = FlagSet(combined)
+                             .set(Flag::cond_kv_cache)
+                             .set(Flag::batched_cfg)
+                             .set(Flag::step_tables)
+                             .set(Flag::cuda_graphs);
+  const FlagSet tolerance = {Flag::fast_modulated_layernorm, Flag::fast_qk_rmsnorm_rope,
+                             Flag::fast_head_rmsnorm, Flag::tuned_gemm, Flag::tuned_attention};
   const std::vector<std::pair<std::string, FlagSet>> want = {
       {"pure_eager", {}},
       {"kernel_fusion", fusion},
       {"prior_exact_null", {Flag::null_context_exact}},
       {"canonical_cache_null", {Flag::null_context_cache}},
       {"canonical_cache_combined", combined},
-      {"beyond", FlagSet(combined)
-                     .set(Flag::cond_kv_cache)
-                     .set(Flag::batched_cfg)
-                     .set(Flag::step_tables)
-                     .set(Flag::cuda_graphs)},
-      {"fast", FlagSet(combined)
-                   .set(Flag::cond_kv_cache)
-                   .set(Flag::batched_cfg)
-                   .set(Flag::step_tables)
-                   .set(Flag::cuda_graphs)
-                   .set(Flag::fast_modulated_layernorm)
-                   .set(Flag::fast_qk_rmsnorm_rope)
-                   .set(Flag::fast_head_rmsnorm)
-                   .set(Flag::tuned_gemm)
-                   .set(Flag::tuned_attention)},
-      {"low_memory", FlagSet(combined)
-                         .set(Flag::step_tables)
-                         .set(Flag::cuda_graphs)
-                         .set(Flag::fast_modulated_layernorm)
-                         .set(Flag::fast_qk_rmsnorm_rope)
-                         .set(Flag::fast_head_rmsnorm)
-                         .set(Flag::tuned_gemm)
-                         .set(Flag::tuned_attention)
+      {"beyond", beyond},
+      {"fast", FlagSet(beyond).set(tolerance)},
+      {"low_memory", FlagSet(beyond)
+                         .set(tolerance)
+                         .set(Flag::batched_cfg, false)
+                         .set(Flag::cond_kv_cache, false)
                          .set(Flag::chunked_mlp)},
   };
   ASSERT_EQ(sparse3d::execution_paths().size(), want.size());

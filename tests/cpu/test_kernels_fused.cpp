@@ -41,19 +41,8 @@ using testing::copy_of;
 using testing::count_poisoned;
 using testing::same_bits;
 
-Tensor poisoned(const Shape& shape) {
-  Tensor t = Tensor::empty(shape, DType::BF16, Device::CPU);
-  t.poison();
-  return t;
-}
-
-// The fallbacks counted so far for one flag, every reason together.
-uint64_t fallbacks_of(const std::string& flag) {
-  uint64_t n = 0;
-  for (const auto& c : contract::fallback_counts())
-    if (c.optimization == flag) n += c.count;
-  return n;
-}
+using test::fallbacks_of;
+constexpr auto poisoned = &test::poisoned_bf16;
 
 struct FusedKernelsCpu : ::testing::Test {
   void SetUp() override { contract::reset_fallbacks(); }

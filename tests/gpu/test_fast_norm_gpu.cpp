@@ -96,16 +96,8 @@ TEST(FastNormGpu, ModulatedLayerNorm) {
 void check_qk(int64_t T, int H, int D, bool norm, bool rope, uint64_t seed) {
   const int64_t C = int64_t{H} * D;
   const std::string what = cat("fast qk T ", T, " H ", H, " D ", D, " norm ", norm, " rope ", rope);
-  Tensor qkv = random_tensor({T, 3 * C}, DType::BF16, seed, 1.5f, 0.1f);
-  if (norm && T > 1) {  // one all-zero head
-    auto* p = qkv.data_as<uint16_t>();
-    for (int d = 0; d < D; ++d) p[1 * 3 * C + C + d] = 0;
-  }
-  Tensor qg = random_tensor({H, D}, DType::F32, seed + 1, 0.3f, 1.0f);
-  Tensor kg = random_tensor({H, D}, DType::F32, seed + 2, 0.3f, 1.0f);
-  Tensor cos = Tensor::empty({T, D / 2}, DType::F32, Device::CPU);
-  Tensor sin = Tensor::empty({T, D / 2}, DType::F32, Device::CPU);
-  kernels::rope_phases(test::random_coords(T, seed + 3), D, 1.0f, 10000.0f, cos, sin);
+  const testing::QkOperands o = testing::make_qk_operands(T, H, D, norm, seed);
+  const Tensor &qkv = o.qkv, &qg = o.q_gamma, &kg = o.k_gamma, &cos = o.cos, &sin = o.sin;
   // Both backends from the same phases.
   Tensor qg_d = on_gpu(qg), kg_d = on_gpu(kg), cos_d = on_gpu(cos), sin_d = on_gpu(sin);
   auto ptr = [](bool on, const Tensor& t) { return on ? &t : nullptr; };
