@@ -121,18 +121,14 @@ namespace fast {
 
 std::string modulated_layer_norm_unsupported(const Tensor& x, const RowView& shift,
                                              const RowView& scale, const Tensor& out) {
-  if (x.dtype() != DType::BF16) return cat("x is ", x.describe(), ", not bf16");
-  if (out.dtype() != DType::BF16 || shift.dtype() != DType::BF16 || scale.dtype() != DType::BF16)
-    return "out, shift and scale must be bf16";
+  // The bitwise kernel's rule (dtypes, 16-byte chunks and alignment), and a row that fits in
+  // one warp's registers.
+  const std::string why = fused::modulated_layer_norm_unsupported(x, shift, scale, out);
+  if (!why.empty()) return why;
   const int64_t C = x.ndim() == 2 ? x.size(1) : 0;
-  if (C % 8 != 0) return cat("C = ", C, " is not a multiple of 8 (16-byte chunks)");
   if (C > fm::kLnMaxC)
-    return cat("C = ", C, " exceeds ", fm::kLnMaxC, " (the row must fit in one warp's registers)");
-  if (shift.stride % 8 != 0 || scale.stride % 8 != 0)
-    return cat("modulation row stride ", shift.stride, " is not a multiple of 8");
-  if (!aligned16(x.data()) || !aligned16(out.data()) || !aligned16(shift.data()) ||
-      !aligned16(scale.data()))
-    return "rows are not 16-byte aligned";
+    return cat("C = ", C, " exceeds ", fm::kLnMaxC,
+               " (the row must fit in one warp's registers)");
   return "";
 }
 
