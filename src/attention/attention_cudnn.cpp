@@ -40,6 +40,7 @@
 #include <string>
 #include <tuple>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "attention/cudnn_sdpa.h"
@@ -311,6 +312,114 @@ std::shared_ptr<fe::graph::Graph> listed_graph(const SdpaShape& s, cudnnHandle_t
   return g;
 }
 
+// The stored choice of `shape` rebuilt: only its plan, from its implementation's list.
+// nullopt when there is none or it no longer holds (refused and counted: the caller searches).
+std::optional<CachedGraph> restore_tuned(const SdpaShape& s, const std::string& shape,
+                                         DeviceState& st, plan_search::Store& store,
+                                         const std::vector<Attempt>& attempts) {
+  using plan_search::Kind;
+  const std::optional<plan_search::Choice> c = store.find_plan(Kind::Attention, shape);
+  if (!c) return std::nullopt;
+  std::string why = cat("the stored implementation '", c->variant, "' is not allowed now");
+  for (const Attempt& a : attempts) {
+    if (c->variant != a.name) continue;
+    try {
+      std::shared_ptr<fe::graph::Graph> g = listed_graph(s, st.handle, a);
+      const int64_t count =
+          std::min<int64_t>(g->get_execution_plan_count(), plan_search::kMaxCandidates);
+      // A list of another length means the index no longer names the same plan.
+      if (count != c->candidates || c->index >= count) {
+        why = cat("the stored choice is plan ", c->index, " of ", c->candidates,
+                  " but cuDNN now offers ", count);
+        break;
+      }
+      check_fe(g->build_plan_at_index(c->index), "build_plan_at_index");
+      CachedGraph cg;
+      check_fe(g->get_workspace_size_plan_at_index(c->index, cg.workspace_bytes),
+               "get_workspace_size_plan_at_index");
+      cg.graph = std::move(g);
+      cg.implementation = a.name;
+      cg.plan_index = c->index;
+      plan_search::record({Kind::Attention, shape, *c, plan_search::Source::Cache});
+      return cg;
+    } catch (const BuildFailure& e) {
+      why = cat("the stored plan ", c->index, " does not build (", e.message, ")");
+    } catch (const std::exception& e) {
+      why = cat("the stored plan ", c->index, " does not build (", e.what(), ")");
+    }
+    break;
+  }
+  store.refuse_plan(Kind::Attention, shape, why + ": searching again");
+  return std::nullopt;
+}
+
+// One implementation's plans built and timed on `pack`; the fastest (or the default within
+// plan_search::kMinGain) with its Choice. nullopt, with the reason added to `errors`, when
+// none builds or runs.
+std::optional<std::pair<CachedGraph, plan_search::Choice>> search_implementation(
+    const SdpaShape& s, const Attempt& a, DeviceState& st,
+    std::unordered_map<int64_t, void*>& pack, cudaStream_t stream, std::string& errors) {
+  std::shared_ptr<fe::graph::Graph> g;
+  std::vector<int64_t> built;  // indices of the plans that built, list order
+  int64_t count = 0;
+  try {
+    g = listed_graph(s, st.handle, a);
+    count = std::min<int64_t>(g->get_execution_plan_count(), plan_search::kMaxCandidates);
+    std::set<std::string> seen;  // both modes may list one engine config: time it once
+    for (int64_t i = 0; i < count; ++i) {
+      std::string name;
+      if (g->get_plan_name_at_index(i, name).is_good() && !seen.insert(name).second) continue;
+      if (g->build_plan_at_index(i).is_good()) built.push_back(i);
+    }
+  } catch (const BuildFailure& e) {
+    errors += cat(" [", a.name, "] ", e.message);
+    return std::nullopt;
+  } catch (const std::exception& e) {  // the frontend can throw from sdpa() itself
+    errors += cat(" [", a.name, "] ", e.what());
+    return std::nullopt;
+  }
+  if (built.empty()) {
+    errors += cat(" [", a.name, "] none of ", count, " plans built");
+    return std::nullopt;
+  }
+  int64_t max_workspace = 0;
+  for (int64_t i : built) {
+    int64_t w = 0;
+    check_fe(g->get_workspace_size_plan_at_index(i, w), "get_workspace_size_plan_at_index");
+    max_workspace = std::max(max_workspace, w);
+  }
+  ensure_workspace(st, max_workspace);
+  check_cudnn(cudnnSetStream(st.handle, stream), "cudnnSetStream", describe(s));
+  std::vector<double> ms(static_cast<size_t>(count), -1.0);
+  for (int64_t i : built) {
+    std::optional<double> t = plan_search::time_per_call(
+        [&] { return g->execute_plan_at_index(st.handle, pack, st.workspace, i).is_good(); },
+        stream);
+    if (t) ms[static_cast<size_t>(i)] = *t;
+  }
+  // The default graph runs the first plan that builds, in the heuristic's order.
+  const int first = static_cast<int>(built.front());
+  const int best = plan_search::choose(ms, first);
+  if (best < 0) {
+    errors += cat(" [", a.name, "] none of ", built.size(), " built plans ran");
+    return std::nullopt;
+  }
+  plan_search::Choice c;
+  c.index = best;
+  c.candidates = static_cast<int>(count);
+  c.timed = static_cast<int>(std::count_if(ms.begin(), ms.end(), [](double v) { return v >= 0; }));
+  c.variant = a.name;
+  c.best_ms = ms[static_cast<size_t>(best)];
+  c.default_ms = ms[static_cast<size_t>(first)] >= 0 ? ms[static_cast<size_t>(first)] : c.best_ms;
+  CachedGraph cg;
+  check_fe(g->get_workspace_size_plan_at_index(best, cg.workspace_bytes),
+           "get_workspace_size_plan_at_index");
+  cg.graph = std::move(g);
+  cg.implementation = a.name;
+  cg.plan_index = best;
+  return std::make_pair(std::move(cg), c);
+}
+
 // The tuned graph of `key`: the stored choice when `store` holds one that still builds, else
 // (outside a capture) every plan built and timed on the call's operands `pack`. Nothing (a
 // capture, no stored choice): the caller runs the default graph and counts the fallback.
@@ -323,106 +432,19 @@ std::optional<CachedGraph> build_tuned(const GraphKey& key, DeviceState& st,
             describe(s), " (injected fault)");
   const std::string shape = shape_text(s, key.scale_bits);
   const std::vector<Attempt> attempts = implementation_attempts();
-  if (store != nullptr) {
-    if (std::optional<plan_search::Choice> c = store->find_plan(Kind::Attention, shape)) {
-      std::string why = cat("the stored implementation '", c->variant, "' is not allowed now");
-      for (const Attempt& a : attempts) {
-        if (c->variant != a.name) continue;
-        try {
-          std::shared_ptr<fe::graph::Graph> g = listed_graph(s, st.handle, a);
-          const int64_t count = std::min<int64_t>(g->get_execution_plan_count(),
-                                                  plan_search::kMaxCandidates);
-          // A list of another length means the index no longer names the same plan.
-          if (count != c->candidates || c->index >= count) {
-            why = cat("the stored choice is plan ", c->index, " of ", c->candidates,
-                      " but cuDNN now offers ", count);
-            break;
-          }
-          check_fe(g->build_plan_at_index(c->index), "build_plan_at_index");
-          CachedGraph cg;
-          check_fe(g->get_workspace_size_plan_at_index(c->index, cg.workspace_bytes),
-                   "get_workspace_size_plan_at_index");
-          cg.graph = std::move(g);
-          cg.implementation = a.name;
-          cg.plan_index = c->index;
-          plan_search::record({Kind::Attention, shape, *c, plan_search::Source::Cache});
-          return cg;
-        } catch (const BuildFailure& e) {
-          why = cat("the stored plan ", c->index, " does not build (", e.message, ")");
-        } catch (const std::exception& e) {
-          why = cat("the stored plan ", c->index, " does not build (", e.what(), ")");
-        }
-        break;
-      }
-      store->refuse_plan(Kind::Attention, shape, why + ": searching again");
-    }
-  }
+  if (store != nullptr)
+    if (std::optional<CachedGraph> restored = restore_tuned(s, shape, st, *store, attempts))
+      return restored;
   if (plan_search::capturing(stream)) return std::nullopt;
-
   std::string errors;
   for (const Attempt& a : attempts) {
-    std::shared_ptr<fe::graph::Graph> g;
-    std::vector<int64_t> built;  // indices of the plans that built, list order
-    int64_t count = 0;
-    try {
-      g = listed_graph(s, st.handle, a);
-      count = std::min<int64_t>(g->get_execution_plan_count(), plan_search::kMaxCandidates);
-      std::set<std::string> seen;  // both modes may list one engine config: time it once
-      for (int64_t i = 0; i < count; ++i) {
-        std::string name;
-        if (g->get_plan_name_at_index(i, name).is_good() && !seen.insert(name).second) continue;
-        if (g->build_plan_at_index(i).is_good()) built.push_back(i);
-      }
-    } catch (const BuildFailure& e) {
-      errors += cat(" [", a.name, "] ", e.message);
-      continue;
-    } catch (const std::exception& e) {  // the frontend can throw from sdpa() itself
-      errors += cat(" [", a.name, "] ", e.what());
-      continue;
-    }
-    if (built.empty()) {
-      errors += cat(" [", a.name, "] none of ", count, " plans built");
-      continue;
-    }
-    int64_t max_workspace = 0;
-    for (int64_t i : built) {
-      int64_t w = 0;
-      check_fe(g->get_workspace_size_plan_at_index(i, w), "get_workspace_size_plan_at_index");
-      max_workspace = std::max(max_workspace, w);
-    }
-    ensure_workspace(st, max_workspace);
-    check_cudnn(cudnnSetStream(st.handle, stream), "cudnnSetStream", describe(s));
-    std::vector<double> ms(static_cast<size_t>(count), -1.0);
-    for (int64_t i : built) {
-      std::optional<double> t = plan_search::time_per_call(
-          [&] { return g->execute_plan_at_index(st.handle, pack, st.workspace, i).is_good(); },
-          stream);
-      if (t) ms[static_cast<size_t>(i)] = *t;
-    }
-    // The default graph runs the first plan that builds, in the heuristic's order.
-    const int first = static_cast<int>(built.front());
-    const int best = plan_search::choose(ms, first);
-    if (best < 0) {
-      errors += cat(" [", a.name, "] none of ", built.size(), " built plans ran");
-      continue;
-    }
-    plan_search::Choice c;
-    c.index = best;
-    c.candidates = static_cast<int>(count);
-    c.timed = static_cast<int>(std::count_if(ms.begin(), ms.end(), [](double v) { return v >= 0; }));
-    c.variant = a.name;
-    c.best_ms = ms[static_cast<size_t>(best)];
-    c.default_ms = ms[static_cast<size_t>(first)] >= 0 ? ms[static_cast<size_t>(first)] : c.best_ms;
-    CachedGraph cg;
-    check_fe(g->get_workspace_size_plan_at_index(best, cg.workspace_bytes),
-             "get_workspace_size_plan_at_index");
-    cg.graph = std::move(g);
-    cg.implementation = a.name;
-    cg.plan_index = best;
+    auto found = search_implementation(s, a, st, pack, stream, errors);
+    if (!found) continue;
+    auto& [cg, c] = *found;
     shrink_workspace(st, cg.workspace_bytes);
     if (store != nullptr) store->store_plan(Kind::Attention, shape, c);
     plan_search::record({Kind::Attention, shape, c, plan_search::Source::Searched});
-    return cg;
+    return std::move(cg);
   }
   fail("cuDNN SDPA plan search found no plan that builds and runs for ", describe(s), " (cuDNN ",
        cudnnGetVersion(), ", frontend ", CUDNN_FRONTEND_VERSION, "):", errors);
