@@ -108,6 +108,12 @@ struct OpTime {
   double flops = 0;
 };
 
+// Work done once per new shape and kept for later requests (RequestStats::first_use).
+struct FirstUseCost {
+  uint64_t count = 0;
+  double seconds = 0;  // host time
+};
+
 struct RequestStats {
   std::string plan;             // the request's flags as a path label
   int64_t tokens = 0;
@@ -127,6 +133,20 @@ struct RequestStats {
   size_t graph_nodes = 0;
   std::map<std::string, OpTime> profile;  // by category (Library) or op (Launches)
   double request_seconds() const { return setup_seconds + loop_seconds; }
+  // sample() only. The whole call as the caller waits for it (host clock from entry to
+  // return; the loop is device-synchronised): request_seconds() plus the input checks, the
+  // null-context work and the result's copy.
+  double wall_seconds = 0;
+  // The null-context probe and qualification this request ran (0 when it needed none, or
+  // they were done by an earlier request: the probe once per condition length, a
+  // qualification per token count and CFG mode).
+  double null_context_seconds = 0;
+  // Work done during this request once per new shape and kept for later ones, by kind:
+  // "attention_graph" (a cuDNN SDPA graph for a new sequence-length bucket), "gemm_plan" (a
+  // cuBLASLt plan for a new row count), "device_allocation" (a new block from the driver),
+  // "gemm_plan_search" / "attention_plan_search" (tuned_gemm / tuned_attention). A repeat of
+  // a request shows none. docs/CONTRACTS.md, "First requests".
+  std::map<std::string, FirstUseCost> first_use;
 };
 
 struct SampleResult {
@@ -171,6 +191,19 @@ struct Counters {
   uint64_t qualifications_run = 0;   // null-context qualifications computed
   uint64_t qualification_cache_hits = 0;
   uint64_t qualification_cache_refusals = 0;  // stale or corrupt entries not trusted
+};
+
+// Where an Engine's weights are and what moving them cost (Engine::offload / reload,
+// docs/API.md "Residency"). Totals since the engine was made; reset_counters() keeps them.
+struct Residency {
+  bool resident = true;          // the weights are on the engine's device (false: offloaded)
+  size_t weight_bytes = 0;       // the weights, in their run-time dtypes
+  size_t host_copy_bytes = 0;    // the host copy kept after the first offload (pinned on a GPU)
+  uint64_t offloads = 0, reloads = 0;
+  size_t bytes_offloaded = 0;    // device -> host bytes copied (the first offload's alone)
+  size_t bytes_reloaded = 0;     // host -> device bytes copied
+  size_t device_bytes_released = 0;  // device memory the offloads returned to the driver
+  double offload_seconds = 0, reload_seconds = 0;
 };
 
 // The null-context state per condition length L (docs/CONTRACTS.md).
@@ -227,6 +260,17 @@ class Engine {
   // first use: cuDNN graphs, cuBLASLt plans, the allocator's blocks, and (null-context paths)
   // the qualification of these shapes for condition length `cond_tokens`.
   void warm_up(const std::vector<int64_t>& token_counts, int cond_tokens);
+
+  // Frees the device memory the engine holds between requests, as a PyTorch module's .cpu()
+  // does for its parameters: the weights are copied to pinned host memory (the first time;
+  // the copy is kept, as the weights never change) and their device buffer freed, then the
+  // allocator's cached blocks go back to the driver. Everything else is kept: library plans
+  // and graphs, the null-context state and qualifications, the counters. reload() (or the
+  // next request) brings the weights back, bit for bit: no result changes. On the CPU
+  // backend the same moves run between host buffers. Both are no-ops when already done.
+  void offload();
+  void reload();
+  Residency residency() const;
 
   Counters counters() const;
   void reset_counters();  // launches, fallbacks and the memory peak

@@ -380,6 +380,32 @@ class Engine:
     def qualification(self):
         return self._e.qualification()
 
+    # -- residency --
+
+    def offload(self):
+        """Frees the device memory the engine holds between requests, as a torch module's
+        .cpu() frees its parameters': the weights move to pinned host memory (copied the first
+        time; the copy is kept, as the weights never change) and the allocator's cached
+        blocks go back to the driver. Library plans and graphs, the null-context state and
+        the counters stay. The next request, or reload(), brings the weights back: results
+        are bit for bit the same. A no-op when already offloaded."""
+        self._e.offload()
+
+    def reload(self):
+        """Brings offloaded weights back to the device (one copy; a no-op when resident)."""
+        self._e.reload()
+
+    def residency(self):
+        """Where the weights are and what moving them cost: {resident, weight_bytes,
+        host_copy_bytes, offloads, reloads, bytes_offloaded, bytes_reloaded,
+        device_bytes_released, offload_seconds, reload_seconds} (totals)."""
+        return self._e.residency()
+
+    @property
+    def resident(self):
+        """True when the weights are on the engine's device (False after offload())."""
+        return self._e.residency()["resident"]
+
     @property
     def model(self):
         return self._e.model

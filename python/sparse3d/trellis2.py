@@ -27,10 +27,16 @@ What the engine cannot serve (an unknown config, a refused request, a negative c
 that is not zero, keyword arguments it does not know) runs on the original PyTorch module or
 sampler, and `report()` lists it with the reason and the count: never an error, never a
 silent change.
+
+Each engine is built once. The pipeline's low_vram moves (`.cpu()` after a stage, `.to()`
+before the next) offload and reload its weights, keeping everything else; `warm_up=True`
+builds every engine ahead, in parallel, and runs a small request on each.
 """
+import concurrent.futures
 import inspect
 import json
 import os
+import time
 import types
 from collections import Counter
 
@@ -46,6 +52,18 @@ FLOW_SAMPLERS = ("sparse_structure_sampler", "shape_slat_sampler", "tex_slat_sam
 # Samplers whose arithmetic the engine's loop reproduces (by class name: TRELLIS.2 is not
 # imported here).
 ENGINE_SAMPLERS = ("FlowEulerGuidanceIntervalSampler", "FlowEulerCfgSampler")
+
+# The condition length of each flow model's stage: TRELLIS.2 conditions the sparse-structure
+# and 512 stages on its 512 px image features and the 1024 stages on its 1024 px ones
+# (Trellis2ImageTo3DPipeline.run), DINOv3 tokens of 16 px patches plus 5 (class and 4
+# registers): 1,029 and 4,101 tokens.
+COND_TOKENS = {"sparse_structure_flow_model": 1029, "shape_slat_flow_model_512": 1029,
+               "shape_slat_flow_model_1024": 4101, "tex_slat_flow_model_512": 1029,
+               "tex_slat_flow_model_1024": 4101}
+# The warm-up request of a structured-latent model (tokens): one small asset, which builds
+# the library plans and graphs and qualifies the null context for the smallest assets; the
+# dense model's is one grid (R^3 tokens).
+WARM_UP_TOKENS = 4096
 
 # The config keys of SLatFlowModel.__init__ (and SparseStructureFlowModel.__init__, the same
 # names) that a module keeps as attributes.
@@ -129,8 +147,9 @@ class EngineFlowModel(_module_base()):
     """A flow model served by a sparse3d engine, called as the original: a SLatFlowModel as
     `model(x, t, cond, concat_cond=None)` on a SparseTensor x, the SparseStructureFlowModel as
     `model(x, t, cond)` on a dense volume x [B, C, R, R, R] (`family` says which). The engine
-    is built on first use on the device of the inputs; `.cpu()` releases its device memory
-    (the pipeline's low_vram mode), `.to()` and `.cuda()` move with the pipeline."""
+    is built once, on first use on the device of the inputs (or by warm_up()); `.cpu()`
+    offloads its weights to host memory and frees its device memory (the pipeline's low_vram
+    mode), and the next call brings them back: no rebuild, the same bits."""
 
     def __init__(self, name, original, config, config_source, checkpoint=None, path=None,
                  engine_options=None, stats=None, release_on_cpu=True):
@@ -150,6 +169,7 @@ class EngineFlowModel(_module_base()):
         self._options = dict(engine_options or {})
         self._engine = None
         self._engine_device = None
+        self._offloaded = False   # .cpu() moved the engine's weights to host memory
         self.stats = stats if stats is not None else _Stats()
         for a in _ARG_ATTRIBUTES:
             if hasattr(original, a):
@@ -189,10 +209,15 @@ class EngineFlowModel(_module_base()):
     # -- the engine --
 
     def engine(self, device=("cpu", 0)):
-        """The engine on `device` (kind, index), built on first use."""
+        """The engine on `device` (kind, index), built on first use, with its weights on the
+        device (brought back if .cpu() offloaded them)."""
         if self._engine is not None and self._engine_device == device:
+            if self._offloaded:
+                self._engine.reload()
+                self._offloaded = False
             return self._engine
         self._engine = None
+        self._offloaded = False
         options = dict(self._options)
         options.setdefault("path", self._path or "")
         options["device"], options["device_index"] = device
@@ -205,6 +230,41 @@ class EngineFlowModel(_module_base()):
         self._engine_device = device
         return self._engine
 
+    def offload(self):
+        """Frees the engine's device memory, keeping the engine (what .cpu() does in the
+        pipeline's low_vram mode): its weights move to pinned host memory (copied the first
+        time only) and its allocator's cached blocks go back to the driver; library plans,
+        graphs and the null-context qualifications stay (Engine.offload). The next call
+        brings the weights back (one host-to-device copy). Nothing to do without an engine."""
+        if self._engine is None or self._offloaded:
+            return
+        self._engine.offload()
+        self._offloaded = True
+
+    def _moved_to_cpu(self):
+        """The pipeline moved this model to the CPU (.cpu() in low_vram mode): with
+        release_on_cpu, the engine's device memory goes (offload); an engine on the CPU
+        backend has none to free and is left as it is."""
+        if self._release_on_cpu and self._engine_device and self._engine_device[0] == "cuda":
+            self.offload()
+
+    def warm_up(self, device, tokens=None, cond_tokens=None):
+        """Builds the engine on `device` (kind, index) now and runs its warm-up request
+        (Engine.warm_up): `tokens` tokens for a SLatFlowModel (default WARM_UP_TOKENS), one
+        R^3 grid for the SparseStructureFlowModel, with `cond_tokens` condition tokens
+        (default: the stage's, COND_TOKENS; 4,101 for a name it does not list). Returns the
+        seconds it took."""
+        t0 = time.perf_counter()
+        engine = self.engine(device)
+        if self.family == DENSE:
+            tokens = int(self._config["args"]["resolution"]) ** 3
+        elif tokens is None:
+            tokens = WARM_UP_TOKENS
+        if cond_tokens is None:
+            cond_tokens = COND_TOKENS.get(self.name, 4101)
+        engine.warm_up([int(tokens)], int(cond_tokens))
+        return time.perf_counter() - t0
+
     def _apply(self, fn, *args, **kwargs):
         # torch's .to()/.cuda()/.cpu()/.half() all come here: probe where fn sends a tensor.
         try:
@@ -212,8 +272,8 @@ class EngineFlowModel(_module_base()):
             probe = fn(torch.empty(0, device=self._engine_device_torch()))
         except Exception:  # noqa: BLE001 - a probe that fails changes nothing
             return self
-        if probe.device.type == "cpu" and self._engine is not None and self._release_on_cpu:
-            self._engine = None       # frees the engine's weights and buffers
+        if probe.device.type == "cpu":
+            self._moved_to_cpu()
         if self._original_moved and hasattr(self._original, "_apply"):
             # A fallback moved the original to the inputs' device: it follows the pipeline's
             # moves from then on (low_vram's .cpu() included).
@@ -511,6 +571,43 @@ class Acceleration:
         self.models = {}      # name -> EngineFlowModel
         self.samplers = {}    # attribute -> EngineSampler
         self.skipped = {}     # name -> why it stayed on PyTorch
+        self.warm_up_seconds = {}  # name -> seconds its warm-up took (warm_up())
+
+    def warm_up(self, models=None, tokens=None, cond_tokens=None, device=None):
+        """Builds the engines of `models` (names; default: every accelerated model) now on
+        `device` (default: the pipeline's) and runs each one's warm-up request
+        (EngineFlowModel.warm_up; `cond_tokens` {name: L} overrides COND_TOKENS), so that the
+        first pipeline.run() builds nothing. Engines build in parallel (the GIL is released
+        while they build), except in the pipeline's low_vram mode, which keeps one flow model
+        on the GPU at a time: there they build one after the other and each is offloaded
+        after its warm-up (the pipeline's .to() before the stage brings it back). An engine
+        that cannot be built or warmed up is reported (report(), fallbacks()) and tried again
+        on first use. Returns {name: seconds}."""
+        names = list(self.models) if models is None else list(models)
+        unknown = [n for n in names if n not in self.models]
+        if unknown:
+            raise Error(f"warm_up: {', '.join(unknown)} not accelerated (accelerated: "
+                        f"{', '.join(self.models) or 'none'})")
+        target = _device_tuple(device if device is not None else _pipeline_device(self.pipeline))
+        low_vram = bool(getattr(self.pipeline, "low_vram", False))
+        overrides = dict(cond_tokens or {})
+
+        def one(name):
+            model = self.models[name]
+            try:
+                took = model.warm_up(target, tokens, overrides.get(name))
+            except Error as e:
+                model.stats.fell_back("warm_up", str(e))
+                return None
+            if low_vram:
+                model._moved_to_cpu()   # where the pipeline keeps it between its stages
+            return took
+
+        workers = 1 if low_vram else max(1, len(names))
+        with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
+            took = dict(zip(names, pool.map(one, names)))
+        self.warm_up_seconds.update({n: t for n, t in took.items() if t is not None})
+        return {n: t for n, t in took.items() if t is not None}
 
     def report(self):
         lines = []
@@ -518,12 +615,24 @@ class Acceleration:
             lines.append(f"{name}: sparse3d engine ({m.family}; path {m._path or 'default'}; "
                          f"config from {m.config_source}); forward calls served "
                          f"{m.stats.calls['forward']}")
+            if name in self.warm_up_seconds:
+                lines.append(f"  warmed up in {self.warm_up_seconds[name]:.2f} s")
             engine = m._engine
             if engine is not None:
+                r = engine.residency()
+                kind, index = m._engine_device
+                where = "the CPU" if kind == "cpu" else f"cuda:{index}"
+                state = "on the device" if r["resident"] else "offloaded to host memory"
+                lines.append(f"  engine on {where}, weights {state} ({r['weight_bytes'] / 2**30:.2f} "
+                             f"GiB; offloads {r['offloads']}, reloads {r['reloads']}, "
+                             f"{(r['bytes_offloaded'] + r['bytes_reloaded']) / 2**30:.2f} GiB moved)")
                 for f in engine.counters()["fallbacks"]:
                     lines.append(f"  engine fallback {f['optimization']} x{f['count']}: {f['reason']}")
             for (what, reason), n in sorted(m.stats.fallbacks.items()):
-                lines.append(f"  fell back to PyTorch ({what}) x{n}: {reason}")
+                if what == "warm_up":
+                    lines.append(f"  warm-up failed x{n}: {reason} (tried again on first use)")
+                else:
+                    lines.append(f"  fell back to PyTorch ({what}) x{n}: {reason}")
         for name, s in self.samplers.items():
             lines.append(f"{name}: whole loops in the engine {s.stats.calls['sample']}")
             for (what, reason), n in sorted(s.stats.fallbacks.items()):
@@ -553,6 +662,29 @@ class Acceleration:
         return self.report()
 
 
+def _pipeline_device(pipeline):
+    """The pipeline's device (TRELLIS.2's Pipeline.device: where .cuda()/.to() put it), or
+    "cpu" when it has none."""
+    try:
+        return getattr(pipeline, "device", "cpu")
+    except Exception:  # noqa: BLE001 - TRELLIS.2's property raises when it finds none
+        return "cpu"
+
+
+def _device_tuple(device):
+    """(kind, index) of a torch.device, a "cuda:1"-style string or such a tuple."""
+    if isinstance(device, tuple):
+        return device
+    text = str(device)   # a torch.device prints as "cuda:1", "cuda" or "cpu"
+    if text == "cpu":
+        return ("cpu", 0)
+    if text == "cuda" or text.startswith("cuda:"):
+        index = text[5:]
+        if index == "" or index.isdigit():
+            return ("cuda", int(index or 0))
+    raise Error(f"device must be \"cpu\", \"cuda\", \"cuda:N\" or a torch.device, got {device!r}")
+
+
 def _checkpoint_for(name, module, checkpoints, pipeline_dir):
     """A NAME.json for model `name`, or None (then the module's state dict is used)."""
     if checkpoints and name in checkpoints:
@@ -573,7 +705,8 @@ def _checkpoint_for(name, module, checkpoints, pipeline_dir):
 
 
 def accelerate(pipeline, path=None, models=FLOW_MODELS, samplers=FLOW_SAMPLERS,
-               checkpoints=None, pipeline_dir=None, release_on_cpu=True, **engine_options):
+               checkpoints=None, pipeline_dir=None, release_on_cpu=True, warm_up=False,
+               **engine_options):
     """Serves `pipeline`'s flow models (FLOW_MODELS: the sparse-structure model and the four
     structured-latent ones) and their samplers (FLOW_SAMPLERS) from sparse3d.
 
@@ -581,10 +714,13 @@ def accelerate(pipeline, path=None, models=FLOW_MODELS, samplers=FLOW_SAMPLERS,
     checkpoints: {model name: NAME.json} to load from files; pipeline_dir: the pipeline's
     folder (its pipeline.json names the ckpts/); otherwise the weights are read from the
     module's state dict in memory, and the config from its attributes. release_on_cpu: a
-    model's .cpu() (the pipeline's low_vram mode, TRELLIS.2's default) frees its engine, which
-    the next call builds again (about a second for the 1.3B model); False keeps it on the GPU.
-    engine_options go to sparse3d.Engine (cache_dir, max_device_memory_gib, log, ...).
-    Returns an Acceleration."""
+    model's .cpu() (the pipeline's low_vram mode, TRELLIS.2's default) frees its engine's
+    device memory: the weights move to pinned host memory and come back on the next call,
+    the engine and all it has built stay (EngineFlowModel.offload); False keeps them on the
+    GPU. warm_up: True builds every engine now on the pipeline's device and runs a small
+    request on each (Acceleration.warm_up), so that the first pipeline.run() builds nothing;
+    a list of model names warms up those only. engine_options go to sparse3d.Engine
+    (cache_dir, max_device_memory_gib, log, ...). Returns an Acceleration."""
     acc = Acceleration(pipeline)
     table = getattr(pipeline, "models", None)
     if not isinstance(table, dict):
@@ -620,8 +756,14 @@ def accelerate(pipeline, path=None, models=FLOW_MODELS, samplers=FLOW_SAMPLERS,
         wrapped = EngineSampler(attr, original)
         setattr(pipeline, attr, wrapped)
         acc.samplers[attr] = wrapped
+    if warm_up is True:
+        acc.warm_up()
+    elif warm_up:
+        names = [warm_up] if isinstance(warm_up, str) else list(warm_up)
+        # A model left on PyTorch (acc.skipped says why) has no engine to warm up.
+        acc.warm_up(models=[n for n in names if n not in acc.skipped])
     return acc
 
 
 __all__ = ["accelerate", "Acceleration", "EngineFlowModel", "EngineSampler", "config_of_module",
-           "family_of_module", "FLOW_MODELS", "FLOW_SAMPLERS"]
+           "family_of_module", "FLOW_MODELS", "FLOW_SAMPLERS", "COND_TOKENS", "WARM_UP_TOKENS"]

@@ -6,13 +6,24 @@
 # synthetic asset: time, peak memory and final-latent relative L2 per stage
 # (tools/torch_ref/pipeline_e2e.py says what is synthetic and what replaces the decoders).
 #
+# ORDER=service (the default, issue 22): per low_vram setting (LOW_VRAM_MODES, "0 1"; or
+# LOW_VRAM=0|1 for one) one process that runs, on each side, a warm-up asset once (PyTorch's
+# first pipeline run of the process; sparse3d's first after accelerate()), then five gyroid
+# assets of distinct token counts (about 4,000 to 21,000 at the 1024 stages) once each, in the
+# same order, with an empty qualification cache of its own: per stage and total times. About
+# 6-7 minutes (the module build ~2 min, each process ~2-2.5 min).
+# ORDER=repeated: as before, the small and large assets, WARMUP + REPEAT runs each per side.
+#
 # Needs, carried: .deps/trellis2-src (a TRELLIS.2 checkout; TRELLIS2=DIR for another) and
 # .deps/cudnn_frontend (the module is built here from this tree; WHEEL=1: dist/'s wheel).
-# Environment: ASSETS ("small large"), WARMUP (1), REPEAT (1), PATH_SPEC (engine path, empty:
-# the fastest), LOW_VRAM=1 (the pipeline's low_vram moves, timed), E2E_ARGS (more options of
-# pipeline_e2e.py), TIMEOUT_S (480).
-# Writes $OUT/pipeline_e2e.json (everything), $OUT/pipeline_e2e.log, $OUT/pip.log and
-# $OUT/pipeline_e2e_table.txt; prints a summary, then the table last.
+# Environment: ORDER (service), PATH_SPEC (engine path, empty: the fastest), E2E_ARGS (more
+# options of pipeline_e2e.py), TIMEOUT_S (480 for ORDER=repeated; 200 per process for service);
+# service: LOW_VRAM_MODES ("0 1"), SERVICE_TOKENS ("4000 7000 10500 15000 21000"),
+# WARMUP_TOKENS (2500), PASSES (1); repeated: ASSETS ("small large"), WARMUP (1), REPEAT (1),
+# LOW_VRAM=1 (the pipeline's low_vram moves, timed).
+# Writes $OUT/pipeline_e2e.json (everything), $OUT/pipeline_e2e.log and
+# $OUT/pipeline_e2e_table.txt (service: $OUT/pipeline_e2e_service_lowvram{0,1}.{json,log} and
+# _table.txt), $OUT/pip.log; prints a summary, then the table(s) last.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/device/env.sh
@@ -56,6 +67,40 @@ case "$imp" in
      case "$imp" in *FLOW_MODELS*) summary+=("  (sparse3d imports only with LD_LIBRARY_PATH)");; esac;;
 esac
 summary+=("import sparse3d: $imp")
+
+if [ "${ORDER:-service}" = service ]; then
+  # One process per low_vram setting: each is a fresh service (its own first runs, its own
+  # empty qualification cache, made and removed by pipeline_e2e.py).
+  modes=${LOW_VRAM_MODES:-${LOW_VRAM:-0 1}}
+  rc=0
+  tables=()
+  for lv in $modes; do
+    stem="$OUT/pipeline_e2e_service_lowvram$lv"
+    args=(--trellis2 "$T2" --device cuda --order service --warmup 1 --repeat "${PASSES:-1}"
+          --service-tokens ${SERVICE_TOKENS:-4000 7000 10500 15000 21000}
+          --warmup-tokens "${WARMUP_TOKENS:-2500}" --json "$stem.json" --table "${stem}_table.txt")
+    [ -n "${PATH_SPEC:-}" ] && args+=(--path "$PATH_SPEC")
+    [ "$lv" = 1 ] && args+=(--low-vram)
+    t0=$(date +%s)
+    $PYENV timeout "${TIMEOUT_S:-200}" python3 tools/torch_ref/pipeline_e2e.py "${args[@]}" ${E2E_ARGS:-} \
+      > "$stem.log" 2>&1
+    r=$?
+    [ $r = 0 ] || rc=$r
+    summary+=("pipeline_e2e.py --order service, low_vram $lv: exit $r after $(( $(date +%s) - t0 )) s$( [ $r = 124 ] && echo ' (TIMED OUT)')")
+    tables+=("${stem}_table.txt")
+  done
+  printf '%s\n' "${summary[@]}"
+  for lv in $modes; do
+    stem="$OUT/pipeline_e2e_service_lowvram$lv"
+    echo "-- low_vram $lv: accelerate(), problems, whole run"
+    grep -E "^accelerate\(\)|^whole run|^!! |Traceback|Error:" "$stem.log" | head -8
+  done
+  for t in "${tables[@]}"; do
+    echo
+    if [ -s "$t" ]; then cat "$t"; else echo "no table $t (see ${t%_table.txt}.log):"; tail -8 "${t%_table.txt}.log"; fi
+  done
+  exit $rc
+fi
 
 args=(--trellis2 "$T2" --device cuda --assets $ASSETS --warmup "${WARMUP:-1}" --repeat "${REPEAT:-1}"
       --cache-dir /tmp/s3d-e2e-cache --json "$OUT/pipeline_e2e.json" --table "$OUT/pipeline_e2e_table.txt")

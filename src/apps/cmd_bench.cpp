@@ -30,6 +30,7 @@ Command add_bench(CLI::App& app) {
     bench::BenchOptions o;
     SamplerFlags sampler{"protocol"};
     std::string out = "bench/results", stem;
+    std::string protocol = "both", device = "cuda";
     bool no_torch = false;
   };
   auto a = std::make_shared<Args>();
@@ -44,7 +45,28 @@ Command add_bench(CLI::App& app) {
                       path_names() + "; flags: " + flag_names())
       ->capture_default_str();
   a->sampler.add_to(sub);
-  sub->add_option("--warmup", a->o.warmup, "Warm-up loops per (path, asset)")->capture_default_str();
+  sub->add_option("--protocol", a->protocol,
+                  "service: per path a fresh engine and an empty qualification cache, one "
+                  "warm-up request at a token count outside the asset set, then each asset "
+                  "once (its first request, whole call); repeated: warm-up loops, then the "
+                  "timed repeats; both: service, then repeated on the same engines")
+      ->check(CLI::IsMember({"service", "repeated", "both"}))
+      ->capture_default_str();
+  sub->add_option("--warmup-tokens", a->o.warmup_tokens,
+                  "Service protocol: tokens of the warm-up request, no asset's count: the "
+                  "largest asset's first ones, or the grid's first voxels for more (0 = 3/4 "
+                  "of the smallest asset's)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  sub->add_option("--device", a->device,
+                  "cuda, or cpu: the same protocol on the CPU backend (a check of the bench "
+                  "itself; no library peaks)")
+      ->check(CLI::IsMember({"cuda", "cpu"}))
+      ->capture_default_str();
+  sub->add_option("--warmup", a->o.warmup,
+                  "Repeated protocol: one-step warm-up loops per (path, asset), where no first "
+                  "request ran; the PyTorch baseline's warm-up runs")
+      ->capture_default_str();
   sub->add_option("--repeats", a->o.repeats, "Timed loops per (path, asset)")->capture_default_str();
   sub->add_flag("--ablate", a->o.ablate, "Leave-one-out over the last path's flags");
   sub->add_option("--max-device-memory", a->o.max_device_memory_gib,
@@ -81,6 +103,8 @@ Command add_bench(CLI::App& app) {
   return [a]() {
     bench::BenchOptions o = a->o;
     o.sampler = a->sampler.resolve();
+    o.protocol = bench::parse_protocol(a->protocol);
+    o.device = a->device == "cpu" ? sparse3d::DeviceChoice::CPU : sparse3d::DeviceChoice::CUDA;
     if (a->no_torch) o.torch_script.clear();
     if (!o.torch_script.empty())
       S3D_CHECK(std::filesystem::exists(o.torch_script), "--torch ", o.torch_script,

@@ -166,6 +166,15 @@ int64_t run_asset(sparse3d::Engine& engine, const RunArgs& a, const payload::Man
               static_cast<unsigned long long>(out.stats.launches),
               gib(out.stats.peak_device_bytes), gib(out.stats.peak_device_reserved_bytes),
               static_cast<long long>(non_finite), path.c_str());
+  // What the request cost beyond its set-up and loop: the null-context work and the work done
+  // once per new shape (a repeat of the asset shows none of it).
+  std::string first_use;
+  for (const auto& [kind, c] : out.stats.first_use)
+    first_use += cat(first_use.empty() ? "" : ", ", kind, " ", c.count, " x ",
+                     std::to_string(c.seconds).substr(0, 6), " s");
+  std::printf("[%s] whole call %.3f s: null context %.3f s; first use: %s\n", e.name.c_str(),
+              out.stats.wall_seconds, out.stats.null_context_seconds,
+              first_use.empty() ? "none" : first_use.c_str());
   // For start-up measurements: when the latent reached its file (process start to first latent).
   std::printf("[%s] written at unix time %.3f\n", e.name.c_str(),
               std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());

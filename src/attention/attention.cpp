@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
 #include <vector>
 
@@ -19,9 +20,32 @@ namespace {
 
 constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
 
-// One graph serves every length up to its bucket, so graphs are built per power of two.
+// The smallest sequence-length bucket: every length up to it shares one cuDNN graph (per
+// batch, strides and scale), so that a token count the engine has not met builds no graph.
+// A graph build costs 40-70 ms on the H200 (three per new power of two: 0.12-0.2 s, a third
+// of a 3,664-token request); the padding mask makes the rows past a sequence's length cost
+// next to nothing (+2% at 3,664 tokens, nothing measurable from 9,360 up; 2026-12-01,
+// bench/results/2026-12-01-h200-first-request.md). Beyond 65,536 the buckets double, where
+// one build is under 1% of a request. SPARSE3D_SDPA_MIN_BUCKET (a power of two >= 64) sets
+// another minimum, read once: 64 gives a graph per power of two, as before 0.4.
+constexpr int64_t kDefaultMinBucket = 65536;
+
+int64_t min_bucket() {
+  static const int64_t value = [] {
+    const char* env = std::getenv("SPARSE3D_SDPA_MIN_BUCKET");
+    if (env == nullptr || *env == '\0') return kDefaultMinBucket;
+    char* end = nullptr;
+    const long long v = std::strtoll(env, &end, 10);
+    S3D_CHECK(end && *end == '\0' && v >= 64 && v <= (int64_t{1} << 30) && (v & (v - 1)) == 0,
+              "SPARSE3D_SDPA_MIN_BUCKET is '", env, "'; expected a power of two in [64, 2^30]");
+    return static_cast<int64_t>(v);
+  }();
+  return value;
+}
+
+// One graph serves every length up to its bucket: min_bucket(), then powers of two.
 int64_t length_bucket(int64_t max_len) {
-  int64_t b = 64;
+  int64_t b = min_bucket();
   while (b < max_len) b *= 2;
   return b;
 }

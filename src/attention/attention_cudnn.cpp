@@ -50,6 +50,7 @@
 #include "core/error.h"
 #include "core/fallback.h"
 #include "core/fault.h"
+#include "core/first_use.h"
 #include "core/plan_search.h"
 
 namespace fe = cudnn_frontend;
@@ -474,7 +475,11 @@ void cudnn_sdpa_forward(const SdpaShape& shape, const SdpaPointers& p, cudaStrea
   };
   auto it = st.graphs.find(key);
   if (it == st.graphs.end() && key.tuned) {
-    std::optional<CachedGraph> tuned = build_tuned(key, st, pack, stream, tune.store);
+    std::optional<CachedGraph> tuned;
+    {
+      FirstUseTimer timer("attention_plan_search");
+      tuned = build_tuned(key, st, pack, stream, tune.store);
+    }
     if (tuned) {
       it = st.graphs.emplace(key, std::move(*tuned)).first;
       ++current_context().state<ContextStates>().graphs_built;
@@ -489,6 +494,7 @@ void cudnn_sdpa_forward(const SdpaShape& shape, const SdpaPointers& p, cudaStrea
     }
   }
   if (it == st.graphs.end()) {
+    FirstUseTimer timer("attention_graph");
     it = st.graphs.emplace(key, build_cached(shape, st.handle)).first;
     ++current_context().state<ContextStates>().graphs_built;
   }

@@ -16,8 +16,8 @@ struct SdpaShape {
   int batch = 0;
   int heads = 0;
   int head_dim = 0;
-  int64_t s_q_bucket = 0;   // >= every query length, a power of two >= 64
-  int64_t s_kv_bucket = 0;  // >= every key length, a power of two >= 64
+  int64_t s_q_bucket = 0;   // >= every query length, a power of two (attention.cpp)
+  int64_t s_kv_bucket = 0;  // >= every key length, a power of two
   int64_t q_stride = 0;     // elements between consecutive tokens of Q, K, V
   int64_t k_stride = 0;
   int64_t v_stride = 0;

@@ -235,6 +235,7 @@ Figures derive(const BenchResult& r) {
   if (!r.ablation.flags.empty())
     for (size_t s = 0; s < fig.sets.size(); ++s)
       fig.leave_one_out.push_back(loo_table(fig.sets[s], members[s], r, fig));
+  fig.service = derive_service(r, paths, {variants.begin(), variants.end()});
   return fig;
 }
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "bench/result.h"
+#include "bench/service_figures.h"
 #include "bench/stats.h"
 
 namespace s3d::bench {
@@ -81,6 +82,7 @@ struct Figures {
   // BenchResult::paths in order, then any ablation path or baseline that it lacks.
   std::vector<PathFigures> paths;
   std::vector<LooTable> leave_one_out;  // one per set; empty without an ablation
+  ServiceFigures service;                // empty paths without the service protocol
 };
 
 // Throws on a result the figures cannot be trusted from: duplicate asset or path names,

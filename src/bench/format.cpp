@@ -24,4 +24,27 @@ std::string group_digits(int64_t v) {
   return v < 0 ? "-" + out : out;
 }
 
+std::string md(const std::string& s) {
+  std::string out;
+  for (char c : s)
+    out += c == '|' ? std::string("\\|") : c == '\n' ? std::string(" ") : std::string(1, c);
+  return out;
+}
+
+std::string ms(double seconds) { return fixed(seconds * 1e3, 1); }
+std::string pct(double fraction, int decimals) { return fixed(fraction * 100, decimals) + "%"; }
+std::string times(double ratio) { return fixed(ratio, 2) + "x"; }
+
+void row(std::ostringstream& o, const std::vector<std::string>& cells) {
+  o << '|';
+  for (const auto& c : cells) o << ' ' << c << " |";
+  o << '\n';
+}
+
+void rule(std::ostringstream& o, size_t text, size_t numbers) {
+  o << '|';
+  for (size_t i = 0; i < text + numbers; ++i) o << (i < text ? "---|" : "---:|");
+  o << '\n';
+}
+
 }  // namespace s3d::bench

@@ -33,6 +33,13 @@ io::Json ablation_json(const Ablation& a) {
           {"variant_path", variants}};
 }
 
+io::Json counters_json(const std::optional<RequestCounters>& c) {
+  if (!c) return nullptr;
+  return {{"qualifications_run", c->qualifications_run},
+          {"qualification_cache_hits", c->qualification_cache_hits},
+          {"fallbacks", c->fallbacks}};
+}
+
 io::Json raw_json(const BenchResult& r) {
   io::Json j;
   j["schema"] = "sparse3d-bench/1";
@@ -71,7 +78,7 @@ io::Json raw_json(const BenchResult& r) {
                                {"loop_seconds", t.loop_seconds},
                                {"peak_bytes", t.peak_bytes}});
   j["cells"] = io::Json::array();
-  for (const auto& c : r.cells)
+  for (const auto& c : r.cells) {
     j["cells"].push_back({{"path", c.path},
                           {"asset", c.asset},
                           {"loop_seconds", c.loop_seconds},
@@ -87,6 +94,14 @@ io::Json raw_json(const BenchResult& r) {
                           {"gemm_seconds", c.gemm_seconds},
                           {"attention_flops", c.attention_flops},
                           {"gemm_flops", c.gemm_flops}});
+    io::Json& cj = j["cells"].back();
+    cj["first_request_seconds"] = opt(c.first_request_seconds);
+    cj["first_request_setup_seconds"] = c.first_request_setup_seconds;
+    cj["first_request_loop_seconds"] = c.first_request_loop_seconds;
+    cj["first_request_counters"] = counters_json(c.first_request_counters);
+    cj["request_wall_seconds"] = c.request_wall_seconds;
+    cj["repeat_counters"] = counters_json(c.repeat_counters);
+  }
   return j;
 }
 
@@ -153,6 +168,40 @@ io::Json loo_json(const LooTable& t) {
   return j;
 }
 
+// The service protocol's figures: per path and asset the first request, the repeats'
+// median and their ratio; per engine path and baseline the speedup in each protocol.
+io::Json service_json(const BenchResult& r, const ServiceFigures& f) {
+  io::Json paths = io::Json::object();
+  for (const auto& p : f.paths) {
+    io::Json pj = {{"baseline", p.baseline},
+                   {"max_first_over_median", opt(p.max_first_over_median)},
+                   {"max_first_over_median_asset", p.max_first_over_median_asset},
+                   {"assets", io::Json::object()},
+                   {"vs", io::Json::object()}};
+    for (size_t i = 0; i < r.assets.size(); ++i) {
+      const ServiceAsset& a = p.assets[i];
+      pj["assets"][r.assets[i].name] = {{"first_s", opt(a.first_s)},
+                                        {"repeat_median_s", opt(a.repeat_median_s)},
+                                        {"first_over_median", opt(a.first_over_median)}};
+    }
+    for (const auto& v : p.vs) {
+      io::Json vj = {{"geomean_service_speedup", opt(v.geomean_service)},
+                     {"geomean_repeated_speedup", opt(v.geomean_repeated)},
+                     {"min_ratio", opt(v.min_ratio)},
+                     {"min_ratio_asset", v.min_ratio_asset},
+                     {"n_assets", v.n},
+                     {"assets", io::Json::object()}};
+      for (size_t i = 0; i < r.assets.size(); ++i)
+        vj["assets"][r.assets[i].name] = {{"service_speedup", opt(v.service[i])},
+                                          {"repeated_speedup", opt(v.repeated[i])},
+                                          {"ratio", opt(v.ratio[i])}};
+      pj["vs"][v.against] = vj;
+    }
+    paths[p.path] = pj;
+  }
+  return {{"paths", paths}};
+}
+
 void write_text(const std::string& path, const std::string& text) {
   io::write_file_atomic(path, text);
 }
@@ -178,6 +227,7 @@ io::Json to_json(const BenchResult& r) {
   }
   d["leave_one_out"] = io::Json::object();
   for (const auto& t : fig.leave_one_out) d["leave_one_out"][t.set] = loo_json(t);
+  d["service"] = service_json(r, fig.service);
   return j;
 }
 

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "bench/result.h"
+#include "bench/service_figures.h"
 #include "io/json.h"
 
 namespace s3d::bench {
@@ -17,6 +18,11 @@ io::Json to_json(const BenchResult& r);
 // leave-one-out table per asset set, baselines that did not run, and how it was measured.
 // Leave-one-out variants appear only in their table (and in the JSON).
 std::string to_markdown(const BenchResult& r);
+
+// The service protocol's tables (report_service.cpp), which to_markdown puts first: each
+// asset's first request beside the repeats' median, the speedup over each baseline in both
+// protocols, and what the first requests did. Empty without first requests.
+std::string service_markdown(const BenchResult& r, const ServiceFigures& f);
 
 // Median latency vs active tokens, one series per path (leave-one-out variants left out).
 std::string to_svg(const BenchResult& r);

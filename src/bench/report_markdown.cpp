@@ -16,19 +16,6 @@
 namespace s3d::bench {
 namespace {
 
-const char* const kDash = "-";  // a figure that was not measured, never 0
-
-// A name inside a table cell: a '|' would open a new column.
-std::string md(const std::string& s) {
-  std::string out;
-  for (char c : s)
-    out += c == '|' ? std::string("\\|") : c == '\n' ? std::string(" ") : std::string(1, c);
-  return out;
-}
-
-std::string ms(double seconds) { return fixed(seconds * 1e3, 1); }
-std::string pct(double fraction, int decimals) { return fixed(fraction * 100, decimals) + "%"; }
-std::string times(double ratio) { return fixed(ratio, 2) + "x"; }
 // The article's signed deltas: "+93.3", "-1.3".
 std::string signed_fixed(double v, int decimals) {
   std::string s = fixed(v, decimals);
@@ -69,17 +56,6 @@ void header(std::ostringstream& o, const BenchResult& r, const Figures& fig) {
     << "- Reference path: " << (fig.reference.empty() ? kDash : fig.reference) << "\n\n";
 }
 
-// One table row; a rule row aligns the first `text` columns left and the rest right.
-void row(std::ostringstream& o, const std::vector<std::string>& cells) {
-  o << '|';
-  for (const auto& c : cells) o << ' ' << c << " |";
-  o << '\n';
-}
-void rule(std::ostringstream& o, size_t text, size_t numbers) {
-  o << '|';
-  for (size_t i = 0; i < text + numbers; ++i) o << (i < text ? "---|" : "---:|");
-  o << '\n';
-}
 
 void latency_table(std::ostringstream& o, const BenchResult& r,
                    const std::vector<const PathFigures*>& shown) {
@@ -245,7 +221,7 @@ void loo_table(std::ostringstream& o, const LooTable& t) {
               signed_fixed(e.row->largest_delta_ms, 1) + " (" +
                   signed_fixed(e.row->largest_delta_pct, 2) + "%)"});
     } else {
-      const std::string missing = kDash + coverage(e.n, t.n_assets);
+      const std::string missing = std::string(kDash).append(coverage(e.n, t.n_assets));
       row(o, {md(e.flag), calls, missing, missing});
     }
   }
@@ -436,6 +412,12 @@ std::string to_markdown(const BenchResult& r) {
     if (!p.ablation_variant) shown.push_back(&p);
   std::ostringstream o;
   header(o, r, fig);
+  const std::string service = service_markdown(r, fig.service);
+  o << service;
+  if (!service.empty())
+    o << "## Repeated protocol\n\nThe tables below: the warm repeats that followed the "
+         "first requests on the same engines (median of the sampler's set-up + loop per "
+         "request), as in results before the service protocol.\n\n";
   latency_table(o, r, shown);
   for (size_t s = 0; s < fig.sets.size(); ++s) {
     int n = 0;

@@ -4,10 +4,10 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
-#include "sparse3d/flags.h"
 #include "io/json.h"
 #include "sparse3d/diagnostics.h"
 #include "sparse3d/flags.h"
@@ -18,6 +18,15 @@ struct AssetInfo {
   std::string name;
   int64_t tokens = 0;
   std::string set;  // "default" or "long-tail"
+};
+
+// What the engine counted during one request, or summed over the timed repeats
+// (Engine::counters() before and after): null-context qualifications computed and restored
+// from the qualification cache, and fast paths refused (the fallbacks' counts summed).
+struct RequestCounters {
+  uint64_t qualifications_run = 0;
+  uint64_t qualification_cache_hits = 0;
+  uint64_t fallbacks = 0;
 };
 
 // One (path, asset) cell: every timed repeat of the whole request, and what one extra,
@@ -45,6 +54,21 @@ struct Cell {
   int graphs_captured = 0;
   double graph_capture_seconds = 0;
   size_t graph_nodes = 0;
+  // The service protocol (bench --protocol service|both; docs/BENCHMARK.md): this asset's
+  // first request on the path's fresh engine, after one warm-up request at a token count
+  // outside the asset set: host wall time of the whole public call (qualification, plan
+  // builds and graph captures included), and the engine's own split of it (RequestStats:
+  // the sampler's set-up and loop; the rest of the call is outside both). A baseline's
+  // first call after its own warm-up. nullopt: not measured (repeated protocol only, or a
+  // result written before the service protocol).
+  std::optional<double> first_request_seconds;
+  double first_request_setup_seconds = 0, first_request_loop_seconds = 0;
+  std::optional<RequestCounters> first_request_counters;
+  // Per timed repeat, the whole call's host wall time as for first_request_seconds, so that
+  // the two compare like with like (empty: not recorded); and the engine's counters summed
+  // over the repeats (all 0 on a warm engine).
+  std::vector<double> request_wall_seconds;
+  std::optional<RequestCounters> repeat_counters;
 };
 
 // The measured library peaks that define the ideal time.

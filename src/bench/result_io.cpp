@@ -30,6 +30,15 @@ Ablation ablation_from_json(const io::Json& ab, const std::string& what) {
   return a;
 }
 
+// An optional RequestCounters object of a cell (absent or null: nullopt).
+std::optional<RequestCounters> counters_from_json(const io::Json& cell, const char* key) {
+  if (!cell.contains(key) || cell[key].is_null()) return std::nullopt;
+  const io::Json& j = cell[key];
+  return RequestCounters{j.at("qualifications_run").get<uint64_t>(),
+                         j.at("qualification_cache_hits").get<uint64_t>(),
+                         j.at("fallbacks").get<uint64_t>()};
+}
+
 // Every path is a baseline's name or an execution plan's label.
 void check_paths(const BenchResult& r, const std::string& what) {
   for (const auto& p : r.paths) {
@@ -123,6 +132,14 @@ BenchResult result_from_json(const io::Json& j, const std::string& what) {
       cell.graphs_captured = c.value("graphs_captured", 0);
       cell.graph_capture_seconds = c.value("graph_capture_seconds", 0.0);
       cell.graph_nodes = c.value("graph_nodes", size_t{0});
+      // Absent (or null) in results written before the service protocol.
+      if (c.contains("first_request_seconds") && !c["first_request_seconds"].is_null())
+        cell.first_request_seconds = c["first_request_seconds"].get<double>();
+      cell.first_request_setup_seconds = c.value("first_request_setup_seconds", 0.0);
+      cell.first_request_loop_seconds = c.value("first_request_loop_seconds", 0.0);
+      cell.first_request_counters = counters_from_json(c, "first_request_counters");
+      cell.request_wall_seconds = c.value("request_wall_seconds", std::vector<double>());
+      cell.repeat_counters = counters_from_json(c, "repeat_counters");
       r.cells.push_back(std::move(cell));
     }
     check_paths(r, what);
@@ -151,13 +168,24 @@ void add_baseline_timing(BenchResult& r, const io::Json& timing, const std::stri
       continue;
     }
     const io::Json& e = timing["assets"][a.name];
-    S3D_CHECK(e.contains("total_seconds") && e["total_seconds"].is_array() &&
-                  !e["total_seconds"].empty(),
-              what, ": asset ", a.name, " has no total_seconds");
+    // run.py --service: the first call after its warm-up at another token count, and each
+    // call's whole wall time (total_seconds is the loop alone); a service-only run has no
+    // repeats.
+    const bool first = e.contains("first_seconds") && e["first_seconds"].is_number();
+    S3D_CHECK(first || (e.contains("total_seconds") && e["total_seconds"].is_array() &&
+                        !e["total_seconds"].empty()),
+              what, ": asset ", a.name, " has no total_seconds (nor first_seconds)");
     Cell c;
     c.path = name;
     c.asset = a.name;
-    for (const auto& v : e["total_seconds"]) c.loop_seconds.push_back(v.get<double>());
+    for (const auto& v : e.value("total_seconds", io::Json::array()))
+      c.loop_seconds.push_back(v.get<double>());
+    if (first) c.first_request_seconds = e["first_seconds"].get<double>();
+    c.request_wall_seconds = e.value("call_seconds", std::vector<double>());
+    S3D_CHECK(c.request_wall_seconds.empty() ||
+                  c.request_wall_seconds.size() == c.loop_seconds.size(),
+              what, ": asset ", a.name, " has ", c.request_wall_seconds.size(),
+              " call_seconds for ", c.loop_seconds.size(), " total_seconds");
     // Optional (run.py on a GPU): torch.cuda.max_memory_allocated / max_memory_reserved.
     c.peak_bytes = e.value("peak_allocated_bytes", size_t{0});
     c.peak_reserved_bytes = e.value("peak_reserved_bytes", size_t{0});

@@ -1,18 +1,15 @@
 #include "bench/runner.h"
 
-#include <sys/wait.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
-#include <filesystem>
 #include <map>
 
 #include "bench/environment.h"
 #include "bench/packing.h"
 #include "bench/result_io.h"
+#include "bench/run_state.h"
 #include "core/error.h"
 #include "core/fallback.h"
 #include "payload/payload.h"
@@ -24,12 +21,6 @@ namespace {
 
 using sparse3d::ExecutionPlan;
 using sparse3d::Flag;
-
-struct Prepared {
-  AssetInfo info;
-  payload::Asset asset;
-  Tensor cond;  // [1, L, C]
-};
 
 std::vector<const payload::ManifestEntry*> select_assets(const payload::Manifest& m,
                                                          const std::vector<std::string>& sel) {
@@ -50,88 +41,39 @@ std::vector<const payload::ManifestEntry*> select_assets(const payload::Manifest
   return out;
 }
 
-int run_process(const std::string& cmd) {
-  int status = std::system(cmd.c_str());
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+}  // namespace
+
+sparse3d::SampleRequest Run::request(size_t pi, size_t ai) const {
+  const Prepared& a = assets[ai];
+  sparse3d::SampleRequest q;
+  q.coords = view_of(a.asset.coords);
+  q.cond = view_of(a.cond);
+  if (a.asset.concat_cond.defined()) q.concat_cond = view_of(a.asset.concat_cond);
+  q.seed = a.asset.noise_seed;
+  q.sampler = o.sampler;
+  q.flags = plans[pi].flags();
+  return q;
 }
 
-std::string shell_quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
-// The PyTorch implementation under tools/, eager or compiled, timed by its own loop with
-// the same rules (warm-up, CUDA-synchronised whole-loop wall time, repeats).
-void run_torch_baseline(const BenchOptions& o, const std::vector<Prepared>& assets, bool compile,
-                        BenchResult& r, const Log& log) {
-  const std::string name = compile ? "torch_compile" : "torch_eager";
-  const std::string json = (std::filesystem::path(o.work_dir) / ("sparse3d_" + name + ".json")).string();
-  std::filesystem::remove(json);
-  std::string cmd = o.python + " " + shell_quote(o.torch_script) + " --checkpoint " +
-                    shell_quote(o.checkpoint) + " --manifest " + shell_quote(o.manifest);
-  for (const auto& a : assets) cmd += " --asset " + shell_quote(a.info.name);
-  const auto& s = o.sampler;
-  cmd += cat(" --steps ", s.steps, " --rescale-t ", s.rescale_t, " --cfg ", s.guidance,
-             " --interval ", s.interval_lo, " ", s.interval_hi, " --guidance-rescale ",
-             s.guidance_rescale, " --cfg-mode serial --device cuda --time --quiet --warmup ",
-             std::max(1, o.warmup), " --repeat ", o.repeats, " --timing-json ", shell_quote(json));
-  if (compile) cmd += " --compile blocks";
-  const std::string logfile = json + ".log";
-  log(cat("baseline ", name, ": ", cmd));
-  int code = run_process(cmd + " > " + shell_quote(logfile) + " 2>&1");
-  // Exit code 3 is run.py's "torch.compile failed", with the reason in the timing file.
-  std::string failure;
-  if (!std::filesystem::exists(json)) {
-    failure = cat("exit code ", code, ", no timing file (log: ", logfile, ")");
-  } else if (code != 0 && code != 3) {
-    failure = cat("exit code ", code, " (log: ", logfile, ")");
-  } else {
-    try {
-      add_baseline_timing(r, io::read_json_file(json), name, json);
-    } catch (const Error& e) {
-      failure = e.what();
-    }
+Cell& Run::cell(size_t pi, size_t ai) {
+  Cell& c = cells[{pi, ai}];
+  if (c.path.empty()) {
+    c.path = r.paths[pi];
+    c.asset = assets[ai].info.name;
   }
-  if (!failure.empty()) r.baselines.push_back(BaselineStatus{name, false, failure});
-  if (!r.baselines.back().ran)
-    log(cat("baseline ", name, " did not run: ", r.baselines.back().reason));
+  return c;
 }
 
+sparse3d::EngineOptions engine_options(const Run& run) {
+  sparse3d::EngineOptions eo;
+  eo.device = run.o.device;
+  eo.qualify_m = run.o.qualify_m;
+  eo.max_device_memory_gib = run.o.max_device_memory_gib;
+  eo.log = run.log;
+  return eo;
+}
 
-// One bench run's state: the engine, the plans and assets, and the cells being filled.
-struct Run {
-  const BenchOptions& o;
-  const Log& log;
-  BenchResult& r;
-  std::vector<ExecutionPlan> plans;
-  std::vector<bool> ablation_variant;  // per plan: a leave-one-out variant
-  payload::Manifest manifest;
-  std::vector<Prepared> assets;
-  std::vector<bool> ablated_asset;     // per asset: the leave-one-out variants run on it
-  int instrument_steps = 0;
-  double instrument_scale = 1;
-  std::map<std::pair<size_t, size_t>, Cell> cells;  // (path, asset)
-
-  Run(const BenchOptions& options, const Log& l, BenchResult& result)
-      : o(options), log(l), r(result) {}
-
-  // Which (path, asset) cells run: the leave-one-out variants only on --ablate-assets.
-  bool runs(size_t pi, size_t ai) const { return !ablation_variant[pi] || ablated_asset[ai]; }
-
-  // The request of asset `ai` under plan `pi`: the asset's own noise (drawn from its seed).
-  sparse3d::SampleRequest request(size_t pi, size_t ai) const {
-    const Prepared& a = assets[ai];
-    sparse3d::SampleRequest q;
-    q.coords = view_of(a.asset.coords);
-    q.cond = view_of(a.cond);
-    if (a.asset.concat_cond.defined()) q.concat_cond = view_of(a.asset.concat_cond);
-    q.seed = a.asset.noise_seed;
-    q.sampler = o.sampler;
-    q.flags = plans[pi].flags();
-    return q;
-  }
-};
+namespace {
 
 // Paths: the given specs (a spec given twice is measured twice, "NAME#2", an A/A check of
 // the measurement itself), plus (with --ablate) the last one with each flag turned off.
@@ -181,22 +123,20 @@ void make_plans(Run& run) {
             " has no optimization flag on; nothing to leave out");
 }
 
-// The engine: on the GPU, its start-up lines in the bench's log, no qualification cache (each
-// run qualifies the null context anew, as a measurement of start-up, from nothing stale).
+// The repeated protocol alone: one engine for every path, its start-up lines in the bench's
+// log, no qualification cache (each run qualifies the null context anew, from nothing stale).
 // Its default flags are those of the first null-context path, if any, which --qualify-tokens
 // qualifies ahead through warm_up().
-sparse3d::Engine load_engine(const Run& run) {
-  sparse3d::EngineOptions eo;
-  eo.device = sparse3d::DeviceChoice::CUDA;
+void load_shared_engine(Run& run) {
+  sparse3d::EngineOptions eo = engine_options(run);
   eo.persist_qualification = false;
-  eo.qualify_m = run.o.qualify_m;
-  eo.max_device_memory_gib = run.o.max_device_memory_gib;
-  eo.log = run.log;
   for (const auto& p : run.plans)
     if (eo.path.empty() && (p.on(Flag::null_context_exact) || p.on(Flag::null_context_cache)))
       eo.path = p.label();
   run.log(cat("loading ", run.o.checkpoint));
-  return sparse3d::Engine(run.o.checkpoint, eo);
+  run.slots.push_back(std::make_unique<EngineSlot>());
+  run.slots.back()->engine.emplace(run.o.checkpoint, eo);
+  run.engine_of.assign(run.plans.size(), 0);
 }
 
 void load_assets(Run& run) {
@@ -219,8 +159,8 @@ void load_assets(Run& run) {
   }
 }
 
-// The instrumented loop's length, and the settings the result records.
-void make_settings(Run& run, const sparse3d::ModelInfo& model) {
+// The instrumented loop's length and the options' checks: before any engine loads.
+void check_options(Run& run) {
   const BenchOptions& o = run.o;
   const std::vector<double> schedule = sparse3d::timesteps(o.sampler);
   bool cfg_every_step = o.sampler.guidance != 1.0;
@@ -234,6 +174,20 @@ void make_settings(Run& run, const sparse3d::ModelInfo& model) {
             "bench: --instrument-steps ", o.instrument_steps,
             " needs CFG on every step (the steps differ in work otherwise); use 0");
   run.instrument_scale = double(o.sampler.steps) / run.instrument_steps;
+  for (const auto& p : o.also_compare)
+    S3D_CHECK(std::find(run.r.paths.begin(), run.r.paths.end(), p) != run.r.paths.end(),
+              "bench --also-compare ", p, ": not one of the measured paths");
+  if (o.protocol != Protocol::Repeated) {
+    std::vector<int64_t> tokens;
+    for (const auto& a : run.assets) tokens.push_back(a.info.tokens);
+    const int64_t grid = run.manifest.grid;
+    run.warmup_tokens = service_warmup_tokens(tokens, o.warmup_tokens, grid * grid * grid);
+  }
+}
+
+// The settings the result records.
+void make_settings(Run& run, const sparse3d::ModelInfo& model) {
+  const BenchOptions& o = run.o;
   run.r.settings = io::Json{{"checkpoint", o.checkpoint},
                             {"manifest", o.manifest},
                             {"steps", o.sampler.steps},
@@ -245,13 +199,13 @@ void make_settings(Run& run, const sparse3d::ModelInfo& model) {
                             {"repeats", o.repeats},
                             {"instrumented_steps", run.instrument_steps},
                             {"model_parameters", model.parameters},
-                            {"cond_tokens", run.manifest.cond_tokens}};
-  if (!o.also_compare.empty()) {
-    for (const auto& p : o.also_compare)
-      S3D_CHECK(std::find(run.r.paths.begin(), run.r.paths.end(), p) != run.r.paths.end(),
-                "bench --also-compare ", p, ": not one of the measured paths");
-    run.r.settings["also_compare"] = o.also_compare;
+                            {"cond_tokens", run.manifest.cond_tokens},
+                            {"protocol", protocol_name(o.protocol)}};
+  if (o.protocol != Protocol::Repeated) {
+    run.r.settings["service_warmup"] = run.warmup_what;
+    run.r.settings["service_warmup_tokens"] = run.warmup_tokens;
   }
+  if (!o.also_compare.empty()) run.r.settings["also_compare"] = o.also_compare;
 }
 
 void measure_peaks(Run& run, sparse3d::Engine& engine) {
@@ -266,22 +220,25 @@ void measure_peaks(Run& run, sparse3d::Engine& engine) {
 // Warm-up: a one-step loop per (path, asset) and round primes every cache a loop uses
 // (cuDNN graphs per bucket, cuBLASLt algorithms per shape, the allocator's blocks) and makes
 // the engine qualify the null context at each asset's token count, before any timing; the
-// instrumented loop below is a full warm loop as well.
-void warm_up(Run& run, sparse3d::Engine& engine) {
+// instrumented loop below is a full warm loop as well. A cell whose first request ran (the
+// service protocol) is warm already.
+void warm_up(Run& run) {
   const BenchOptions& o = run.o;
-  std::map<std::pair<size_t, size_t>, double> warm_seconds;
   for (int w = 0; w < o.warmup; ++w)
     for (size_t ai = 0; ai < run.assets.size(); ++ai)
       for (size_t pi = 0; pi < run.plans.size(); ++pi) {
         if (!run.runs(pi, ai)) continue;
+        const auto seen = run.cells.find({pi, ai});
+        if (seen != run.cells.end() && seen->second.first_request_seconds) continue;
         sparse3d::SampleRequest q = run.request(pi, ai);
         q.sampler.steps = 1;
-        const sparse3d::RequestStats st = engine.sample(q).stats;
-        warm_seconds[{pi, ai}] = st.setup_seconds + st.loop_seconds * o.sampler.steps;
+        const sparse3d::RequestStats st = run.engine(pi).sample(q).stats;
+        run.loop_estimate[{pi, ai}] = st.setup_seconds + st.loop_seconds * o.sampler.steps;
       }
   double estimate = 0;
-  for (const auto& [k, s] : warm_seconds) estimate += s * (o.repeats + 1.0 / run.instrument_scale);
-  if (!warm_seconds.empty())
+  for (const auto& [k, s] : run.loop_estimate)
+    estimate += s * (o.repeats + 1.0 / run.instrument_scale);
+  if (!run.loop_estimate.empty())
     run.log(cat("estimated measurement time: ", std::lround(estimate), " s for ",
                 run.plans.size(), " paths x ", run.assets.size(), " assets x (", o.repeats,
                 " repeats + 1 instrumented loop)",
@@ -289,10 +246,9 @@ void warm_up(Run& run, sparse3d::Engine& engine) {
 }
 
 // One instrumented loop of a cell: launches, peak memory, attention/GEMM time and FLOPs.
-void instrument_cell(Run& run, sparse3d::Engine& engine, size_t pi, size_t ai) {
-  Cell& c = run.cells[{pi, ai}];
-  c.path = run.r.paths[pi];
-  c.asset = run.assets[ai].info.name;
+void instrument_cell(Run& run, size_t pi, size_t ai) {
+  sparse3d::Engine& engine = run.engine(pi);
+  Cell& c = run.cell(pi, ai);
   sparse3d::SampleRequest q = run.request(pi, ai);
   q.sampler.steps = run.instrument_steps;
   q.profile = sparse3d::Profile::Library;
@@ -341,7 +297,7 @@ void instrument_cell(Run& run, sparse3d::Engine& engine, size_t pi, size_t ai) {
 }
 
 // Timed repeats, interleaved: the asset order and the path order rotate every repeat.
-void timed_repeats(Run& run, sparse3d::Engine& engine) {
+void timed_repeats(Run& run) {
   const BenchOptions& o = run.o;
   auto started = std::chrono::steady_clock::now();
   for (int rep = 0; rep < o.repeats; ++rep)
@@ -350,9 +306,16 @@ void timed_repeats(Run& run, sparse3d::Engine& engine) {
       for (size_t j = 0; j < run.plans.size(); ++j) {
         const size_t pi = (j + rep + i) % run.plans.size();
         if (!run.runs(pi, ai)) continue;
-        const sparse3d::RequestStats st = engine.sample(run.request(pi, ai)).stats;
-        run.cells[{pi, ai}].loop_seconds.push_back(st.request_seconds());
-        run.cells[{pi, ai}].setup_seconds.push_back(st.setup_seconds);
+        const TimedRequest t = timed_request(run.engine(pi), run.request(pi, ai));
+        const sparse3d::RequestStats& st = t.stats;
+        Cell& c = run.cell(pi, ai);
+        c.loop_seconds.push_back(st.request_seconds());
+        c.setup_seconds.push_back(st.setup_seconds);
+        c.request_wall_seconds.push_back(t.wall_seconds);
+        RequestCounters& k = c.repeat_counters ? *c.repeat_counters : c.repeat_counters.emplace();
+        k.qualifications_run += t.counters.qualifications_run;
+        k.qualification_cache_hits += t.counters.qualification_cache_hits;
+        k.fallbacks += t.counters.fallbacks;
         double spent =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
         run.log(cat("[repeat ", rep + 1, "/", o.repeats, "] ", run.assets[ai].info.name, " (",
@@ -365,10 +328,10 @@ void timed_repeats(Run& run, sparse3d::Engine& engine) {
 
 // Multi-asset batching: K copies of one asset in one request, per path; warm-up one step,
 // then the repeats with the path order rotating.
-void throughput_row(Run& run, sparse3d::Engine& engine, int k, size_t ai) {
+void throughput_row(Run& run, int k, size_t ai) {
   const BenchOptions& o = run.o;
   const Prepared& a = run.assets[ai];
-  const PackedCopies packed = pack_copies(a.asset, k, engine.model().out_channels);
+  const PackedCopies packed = pack_copies(a.asset, k, run.engine(0).model().out_channels);
   auto request = [&](size_t pi) {
     sparse3d::SampleRequest q;
     q.coords = view_of(packed.coords);
@@ -386,13 +349,13 @@ void throughput_row(Run& run, sparse3d::Engine& engine, int k, size_t ai) {
     row[pi] = ThroughputCell{run.r.paths[pi], a.info.name, k, {}, 0};
     sparse3d::SampleRequest q = request(pi);
     q.sampler.steps = 1;
-    engine.sample(q);
+    run.engine(pi).sample(q);
   }
   for (int rep = 0; rep < o.repeats; ++rep)
     for (size_t j = 0; j < run.plans.size(); ++j) {
       const size_t pi = (j + rep) % run.plans.size();
       if (run.ablation_variant[pi]) continue;
-      const sparse3d::RequestStats st = engine.sample(request(pi)).stats;
+      const sparse3d::RequestStats st = run.engine(pi).sample(request(pi)).stats;
       row[pi].loop_seconds.push_back(st.request_seconds());
       row[pi].peak_bytes = std::max(row[pi].peak_bytes, st.peak_device_bytes);
       run.log(cat("[batch ", k, ", repeat ", rep + 1, "/", o.repeats, "] ", a.info.name, " x ",
@@ -419,32 +382,83 @@ std::string format_qualification(const std::vector<sparse3d::QualificationState>
   return s;
 }
 
-// The engine's part of a run: every cell, timed and instrumented, and the throughput rows.
-void measure_engine(Run& run) {
+// Fallbacks of several engines as one list: counts of the same (flag, reason) added.
+void merge_fallbacks(std::vector<sparse3d::FallbackCount>& into,
+                     const std::vector<sparse3d::FallbackCount>& add) {
+  for (const auto& f : add) {
+    auto it = std::find_if(into.begin(), into.end(), [&](const sparse3d::FallbackCount& g) {
+      return g.optimization == f.optimization && g.reason == f.reason;
+    });
+    if (it == into.end())
+      into.push_back(f);
+    else
+      it->count += f.count;
+  }
+}
+
+// The repeated protocol on the engines the run has: peaks, warm-up, the instrumented loops,
+// the timed repeats.
+void repeated_protocol(Run& run) {
   const BenchOptions& o = run.o;
-  sparse3d::Engine engine = load_engine(run);
-  run.r.fingerprint = fingerprint_json(engine);
-  load_assets(run);
-  make_settings(run, engine.model());
-  if (o.measure_peaks) measure_peaks(run, engine);
-  if (!o.qualify_tokens.empty()) engine.warm_up(o.qualify_tokens, run.manifest.cond_tokens);
-  engine.reset_counters();  // fallbacks from here on
-  warm_up(run, engine);
+  sparse3d::Engine& first = *run.slots.front()->engine;
+  if (o.measure_peaks && first.device() == Device::CUDA) measure_peaks(run, first);
+  if (!o.qualify_tokens.empty())
+    for (auto& slot : run.slots) slot->engine->warm_up(o.qualify_tokens, run.manifest.cond_tokens);
+  // Fallbacks from here on; the service protocol's engines count from their first requests.
+  if (o.protocol == Protocol::Repeated) first.reset_counters();
+  warm_up(run);
+  // The instrumented loop times library calls with CUDA events: a GPU measurement only.
   for (size_t ai = 0; ai < run.assets.size(); ++ai)
     for (size_t pi = 0; pi < run.plans.size(); ++pi)
-      if (run.runs(pi, ai)) instrument_cell(run, engine, pi, ai);
-  timed_repeats(run, engine);
+      if (run.runs(pi, ai) && run.engine(pi).device() == Device::CUDA) instrument_cell(run, pi, ai);
+  timed_repeats(run);
+}
+
+// What the engines report at the end: fallbacks, null-context state, searched plans; each
+// engine's state under its path's name when there is more than one.
+void engine_reports(Run& run) {
+  std::vector<std::string> slot_path(run.slots.size());
+  for (size_t pi = 0; pi < run.plans.size(); ++pi)
+    if (slot_path[run.engine_of[pi]].empty()) slot_path[run.engine_of[pi]] = run.r.paths[pi];
+  run.r.fallbacks.clear();
+  run.r.null_context.clear();
+  run.r.searched_plans.clear();
+  for (size_t i = 0; i < run.slots.size(); ++i) {
+    sparse3d::Engine& e = *run.slots[i]->engine;
+    merge_fallbacks(run.r.fallbacks, e.counters().fallbacks);
+    const std::string q = format_qualification(e.qualification());
+    if (!q.empty())
+      run.r.null_context += run.slots.size() > 1 ? cat("engine of ", slot_path[i], ":\n", q) : q;
+    for (auto& p : sparse3d::searched_plans(e)) run.r.searched_plans.push_back(std::move(p));
+  }
+  run.log(cat("fallbacks:\n", format_fallbacks(run.r.fallbacks)));
+  if (!run.r.null_context.empty()) run.log(run.r.null_context);
+  if (!run.r.searched_plans.empty())
+    run.log(cat("searched plans: ", run.r.searched_plans.size(),
+                " shapes (report: Searched plans)"));
+}
+
+// The engine's part of a run: the service protocol's first requests, every cell timed and
+// instrumented, the throughput rows; the engines (and their cache folders) are gone after it,
+// before the baseline runs.
+void measure_engine(Run& run) {
+  const BenchOptions& o = run.o;
+  load_assets(run);
+  check_options(run);
+  if (o.protocol == Protocol::Repeated)
+    load_shared_engine(run);
+  else
+    first_requests(run);
+  const sparse3d::Engine& first = *run.slots.front()->engine;
+  run.r.fingerprint = fingerprint_json(first);
+  make_settings(run, first.model());
+  if (o.protocol != Protocol::Service) repeated_protocol(run);
   for (auto& [key, c] : run.cells) run.r.cells.push_back(std::move(c));
   for (int k : o.batch_sizes)
     if (k > 1)
-      for (size_t ai = 0; ai < run.assets.size(); ++ai) throughput_row(run, engine, k, ai);
-  run.r.fallbacks = engine.counters().fallbacks;
-  run.log(cat("fallbacks:\n", format_fallbacks(run.r.fallbacks)));
-  run.r.null_context = format_qualification(engine.qualification());
-  if (!run.r.null_context.empty()) run.log(run.r.null_context);
-  run.r.searched_plans = sparse3d::searched_plans(engine);
-  if (!run.r.searched_plans.empty())
-    run.log(cat("searched plans: ", run.r.searched_plans.size(), " shapes (report: Searched plans)"));
+      for (size_t ai = 0; ai < run.assets.size(); ++ai) throughput_row(run, k, ai);
+  engine_reports(run);
+  run.slots.clear();
 }
 
 }  // namespace
@@ -452,6 +466,9 @@ void measure_engine(Run& run) {
 BenchResult run_bench(const BenchOptions& o, const Log& log) {
   S3D_CHECK(o.repeats >= 1 && o.warmup >= 0, "bench: repeats must be >= 1 and warm-up >= 0");
   S3D_CHECK(!o.paths.empty(), "bench: no execution path given");
+  S3D_CHECK(!o.ablate || o.protocol != Protocol::Service,
+            "bench --ablate: the leave-one-out variants are timed by the repeated protocol; "
+            "use --protocol both or repeated");
   for (int k : o.batch_sizes)
     S3D_CHECK(k >= 1 && k <= 64, "bench --batch: K must be in [1, 64], got ", k);
   BenchResult r;
@@ -461,8 +478,8 @@ BenchResult run_bench(const BenchOptions& o, const Log& log) {
   measure_engine(run);
   if (o.on_engine_done) o.on_engine_done(r);
   if (!o.torch_script.empty()) {
-    run_torch_baseline(o, run.assets, false, r, log);
-    if (o.torch_compile) run_torch_baseline(o, run.assets, true, r, log);
+    run_torch_baseline(o, run.assets, run.warmup_tokens, false, r, log);
+    if (o.torch_compile) run_torch_baseline(o, run.assets, run.warmup_tokens, true, r, log);
   }
   return r;
 }

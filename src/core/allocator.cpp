@@ -15,6 +15,7 @@
 #include "core/cuda_util.h"
 #include "core/error.h"
 #include "core/fault.h"
+#include "core/first_use.h"
 
 namespace s3d {
 namespace {
@@ -101,7 +102,11 @@ void* DeviceAllocator::allocate(size_t bytes) {
     }
   }
   void* p = nullptr;
-  cudaError_t err = cudaMalloc(&p, size);
+  cudaError_t err;
+  {
+    FirstUseTimer timer("device_allocation");  // a new block: kept for later requests
+    err = cudaMalloc(&p, size);
+  }
   if (err == cudaErrorMemoryAllocation && !impl_->free_blocks.empty()) {
     cudaGetLastError();
     impl_->free_cached_locked();

@@ -203,11 +203,13 @@ const ExecutionPlan& Engine::plan() const { return impl_->plan; }
 
 SampleResult Engine::sample(const SampleRequest& request) {
   std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->reload();  // after offload(): the weights come back first (nothing when resident)
   return impl_->sample(request);
 }
 
 Array Engine::forward(const ForwardRequest& request) {
   std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->reload();
   return impl_->forward(request);
 }
 
@@ -224,6 +226,7 @@ std::string Engine::fits(int64_t tokens, int batch, int cond_tokens, const FlagS
 
 void Engine::warm_up(const std::vector<int64_t>& token_counts, int cond_tokens) {
   std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->reload();
   impl_->warm_up(token_counts, cond_tokens);
 }
 
@@ -276,12 +279,9 @@ std::vector<QualificationState> Engine::qualification() const {
     s.applicable = nc->applicability().ok;
     s.reason = nc->applicability().reason;
     s.facts = nc->applicability().facts;
-    for (const auto& [n, q] : nc->qualifications()) {
-      auto src = impl_->qualification_source.find({L, n, tuned_gemm});
-      s.shapes.push_back(QualificationState::Shape{
-          n, q.slices_checked, q.m,
-          src == impl_->qualification_source.end() ? "qualified" : src->second, q.summary()});
-    }
+    for (const auto& [key, q] : nc->qualifications())
+      s.shapes.push_back(QualificationState::Shape{key.first, key.second, q.m, "qualified",
+                                                   q.rows_checked ? q.summary() : "slices only"});
     out.push_back(std::move(s));
   }
   return out;

@@ -35,7 +35,6 @@ struct Engine::Impl {
   // make v0 and the cached rows, and the reference rows they are qualified against, may run
   // other algorithms, so a qualification holds only under the plan policy it was taken with.
   std::map<std::pair<int, bool>, std::unique_ptr<s3d::model::NullContext>> null_contexts;
-  std::map<std::tuple<int, int64_t, bool>, std::string> qualification_source;  // -> how
   std::mutex mu;  // one request at a time
   uint64_t requests = 0;
   uint64_t qualifications_run = 0;
@@ -50,9 +49,11 @@ struct Engine::Impl {
   void log(const std::string& line) const;
   // The request's flags: its own or the engine's, checked against the backend.
   FlagSet flags_for(const std::optional<FlagSet>& requested) const;
-  // The NullContext for condition length L, with the token count N qualified (from the
-  // cache when it holds a trusted entry).
-  const s3d::model::NullContext& null_context(int cond_tokens, int64_t tokens, bool tuned_gemm);
+  // The NullContext for condition length L (its probe verdict from the cache when it holds a
+  // trusted entry), with what a request of N tokens per branch in this CFG mode needs
+  // qualified: the cached row (want_cache) and, in batched CFG, the slices.
+  const s3d::model::NullContext& null_context(int cond_tokens, int64_t tokens, bool tuned_gemm,
+                                              bool batched, bool want_cache);
   // Refuses, before anything runs, a request whose activations cannot fit.
   void check_memory(int64_t tokens, int batch, int cond_tokens, const FlagSet& flags) const;
   // Estimated activation bytes of a request with these flags, and what the device (or the
@@ -68,6 +69,12 @@ struct Engine::Impl {
   SampleResult sample(const SampleRequest& r);
   Array forward(const ForwardRequest& r);
   void warm_up(const std::vector<int64_t>& token_counts, int cond_tokens);
+
+  // Residency (residency.cpp; Engine::offload, reload). reload() returns at once when the
+  // weights are on the device: every request calls it first.
+  Residency moves;  // the totals; `resident` and the sizes are read from the model
+  void offload();
+  void reload();
 };
 
 // Engine::impl_ for the diagnostics (diagnostics.cpp), which are free functions.

@@ -51,51 +51,6 @@ std::string default_cache_dir() {
   return "";
 }
 
-io::Json shapes_to_json(const model::QualificationOptions& o) {
-  return {{"candidate_m", o.candidate_m}, {"token_counts", o.token_counts},
-          {"context_rows", o.context_rows}, {"serial", o.serial},
-          {"batched", o.batched}, {"seed", o.seed}};
-}
-
-io::Json qualification_to_json(const model::Qualification& q) {
-  io::Json candidates = io::Json::array();
-  for (const auto& c : q.candidates)
-    candidates.push_back({{"m", c.m}, {"passed", c.passed}, {"failure", c.failure}});
-  return {{"m", q.m},
-          {"rows_checked", q.rows_checked},
-          {"slices_checked", q.slices_checked},
-          {"slices_ok", q.slices_ok},
-          {"slice_failure", q.slice_failure},
-          {"candidates", candidates}};
-}
-
-model::Qualification qualification_from_json(const io::Json& j, const std::string& what) {
-  S3D_CHECK(j.is_object(), what, ": the result must be an object");
-  io::check_known_keys(j, {"m", "rows_checked", "slices_checked", "slices_ok", "slice_failure",
-                           "candidates"}, what);
-  model::Qualification q;
-  q.ran = true;
-  q.m = io::get_int(j, "m", what, 0, int64_t(1) << 40);
-  q.rows_checked = io::get_bool_or(j, "rows_checked", what, false);
-  q.slices_checked = io::get_bool_or(j, "slices_checked", what, false);
-  q.slices_ok = io::get_bool_or(j, "slices_ok", what, false);
-  q.slice_failure = io::get_string_or(j, "slice_failure", what, "");
-  S3D_CHECK(j.contains("candidates") && j.at("candidates").is_array(), what,
-            ": 'candidates' must be an array");
-  for (const auto& c : j.at("candidates")) {
-    S3D_CHECK(c.is_object(), what, ": every candidate must be an object");
-    model::CandidateResult r;
-    r.m = io::get_int(c, "m", what, 1, int64_t(1) << 40);
-    r.passed = io::get_bool_or(c, "passed", what, false);
-    r.failure = io::get_string_or(c, "failure", what, "");
-    q.candidates.push_back(r);
-  }
-  bool chosen_passed = q.m == 0;
-  for (const auto& c : q.candidates) chosen_passed |= c.m == q.m && c.passed;
-  S3D_CHECK(chosen_passed, what, ": M = ", q.m, " is not a candidate that passed");
-  return q;
-}
-
 model::Applicability applicability_from_json(const io::Json& j, const std::string& what) {
   S3D_CHECK(j.is_object(), what, ": the result must be an object");
   io::check_known_keys(j, {"ok", "reason", "facts"}, what);
@@ -226,25 +181,6 @@ void QualificationCache::store_entry(const io::Json& fp, const std::string& weig
   } catch (const std::exception& e) {
     if (log_) log_(cat("qualification cache: not saved (", e.what(), ")"));
   }
-}
-
-std::optional<model::Qualification> QualificationCache::find(
-    const contract::Fingerprint& fingerprint, const std::string& weights_hash,
-    const model::QualificationOptions& shapes) {
-  std::optional<model::Qualification> q = parse_hit(
-      find_entry(fingerprint.to_json(), weights_hash, shapes_to_json(shapes)),
-      [](const io::Json& r) { return qualification_from_json(r, "qualification cache entry"); },
-      "qualifying again");
-  if (q) {
-    q->fingerprint = fingerprint;
-    q->options = shapes;
-  }
-  return q;
-}
-
-void QualificationCache::store(const model::Qualification& q, const std::string& weights_hash) {
-  store_entry(q.fingerprint.to_json(), weights_hash, shapes_to_json(q.options),
-              qualification_to_json(q));
 }
 
 namespace {

@@ -1,9 +1,12 @@
-// The null-context qualification, persisted (docs/FORMATS.md "Qualification cache"): a
-// result is stored under a key made of the environment fingerprint, the checkpoint's
-// content hash and the shapes qualified, so that the next process on the same machine and
-// checkpoint starts warm. Nothing read back is trusted blindly: an entry whose checksum does
-// not match its content (corrupt), whose fingerprint differs from this environment (stale)
-// or whose file does not parse is refused, counted, logged, and the shape is qualified again.
+// What start-up decided, persisted (docs/FORMATS.md "Qualification cache"): the null-context
+// probe's verdict per condition length and the searched library plans, each stored under a
+// key made of the environment fingerprint, the checkpoint's content hash (the probe) and the
+// shape, so that the next process on the same machine and checkpoint starts warm. The
+// per-token-count qualifications are not stored: on the device they cost a few GEMMs, less
+// than a file a service would grow by one entry per asset (docs/CONTRACTS.md). Nothing read
+// back is trusted blindly: an entry whose checksum does not match its content (corrupt), whose
+// fingerprint differs from this environment (stale) or whose file does not parse is refused,
+// counted, logged, and the probe (or search) runs again.
 #pragma once
 
 #include <cstdint>
@@ -16,7 +19,6 @@
 #include "core/plan_search.h"
 #include "io/json.h"
 #include "model/null_context.h"
-#include "model/null_context_qualify.h"
 
 namespace s3d::engine {
 
@@ -34,14 +36,6 @@ class QualificationCache : public plan_search::Store {
   using Log = std::function<void(const std::string&)>;
   // dir: the cache folder (created on the first store); empty: kept in memory only.
   QualificationCache(std::string dir, Log log);
-
-  // The stored result for these shapes on this environment and checkpoint, or nothing
-  // (a miss or a refusal). The result's cached rows are not stored: the caller recomputes
-  // them for the stored M (model::restore_cached_rows).
-  std::optional<model::Qualification> find(const contract::Fingerprint& fingerprint,
-                                           const std::string& weights_hash,
-                                           const model::QualificationOptions& shapes);
-  void store(const model::Qualification& result, const std::string& weights_hash);
 
   // The null-context probe's verdict for condition length L (the applicability rule's
   // facts and checks), under the same rules.

@@ -9,11 +9,13 @@
 #include "core/cuda_util.h"
 #include "core/error.h"
 #include "core/fallback.h"
+#include "core/first_use.h"
 #include "core/profiler.h"
 #include "engine/engine_impl.h"
 #include "kernels/elementwise.h"
 #include "kernels/volume_layout.h"
 #include "model/dense/sparse_structure_flow.h"
+#include "sampler/step_plan.h"
 
 namespace sparse3d {
 namespace {
@@ -262,7 +264,8 @@ void Engine::Impl::check_memory(int64_t tokens, int batch, int cond_tokens,
 }
 
 const s3d::model::NullContext& Engine::Impl::null_context(int cond_tokens, int64_t tokens,
-                                                          bool tuned_gemm) {
+                                                          bool tuned_gemm, bool batched,
+                                                          bool want_cache) {
   auto& nc = null_contexts[{cond_tokens, tuned_gemm}];
   // The cache's weights identity carries the plan policy too (docs/FORMATS.md).
   const std::string weights = info.content_hash + (tuned_gemm ? "+tuned_gemm" : "");
@@ -279,35 +282,50 @@ const s3d::model::NullContext& Engine::Impl::null_context(int cond_tokens, int64
     log(s3d::cat(nc->report(), "  (", known ? "verdict from the cache" : "probed", ", ",
                  seconds_since(t0), " s)"));
   }
-  if (!nc->applicability().ok || nc->qualified(tokens)) return *nc;
+  // Serial CFG on the exact path changes no GEMM shape: the probe is the whole check.
+  if (!nc->applicability().ok || (!want_cache && !batched)) return *nc;
+  const auto& done = nc->qualifications();
+  const auto have = done.find({tokens, batched});
+  if (have != done.end() && (have->second.rows_checked || !want_cache)) return *nc;
+  // Qualified on the device for this request's N and CFG mode alone (docs/CONTRACTS.md,
+  // "What the bits depend on"): a few GEMMs per block and one small copy of the verdicts.
   s3d::model::QualificationOptions shapes;
   if (!options.qualify_m.empty()) shapes.candidate_m = options.qualify_m;
   shapes.token_counts = {tokens};
-  shapes.context_rows = {cond_tokens};
-  std::optional<s3d::model::Qualification> q =
-      cache.find(s3d::contract::context_fingerprint(), weights, shapes);
-  std::string source = "cache";
+  shapes.serial = !batched;
+  shapes.batched = batched;
+  // The to_kv slice depends on L alone: checked with the first batched qualification of L.
+  const std::string* kv = nc->kv_slice(cond_tokens);
+  if (batched && kv == nullptr) shapes.context_rows = {cond_tokens};
+  else shapes.context_rows = {};
   const auto t0 = std::chrono::steady_clock::now();
-  if (q) {
-    q->weights_version = model->weights_version();
-    s3d::model::restore_cached_rows(*model, nc->value_rows(), *q);
-  } else {
-    q = s3d::model::qualify_null_context(*model, nc->value_rows(), shapes, true, true);
-    ++qualifications_run;
-    cache.store(*q, weights);
-    source = "qualified";
+  if (want_cache) shapes.candidates = &nc->candidates(*model, shapes);
+  s3d::model::Qualification q =
+      s3d::model::qualify_null_context(*model, nc->value_rows(), shapes, want_cache, batched);
+  shapes.candidates = nullptr;
+  q.options.context_rows = {cond_tokens};
+  if (q.kv_checked) {
+    nc->set_kv_slice(cond_tokens, q.kv_failure);
+  } else if (batched && !kv->empty()) {
+    if (q.slices_ok) q.slice_failure = *kv;
+    q.slices_ok = false;
   }
-  log(s3d::cat("null context L=", cond_tokens, " N=", tokens,
-               tuned_gemm ? " (searched GEMM plans)" : "", ": ", q->summary(), " (", source, ", ",
-               seconds_since(t0), " s)"));
-  qualification_source[{cond_tokens, tokens, tuned_gemm}] = source;
-  nc->add_qualification(tokens, std::move(*q));
+  ++qualifications_run;
+  log(s3d::cat("null context L=", cond_tokens, " N=", tokens, batched ? " batched" : " serial",
+               " CFG", tuned_gemm ? " (searched GEMM plans)" : "", ": ",
+               want_cache ? q.summary() : std::string("slices"),
+               q.slices_checked ? (q.slices_ok ? ", slices bitwise" : ", slices differ") : "",
+               " (qualified on the device, ", seconds_since(t0), " s)"));
+  nc->add_qualification(tokens, batched, std::move(q));
   return *nc;
 }
 
 SampleResult Engine::Impl::sample(const SampleRequest& r) {
+  const auto call_start = std::chrono::steady_clock::now();
   s3d::ContextScope scope(*context);
   StreamScope stream(*context, r.cuda_stream, own_stream);
+  const auto first_use_before = s3d::first_use_totals();
+  double null_context_seconds = 0;
   const auto& cfg = model->config();
   S3D_CHECK(r.batch >= 1, "batch must be >= 1, got ", r.batch);
   // Volume layout (the dense family without coords): noise, latent, `out` and the step
@@ -339,8 +357,22 @@ SampleResult Engine::Impl::sample(const SampleRequest& r) {
                                      &cache);
   s3d::sampler::SamplerOptions o = sampler_options(r.sampler, flags);
   check_memory(T, r.batch, L, flags);
-  if (flags.on(Flag::null_context_exact) || flags.on(Flag::null_context_cache))
-    o.null_context = &null_context(L, T, flags.on(Flag::tuned_gemm) && device == Device::CUDA);
+  // The null context serves only steps that run the unconditional branch: a request without
+  // one (guidance 1 on every step, as TRELLIS.2's texture stage) neither probes nor
+  // qualifies anything, and its null flags change nothing.
+  const bool null_flags = flags.on(Flag::null_context_exact) || flags.on(Flag::null_context_cache);
+  if (null_flags && !s3d::sampler::runs_unconditional(s3d::sampler::plan_steps(o))) {
+    o.flags.set(Flag::null_context_exact, false);
+    o.flags.set(Flag::null_context_cache, false);
+  } else if (null_flags) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const size_t probed = null_contexts.size();
+    const uint64_t qualified = qualifications_run;
+    o.null_context = &null_context(L, T, flags.on(Flag::tuned_gemm) && device == Device::CUDA,
+                                   flags.on(Flag::batched_cfg), flags.on(Flag::null_context_cache));
+    if (null_contexts.size() != probed || qualifications_run != qualified)
+      null_context_seconds = seconds_since(t0);
+  }
   if (device == Device::CUDA) s3d::DeviceAllocator::current().reset_peak();
   const s3d::LaunchCounts before = s3d::launch_counts();
   s3d::profiler::start(profiler_mode(r.profile));
@@ -379,6 +411,10 @@ SampleResult Engine::Impl::sample(const SampleRequest& r) {
   if (out.first_v_cond.defined()) result.first_v_cond = array_of(layout(out.first_v_cond));
   if (out.first_v_uncond.defined()) result.first_v_uncond = array_of(layout(out.first_v_uncond));
   ++requests;
+  result.stats.null_context_seconds = null_context_seconds;
+  for (const auto& [kind, c] : s3d::first_use_delta(first_use_before, s3d::first_use_totals()))
+    result.stats.first_use[kind] = FirstUseCost{c.count, c.seconds};
+  result.stats.wall_seconds = seconds_since(call_start);
   return result;
 }
 
@@ -481,6 +517,12 @@ void Engine::Impl::warm_up(const std::vector<int64_t>& token_counts, int cond_to
     r.batch = batch;
     r.cond = cond.view;
     r.cond.shape = {batch, cond_tokens, cfg.cond_channels};
+    Tensor concat;  // texture models: the shape latent's channels, zeros
+    if (cfg.in_channels > cfg.out_channels) {
+      concat = Tensor::zeros({coords.size(0), cfg.in_channels - cfg.out_channels}, DType::F32,
+                             Device::CPU);
+      r.concat_cond = array_of(concat).view;
+    }
     r.seed = 1;
     // Two steps: one with both CFG branches, one conditional only (interval [0.9, 1]).
     r.sampler = SamplerSettings{2, 3.0, 7.5, 0.9, 1.0, 0.5, 1e-5};

@@ -32,6 +32,7 @@
 #include "core/error.h"
 #include "core/fallback.h"
 #include "core/fault.h"
+#include "core/first_use.h"
 #include "core/plan_search.h"
 #include "gemm/linear.h"
 
@@ -340,8 +341,11 @@ void linear_cublaslt(const Tensor& x, const Tensor& weight, const Tensor* bias, 
   }
   auto it = s.plans.find(key);
   if (it == s.plans.end() && key.tuned) {
-    std::optional<Plan> tuned =
-        make_tuned_plan(s.handle, s.workspace, key, ops, tune.store, context());
+    std::optional<Plan> tuned;
+    {
+      FirstUseTimer timer("gemm_plan_search");
+      tuned = make_tuned_plan(s.handle, s.workspace, key, ops, tune.store, context());
+    }
     if (tuned) {
       it = s.plans.emplace(key, *tuned).first;
     } else {
@@ -354,7 +358,10 @@ void linear_cublaslt(const Tensor& x, const Tensor& weight, const Tensor* bias, 
       it = s.plans.find(key);
     }
   }
-  if (it == s.plans.end()) it = s.plans.emplace(key, make_plan(s.handle, key, context())).first;
+  if (it == s.plans.end()) {
+    FirstUseTimer timer("gemm_plan");
+    it = s.plans.emplace(key, make_plan(s.handle, key, context())).first;
+  }
   const Plan& p = it->second;
 
   if (bias != nullptr) {

@@ -9,24 +9,10 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "kernels/elementwise.h"
+#include "kernels/row_match.h"
 
 namespace s3d::model {
 namespace {
-
-// First row of host bf16 [rows, cols] view (offset, stride) whose bits differ from `want`.
-int64_t first_differing_row(const Tensor& host, int64_t offset, int64_t rows, int64_t cols,
-                            int64_t stride, const uint16_t* want, std::string* what) {
-  const uint16_t* p = host.data_as<uint16_t>() + offset;
-  for (int64_t r = 0; r < rows; ++r) {
-    const uint16_t* got = p + r * stride;
-    for (int64_t c = 0; c < cols; ++c) {
-      if (got[c] == want[c]) continue;
-      *what = cat("row ", r, " column ", c, ": bits 0x", std::hex, got[c], " vs 0x", want[c]);
-      return r;
-    }
-  }
-  return -1;
-}
 
 // The condition-side transform of block i on the null condition (L zero rows).
 SLatFlowModel::CrossKV null_kv(const SLatFlowModel& m, int i, const NullContextOptions& o, int L) {
@@ -49,22 +35,19 @@ Tensor value_row(const SLatFlowModel& m, int i, const NullContextOptions& o, int
   return first_value_row(m, null_kv(m, i, o, L));
 }
 
-// Runs the condition-side transform of block i on the null condition (L zero rows), checks
-// the value rows and the null cross-attention output, and returns v0 (bf16 [1, C]).
+// Runs the condition-side transform of block i on the null condition (L zero rows), queues
+// the two checks into slots 2i (value rows vs v0) and 2i + 1 (the null cross-attention at
+// random queries vs v0) of `slots` (kernels/row_match.h: compared on the device, read back
+// once for all blocks), and returns v0 (bf16 [1, C]).
 Tensor probe_block(const SLatFlowModel& m, int i, const NullContextOptions& o, int L,
-                   BlockProbe& probe) {
+                   Tensor& slots) {
   const ModelConfig& c = m.config();
   const int64_t C = c.model_channels;
   const Device dev = m.device();
   SLatFlowModel::CrossKV kv = null_kv(m, i, o, L);
   Tensor v0 = first_value_row(m, kv);
-  Tensor host = kv.kv.to(Device::CPU);
-  const uint16_t* v0_bits = host.data_as<uint16_t>() + C;
-  probe.differing_value_row =
-      first_differing_row(host, C, L, C, 2 * C, v0_bits, &probe.difference);
-  if (probe.differing_value_row >= 0) return v0;
+  kernels::first_row_mismatch(RowView{kv.kv, C, L, C, 2 * C}, RowView::of(v0), slots, 2 * i);
 
-  // The null cross-attention at random queries: every output row must be v0.
   const int64_t P = o.probe_queries;
   std::vector<float> qv(static_cast<size_t>(P * C));
   normal_fill(o.seed ^ static_cast<uint64_t>(i), 0, qv.size(), qv.data());
@@ -77,9 +60,7 @@ Tensor probe_block(const SLatFlowModel& m, int i, const NullContextOptions& o, i
   attention::sdpa_varlen(RowView::of(q), q_layout, k, RowView{kv.kv, C, L, C, 2 * C}, kv_layout,
                          c.num_heads, c.head_dim(),
                          static_cast<float>(1.0 / std::sqrt(double(c.head_dim()))), out);
-  Tensor out_host = out.to(Device::CPU);
-  probe.differing_attention_row =
-      first_differing_row(out_host, 0, P, C, C, v0_bits, &probe.difference);
+  kernels::first_row_mismatch(RowView::of(out), RowView::of(v0), slots, 2 * i + 1);
   return v0;
 }
 
@@ -140,9 +121,23 @@ NullContext NullContext::build(const SLatFlowModel& model, const NullContextOpti
     nc.applicability_ = *o.trusted;
   } else {
     if (facts.context_tokens >= 1) {
-      for (int i = 0; i < model.config().num_blocks; ++i) {
+      const int blocks = model.config().num_blocks;
+      const int64_t C = model.config().model_channels;
+      Tensor slots = kernels::mismatch_slots(2 * int64_t{blocks}, model.device());
+      for (int i = 0; i < blocks; ++i)
+        nc.value_rows_.push_back(probe_block(model, i, o, facts.context_tokens, slots));
+      const Tensor answers = slots.to(Device::CPU);
+      for (int i = 0; i < blocks; ++i) {
         BlockProbe b;
-        nc.value_rows_.push_back(probe_block(model, i, o, facts.context_tokens, b));
+        const kernels::Mismatch value = kernels::read_mismatch(answers, 2 * i, C);
+        const kernels::Mismatch attention = kernels::read_mismatch(answers, 2 * i + 1, C);
+        if (value.found()) {
+          b.differing_value_row = value.row;
+          b.difference = value.describe();
+        } else if (attention.found()) {
+          b.differing_attention_row = attention.row;
+          b.difference = attention.describe();
+        }
         probes.push_back(b);
       }
     }
@@ -151,13 +146,34 @@ NullContext NullContext::build(const SLatFlowModel& model, const NullContextOpti
   if (nc.applicability_.ok && (o.qualify_cache || o.qualify_slices)) {
     nc.qualification_ = qualify_null_context(model, nc.value_rows_, o.qualification,
                                              o.qualify_cache, o.qualify_slices);
-    for (int64_t n : o.qualification.token_counts) nc.by_tokens_[n] = nc.qualification_;
+    for (int64_t n : o.qualification.token_counts) {
+      if (o.qualification.serial) nc.add_qualification(n, false, nc.qualification_);
+      if (o.qualification.batched) nc.add_qualification(n, true, nc.qualification_);
+    }
   }
   return nc;
 }
 
-void NullContext::add_qualification(int64_t tokens, Qualification q) {
-  by_tokens_[tokens] = std::move(q);
+const CandidateRows& NullContext::candidates(const SLatFlowModel& model,
+                                            const QualificationOptions& o) {
+  std::vector<int64_t> ms = o.candidate_m;
+  std::sort(ms.begin(), ms.end());
+  ms.erase(std::unique(ms.begin(), ms.end()), ms.end());
+  if (!candidates_ || candidates_->ms != ms)
+    candidates_ = std::make_unique<CandidateRows>(make_candidate_rows(model, value_rows_, o));
+  return *candidates_;
+}
+
+void NullContext::add_qualification(int64_t tokens, bool batched, Qualification q) {
+  const std::pair<int64_t, bool> key{tokens, batched};
+  if (by_tokens_.count(key) == 0) {
+    if (order_.size() >= kMaxQualifications) {
+      by_tokens_.erase(order_.front());
+      order_.erase(order_.begin());
+    }
+    order_.push_back(key);
+  }
+  by_tokens_[key] = std::move(q);
 }
 
 NullPath NullContext::path_for(const SLatFlowModel& model, bool want_cache, bool batched,
@@ -179,11 +195,12 @@ NullPath NullContext::path_for(const SLatFlowModel& model, bool want_cache, bool
     contract::record_fallback(opt, "not applicable: " + applicability_.reason + "; ran pure_eager");
     return path;
   }
-  const auto found = by_tokens_.find(tokens);
+  const auto found = by_tokens_.find({tokens, batched});
   const Qualification& q = found != by_tokens_.end() ? found->second : qualification_;
   std::string invalid = q.invalid_reason(current_fingerprint(), model.weights_version());
   if (tokens >= 0 && found == by_tokens_.end())
-    invalid = cat("the request's ", tokens, " tokens per CFG branch were not qualified");
+    invalid = cat("the request's ", tokens, " tokens per CFG branch were not qualified for ",
+                  batched ? "batched" : "serial", " CFG");
   if (batched) {
     std::string why = invalid;
     if (why.empty() && !q.slices_checked)

@@ -9,6 +9,7 @@
 
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -71,12 +72,32 @@ class NullContext {
   const Qualification& qualification() const { return qualification_; }
   const std::vector<Tensor>& value_rows() const { return value_rows_; }  // v0_i, bf16 [1, C]
 
-  // Qualifications per token count N (tokens per CFG branch): build()'s for each of its
-  // shapes, and those added later (the engine qualifies each request size once, or takes it
-  // from its cache).
-  bool qualified(int64_t tokens) const { return by_tokens_.count(tokens) > 0; }
-  void add_qualification(int64_t tokens, Qualification q);
-  const std::map<int64_t, Qualification>& qualifications() const { return by_tokens_; }
+  // Qualifications per token count N (tokens per CFG branch) and CFG mode (batched or
+  // serial: a request is qualified for the mode it runs, never for the other): build()'s for
+  // each of its shapes, and those the engine adds per request. At most kMaxQualifications
+  // are kept (the oldest forgotten first): a service meets a new N with nearly every asset,
+  // and qualifying one again costs a few GEMMs on the device.
+  static constexpr size_t kMaxQualifications = 512;
+  bool qualified(int64_t tokens, bool batched) const {
+    return by_tokens_.count({tokens, batched}) > 0;
+  }
+  void add_qualification(int64_t tokens, bool batched, Qualification q);
+  const std::map<std::pair<int64_t, bool>, Qualification>& qualifications() const {
+    return by_tokens_;
+  }
+
+  // The candidate rows for `o.candidate_m` under o's projection, made on first use and kept
+  // (they depend on the weights and M only; a qualification per N reuses them).
+  const CandidateRows& candidates(const SLatFlowModel& model, const QualificationOptions& o);
+  // The to_kv slice check (batched CFG) depends on L, not N: its outcome per L once taken
+  // ("" when bitwise), or nullptr when not yet.
+  const std::string* kv_slice(int64_t context_rows) const {
+    auto it = kv_slices_.find(context_rows);
+    return it == kv_slices_.end() ? nullptr : &it->second;
+  }
+  void set_kv_slice(int64_t context_rows, std::string failure) {
+    kv_slices_[context_rows] = std::move(failure);
+  }
 
   // The path for one request, decided once per request outside the step loop. want_cache:
   // null_context_cache (else null_context_exact); batched: batched CFG; context_tokens: the
@@ -94,7 +115,10 @@ class NullContext {
  private:
   Applicability applicability_;
   Qualification qualification_;
-  std::map<int64_t, Qualification> by_tokens_;
+  std::map<std::pair<int64_t, bool>, Qualification> by_tokens_;
+  std::vector<std::pair<int64_t, bool>> order_;  // by_tokens_'s keys, oldest first
+  std::unique_ptr<CandidateRows> candidates_;
+  std::map<int64_t, std::string> kv_slices_;
   std::vector<Tensor> value_rows_;
   contract::Fingerprint fingerprint_;
   uint64_t weights_version_ = 0;

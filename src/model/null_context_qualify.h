@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,14 @@ namespace s3d::model {
 using Projection =
     std::function<void(const Tensor& x, const Tensor& weight, const Tensor* bias, Tensor& y)>;
 
+// Every candidate's cached row c_i(M) of every block: made once per NullContext and shared
+// by its qualifications (they depend on the weights and M only, not on N).
+struct CandidateRows {
+  std::vector<int64_t> ms;                          // sorted, distinct
+  std::vector<Tensor> tables;                       // per block: bf16 [ms.size(), C]
+  std::map<int64_t, std::vector<Tensor>> by_m;      // M -> per block bf16 [1, C]
+};
+
 struct QualificationOptions {
   std::vector<int64_t> candidate_m = {1, 64, 128, 256, 512, 1024};
   // Tokens per CFG branch (N); the reference shapes are [N, C] and [2N, C].
@@ -43,6 +52,8 @@ struct QualificationOptions {
   // Test hook: called on each candidate cached row before it is compared (e.g. to flip a bit
   // and force the failure branch).
   std::function<void(int block, Tensor& row)> tamper_cached_row;
+  // Candidate rows made earlier for candidate_m (make_candidate_rows); null: made here.
+  const CandidateRows* candidates = nullptr;
 };
 
 struct CandidateResult {
@@ -62,6 +73,8 @@ struct Qualification {
   bool slices_checked = false;
   bool slices_ok = false;
   std::string slice_failure;
+  bool kv_checked = false;  // the to_kv slice (per L, not per N) was among the slices
+  std::string kv_failure;   // its first difference, empty when bitwise
   // validity
   contract::Fingerprint fingerprint;
   uint64_t weights_version = 0;
@@ -79,6 +92,11 @@ Qualification qualify_null_context(const SLatFlowModel& model,
                                    const std::vector<Tensor>& value_rows,
                                    const QualificationOptions& options, bool check_rows,
                                    bool check_slices);
+
+// The candidate rows for options.candidate_m (options.projection, tamper_cached_row apply).
+CandidateRows make_candidate_rows(const SLatFlowModel& model,
+                                  const std::vector<Tensor>& value_rows,
+                                  const QualificationOptions& options);
 
 // A qualification taken earlier (the engine's cache stores what was decided, not tensors):
 // recomputes its cached rows, c_i = canonical_row(v0_i, q.m) per block with the production

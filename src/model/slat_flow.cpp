@@ -69,6 +69,7 @@ DenoiserSummary SLatFlowModel::summary() const {
 
 Request SLatFlowModel::prepare(const Tensor& coords, int batch, int cond_tokens,
                                const Tensor& concat_cond, int null_assets) const {
+  check_resident();
   const ModelConfig& c = config();
   S3D_CHECK(batch >= 1, "request: needs at least one asset, got ", batch);
   S3D_CHECK(cond_tokens >= 1, "request: the condition needs at least one token, got ",
@@ -183,6 +184,7 @@ void SLatFlowModel::check_forward_operands(const Request& req, const Tensor& x,
 Tensor SLatFlowModel::forward(const Request& req, const Tensor& x, const Tensor& t1000,
                               const Condition& cond, const NullPath* null,
                               const Modulation* mod) const {
+  check_resident();
   check_forward_operands(req, x, t1000, cond, null, mod);
   Tensor h = embed_input(req, x);
   // The t-only part: every block's modulation (precomputed per step with step_tables).
@@ -410,6 +412,41 @@ size_t SLatFlowModel::weight_bytes() const {
   size_t n = 0;
   for (const auto& [name, t] : ck_.tensors) n += t.nbytes();
   return n;
+}
+
+void SLatFlowModel::check_resident() const {
+  S3D_CHECK(resident_, "SLatFlowModel: the weights of ", ck_.path, " are offloaded to host "
+            "memory; reload them before a request (Engine::reload)");
+}
+
+void SLatFlowModel::bind(std::map<std::string, Tensor> tensors) {
+  SLatFlowWeights bound = bind_weights(ck_.config, tensors);
+  ck_.tensors = std::move(tensors);
+  weights_ = std::move(bound);
+}
+
+size_t SLatFlowModel::offload_weights() {
+  if (!resident_) return 0;
+  size_t copied = 0;
+  if (!host_copy_) {
+    host_copy_.emplace(ck_.tensors, device_ == Device::CUDA);
+    copied = weight_bytes();
+  }
+  bind(host_copy_->host_views());
+  // The last owner of the device buffer (the tensors were views into it): back to the
+  // allocator. On the CPU backend the tensors owned their memory, freed by bind().
+  ck_.arena = Tensor();
+  resident_ = false;
+  return copied;
+}
+
+size_t SLatFlowModel::reload_weights() {
+  if (resident_) return 0;
+  auto [arena, tensors] = host_copy_->upload(device_);
+  bind(std::move(tensors));
+  ck_.arena = std::move(arena);
+  resident_ = true;
+  return host_copy_->bytes();
 }
 
 size_t SLatFlowModel::activation_bytes(int64_t tokens, int batch, int cond_tokens,

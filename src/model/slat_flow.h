@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "core/tensor.h"
@@ -64,6 +65,19 @@ class SLatFlowModel : public Denoiser {
                           const sparse3d::FlagSet& flags = {}) const;
   size_t weight_bytes() const;
 
+  // Residency (the engine's offload and reload, docs/API.md "Residency"). offload_weights
+  // copies the weights into a host copy (HostWeights: pinned on a GPU) the first time, binds
+  // every weight tensor to it and frees the device buffer; reload_weights uploads the host
+  // copy into a new device buffer in one copy and binds the weights to it. The values and
+  // their alignment never change, and no tensor ever points at freed memory; the host copy
+  // is kept after a reload, so a second offload frees the device buffer without copying.
+  // Each returns the bytes it copied (0 when there was nothing to do). A forward needs the
+  // weights resident: prepare() and forward() throw otherwise.
+  size_t offload_weights();
+  size_t reload_weights();
+  bool weights_resident() const { return resident_; }
+  size_t host_copy_bytes() const { return host_copy_ ? host_copy_->bytes() : 0; }
+
  protected:
   // The request's position tables from its coordinates (prepare's last step): the RoPE
   // cos/sin on the model's device (pe_mode "rope"; nothing for "ape", which the input layer
@@ -102,9 +116,17 @@ class SLatFlowModel : public Denoiser {
                         const attention::SeqLayout& q_layout,
                         const attention::SeqLayout& kv_layout, Tensor& attn) const;
 
+  // Throws unless the weights are on the model's device (offload_weights moved them).
+  void check_resident() const;
+  // Binds the checkpoint's tensors and the typed weights to `tensors` (checked first: a
+  // mismatch throws having changed nothing).
+  void bind(std::map<std::string, Tensor> tensors);
+
   Checkpoint ck_;
   SLatFlowWeights weights_;
   Device device_;
+  std::optional<HostWeights> host_copy_;
+  bool resident_ = true;
 };
 
 }  // namespace s3d::model

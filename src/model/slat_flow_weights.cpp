@@ -1,9 +1,15 @@
 #include "model/slat_flow_weights.h"
 
+#include <cuda_runtime.h>
+
 #include <cmath>
+#include <cstring>
 #include <functional>
 
+#include "core/allocator.h"
+#include "core/cuda_util.h"
 #include "core/error.h"
+#include "core/fault.h"
 
 namespace s3d::model {
 namespace {
@@ -114,6 +120,95 @@ SLatFlowWeights bind_weights(const ModelConfig& config,
     field = t;
   });
   return w;
+}
+
+namespace {
+
+constexpr size_t kSlotAlign = 256;  // model/checkpoint.cpp's arena alignment
+
+size_t aligned(size_t n) { return (n + kSlotAlign - 1) / kSlotAlign * kSlotAlign; }
+
+// `p` rounded up to the slot alignment.
+char* align_up(void* p) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  return reinterpret_cast<char*>((a + kSlotAlign - 1) / kSlotAlign * kSlotAlign);
+}
+
+// A host buffer of `bytes`, the returned pointer aligned to kSlotAlign: page-locked through
+// CUDA (page-aligned), or from the host allocator (64-byte aligned: one slot more, and the
+// first aligned address in it).
+std::shared_ptr<void> host_buffer(size_t bytes, bool pinned) {
+  if (!pinned) {
+    const size_t n = bytes + kSlotAlign;
+    void* block = host_allocate(n);
+    return std::shared_ptr<void>(align_up(block), [block, n](void*) { host_release(block, n); });
+  }
+  const size_t n = bytes == 0 ? 1 : bytes;
+  S3D_CHECK(!fault::hit(fault::Point::HostAlloc), "out of host memory: the pinned copy of the "
+            "weights (", bytes, " bytes) failed (injected fault)");
+  void* p = nullptr;
+  const cudaError_t err = cudaHostAlloc(&p, n, cudaHostAllocDefault);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    fail("out of host memory: the pinned copy of the weights (", bytes, " bytes) failed (",
+         cudaGetErrorString(err), ")");
+  }
+  return std::shared_ptr<void>(p, [](void* q) { cudaFreeHost(q); });
+}
+
+// A synchronous copy of `n` bytes between any two of host, pinned and device memory (the
+// current stream on a GPU, so that it orders after the engine's work).
+void copy_bytes(void* dst, const void* src, size_t n, bool gpu) {
+  if (n == 0) return;
+  if (!gpu) {
+    std::memcpy(dst, src, n);
+    return;
+  }
+  S3D_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, current_stream()));
+}
+
+}  // namespace
+
+HostWeights::HostWeights(const std::map<std::string, Tensor>& tensors, bool pinned) {
+  bool gpu = false;
+  for (const auto& [name, t] : tensors) {
+    slots_[name] = Slot{bytes_, t.shape(), t.dtype()};
+    bytes_ += aligned(t.nbytes());
+    gpu = gpu || t.is_cuda();
+  }
+  buffer_ = host_buffer(bytes_, pinned);
+  auto* base = static_cast<char*>(buffer_.get());
+  for (const auto& [name, t] : tensors) {
+    const size_t offset = slots_.at(name).offset;
+    copy_bytes(base + offset, t.data(), t.nbytes(), gpu);
+    // The alignment gap too: every byte a reload copies is defined.
+    std::memset(base + offset + t.nbytes(), 0, aligned(t.nbytes()) - t.nbytes());
+  }
+  if (gpu) synchronize();
+}
+
+std::map<std::string, Tensor> HostWeights::views_at(char* base, Device device) const {
+  std::map<std::string, Tensor> out;
+  for (const auto& [name, s] : slots_)
+    out.emplace(name, Tensor::borrow(base + s.offset, s.shape, s.dtype, device));
+  return out;
+}
+
+std::map<std::string, Tensor> HostWeights::host_views() const {
+  return views_at(static_cast<char*>(buffer_.get()), Device::CPU);
+}
+
+std::pair<Tensor, std::map<std::string, Tensor>> HostWeights::upload(Device device) const {
+  // One slot more than the tensors need, so that the first aligned address in it has room
+  // (device blocks are aligned already; host tensors only to 64 bytes). bf16 elements:
+  // bytes_ and the slot are multiples of the alignment, so even.
+  Tensor arena =
+      Tensor::empty({static_cast<int64_t>((bytes_ + kSlotAlign) / 2)}, DType::BF16, device);
+  char* base = align_up(arena.data());
+  const bool gpu = device == Device::CUDA;
+  copy_bytes(base, buffer_.get(), bytes_, gpu);
+  if (gpu) synchronize();
+  return {arena, views_at(base, device)};
 }
 
 }  // namespace s3d::model

@@ -7,7 +7,9 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/tensor.h"
@@ -88,5 +90,38 @@ int64_t parameter_count(const ModelConfig& config);
 // copied). Throws naming the first tensor that is missing or has another shape or dtype.
 SLatFlowWeights bind_weights(const ModelConfig& config,
                              const std::map<std::string, Tensor>& tensors);
+
+// A host copy of a model's tensors in one buffer, for the engine's offload and reload
+// (docs/API.md, "Residency"). Pinned (page-locked) when the tensors live on a GPU, so that
+// each move is a copy at the bus's speed; ordinary host memory on the CPU backend, where the
+// same moves run between host buffers. Every tensor sits at a 256-byte aligned offset, as
+// the upload lays a checkpoint out (model/checkpoint.cpp): a weight keeps its alignment, and
+// with it the cuBLASLt plans chosen for it, wherever it moves. The weights never change, so
+// one copy serves every later reload.
+class HostWeights {
+ public:
+  // Copies every tensor (on the host, or on the current context's device) into a new buffer;
+  // synchronous. Throws on a failed allocation or copy, having changed nothing.
+  HostWeights(const std::map<std::string, Tensor>& tensors, bool pinned);
+
+  size_t bytes() const { return bytes_; }  // the buffer: the tensors and their alignment gaps
+  // The tensors as views into the host copy (valid while this object lives).
+  std::map<std::string, Tensor> host_views() const;
+  // A new buffer of bytes() on `device` (the current context's allocator on a GPU), filled
+  // from the host copy in one synchronous copy, and the tensors as views into it.
+  std::pair<Tensor, std::map<std::string, Tensor>> upload(Device device) const;
+
+ private:
+  struct Slot {
+    size_t offset = 0;
+    Shape shape;
+    DType dtype = DType::F32;
+  };
+  std::map<std::string, Tensor> views_at(char* base, Device device) const;
+
+  std::map<std::string, Slot> slots_;
+  size_t bytes_ = 0;
+  std::shared_ptr<void> buffer_;  // freed by cudaFreeHost or host_release
+};
 
 }  // namespace s3d::model

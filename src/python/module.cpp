@@ -142,11 +142,21 @@ sparse3d::DeviceChoice device_choice(const std::string& d) {
   throw sparse3d::Error("device must be \"auto\", \"cuda\" or \"cpu\", got \"" + d + "\"");
 }
 
+// An engine's `log` callable. The Python Engine object owns the reference, so that the
+// garbage collector sees it (tp_traverse below) and can break a cycle through the engine: a
+// lambda logging to a module's logger holds that module's globals, which hold the engine.
+// Held only inside the C++ engine's std::function, such a cycle was invisible to the
+// collector: the engine (and its device memory) lived until the interpreter's end, and
+// nanobind reported it leaked there. The engine's log function reaches the callable here.
+struct LogSink {
+  nb::object fn;  // read and cleared with the GIL held; null once the collector cleared it
+};
+
 sparse3d::EngineOptions engine_options(const std::string& path, const std::string& device,
                                        int device_index, double max_device_memory_gib,
                                        const std::string& cache_dir, bool persist_qualification,
                                        const std::vector<int64_t>& qualify_m,
-                                       std::optional<nb::callable> log) {
+                                       const std::shared_ptr<LogSink>& log) {
   sparse3d::EngineOptions o;
   o.path = path;
   o.device = device_choice(device);
@@ -157,13 +167,20 @@ sparse3d::EngineOptions engine_options(const std::string& path, const std::strin
   o.qualify_m = qualify_m;
   if (log) {
     // Start-up lines come from the constructor's thread, which may not hold the GIL.
-    auto fn = std::make_shared<nb::callable>(*log);
-    o.log = [fn](const std::string& line) {
+    o.log = [log](const std::string& line) {
       nb::gil_scoped_acquire gil;
-      (*fn)(line);
+      if (log->fn.is_valid()) log->fn(line);
     };
   }
   return o;
+}
+
+// The sink of an optional `log` argument (null without one). Made with the GIL held.
+std::shared_ptr<LogSink> log_sink(const std::optional<nb::callable>& log) {
+  if (!log) return nullptr;
+  auto sink = std::make_shared<LogSink>();
+  sink->fn = *log;
+  return sink;
 }
 
 // SamplerSettings' fields, spelled once: the dict the Python layer passes in and gets back.
@@ -274,6 +291,21 @@ nb::dict model_dict(const sparse3d::ModelInfo& m) {
   return d;
 }
 
+nb::dict residency_dict(const sparse3d::Residency& r) {
+  nb::dict d;
+  d["resident"] = r.resident;
+  d["weight_bytes"] = r.weight_bytes;
+  d["host_copy_bytes"] = r.host_copy_bytes;
+  d["offloads"] = r.offloads;
+  d["reloads"] = r.reloads;
+  d["bytes_offloaded"] = r.bytes_offloaded;
+  d["bytes_reloaded"] = r.bytes_reloaded;
+  d["device_bytes_released"] = r.device_bytes_released;
+  d["offload_seconds"] = r.offload_seconds;
+  d["reload_seconds"] = r.reload_seconds;
+  return d;
+}
+
 nb::list qualification_list(const std::vector<sparse3d::QualificationState>& states) {
   nb::list out;
   for (const auto& q : states) {
@@ -316,20 +348,23 @@ struct CallbackFailure {
 
 class PyEngine {
  public:
-  // `keep` holds the log callable so that its last reference goes with the GIL held (after
-  // `release` is undone), even when the constructor throws.
-  PyEngine(const std::string& checkpoint, sparse3d::EngineOptions options) {
-    const auto keep = options.log;
+  // Construction (reading, hashing and uploading the weights, starting CUDA) runs without
+  // the GIL: engines build in parallel on several threads. `log_` keeps the log callable's
+  // reference, so that it goes with the GIL held (members are destroyed after `release` is
+  // undone), even when the constructor throws.
+  PyEngine(const std::string& checkpoint, sparse3d::EngineOptions options,
+           std::shared_ptr<LogSink> log)
+      : log_(std::move(log)) {
     nb::gil_scoped_release release;
     engine_ = std::make_unique<sparse3d::Engine>(checkpoint, std::move(options));
   }
   PyEngine(const std::string& config_json, const std::vector<std::pair<std::string, AnyArray>>& tensors,
-           const std::string& name, sparse3d::EngineOptions options) {
+           const std::string& name, sparse3d::EngineOptions options, std::shared_ptr<LogSink> log)
+      : log_(std::move(log)) {
     sparse3d::InMemoryCheckpoint ck;
     ck.config_json = config_json;
     ck.name = name;
     for (const auto& [key, array] : tensors) ck.tensors.emplace_back(key, view_of(array, key.c_str()));
-    const auto keep = options.log;
     nb::gil_scoped_release release;
     engine_ = std::make_unique<sparse3d::Engine>(ck, std::move(options));
   }
@@ -417,10 +452,32 @@ class PyEngine {
   }
 
   sparse3d::Engine& engine() { return *engine_; }
+  LogSink* log() const { return log_.get(); }
 
  private:
+  std::shared_ptr<LogSink> log_;  // declared first: outlives the engine's copy
   std::unique_ptr<sparse3d::Engine> engine_;
 };
+
+// Garbage collection of an Engine (nanobind's documented pattern): what the object
+// references is its log callable, and clearing it breaks any cycle through it (the engine
+// then logs nothing more; it is about to be freed).
+int engine_traverse(PyObject* self, visitproc visit, void* arg) {
+  Py_VISIT(Py_TYPE(self));  // a heap type's instances reference their type
+  if (!nb::inst_ready(self)) return 0;  // during __init__: no C++ state yet
+  if (LogSink* log = nb::inst_ptr<PyEngine>(self)->log()) Py_VISIT(log->fn.ptr());
+  return 0;
+}
+
+int engine_clear(PyObject* self) {
+  if (!nb::inst_ready(self)) return 0;
+  if (LogSink* log = nb::inst_ptr<PyEngine>(self)->log()) log->fn.reset();
+  return 0;
+}
+
+PyType_Slot engine_slots[] = {{Py_tp_traverse, reinterpret_cast<void*>(engine_traverse)},
+                              {Py_tp_clear, reinterpret_cast<void*>(engine_clear)},
+                              {0, nullptr}};
 
 }  // namespace
 
@@ -468,15 +525,16 @@ NB_MODULE(_native, m) {
         throw sparse3d::Error("sampler preset must be \"released\" or \"protocol\", got \"" + name + "\"");
       }, "name"_a);
 
-  nb::class_<PyEngine>(m, "Engine")
+  nb::class_<PyEngine>(m, "Engine", nb::type_slots(engine_slots))
       .def("__init__",
            [](PyEngine* self, const std::string& checkpoint, const std::string& path,
               const std::string& device, int device_index, double max_device_memory_gib,
               const std::string& cache_dir, bool persist_qualification,
               const std::vector<int64_t>& qualify_m, std::optional<nb::callable> log) {
-             new (self) PyEngine(checkpoint, engine_options(path, device, device_index,
-                                                            max_device_memory_gib, cache_dir,
-                                                            persist_qualification, qualify_m, log));
+             auto sink = log_sink(log);
+             auto options = engine_options(path, device, device_index, max_device_memory_gib,
+                                           cache_dir, persist_qualification, qualify_m, sink);
+             new (self) PyEngine(checkpoint, std::move(options), std::move(sink));
            },
            "checkpoint"_a, "path"_a = "", "device"_a = "auto", "device_index"_a = 0,
            "max_device_memory_gib"_a = 0.0, "cache_dir"_a = "", "persist_qualification"_a = true,
@@ -488,9 +546,10 @@ NB_MODULE(_native, m) {
              int device_index, double max_device_memory_gib, const std::string& cache_dir,
              bool persist_qualification, const std::vector<int64_t>& qualify_m,
              std::optional<nb::callable> log) {
-            return new PyEngine(config_json, tensors, name,
-                                engine_options(path, device, device_index, max_device_memory_gib,
-                                               cache_dir, persist_qualification, qualify_m, log));
+            auto sink = log_sink(log);
+            auto options = engine_options(path, device, device_index, max_device_memory_gib,
+                                          cache_dir, persist_qualification, qualify_m, sink);
+            return new PyEngine(config_json, tensors, name, std::move(options), std::move(sink));
           },
           "config_json"_a, "tensors"_a, "name"_a = "in-memory checkpoint", "path"_a = "",
           "device"_a = "auto", "device_index"_a = 0, "max_device_memory_gib"_a = 0.0,
@@ -517,6 +576,12 @@ NB_MODULE(_native, m) {
       })
       .def("qualification", [](PyEngine& e) {
         return qualification_list(unlocked([&] { return e.engine().qualification(); }));
+      })
+      // Residency: moves of gigabytes, without the GIL.
+      .def("offload", [](PyEngine& e) { unlocked([&] { e.engine().offload(); return 0; }); })
+      .def("reload", [](PyEngine& e) { unlocked([&] { e.engine().reload(); return 0; }); })
+      .def("residency", [](PyEngine& e) {
+        return residency_dict(unlocked([&] { return e.engine().residency(); }));
       })
       .def_prop_ro("model", [](PyEngine& e) { return model_dict(e.engine().model()); })
       .def_prop_ro("device", [](PyEngine& e) {

@@ -24,4 +24,10 @@ StepPlan plan_steps(const SamplerOptions& o) {
   return p;
 }
 
+bool runs_unconditional(const StepPlan& plan) {
+  for (const StepKind& k : plan.kinds)
+    if (k.uncond) return true;
+  return false;
+}
+
 }  // namespace s3d::sampler

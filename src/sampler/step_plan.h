@@ -25,4 +25,7 @@ struct StepPlan {
 
 StepPlan plan_steps(const SamplerOptions& o);
 
+// True when some step runs the unconditional branch (the only user of the null context).
+bool runs_unconditional(const StepPlan& plan);
+
 }  // namespace s3d::sampler

@@ -7,6 +7,7 @@
 
 #include "bench/figures.h"
 #include "bench/report.h"
+#include "bench_test_util.h"
 #include "io_test_util.h"
 
 namespace s3d::bench {
@@ -16,14 +17,6 @@ constexpr double kGiB = 1024.0 * 1024 * 1024;
 // The two flags of the synthetic leave-one-out ("qk" and "gelu" below).
 constexpr sparse3d::Flag kQk = sparse3d::Flag::qk_rmsnorm_rope_inplace;
 constexpr sparse3d::Flag kGelu = sparse3d::Flag::gelu_tanh;
-
-Cell cell(const std::string& path, const std::string& asset, std::vector<double> seconds) {
-  Cell c;
-  c.path = path;
-  c.asset = asset;
-  c.loop_seconds = std::move(seconds);
-  return c;
-}
 
 // Two default assets and one long-tail asset. Medians (s):
 //            a1     a2    t1
@@ -40,21 +33,21 @@ BenchResult synthetic() {
   r.settings = {{"steps", 15}, {"repeats", 3}};
   r.assets = {{"a1", 1000, "default"}, {"a2", 3000, "default"}, {"t1", 5000, "long-tail"}};
   r.paths = {"pure_eager", "fused", "beyond", "beyond-no-qk", "beyond-no-gelu", "torch_eager"};
-  r.cells = {cell("pure_eager", "a1", {0.11, 0.09, 0.10}),
-             cell("pure_eager", "a2", {0.20}),
-             cell("pure_eager", "t1", {0.5}),
-             cell("fused", "a1", {0.05}),
-             cell("fused", "a2", {0.15}),
-             cell("beyond", "a1", {0.04}),
-             cell("beyond", "a2", {0.10}),
-             cell("beyond", "t1", {0.3}),
-             cell("torch_eager", "a1", {0.2}),
-             cell("torch_eager", "a2", {0.4}),
-             cell("beyond-no-qk", "a1", {0.05}),
-             cell("beyond-no-qk", "a2", {0.11}),
-             cell("beyond-no-gelu", "a1", {0.039}),
-             cell("beyond-no-gelu", "a2", {0.098}),
-             cell("beyond-no-gelu", "t1", {0.3})};
+  r.cells = {timed_cell("pure_eager", "a1", {0.11, 0.09, 0.10}),
+             timed_cell("pure_eager", "a2", {0.20}),
+             timed_cell("pure_eager", "t1", {0.5}),
+             timed_cell("fused", "a1", {0.05}),
+             timed_cell("fused", "a2", {0.15}),
+             timed_cell("beyond", "a1", {0.04}),
+             timed_cell("beyond", "a2", {0.10}),
+             timed_cell("beyond", "t1", {0.3}),
+             timed_cell("torch_eager", "a1", {0.2}),
+             timed_cell("torch_eager", "a2", {0.4}),
+             timed_cell("beyond-no-qk", "a1", {0.05}),
+             timed_cell("beyond-no-qk", "a2", {0.11}),
+             timed_cell("beyond-no-gelu", "a1", {0.039}),
+             timed_cell("beyond-no-gelu", "a2", {0.098}),
+             timed_cell("beyond-no-gelu", "t1", {0.3})};
   Cell& b1 = r.cells[5];
   b1.launches = 1000;
   b1.launches_by_op = {{"attention", 120}, {"gemm", 880}};
@@ -255,10 +248,10 @@ TEST(BenchReport, SvgHasOnePointPerTimedCell) {
 
 TEST(BenchReport, InconsistentResultsAreErrors) {
   BenchResult r = synthetic();
-  r.cells.push_back(cell("fused", "a1", {0.06}));
+  r.cells.push_back(timed_cell("fused", "a1", {0.06}));
   EXPECT_ERROR(to_json(r), "two cells for (fused, a1)");
   r = synthetic();
-  r.cells.push_back(cell("fused", "ghost", {0.06}));
+  r.cells.push_back(timed_cell("fused", "ghost", {0.06}));
   EXPECT_ERROR(to_markdown(r), "cell (fused, ghost)", "not in the manifest");
   r = synthetic();
   r.assets.push_back(r.assets[0]);

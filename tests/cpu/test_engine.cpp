@@ -196,7 +196,7 @@ TEST_F(EngineApi, BadInputsAreOneClearError) {
   }
 }
 
-TEST_F(EngineApi, SecondEngineStartsWarmFromTheQualificationCache) {
+TEST_F(EngineApi, SecondEngineTakesTheProbeVerdictFromTheCacheAndQualifiesAgain) {
   auto in = inputs({61}, 10);
   sparse3d::SampleResult first, second;
   {
@@ -207,15 +207,72 @@ TEST_F(EngineApi, SecondEngineStartsWarmFromTheQualificationCache) {
     ASSERT_EQ(e.qualification().size(), 1u);
     ASSERT_EQ(e.qualification()[0].shapes.size(), 1u);
     EXPECT_EQ(e.qualification()[0].shapes[0].source, "qualified");
+    EXPECT_GT(first.stats.null_context_seconds, 0.0);
   }
+  // The probe's verdict is persisted; a token count's qualification is not (it costs a few
+  // GEMMs): the second engine qualifies again and gets the same M and the same bits.
   sparse3d::Engine e(kTiny, options("canonical_cache_null"));
   second = e.sample(request(in, 4));
-  EXPECT_EQ(e.counters().qualifications_run, 0u);
-  EXPECT_EQ(e.qualification()[0].shapes[0].source, "cache");
+  EXPECT_EQ(e.counters().qualifications_run, 1u);
+  EXPECT_EQ(e.counters().qualification_cache_hits, 1u);
   EXPECT_EQ(e.qualification()[0].shapes[0].m, 1);
-  EXPECT_EQ(e.counters().qualification_cache_hits, 2u);  // the probe's verdict and the shape
   EXPECT_TRUE(e.counters().fallbacks.empty());
   EXPECT_TRUE(same_bytes(first.latent, second.latent));
+}
+
+// Fallbacks of the null-context flags (the CPU backend also counts cuda_graphs' refusal).
+uint64_t null_fallbacks(const sparse3d::Engine& e) {
+  uint64_t n = 0;
+  for (const auto& f : e.counters().fallbacks)
+    if (f.optimization.rfind("null_context", 0) == 0) n += f.count;
+  return n;
+}
+
+TEST_F(EngineApi, ANewTokenCountAfterOthersGivesTheBitsOfAFreshEngine) {
+  for (const char* path : {"canonical_cache_null", "beyond", "fast"}) {
+    auto a = inputs({61}, 21), b = inputs({40}, 22), c = inputs({77}, 23);
+    sparse3d::Engine fresh(kTiny, options(path));
+    const sparse3d::SampleResult alone = fresh.sample(request(c, 3));
+    sparse3d::Engine used(kTiny, options(path));
+    used.sample(request(a, 1));
+    used.sample(request(b, 2));
+    const sparse3d::SampleResult after = used.sample(request(c, 3));
+    EXPECT_TRUE(same_bytes(alone.latent, after.latent)) << path;
+    // Each token count was qualified once, for the request that met it.
+    EXPECT_EQ(used.counters().qualifications_run, 3u) << path;
+    EXPECT_EQ(null_fallbacks(used), 0u) << path;
+    // A repeat needs nothing new.
+    const sparse3d::SampleResult again = used.sample(request(c, 3));
+    EXPECT_EQ(used.counters().qualifications_run, 3u) << path;
+    EXPECT_EQ(again.stats.null_context_seconds, 0.0) << path;
+    EXPECT_TRUE(same_bytes(alone.latent, again.latent)) << path;
+  }
+}
+
+TEST_F(EngineApi, ARequestWithoutTheUnconditionalBranchQualifiesNothing) {
+  auto in = inputs({61}, 24);
+  for (const char* path : {"canonical_cache_null", "beyond", "fast", "prior_exact_null"}) {
+    sparse3d::Engine e(kTiny, options(path));
+    sparse3d::SampleRequest r = request(in, 6);
+    r.sampler.guidance = 1.0;  // TRELLIS.2's texture stage: no CFG step
+    const sparse3d::SampleResult out = e.sample(r);
+    EXPECT_EQ(e.counters().qualifications_run, 0u) << path;
+    EXPECT_TRUE(e.qualification().empty()) << path;  // not even probed
+    EXPECT_EQ(null_fallbacks(e), 0u) << path;
+    EXPECT_EQ(out.stats.null_context_seconds, 0.0) << path;
+    // The same request without the null flags: they changed nothing.
+    sparse3d::FlagSet without = sparse3d::ExecutionPlan::of_path(path).flags();
+    without.set(sparse3d::Flag::null_context_cache, false);
+    without.set(sparse3d::Flag::null_context_exact, false);
+    r.flags = without;
+    EXPECT_TRUE(same_bytes(e.sample(r).latent, out.latent)) << path;
+  }
+  // Serial CFG on the exact path needs the probe only, no qualification.
+  sparse3d::Engine exact(kTiny, options("prior_exact_null"));
+  exact.sample(request(in, 6));
+  EXPECT_EQ(exact.counters().qualifications_run, 0u);
+  ASSERT_EQ(exact.qualification().size(), 1u);
+  EXPECT_TRUE(exact.qualification()[0].applicable);
 }
 
 TEST_F(EngineApi, WarmUpQualifiesAheadOfTheFirstRequest) {

@@ -93,7 +93,7 @@ TEST(Flags, PathsCarryTheirFlags) {
                              .set(Flag::step_tables)
                              .set(Flag::cuda_graphs);
   const FlagSet tolerance = {Flag::fast_modulated_layernorm, Flag::fast_qk_rmsnorm_rope,
-                             Flag::fast_head_rmsnorm, Flag::tuned_gemm, Flag::tuned_attention};
+                             Flag::fast_head_rmsnorm};
   const std::vector<std::pair<std::string, FlagSet>> want = {
       {"pure_eager", {}},
       {"kernel_fusion", fusion},

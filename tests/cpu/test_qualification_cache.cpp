@@ -1,4 +1,4 @@
-// The persisted null-context qualification (src/engine/qualification_cache.h): a hit returns
+// The persisted null-context probe verdicts (src/engine/qualification_cache.h): a hit returns
 // what was stored; a miss, a stale fingerprint, a corrupt entry and a corrupt file are each
 // refused or missed, counted and logged, never trusted; a store after a corrupt file leaves a
 // valid file.
@@ -37,21 +37,17 @@ struct QualificationCacheTest : ::testing::Test {
     f.cublaslt = "13.1.0";
     return f;
   }
-  static model::QualificationOptions shapes(int64_t tokens) {
-    model::QualificationOptions o;
-    o.token_counts = {tokens};
-    o.context_rows = {4101};
+  static model::NullContextOptions probe(int context_tokens) {
+    model::NullContextOptions o;
+    o.context_tokens = context_tokens;
     return o;
   }
-  static model::Qualification result(const contract::Fingerprint& fp, int64_t tokens, int64_t m) {
-    model::Qualification q;
-    q.ran = q.rows_checked = q.slices_checked = q.slices_ok = true;
-    q.m = m;
-    q.fingerprint = fp;
-    q.options = shapes(tokens);
-    for (int64_t c : q.options.candidate_m)
-      q.candidates.push_back({c, c >= m, c >= m ? "" : "block 3 to_out [3664, 1536]: bit 7"});
-    return q;
+  static model::Applicability verdict(bool ok) {
+    model::Applicability a;
+    a.ok = ok;
+    if (!ok) a.reason = "block 3: the null cross-attention output is not v0";
+    a.facts = {"attention dropout: 0", "context tokens (L): 4101", "30 blocks probed"};
+    return a;
   }
   QualificationCache cache() {
     return QualificationCache(dir, [this](const std::string& l) { log += l + "\n"; });
@@ -65,50 +61,49 @@ TEST_F(QualificationCacheTest, MissThenHitAcrossInstances) {
   const auto fp = fingerprint("NVIDIA H200");
   {
     QualificationCache c = cache();
-    EXPECT_FALSE(c.find(fp, "00000000000000aa", shapes(3664)).has_value());
+    EXPECT_FALSE(c.find_probe(fp, "00000000000000aa", probe(4101)).has_value());
     EXPECT_EQ(c.stats().misses, 1u);
-    c.store(result(fp, 3664, 64), "00000000000000aa");
+    c.store_probe(fp, "00000000000000aa", probe(4101), verdict(false));
     EXPECT_TRUE(fs::exists(file()));
   }
   QualificationCache c = cache();  // a second process on the same machine
-  auto q = c.find(fp, "00000000000000aa", shapes(3664));
-  ASSERT_TRUE(q.has_value()) << log;
-  EXPECT_EQ(q->m, 64);
-  EXPECT_TRUE(q->slices_ok);
-  ASSERT_EQ(q->candidates.size(), 6u);
-  EXPECT_FALSE(q->candidates[0].passed);
-  EXPECT_EQ(q->candidates[0].failure, "block 3 to_out [3664, 1536]: bit 7");
+  auto got = c.find_probe(fp, "00000000000000aa", probe(4101));
+  ASSERT_TRUE(got.has_value()) << log;
+  EXPECT_FALSE(got->ok);
+  EXPECT_EQ(got->reason, verdict(false).reason);
+  EXPECT_EQ(got->facts, verdict(false).facts);
   EXPECT_EQ(c.stats().hits, 1u);
   EXPECT_EQ(c.stats().refusals, 0u);
   // Other shapes and other weights are misses, not hits.
-  EXPECT_FALSE(c.find(fp, "00000000000000aa", shapes(30227)).has_value());
-  EXPECT_FALSE(c.find(fp, "00000000000000bb", shapes(3664)).has_value());
+  EXPECT_FALSE(c.find_probe(fp, "00000000000000aa", probe(1029)).has_value());
+  EXPECT_FALSE(c.find_probe(fp, "00000000000000bb", probe(4101)).has_value());
   EXPECT_EQ(c.stats().misses, 2u);
 }
 
 TEST_F(QualificationCacheTest, StaleFingerprintIsRefusedNamingTheDifference) {
   QualificationCache c = cache();
-  c.store(result(fingerprint("NVIDIA H200"), 3664, 1), "00000000000000aa");
-  EXPECT_FALSE(c.find(fingerprint("NVIDIA A100"), "00000000000000aa", shapes(3664)).has_value());
+  c.store_probe(fingerprint("NVIDIA H200"), "00000000000000aa", probe(4101), verdict(true));
+  EXPECT_FALSE(
+      c.find_probe(fingerprint("NVIDIA A100"), "00000000000000aa", probe(4101)).has_value());
   EXPECT_EQ(c.stats().refusals, 1u);
   EXPECT_NE(log.find("stale"), std::string::npos) << log;
   EXPECT_NE(log.find("NVIDIA A100"), std::string::npos) << log;
-  // Qualifying again in the new environment replaces the stale entry.
-  c.store(result(fingerprint("NVIDIA A100"), 3664, 256), "00000000000000aa");
-  auto q = c.find(fingerprint("NVIDIA A100"), "00000000000000aa", shapes(3664));
-  ASSERT_TRUE(q.has_value());
-  EXPECT_EQ(q->m, 256);
+  // Probing again in the new environment replaces the stale entry.
+  c.store_probe(fingerprint("NVIDIA A100"), "00000000000000aa", probe(4101), verdict(false));
+  auto got = c.find_probe(fingerprint("NVIDIA A100"), "00000000000000aa", probe(4101));
+  ASSERT_TRUE(got.has_value());
+  EXPECT_FALSE(got->ok);
   EXPECT_EQ(io::read_json_file(file()).at("entries").size(), 1u);
 }
 
 TEST_F(QualificationCacheTest, TamperedEntryIsRefusedAsCorrupt) {
   const auto fp = fingerprint("NVIDIA H200");
-  cache().store(result(fp, 3664, 64), "00000000000000aa");
+  cache().store_probe(fp, "00000000000000aa", probe(4101), verdict(false));
   io::Json j = io::read_json_file(file());
-  for (auto& [key, e] : j.at("entries").items()) e["result"]["m"] = 1;  // checksum not updated
+  for (auto& [key, e] : j.at("entries").items()) e["result"]["ok"] = true;  // checksum not updated
   std::ofstream(file()) << j.dump();
   QualificationCache c = cache();
-  EXPECT_FALSE(c.find(fp, "00000000000000aa", shapes(3664)).has_value());
+  EXPECT_FALSE(c.find_probe(fp, "00000000000000aa", probe(4101)).has_value());
   EXPECT_EQ(c.stats().refusals, 1u);
   EXPECT_NE(log.find("corrupt"), std::string::npos) << log;
 }
@@ -118,20 +113,20 @@ TEST_F(QualificationCacheTest, CorruptFileIsRefusedAndRewritten) {
   std::ofstream(file()) << "{\"format\": \"sparse3d-qualification-cache\", \"entr";
   const auto fp = fingerprint("NVIDIA H200");
   QualificationCache c = cache();
-  EXPECT_FALSE(c.find(fp, "00000000000000aa", shapes(3664)).has_value());
+  EXPECT_FALSE(c.find_probe(fp, "00000000000000aa", probe(4101)).has_value());
   EXPECT_EQ(c.stats().refusals, 1u);
   EXPECT_NE(log.find("corrupt"), std::string::npos) << log;
-  c.store(result(fp, 3664, 1), "00000000000000aa");
-  EXPECT_TRUE(cache().find(fp, "00000000000000aa", shapes(3664)).has_value());
+  c.store_probe(fp, "00000000000000aa", probe(4101), verdict(true));
+  EXPECT_TRUE(cache().find_probe(fp, "00000000000000aa", probe(4101)).has_value());
 }
 
-TEST_F(QualificationCacheTest, ResultNamingAFailedCandidateIsRefused) {
+TEST_F(QualificationCacheTest, InconsistentVerdictIsRefused) {
   const auto fp = fingerprint("NVIDIA H200");
-  model::Qualification q = result(fp, 3664, 64);
-  q.m = 1;  // M = 1 failed: a result that claims it passed is inconsistent
-  cache().store(q, "00000000000000aa");
+  model::Applicability a = verdict(true);
+  a.reason = "a refusal reason on a verdict that claims to hold";
+  cache().store_probe(fp, "00000000000000aa", probe(4101), a);
   QualificationCache c = cache();
-  EXPECT_FALSE(c.find(fp, "00000000000000aa", shapes(3664)).has_value());
+  EXPECT_FALSE(c.find_probe(fp, "00000000000000aa", probe(4101)).has_value());
   EXPECT_EQ(c.stats().refusals, 1u);
 }
 
@@ -156,8 +151,8 @@ TEST_F(QualificationCacheTest, ProbeVerdictRoundTripsAndIsKeyedByL) {
 TEST_F(QualificationCacheTest, MemoryOnlyCacheWritesNoFile) {
   QualificationCache c("", nullptr);
   const auto fp = fingerprint("NVIDIA H200");
-  c.store(result(fp, 3664, 1), "00000000000000aa");
-  EXPECT_TRUE(c.find(fp, "00000000000000aa", shapes(3664)).has_value());
+  c.store_probe(fp, "00000000000000aa", probe(4101), verdict(true));
+  EXPECT_TRUE(c.find_probe(fp, "00000000000000aa", probe(4101)).has_value());
   EXPECT_EQ(c.file(), "");
   EXPECT_FALSE(fs::exists(file()));
 }

@@ -231,13 +231,22 @@ TEST(SdpaGpu, GraphIsReusedWithinABucket) {
            gpu_vs_cpu(q, k, v, qkv_d, qkv_d, lens, lens, H, D, scale));
   };
   const int64_t before = attention::sdpa_graphs_built();
-  run({100, 37}, 700);  // buckets: q and kv 128
+  run({100, 37}, 700);  // buckets: q and kv the smallest, 65,536
   EXPECT_EQ(attention::sdpa_graphs_built(), before + 1);
   run({120, 50}, 701);  // other token counts, same buckets: no new graph
   run({65, 128}, 702);
+  run({2000, 3001}, 703);
   EXPECT_EQ(attention::sdpa_graphs_built(), before + 1);
-  run({200, 50}, 703);  // bucket 256: one more graph
+  // Past the smallest bucket they double: 65,537 tokens build one more graph (the GPU alone:
+  // a CPU reference at this length takes minutes; long sequences are checked above).
+  const int64_t T = 65537, HD = H * D;
+  Tensor qkv = random_tensor({T, 3 * HD}, DType::BF16, 704).to(Device::CUDA);
+  SeqLayout l = make_seq_layout({static_cast<int32_t>(T)}, Device::CUDA);
+  Tensor out = Tensor::empty({T, HD}, DType::BF16, Device::CUDA);
+  sdpa_varlen(RowView{qkv, 0, T, HD, 3 * HD}, l, RowView{qkv, HD, T, HD, 3 * HD},
+              RowView{qkv, 2 * HD, T, HD, 3 * HD}, l, H, D, scale, out);
   EXPECT_EQ(attention::sdpa_graphs_built(), before + 2);
+  EXPECT_EQ(out.to(Device::CPU).first_non_finite(), -1);
 }
 
 TEST(SdpaGpu, RaggedOffsetsAreBuiltOncePerLayoutAndStride) {

@@ -117,10 +117,12 @@ TEST_F(EngineGpu, SecondEngineWarmFromTheCacheGivesTheSameBits) {
     first = bytes_of(e.sample(request(in, keep)).latent);
     EXPECT_EQ(e.counters().qualifications_run, 1u);
   }
+  // The probe's verdict comes from the cache; the token count is qualified again on the
+  // device (not persisted: a few GEMMs) with the same outcome.
   sparse3d::Engine e(dir + "/tiny.json", options(""));
   EXPECT_EQ(bytes_of(e.sample(request(in, keep)).latent), first);
-  EXPECT_EQ(e.counters().qualifications_run, 0u);
-  EXPECT_EQ(e.counters().qualification_cache_hits, 2u);  // the probe's verdict and the shape
+  EXPECT_EQ(e.counters().qualifications_run, 1u);
+  EXPECT_EQ(e.counters().qualification_cache_hits, 1u);
   EXPECT_TRUE(e.counters().fallbacks.empty());
 }
 

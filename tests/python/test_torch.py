@@ -124,13 +124,52 @@ def test_the_drop_in_follows_the_pipelines_devices(device, tiny_config, tiny_sta
     # exactly, result in the input's dtype.
     vh = model(SparseTensor(noise.half(), coords), t, cond.half())
     assert vh.feats.dtype == torch.float16
-    # low_vram: .cpu() drops the engine (its device memory), the next call builds it again.
+    # low_vram: .cpu() offloads the engine's weights to host memory (on a GPU: the CPU
+    # backend's have no device memory to free), .to() and the next call bring them back: the
+    # same engine, the same bits.
+    engine = model._engine
     model.cpu()
+    assert model._engine is engine
+    assert engine.resident == (device == "cpu")
     if device == "cuda":
-        assert model._engine is None
+        r = engine.residency()
+        assert r["offloads"] == 1 and r["bytes_offloaded"] == r["weight_bytes"]
+        assert r["device_bytes_released"] >= r["weight_bytes"]
+    model.to(device)
     v2 = model(x, t, cond)
     assert torch.equal(v2.feats, v.feats)
+    assert model._engine is engine and engine.resident
+    assert acc.fallbacks() == []
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_warm_up_on_the_pipelines_device_in_low_vram_mode(device, tiny_config, tiny_state_dict,
+                                                         cache_dir, monkeypatch):
+    # The released warm-up sizes take minutes on the CPU backend: scaled down.
+    monkeypatch.setattr(t2, "WARM_UP_TOKENS", 64)
+    monkeypatch.setattr(t2, "COND_TOKENS", {"shape_slat_flow_model_512": 21})
+
+    class Pipeline:
+        pass
+    p = Pipeline()
+    p.models = {"shape_slat_flow_model_512": Original(tiny_config, tiny_state_dict)}
+    p.device = torch.device(device)   # TRELLIS.2's Pipeline.device after .cuda()
+    p.low_vram = True
+    acc = t2.accelerate(p, cache_dir=cache_dir, warm_up=True)
+    model = p.models["shape_slat_flow_model_512"]
+    engine = model._engine
+    assert engine is not None and model.device.type == device
+    assert engine.counters()["requests"] == 1
+    # low_vram keeps a flow model off the GPU between stages: offloaded until its .to().
+    assert engine.resident == (device == "cpu")
     model.to(device)
+    coords, cond, noise = inputs(device, (40, 21), 4)
+    t = torch.full((2,), 800.0, device=device)
+    v = model(SparseTensor(noise, coords), t, cond)
+    assert model._engine is engine and engine.resident
+    assert torch.equal(v.feats, engine_on(device, cache_dir).forward(noise, t, cond, coords=coords))
+    assert t2._device_tuple(torch.device("cuda", 1)) == ("cuda", 1)
+    assert t2._device_tuple(torch.device("cpu")) == ("cpu", 0)
     assert acc.fallbacks() == []
 
 
@@ -155,7 +194,7 @@ def test_a_fallback_brings_the_original_to_the_inputs_and_it_follows_the_pipelin
     assert original.calls == 1 and next(original.parameters()).device.type == "cuda"
     model.cpu()                                                 # the pipeline's low_vram move
     assert next(original.parameters()).device.type == "cpu"
-    assert model._engine is engine                              # release_on_cpu=False keeps it
+    assert model._engine is engine and engine.resident          # release_on_cpu=False keeps it
     assert [f["reason"] for f in acc.fallbacks()] == [
         "keyword arguments the engine does not take: unknown_option"]
 

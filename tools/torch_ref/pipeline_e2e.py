@@ -6,6 +6,19 @@ noise: time and peak memory per stage, and how far each stage's final latent mov
       --json out/e2e.json                                  # the 1.3B release shapes (H200)
   python3 tools/torch_ref/pipeline_e2e.py --tiny --device cpu --trellis2 /tmp/trellis2-src \
       --skip-sparse3d                                      # the original's path, tiny models
+  python3 tools/torch_ref/pipeline_e2e.py --trellis2 .deps/trellis2-src --device cuda \
+      --order service [--low-vram]                         # the service order (below)
+
+Two orders. `--order repeated` (the default): per side, each asset (`--assets`) `--warmup`
+untimed and `--repeat` timed runs, medians. `--order service`, what a user of a fresh
+service waits for: per side, a warm-up asset (`--warmup-tokens`, 2,500 64-grid voxels) once
+-- on the PyTorch side the process's first pipeline run, on the sparse3d side the first run
+after accelerate() (engines built, qualifications run) -- then `--repeat` passes over
+`--service-tokens` assets (default five, 4,000 to 21,000 tokens at the 1024 stages: gyroids
+inside balls of a radius bisected for the count), each asset's first run in pass 1, both
+sides in the same order in one process, with a qualification cache folder of its own, empty
+(unless `--cache-dir`). The table printed last has per stage and in total PyTorch's and
+sparse3d's seconds for the first runs and each asset's pass-1 run, and the geomean speedup.
 
 What runs (pipeline type `1024_cascade`, the default of the released pipeline):
 
@@ -69,14 +82,17 @@ as the pipeline's low_vram mode (its default), inside the timed region.
 """
 import argparse
 import contextlib
+import functools
 import importlib
 import importlib.util
 import json
 import math
 import os
 import platform
+import shutil
 import statistics
 import sys
+import tempfile
 import time
 import types
 
@@ -380,12 +396,21 @@ ASSETS = {
 }
 
 
+def _corners(res):
+    g = np.arange(res + 1) / res - 0.5
+    return np.meshgrid(g, g, g, indexing="ij")
+
+
 def surface_occupancy(f, res=64):
     """bool [res]^3: the cells of a res^3 grid over [-0.5, 0.5]^3 whose corners do not all
     have the same sign of f (the cells the surface f = 0 crosses)."""
-    g = np.arange(res + 1) / res - 0.5
-    x, y, z = np.meshgrid(g, g, g, indexing="ij")
-    positive = f(x, y, z) > 0
+    return crossed_cells(f(*_corners(res)) > 0)
+
+
+def crossed_cells(positive):
+    """bool [res]^3 from the sign of f at the (res + 1)^3 corners: the cells with corners of
+    both signs."""
+    res = positive.shape[0] - 1
     any_pos = np.zeros((res,) * 3, dtype=bool)
     any_neg = np.zeros((res,) * 3, dtype=bool)
     for dx in (0, 1):
@@ -399,7 +424,12 @@ def surface_occupancy(f, res=64):
 
 def asset_coords(name):
     """(coords at 32 int32 [N32, 4], coords at 64 int32 [N64, 4]), batch 0, lexicographic."""
-    occ64 = torch.from_numpy(surface_occupancy(ASSETS[name][0], 64))[None, None]   # [1, 1, 64^3]
+    return coords_of_occupancy(surface_occupancy(ASSETS[name][0], 64))
+
+
+def coords_of_occupancy(occ):
+    """asset_coords of a bool [64]^3 occupancy."""
+    occ64 = torch.from_numpy(occ)[None, None]   # [1, 1, 64^3]
     # The structure decoder's occupancy reduced to the 32 grid as sample_sparse_structure does.
     occ32 = F.max_pool3d(occ64.float(), 2, 2, 0) > 0.5
     coords32 = torch.argwhere(occ32)[:, [0, 2, 3, 4]].int()
@@ -408,6 +438,63 @@ def asset_coords(name):
     assert torch.equal(torch.unique(coords64[:, 1:] // 2, dim=0), coords32[:, 1:]), \
         "the 64-grid voxels' parents are the 32-grid voxels"
     return coords32, coords64
+
+
+# The service order's assets: gyroids (3 periods) inside balls whose radius is set, by
+# bisection, for a given number of 64-grid voxels (the 1024 stages' tokens): the count grows
+# with the radius (about as its cube), so distinct targets give distinct assets.
+SERVICE_TOKENS = (4000, 7000, 10500, 15000, 21000)
+SERVICE_WARMUP_TOKENS = 2500
+TINY_SERVICE_TOKENS = (300, 600, 900, 1200, 1500)
+TINY_SERVICE_WARMUP_TOKENS = 200
+
+
+@functools.lru_cache(maxsize=2)
+def _gyroid_and_distance(res, periods):
+    x, y, z = _corners(res)
+    k = 2.0 * np.pi * periods
+    gyroid = (np.sin(k * x) * np.cos(k * y) + np.sin(k * y) * np.cos(k * z)
+              + np.sin(k * z) * np.cos(k * x))
+    return gyroid, np.sqrt(x * x + y * y + z * z)
+
+
+def _gyroid_ball_voxels(target, res=64, periods=3.0):
+    """(occupancy, radius, shape text) with the voxel count nearest `target` found by 40
+    bisection steps on the ball's radius."""
+    gyroid, dist = _gyroid_and_distance(res, periods)
+
+    def occ(radius):
+        return crossed_cells(np.maximum(gyroid, dist - radius) > 0)
+    lo, hi = 0.01, 0.5
+    best = None
+    for _ in range(40):
+        mid = 0.5 * (lo + hi)
+        o = occ(mid)
+        n = int(o.sum())
+        if best is None or abs(n - target) < abs(best[0] - target):
+            best = (n, mid, o)
+        if n < target:
+            lo = mid
+        else:
+            hi = mid
+    n, radius, o = best
+    return o, radius, f"gyroid ({periods:g} periods) inside a ball of radius {radius:.4f}"
+
+
+def service_assets(targets, warmup):
+    """{name: asset} in service order: the warm-up asset ("warm-up", `warmup` voxels), then
+    one per target, named by its 64-grid token count; distinct counts are required."""
+    out = {}
+    for label, target in [("warm-up", warmup)] + [(None, t) for t in targets]:
+        occ, _, shape = _gyroid_ball_voxels(target)
+        c32, c64 = coords_of_occupancy(occ)
+        name = label or f"n{c64.shape[0]}"
+        counts = [a["coords64"].shape[0] for a in out.values()]
+        if name in out or c64.shape[0] in counts:
+            raise SystemExit(f"--service-tokens: {target} gives {c64.shape[0]} tokens, as an "
+                             "earlier asset does; give distinct, more widely spaced counts")
+        out[name] = {"coords32": c32, "coords64": c64, "shape": shape}
+    return out
 
 
 # ---------------------------------------------------------------------------------------
@@ -651,6 +738,88 @@ def run_side(label, pl, assets, conds, args, acc=None):
     return out, fallbacks
 
 
+def run_service_side(label, pl, assets, conds, args, acc=None):
+    """The service order on one side: the warm-up asset (the first of `assets`) `args.warmup`
+    times, the side's first pipeline runs (on PyTorch the process's first, on sparse3d the
+    first after accelerate()), then `args.repeat` passes over the other assets in order, the
+    first pass each asset's first run on the side. Returns what run_side returns."""
+    meter = Meter(args.device, acc)
+    names = list(assets)
+    order = [(names[0], True)] * args.warmup + \
+        [(n, False) for _ in range(args.repeat) for n in names[1:]]
+    out = {n: {"runs": []} for n in names}
+    for name, warm in order:
+        seed = args.seed * 1000 + names.index(name) * 10
+        t0 = time.perf_counter()
+        recs, latents = run_once(pl, assets[name], conds, meter, acc, seed)
+        wall = time.perf_counter() - t0
+        out[name]["runs"].append({"warmup": warm, "wall_seconds": wall, "stages": recs})
+        out[name]["latents"] = latents
+        stages = "  ".join(f"{k} {v['seconds']:.3f}s [{v['ran_on']}]" for k, v in recs.items())
+        kind = "first run (warm-up)" if warm and len(out[name]["runs"]) == 1 else \
+            "warm-up" if warm else f"pass {len(out[name]['runs'])}"
+        print(f"[{label}] {name} {kind}: {wall:.3f} s: {stages}", flush=True)
+    for v in out.values():
+        v["latent_stats"] = {k: {"finite": bool(torch.isfinite(t).all()),
+                                 "rms": float(t.double().pow(2).mean().sqrt()),
+                                 "shape": list(t.shape)} for k, t in v["latents"].items()}
+    return out, meter.finish()
+
+
+def service_firsts(side):
+    """{asset: its first run on the side}: the warm-up asset's first warm-up run, every other
+    asset's first pass."""
+    firsts = {}
+    for name, v in side.items():
+        runs = v["runs"]
+        timed = [r for r in runs if not r["warmup"]]
+        firsts[name] = (timed or runs)[0]
+    return firsts
+
+
+def service_rows(result):
+    """The service order's table: the first run of each side (PyTorch's first pipeline run of
+    the process, sparse3d's first after accelerate()), then each asset's first run, per stage
+    and in total (the stages' sum), and the geometric mean of the assets' total speedups."""
+    sv = result["service"]
+    pt, s3 = sv["pytorch"], sv.get("sparse3d")
+    rows = []
+    for name in [sv["warmup_asset"]] + sv["order"]:
+        a, b = pt[name], (s3 or {}).get(name)
+        stages = {st: (a["stages"][st]["seconds"], b["stages"][st]["seconds"] if b else None)
+                  for st, *_ in STAGES}
+        total_pt = sum(v[0] for v in stages.values())
+        total_s3 = sum(v[1] for v in stages.values()) if b else None
+        rows.append({"asset": name, "tokens": result["assets"][name]["tokens"]["shape_1024"],
+                     "first_run": name == sv["warmup_asset"], "stages": stages,
+                     "total_pytorch": total_pt, "total_sparse3d": total_s3,
+                     "speedup": total_pt / total_s3 if total_s3 else None})
+    speedups = [r["speedup"] for r in rows if not r["first_run"] and r["speedup"]]
+    rows.append({"asset": "geomean", "tokens": None, "first_run": False, "stages": None,
+                 "total_pytorch": None, "total_sparse3d": None,
+                 "speedup": math.exp(statistics.fmean(math.log(v) for v in speedups))
+                 if speedups else None})
+    return rows
+
+
+def service_table(rows, title=""):
+    def pair(p, q):
+        return f"{_fmt_s(p)}/{_fmt_s(q)}"
+    head = (f"{'asset':21} {'tokens':>7} " + " ".join(f"{st:>13}" for st, *_ in STAGES)
+            + f" {'total':>15} {'speedup':>8}")
+    lines = ([title] if title else []) + \
+        [head, f"{'':21} {'1024':>7} {'seconds, PyTorch/sparse3d':>55}", "-" * len(head)]
+    for r in rows:
+        label = f"{r['asset']} (first run)" if r["first_run"] else r["asset"]
+        tokens = "" if r["tokens"] is None else str(r["tokens"])
+        stages = " ".join(f"{pair(*r['stages'][st]):>13}" if r["stages"] else f"{'':>13}"
+                          for st, *_ in STAGES)
+        total = pair(r["total_pytorch"], r["total_sparse3d"]) if r["stages"] else ""
+        speedup = "-" if r["speedup"] is None else f"{r['speedup']:.2f}x"
+        lines.append(f"{label:21} {tokens:>7} {stages} {total:>15} {speedup:>8}")
+    return "\n".join(lines)
+
+
 def _median_stage(runs, stage, key):
     vals = [r["stages"][stage].get(key) for r in runs if not r["warmup"]]
     vals = [v for v in vals if v is not None]
@@ -782,8 +951,11 @@ def table(rows):
     return "\n".join(lines)
 
 
-def sparse3d_side(sparse3d, pl, models, assets, conds, torch_side, a, result, problems):
-    """accelerate() on the pipeline, then the same runs; fills result and problems."""
+def sparse3d_side(sparse3d, pl, models, assets, conds, torch_side, a, result, problems,
+                  runner=None):
+    """accelerate() on the pipeline, then the same runs (`runner`: run_side, or
+    run_service_side in the service order); fills result and problems."""
+    runner = runner or run_side
     print(f"== sparse3d {sparse3d.__version__} ({sparse3d.__file__})", flush=True)
     origin = installed_vs_tree(sparse3d)
     print(f"sparse3d/trellis2.py: {origin}", flush=True)
@@ -792,7 +964,10 @@ def sparse3d_side(sparse3d, pl, models, assets, conds, torch_side, a, result, pr
     options = {}
     if a.cache_dir:
         options["cache_dir"] = a.cache_dir
+    t0 = time.perf_counter()
     acc = sparse3d.trellis2.accelerate(pl, path=a.path, **options)
+    result["sparse3d"]["accelerate_seconds"] = time.perf_counter() - t0
+    print(f"accelerate(): {result['sparse3d']['accelerate_seconds']:.2f} s", flush=True)
     status, sampler_status = acceleration_status(acc, sparse3d)
     result["sparse3d"].update(path=a.path or sparse3d.default_path(), models=status,
                               samplers=sampler_status)
@@ -811,7 +986,7 @@ def sparse3d_side(sparse3d, pl, models, assets, conds, torch_side, a, result, pr
             models[key].cpu()        # the engines hold the weights now
         if torch.device(a.device).type == "cuda":
             torch.cuda.empty_cache()
-    s3d, engine_fallbacks = run_side("sparse3d", pl, assets, conds, a, acc)
+    s3d, engine_fallbacks = runner("sparse3d", pl, assets, conds, a, acc)
     result["sides"]["sparse3d"] = {k: {"runs": v["runs"], "latent_stats": v["latent_stats"]}
                                    for k, v in s3d.items()}
     result["sparse3d"].update(report=acc.report(), fallbacks=acc.fallbacks(),
@@ -840,11 +1015,27 @@ def main():
     p.add_argument("--tiny", action="store_true",
                    help="tiny configs (width 32, 2 blocks), short conditions, the tiny asset: "
                         "a CPU check")
+    p.add_argument("--order", choices=("repeated", "service"), default="repeated",
+                   help="repeated: per side, each asset --warmup + --repeat times; service: "
+                   "per side, a warm-up asset --warmup times (the side's first run), then "
+                   "--repeat passes over the --service-tokens assets in order (the first pass: "
+                   "each asset's first run), with a fresh qualification cache unless "
+                   "--cache-dir is given")
     p.add_argument("--assets", nargs="+", choices=sorted(ASSETS), default=None,
-                   help="default: small large (tiny with --tiny)")
+                   help="--order repeated: default small large (tiny with --tiny)")
+    p.add_argument("--service-tokens", type=int, nargs="+", default=None,
+                   help="--order service: 64-grid (1024-stage) token counts of the assets, "
+                   f"gyroid balls (default {' '.join(map(str, SERVICE_TOKENS))}; with --tiny "
+                   f"{' '.join(map(str, TINY_SERVICE_TOKENS))})")
+    p.add_argument("--warmup-tokens", type=int, default=None,
+                   help="--order service: the warm-up asset's 64-grid token count (default "
+                   f"{SERVICE_WARMUP_TOKENS}; {TINY_SERVICE_WARMUP_TOKENS} with --tiny)")
     p.add_argument("--warmup", type=int, default=None,
-                   help="untimed runs per side and asset (default 1; 0 with --tiny)")
-    p.add_argument("--repeat", type=int, default=1, help="timed runs per side and asset (median)")
+                   help="untimed runs per side and asset (default 1; 0 with --tiny); --order "
+                   "service: runs of the warm-up asset (default 1, at least 1)")
+    p.add_argument("--repeat", type=int, default=1,
+                   help="timed runs per side and asset (median); --order service: passes over "
+                   "the assets")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--skip-sparse3d", action="store_true", help="the original side only")
     p.add_argument("--path", default=None, help="sparse3d execution path (default: its fastest)")
@@ -860,9 +1051,21 @@ def main():
     p.add_argument("--json", default=None, help="write the full result here")
     p.add_argument("--table", default=None, help="write the table here too")
     a = p.parse_args()
+    service = a.order == "service"
     assets_wanted = a.assets or (["tiny"] if a.tiny else ["small", "large"])
     if a.warmup is None:
-        a.warmup = 0 if a.tiny else 1
+        a.warmup = 0 if a.tiny and not service else 1
+    if service:
+        a.service_tokens = a.service_tokens or list(TINY_SERVICE_TOKENS if a.tiny
+                                                    else SERVICE_TOKENS)
+        if a.warmup_tokens is None:
+            a.warmup_tokens = TINY_SERVICE_WARMUP_TOKENS if a.tiny else SERVICE_WARMUP_TOKENS
+        if a.warmup < 1 or a.repeat < 1:
+            raise SystemExit("--order service needs --warmup >= 1 (the first run) and "
+                             "--repeat >= 1 (the passes)")
+        if a.assets:
+            raise SystemExit("--assets names --order repeated's assets; --order service "
+                             "takes --service-tokens")
     device = torch.device(a.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise SystemExit("--device cuda: no CUDA device")
@@ -889,14 +1092,29 @@ def main():
                              "the original side only)")
 
     # Inputs.
-    assets = {}
-    for name in assets_wanted:
-        c32, c64 = asset_coords(name)
-        assets[name] = {"coords32": c32, "coords64": c64, "shape": ASSETS[name][1],
-                        "tokens": {"structure": 16 ** 3, "shape_512": int(c32.shape[0]),
-                                   "shape_1024": int(c64.shape[0]), "texture": int(c64.shape[0])}}
-        print(f"asset {name} ({ASSETS[name][1]}): {c32.shape[0]} tokens at 32, "
+    if service:
+        assets = service_assets(a.service_tokens, a.warmup_tokens)
+    else:
+        assets = {}
+        for name in assets_wanted:
+            c32, c64 = asset_coords(name)
+            assets[name] = {"coords32": c32, "coords64": c64, "shape": ASSETS[name][1]}
+    for name, asset in assets.items():
+        c32, c64 = asset["coords32"], asset["coords64"]
+        asset["tokens"] = {"structure": 16 ** 3, "shape_512": int(c32.shape[0]),
+                           "shape_1024": int(c64.shape[0]), "texture": int(c64.shape[0])}
+        print(f"asset {name} ({asset['shape']}): {c32.shape[0]} tokens at 32, "
               f"{c64.shape[0]} at 64", flush=True)
+    # The service order measures first runs: a qualification cache of its own, empty.
+    scratch_cache = None
+    cache_files_at_start = None
+    if service and not a.skip_sparse3d:
+        if a.cache_dir is None:
+            scratch_cache = a.cache_dir = tempfile.mkdtemp(prefix="s3d-e2e-cache-")
+        cache_files_at_start = sum(len(f) for _, _, f in os.walk(a.cache_dir))
+        if cache_files_at_start:
+            print(f"WARNING: --cache-dir {a.cache_dir} holds {cache_files_at_start} files: "
+                  "the sparse3d side's first runs may restore qualifications", flush=True)
     cond_channels = TINY_OVERRIDES["cond_channels"] if a.tiny else COND_CHANNELS
     conds = {}
     for px, seed in ((512, 11), (1024, 12)):
@@ -946,7 +1164,8 @@ def main():
 
     # The original side.
     print("== PyTorch (TRELLIS.2's own modules and samplers)", flush=True)
-    torch_side, _ = run_side("pytorch", pl, assets, conds, a)
+    runner = run_service_side if service else run_side
+    torch_side, _ = runner("pytorch", pl, assets, conds, a)
     result["sides"]["pytorch"] = {k: {"runs": v["runs"], "latent_stats": v["latent_stats"]}
                                   for k, v in torch_side.items()}
 
@@ -955,7 +1174,8 @@ def main():
     rc = 0
     if sparse3d is not None:
         try:
-            sparse3d_side(sparse3d, pl, models, assets, conds, torch_side, a, result, problems)
+            sparse3d_side(sparse3d, pl, models, assets, conds, torch_side, a, result, problems,
+                          runner)
         except Exception as e:  # noqa: BLE001 - keep the PyTorch side's results
             import traceback
             traceback.print_exc()
@@ -977,6 +1197,23 @@ def main():
     rows = summarise(result)
     result["table"] = rows
     text = table(rows)
+    if service:
+        names = list(assets)
+        result["service"] = {
+            "warmup_asset": names[0], "order": names[1:], "passes": a.repeat,
+            "low_vram": a.low_vram, "cache_dir": a.cache_dir,
+            "cache_files_at_start": cache_files_at_start,
+            "pytorch": service_firsts(result["sides"]["pytorch"])}
+        if "sparse3d" in result["sides"]:
+            result["service"]["sparse3d"] = service_firsts(result["sides"]["sparse3d"])
+        result["service"]["rows"] = service_rows(result)
+        full, text = text, service_table(
+            result["service"]["rows"],
+            f"service order, low_vram {'on' if a.low_vram else 'off'}: the first run of each "
+            "side, then each asset's first run (pass 1)")
+        print(full)
+        if scratch_cache:
+            shutil.rmtree(scratch_cache, ignore_errors=True)
     if a.json:
         os.makedirs(os.path.dirname(os.path.abspath(a.json)), exist_ok=True)
         with open(a.json, "w") as f:

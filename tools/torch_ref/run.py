@@ -52,9 +52,20 @@ def build_parser():
     p.add_argument("--time", action="store_true",
                    help="print per-step and total device-synchronised wall time")
     p.add_argument("--warmup", type=int, default=0,
-                   help="untimed runs of the first group before the real ones (benchmarking)")
+                   help="untimed runs of the first group before the real ones (benchmarking); "
+                   "with --service, of the warm-up request")
     p.add_argument("--repeat", type=int, default=1,
-                   help="denoise each group N times (timing spread); outputs from the last")
+                   help="denoise each group N times (timing spread); outputs from the last "
+                   "(0 with --service: the first calls only)")
+    p.add_argument("--service", action="store_true",
+                   help="the bench's service protocol: the warm-up runs a request at a token "
+                   "count no asset has (--warmup-tokens; a dense model: two copies of the "
+                   "first asset in one request), then every group once in order, timed as "
+                   "its whole call (first_seconds in --timing-json), then the --repeat runs")
+    p.add_argument("--warmup-tokens", type=int, default=0,
+                   help="--service: the warm-up request's tokens, the first ones of the "
+                   "largest asset with the first asset's condition (0: 3/4 of the smallest "
+                   "asset's count, moved off any asset's count, as `sparse3d bench` picks)")
     p.add_argument("--timing-json", default=None,
                    help="write per-asset loop times (every repeat, per step) to this JSON file")
     p.add_argument("--quiet", action="store_true", help="no per-step progress lines")
@@ -113,6 +124,51 @@ def pack_group(assets, cfg, device, is_dense=False):
     cond = torch.stack([a["cond"].to(cond_dtype) for a in assets])
     return (torch.cat(coords).to(device), torch.cat(noise).to(device), cond.to(device),
             torch.cat(concat).to(device) if concat else None)
+
+
+def service_warmup_tokens(asset_tokens, requested, grid_cells):
+    """`sparse3d bench`'s choice (bench/runner.h service_warmup_tokens): `requested` when > 0
+    (not an asset's count, at most the grid's cells), else 3/4 of the smallest asset's
+    count, moved up past any asset's count when that is 0 or taken."""
+    taken = set(asset_tokens)
+    if requested < 0:
+        raise ValueError(f"--warmup-tokens must be >= 0, got {requested}")
+    if requested > 0:
+        if requested in taken:
+            raise ValueError(f"--warmup-tokens {requested}: an asset has that many tokens; the "
+                             "warm-up request must be at a token count outside the asset set")
+        if requested > grid_cells:
+            raise ValueError(f"--warmup-tokens {requested}: the grid has {grid_cells} cells")
+        return requested
+    for n in range(max(1, min(asset_tokens) * 3 // 4), max(grid_cells, max(asset_tokens)) + 1):
+        if n not in taken:
+            return n
+    raise ValueError(f"every token count up to the grid's {grid_cells} is an asset's; the "
+                     "service protocol's warm-up request needs one outside the set")
+
+
+def service_warmup_group(manifest, entries, requested, is_dense):
+    """(assets of the warm-up request, its description), `sparse3d bench`'s engine warm-up:
+    the first asset's condition with the first N tokens of the largest asset (the first of
+    equals) or, for more, the grid's first N voxels in raster order (zero concat_cond); for a
+    dense model (whole grids only) two copies of the first asset."""
+    first = io_formats.read_asset(manifest, entries[0])
+    if is_dense:
+        return [first, first], f"2 copies of {first['name']} in one request"
+    grid = manifest["grid"]
+    n = service_warmup_tokens([e["tokens"] for e in entries], requested, grid ** 3)
+    big = io_formats.read_asset(manifest, max(entries, key=lambda e: e["tokens"]))
+    concat = big["concat_cond"]
+    if n < big["coords"].shape[0]:
+        part = dict(big, name=f"{big['name']}[:{n}]", coords=big["coords"][:n],
+                    concat_cond=None if concat is None else concat[:n])
+        what = f"the first {n} tokens of {big['name']}"
+    else:
+        part = dict(big, name=f"raster-{n}", coords=dense.dense_coords(1, grid)[:n],
+                    concat_cond=None if concat is None
+                    else torch.zeros(n, concat.shape[1], dtype=concat.dtype))
+        what = f"the grid's first {n} voxels in raster order"
+    return [dict(part, cond=first["cond"])], what
 
 
 def check_compatible(cfg, manifest, is_dense=False):
@@ -273,6 +329,11 @@ def run(argv=None, log=print):
     device = torch.device(a.device)
     if a.attn == "varlen" and device.type != "cuda":
         raise SystemExit("--attn varlen needs a CUDA device (flash varlen attention)")
+    if a.service and a.compile != "none":
+        raise SystemExit("--service with --compile: a compiled run compiles every group in "
+                         "its warm-up, so it has no first calls to time")
+    if a.repeat < (0 if a.service else 1):
+        raise SystemExit(f"--repeat {a.repeat}: must be >= 1 (>= 0 with --service)")
     cfg, model = load_model(a.checkpoint, device)
     manifest = io_formats.read_manifest(a.manifest)
     is_dense = isinstance(model, dense.SparseStructureFlowModel)
@@ -315,55 +376,92 @@ def run(argv=None, log=print):
     return results
 
 
-def write_timing(a, device, settings, results, compile_info=None):
+def write_timing(a, device, settings, results, compile_info=None, warmup_request=None):
     doc = {"torch": torch.__version__, "device": str(device),
            "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
            "settings": vars(settings), "sdpa_backend": a.sdpa_backend,
-           "warmup": a.warmup, "assets": results}
+           "warmup": a.warmup, "protocol": "service" if a.service else "repeated",
+           "assets": results}
+    if warmup_request is not None:
+        doc["warmup_request"] = warmup_request
     if compile_info is not None:
         doc["compile"] = compile_info
     with open(a.timing_json, "w") as f:
         json.dump(doc, f, indent=1)
 
 
+def _sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def whole_call(device, fn):
+    """(fn(), seconds): host wall time of the whole call, the device synchronised before and
+    after (sample()'s own total_seconds leaves out its set-up)."""
+    _sync(device)
+    t0 = time.perf_counter()
+    out = fn()
+    _sync(device)
+    return out, time.perf_counter() - t0
+
+
 def _run_groups(a, cfg, model, manifest, entries, settings, device, log, comp=None,
                 results=None):
     groups = [entries] if a.batch_assets else [[e] for e in entries]
     progress = None if a.quiet else log
-    if comp is None:
-        warm_groups = [groups[0]] * a.warmup
+    is_dense = isinstance(model, dense.SparseStructureFlowModel)
+    warmup_request = None
+    if a.service:   # the warm-up at a token count no asset has (--service excludes --compile)
+        warm_assets, warmup_request = service_warmup_group(manifest, entries, a.warmup_tokens,
+                                                           is_dense)
+        warm_groups = [warm_assets] * a.warmup
+        call = lambda stage, fn: fn()   # noqa: E731
+    elif comp is None:
+        warm_groups = [[io_formats.read_asset(manifest, e) for e in groups[0]]] * a.warmup
         call = lambda stage, fn: fn()   # noqa: E731
     else:   # every group once (compiles, and recompiles if a shape needs one), then as eager
-        warm_groups = groups + [groups[0]] * max(0, a.warmup - 1)
+        warm_groups = [[io_formats.read_asset(manifest, e) for e in g] for g in groups] + \
+            [[io_formats.read_asset(manifest, e) for e in groups[0]]] * max(0, a.warmup - 1)
         call = comp.call
     for w, group in enumerate(warm_groups):
-        coords, noise, cond, concat = pack_group(
-            [io_formats.read_asset(manifest, e) for e in group], cfg, device,
-            isinstance(model, dense.SparseStructureFlowModel))
+        coords, noise, cond, concat = pack_group(group, cfg, device, is_dense)
         call("first_call" if w == 0 else "warmup",
              lambda: sample(model, noise, coords, cond, concat, settings, progress=None))
-        log(f"warm-up {w + 1}/{len(warm_groups)} done")
+        log(f"warm-up {w + 1}/{len(warm_groups)} done"
+            + (f" ({warmup_request})" if warmup_request else ""))
     if comp is not None:
         comp.mark_timed()
+    # The service protocol: every group's first call, in order, before any repeat.
+    first = {}
+    for gi, group in enumerate(groups if a.service else []):
+        assets = [io_formats.read_asset(manifest, e) for e in group]
+        coords, noise, cond, concat = pack_group(assets, cfg, device, is_dense)
+        res, seconds = whole_call(device, lambda: sample(model, noise, coords, cond, concat,
+                                                         settings, progress=None))
+        first[gi] = (res, seconds)
+        names = ", ".join(f"{x['name']} ({x['coords'].shape[0]} tokens)" for x in assets)
+        log(f"first call {names}: {seconds * 1e3:.1f} ms")
     results = {} if results is None else results
     nonfinite = []
-    for group in groups:
+    for gi, group in enumerate(groups):
         assets = [io_formats.read_asset(manifest, e) for e in group]
-        coords, noise, cond, concat = pack_group(
-            assets, cfg, device, isinstance(model, dense.SparseStructureFlowModel))
+        coords, noise, cond, concat = pack_group(assets, cfg, device, is_dense)
         names = ", ".join(f"{x['name']} ({x['coords'].shape[0]} tokens)" for x in assets)
         log(f"denoising {names}")
-        totals, per_step = [], []
+        totals, per_step, calls = [], [], []
         # Peak memory over the timed repeats, from the allocator's own counters: bytes in
         # tensors (max_memory_allocated, the model's weights included) and bytes reserved.
         if device.type == "cuda":
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
-        for _ in range(max(1, a.repeat)):
-            res = call("timed", lambda: sample(model, noise, coords, cond, concat, settings,
-                                               progress=progress))
+        res = first[gi][0] if gi in first else None
+        for _ in range(a.repeat if a.service else max(1, a.repeat)):
+            res, seconds = whole_call(device, lambda: call(
+                "timed", lambda: sample(model, noise, coords, cond, concat, settings,
+                                        progress=progress)))
             totals.append(res["total_seconds"])
             per_step.append(res["step_seconds"])
+            calls.append(seconds)
             if a.time:
                 steps = " ".join(f"{s * 1e3:.1f}" for s in res["step_seconds"])
                 log(f"time {names}: total {res['total_seconds'] * 1e3:.1f} ms; "
@@ -387,8 +485,11 @@ def _run_groups(a, cfg, model, manifest, entries, settings, device, log, comp=No
                 nonfinite.append(f"{x['name']} {bad}")
                 log(f"WARNING {x['name']}: non-finite values in {bad}")
             results[x["name"]] = {"tokens": T, "batch": [y["name"] for y in assets],
-                                  "total_seconds": totals, "step_seconds": per_step}
-            if device.type == "cuda":
+                                  "total_seconds": totals, "step_seconds": per_step,
+                                  "call_seconds": calls}
+            if gi in first:
+                results[x["name"]]["first_seconds"] = first[gi][1]
+            if device.type == "cuda" and totals:
                 results[x["name"]].update(
                     peak_allocated_bytes=int(torch.cuda.max_memory_allocated()),
                     peak_reserved_bytes=int(torch.cuda.max_memory_reserved()))
@@ -401,7 +502,7 @@ def _run_groups(a, cfg, model, manifest, entries, settings, device, log, comp=No
         compile_info = comp.finish(nonfinite)
         log(f"compile: {json.dumps(compile_info)}")
     if a.timing_json:
-        write_timing(a, device, settings, results, compile_info)
+        write_timing(a, device, settings, results, compile_info, warmup_request)
         log(f"wrote {a.timing_json}")
     return results
 
