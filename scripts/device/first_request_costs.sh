@@ -6,14 +6,14 @@
 # nothing may be qualified). Each request prints its whole-call time, the null-context time
 # and the work done once per new shape (cuDNN graphs, cuBLASLt plans, device blocks).
 # Optional first: the GPU tests named by TESTS (a gtest filter; empty to skip).
-# Environment: RUNS ("beyond fast beyond@65536": PATH or PATH@B, B the smallest cuDNN
-# sequence-length bucket, SPARSE3D_SDPA_MIN_BUCKET), TESTS, SAMPLER (released).
+# Environment: RUNS ("beyond fast": PATH or PATH@B, B the smallest cuDNN sequence-length
+# bucket, SPARSE3D_SDPA_MIN_BUCKET; default the engine's), TESTS, SAMPLER (released).
 # Writes $OUT/first_request_<path>.log, $OUT/first_request.txt; prints the table last.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/device/env.sh
 source scripts/device/prepare_model.sh
-RUNS=${RUNS:-"beyond fast beyond@65536"}
+RUNS=${RUNS:-"beyond fast"}
 if [ -n "${TESTS:-}" ]; then
   $BIN/sparse3d_gpu_tests --gtest_filter="$TESTS" > "$OUT/gpu_tests.log" 2>&1
   echo "gpu tests ($TESTS) exit $?: $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/gpu_tests.log" | tr '\n' ' ')"
@@ -26,10 +26,11 @@ assets=(--asset "$WARM")
 for a in $DEFAULT_ASSETS; do assets+=(--asset "$a" --asset "$a"); done
 table=$OUT/first_request.txt; : > "$table"
 for run in $RUNS; do
-  p=${run%@*}; bucket=64; [ "$run" != "$p" ] && bucket=${run#*@}
+  p=${run%@*}; bucket=default; [ "$run" != "$p" ] && bucket=${run#*@}
+  env_bucket=(); [ "$bucket" != default ] && env_bucket=(SPARSE3D_SDPA_MIN_BUCKET=$bucket)
   log=$OUT/first_request_$p-$bucket.log
   rm -rf /tmp/s3d-fr-cache
-  SPARSE3D_SDPA_MIN_BUCKET=$bucket timeout 500 $BIN/sparse3d run --checkpoint $W/shape.json --manifest $W/pl/manifest.json \
+  env "${env_bucket[@]}" timeout 500 $BIN/sparse3d run --checkpoint $W/shape.json --manifest $W/pl/manifest.json \
     --path "$p" --sampler "${SAMPLER:-released}" --cache-dir /tmp/s3d-fr-cache --out /tmp/fr-out \
     "${assets[@]}" > "$log" 2>&1
   echo "run $p (smallest attention bucket $bucket) exit $?" >> "$table"
