@@ -27,7 +27,7 @@ enum class DeviceChoice : uint8_t { Auto, CUDA, CPU };
 
 struct EngineOptions {
   // Execution path (a spec such as "beyond-cuda_graphs") and edits. Empty: the fastest
-  // path whose contracts hold, default_path() (beyond); on the CPU backend without
+  // path whose contracts hold, default_path() (fast); on the CPU backend without
   // cuda_graphs, which it has no use for.
   std::string path;
   std::vector<Flag> enable, disable;

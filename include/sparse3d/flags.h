@@ -95,7 +95,7 @@ struct PathInfo {
   FlagSet flags;          // on in this path
 };
 
-// Every execution path, from the reference (pure_eager) to the fastest (beyond).
+// Every execution path, from the reference (pure_eager) to the fastest (fast).
 const std::vector<PathInfo>& execution_paths();
 // The fastest path whose contracts hold on a GPU (what `sparse3d run` uses by default).
 std::string_view default_path();

@@ -175,7 +175,7 @@ class Engine:
     """One model loaded once; requests run on it one at a time (see docs/PYTHON.md).
 
     checkpoint: a TRELLIS.2 NAME.json (NAME.safetensors beside it). path: an execution path
-    such as "beyond" (default: the fastest whose contracts hold) or "pure_eager" (the
+    such as "fast" (default: the fastest whose contracts hold) or "pure_eager" (the
     reference); "beyond-cuda_graphs" edits one. device: "auto" (the GPU when there is one),
     "cuda" or "cpu". log: a callable receiving start-up lines (qualifications, cache hits).
     """

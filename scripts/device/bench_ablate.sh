@@ -9,7 +9,7 @@ source scripts/device/prepare_model.sh
 nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu \
   --format=csv -lms 1000 > "$OUT/clocks.csv" 2>&1 &
 smi=$!
-$BIN/sparse3d bench --checkpoint $W/shape.json --manifest $W/pl/manifest.json \
+$BIN/sparse3d bench --protocol repeated --checkpoint $W/shape.json --manifest $W/pl/manifest.json \
   --assets $SMALL $MID $LARGE --paths pure_eager+batched_cfg --ablate --repeats 3 --warmup 1 \
   --no-torch --out "$OUT" --stem bench-ablate > "$OUT/bench-ablate.log" 2>&1
 echo "bench exit $?"

@@ -26,7 +26,7 @@ ids = {r[head.index("ID")] for r in body}
 eng = re.search(r"launches in the whole process: (\d+)", open(sys.argv[2]).read())
 print(f"ncu kernels in the whole process: {len(ids)}; engine launch counter: {eng.group(1) if eng else '?'}")
 PY
-$BIN/sparse3d bench --checkpoint $W/shape.json --manifest $W/pl/manifest.json --assets default \
+$BIN/sparse3d bench --protocol repeated --checkpoint $W/shape.json --manifest $W/pl/manifest.json --assets default \
   --paths pure_eager --repeats 3 --warmup 1 --no-torch --out "$OUT" --stem bench-engine \
   > "$OUT/bench-engine.log" 2>&1
 echo "bench exit $?"

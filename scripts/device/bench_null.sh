@@ -10,7 +10,7 @@ source scripts/device/prepare_model.sh
 export SPARSE3D_FULL_CKPT=$W/shape.json SPARSE3D_FULL_MANIFEST=$W/pl/manifest.json SPARSE3D_FULL_STEPS=15
 timeout 150 $BIN/sparse3d_gpu_tests --gtest_filter='EpilogueFullGpu.*' > "$OUT/epilogue_full.log" 2>&1
 echo "epilogue full exit $?"; grep -E "over every|\[ model|FAILED|Failure" "$OUT/epilogue_full.log" | head -12
-$BIN/sparse3d bench --checkpoint $W/shape.json --manifest $W/pl/manifest.json --assets default \
+$BIN/sparse3d bench --protocol repeated --checkpoint $W/shape.json --manifest $W/pl/manifest.json --assets default \
   --paths pure_eager prior_exact_null canonical_cache_null canonical_cache_null+cond_kv_cache \
   --repeats 2 --warmup 1 --instrument-steps 1 --no-torch --out "$OUT" --stem null-context \
   > "$OUT/bench-null.log" 2>&1

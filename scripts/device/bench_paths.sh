@@ -10,7 +10,7 @@ source scripts/device/prepare_model.sh
 PATHS=${PATHS:-"pure_eager beyond"}
 STEM=${STEM:-library-bench}
 $BIN/sparse3d info > "$OUT/fingerprint.txt" 2>&1
-timeout ${BENCH_TIMEOUT:-460} $BIN/sparse3d bench --checkpoint $W/shape.json --manifest $W/pl/manifest.json \
+timeout ${BENCH_TIMEOUT:-460} $BIN/sparse3d bench --protocol repeated --checkpoint $W/shape.json --manifest $W/pl/manifest.json \
   --assets default --paths $PATHS --repeats 2 --warmup 1 --instrument-steps 1 --no-torch \
   --out "$OUT" --stem $STEM > "$OUT/bench.log" 2>&1
 echo "bench exit $?"

@@ -6,7 +6,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/device/env.sh
 source scripts/device/prepare_model.sh
-timeout $((410 - SECONDS)) $BIN/sparse3d bench --checkpoint $W/shape.json --manifest $W/pl/manifest.json \
+timeout $((410 - SECONDS)) $BIN/sparse3d bench --protocol repeated --checkpoint $W/shape.json --manifest $W/pl/manifest.json \
   --assets $SMALL $MID --paths canonical_cache_combined beyond \
   --batch 2 4 8 --repeats 2 --warmup 1 --instrument-steps 1 --no-torch --out "$OUT" \
   --stem throughput > "$OUT/bench-throughput.log" 2>&1

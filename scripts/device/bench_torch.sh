@@ -13,7 +13,7 @@ assets=(); for a in $DEFAULT_ASSETS; do assets+=(--asset $a); done
 python3 tools/torch_ref/run.py "${args[@]}" "${assets[@]}" --warmup 1 --repeat 3 \
   --timing-json "$OUT/torch-eager.json" > "$OUT/torch-eager.log" 2>&1
 echo "torch eager exit $?"; grep -E "median" "$OUT/torch-eager.log" | tail -n 10
-$BIN/sparse3d bench --checkpoint $W/shape.json --manifest $W/pl/manifest.json \
+$BIN/sparse3d bench --protocol repeated --checkpoint $W/shape.json --manifest $W/pl/manifest.json \
   --assets $SMALL $MID $LARGE --paths pure_eager --repeats 3 --warmup 1 --no-torch \
   --out "$OUT" --stem bench-engine-rerun > "$OUT/bench-engine-rerun.log" 2>&1
 echo "engine rerun exit $?"

@@ -10,7 +10,7 @@ echo "GPU suite exit $?: $(grep -E '^\[  PASSED  \]|^\[  FAILED  \]|^\[=========
 grep -E "FAILED|Failure|^step_tables|packed vs" "$OUT/gpu_suite.log" | head -20
 echo "suite took $SECONDS s"
 source scripts/device/prepare_model.sh
-timeout $((575 - SECONDS)) $BIN/sparse3d bench --checkpoint $W/shape.json --manifest $W/pl/manifest.json \
+timeout $((575 - SECONDS)) $BIN/sparse3d bench --protocol repeated --checkpoint $W/shape.json --manifest $W/pl/manifest.json \
   --assets a00-sphere-3664 a04-sphere-9360 a07-blob-18912 --paths beyond --ablate \
   --repeats 2 --warmup 1 --instrument-steps 1 --no-torch --out "$OUT" --stem beyond-ablate \
   > "$OUT/bench-ablate.log" 2>&1

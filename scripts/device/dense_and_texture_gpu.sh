@@ -101,7 +101,7 @@ if want bench; then
 [ -f $W/ss.json ] || $BIN/sparse3d make-checkpoint --preset trellis2-ss-16 --seed 1 --out $W/ss > /dev/null 2>&1
 [ -f $W/dense/manifest.json ] || $BIN/sparse3d make-payloads --set dense --out $W/dense > /dev/null 2>&1
 BATCH=${BATCH-2 4 8}
-$BIN/sparse3d bench --checkpoint $W/ss.json --manifest $W/dense/manifest.json --paths pure_eager beyond \
+$BIN/sparse3d bench --protocol repeated --checkpoint $W/ss.json --manifest $W/dense/manifest.json --paths pure_eager beyond \
   --sampler released-ss --warmup 1 --repeats 3 ${BATCH:+--batch $BATCH} --python python3 \
   --out "$R" --stem bench-dense > "$R/bench-dense.log" 2>&1
 note "bench dense exit $?"

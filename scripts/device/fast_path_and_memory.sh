@@ -49,7 +49,7 @@ if has kernels; then
 fi
 
 if has bench; then
-  timeout 560 $BIN/sparse3d bench --checkpoint $W/shape.json --manifest $W/pl/manifest.json \
+  timeout 560 $BIN/sparse3d bench --protocol repeated --checkpoint $W/shape.json --manifest $W/pl/manifest.json \
     --assets default --paths pure_eager beyond fast --repeats 1 --warmup 1 --instrument-steps 1 \
     --no-torch --out $R --stem fast > $R/bench.log 2>&1
   summary+=("bench exit $?")
@@ -58,7 +58,7 @@ fi
 
 if has memory; then
   # Memory only: the smallest and largest payload, each path once after a warm-up.
-  timeout 200 $BIN/sparse3d bench --checkpoint $W/shape.json --manifest $W/pl/manifest.json \
+  timeout 200 $BIN/sparse3d bench --protocol repeated --checkpoint $W/shape.json --manifest $W/pl/manifest.json \
     --assets $SMALL $LARGE --paths pure_eager beyond fast --repeats 1 --warmup 1 \
     --instrument-steps 1 --no-torch --out $R --stem memory > $R/memory.log 2>&1
   summary+=("memory bench exit $?")
@@ -66,7 +66,7 @@ if has memory; then
 fi
 
 if has ablate; then
-  timeout 200 $BIN/sparse3d bench --checkpoint $W/shape.json --manifest $W/pl/manifest.json \
+  timeout 200 $BIN/sparse3d bench --protocol repeated --checkpoint $W/shape.json --manifest $W/pl/manifest.json \
     --assets $SMALL $MID --paths fast --repeats 1 --warmup 1 --instrument-steps 1 --ablate \
     --ablate-flags fast_modulated_layernorm fast_qk_rmsnorm_rope fast_head_rmsnorm tuned_gemm tuned_attention \
     --no-torch --out $R --stem fast-ablate > $R/ablate.log 2>&1
@@ -103,7 +103,7 @@ fi
 if has lowmem; then
   [ -f $W/pl49/manifest.json ] || $BIN/sparse3d make-payloads --set benchmark --tokens 49152 \
     --out $W/pl49 >> $R/make.log 2>&1
-  timeout 300 $BIN/sparse3d bench --checkpoint $W/shape.json --manifest $W/pl49/manifest.json \
+  timeout 300 $BIN/sparse3d bench --protocol repeated --checkpoint $W/shape.json --manifest $W/pl49/manifest.json \
     --paths fast low_memory --repeats 1 --warmup 1 --instrument-steps 1 --no-torch \
     --out $R --stem lowmem-49152 > $R/lowmem.log 2>&1
   summary+=("low-memory bench exit $?")

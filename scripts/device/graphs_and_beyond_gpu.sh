@@ -11,7 +11,7 @@ $BIN/sparse3d_gpu_tests --gtest_filter='CudaGraphsGpu.*:AllocatorPoolGpu.*:Model
 echo "issue 6 GPU tests exit $?: $(grep -E '^\[  PASSED  \]|^\[  FAILED  \]' "$OUT/issue6_tests.log" | tr '\n' ' ')"
 grep -E "^\[ graphs|step_tables \(|packed vs alone|Failure|FAILED" "$OUT/issue6_tests.log" | head -40
 source scripts/device/prepare_model.sh
-timeout 500 $BIN/sparse3d bench --checkpoint $W/shape.json --manifest $W/pl/manifest.json --assets default \
+timeout 500 $BIN/sparse3d bench --protocol repeated --checkpoint $W/shape.json --manifest $W/pl/manifest.json --assets default \
   --paths pure_eager canonical_cache_combined beyond beyond-cuda_graphs \
   --also-compare canonical_cache_combined \
   --repeats 2 --warmup 1 --instrument-steps 1 --no-torch --out "$OUT" --stem beyond \

@@ -15,7 +15,7 @@ namespace s3d::apps {
 struct EngineFlags {
   std::string checkpoint;
   std::string device = "auto";
-  std::string path;  // empty: the engine's default (beyond; without cuda_graphs on the CPU)
+  std::string path;  // empty: the engine's default (fast; without cuda_graphs on the CPU)
   std::vector<std::string> enable, disable;
   std::vector<int64_t> qualify_m;
   double max_device_memory_gib = 0;

@@ -251,7 +251,7 @@ const std::vector<PathInfo>& execution_paths() {
   return paths;
 }
 
-std::string_view default_path() { return "beyond"; }
+std::string_view default_path() { return "fast"; }
 
 ExecutionPlan ExecutionPlan::of_path(std::string_view path) {
   for (const PathInfo& p : execution_paths()) {

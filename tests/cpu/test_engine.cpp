@@ -76,8 +76,8 @@ TEST_F(EngineApi, LoadsTheTinyCheckpointOnTheCpu) {
   EXPECT_EQ(e.model().family, "SLatFlowModel");
   EXPECT_EQ(e.model().out_channels, 32);
   EXPECT_EQ(e.model().content_hash.size(), 16u);
-  // The CPU default: beyond without CUDA graphs.
-  EXPECT_EQ(e.plan().label(), "beyond-cuda_graphs");
+  // The CPU default: fast without CUDA graphs.
+  EXPECT_EQ(e.plan().label(), "fast-cuda_graphs");
   EXPECT_FALSE(e.fingerprint().empty());
 }
 

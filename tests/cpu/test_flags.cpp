@@ -115,8 +115,8 @@ TEST(Flags, PathsCarryTheirFlags) {
     EXPECT_EQ(p.flags, want[i].second) << p.name;
     EXPECT_FALSE(p.help.empty()) << p.name;
   }
-  EXPECT_EQ(sparse3d::default_path(), "beyond");
-  EXPECT_EQ(ExecutionPlan::of_path(sparse3d::default_path()).label(), "beyond");
+  EXPECT_EQ(sparse3d::default_path(), "fast");
+  EXPECT_EQ(ExecutionPlan::of_path(sparse3d::default_path()).label(), "fast");
 }
 
 // Every path, and every path with each flag turned the other way, survives its label.

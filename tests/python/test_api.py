@@ -24,7 +24,7 @@ def test_module_facts():
 
 def test_engine_loads_on_the_cpu(engine):
     assert engine.device == "cpu"
-    assert engine.plan == "beyond-cuda_graphs"
+    assert engine.plan == "fast-cuda_graphs"
     m = engine.model
     assert (m["family"], m["out_channels"], m["cond_channels"]) == ("SLatFlowModel", 32, 64)
     assert len(m["content_hash"]) == 16

@@ -429,7 +429,12 @@ def test_the_dense_original_sampler_over_the_drop_in_matches_the_engine_loop(ful
                                                          **SS_PARAMS, verbose=False).samples
     whole = full.sample_sparse_structure(cond, noise)
     rel = np.linalg.norm(loop - whole) / np.linalg.norm(whole)
-    assert rel < 1e-4, rel
+    # The sampler's own arithmetic (NumPy f32, TRELLIS.2's order) against the engine's: 1e-4 on
+    # paths of bitwise kernels. The default path `fast` rounds its norms once (tolerance
+    # kernels), and guidance 7.5 with rescale 0.7 amplifies the sampler's differences through
+    # the model: 6.9e-4 measured on this tiny model, far inside the path's 2e-2 contract.
+    bound = 2e-3 if "fast" in sparse3d.default_path() else 1e-4
+    assert rel < bound, rel
     assert model.stats.calls["forward"] == 4 + 4   # r = 5: all 4 steps' t are in [0.6, 1]
     assert model.original.calls == 0
 
