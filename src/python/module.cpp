@@ -239,6 +239,18 @@ nb::dict stats_dict(const sparse3d::RequestStats& st) {
   nb::dict by_op;
   for (const auto& [op, n] : st.launches_by_op) by_op[op.c_str()] = n;
   d["launches_by_op"] = by_op;
+  // sample() only: the whole call, its null-context work, and the one-time work per new
+  // shape (docs/CONTRACTS.md, "First requests").
+  d["wall_seconds"] = st.wall_seconds;
+  d["null_context_seconds"] = st.null_context_seconds;
+  nb::dict first_use;
+  for (const auto& [kind, c] : st.first_use) {
+    nb::dict one;
+    one["count"] = c.count;
+    one["seconds"] = c.seconds;
+    first_use[kind.c_str()] = one;
+  }
+  d["first_use"] = first_use;
   return d;
 }
 

@@ -46,6 +46,9 @@ def test_seed_and_noise_give_the_same_bits(engine):
     np.testing.assert_array_equal(by_seed, out)
     stats = engine.last_request["stats"]
     assert stats["tokens"] == 101 and stats["loop_seconds"] > 0
+    assert stats["wall_seconds"] >= stats["request_seconds"]
+    # The second request at this token count: its qualification was done by the first.
+    assert stats["null_context_seconds"] == 0 and isinstance(stats["first_use"], dict)
     assert [s["index"] for s in engine.last_request["steps"]] == [0, 1, 2]
 
 
