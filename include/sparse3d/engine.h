@@ -145,7 +145,8 @@ struct RequestStats {
   // "attention_graph" (a cuDNN SDPA graph for a new sequence-length bucket), "gemm_plan" (a
   // cuBLASLt plan for a new row count), "device_allocation" (a new block from the driver),
   // "gemm_plan_search" / "attention_plan_search" (tuned_gemm / tuned_attention). A repeat of
-  // a request shows none. docs/CONTRACTS.md, "First requests".
+  // a request builds no graph or plan; it may allocate blocks (its CUDA graphs' private
+  // pools). docs/CONTRACTS.md, "First requests".
   std::map<std::string, FirstUseCost> first_use;
 };
 

@@ -12,19 +12,13 @@
 #include "model/checkpoint.h"
 #include "sparse3d/sparse3d.h"
 #include "../model_inputs.h"
+#include "array_bytes.h"
 
 namespace {
 
 namespace fs = std::filesystem;
 using sparse3d::DType;
 using sparse3d::Device;
-
-std::vector<uint8_t> bytes_of(const sparse3d::Array& a) {
-  std::vector<uint8_t> out(a.view.nbytes());
-  const auto kind = a.view.device == Device::CUDA ? cudaMemcpyDeviceToHost : cudaMemcpyHostToHost;
-  EXPECT_EQ(cudaMemcpy(out.data(), a.view.data, out.size(), kind), cudaSuccess);
-  return out;
-}
 
 struct EngineGpu : ::testing::Test {
   void SetUp() override {
@@ -62,7 +56,7 @@ struct EngineGpu : ::testing::Test {
 
 TEST_F(EngineGpu, DeviceBuffersInPlaceOnTheCallersStream) {
   sparse3d::Engine e(dir + "/tiny.json", options(""));
-  EXPECT_EQ(e.plan().label(), "beyond");
+  EXPECT_EQ(e.plan().label(), "fast");
   auto in = s3d::testing::synthetic_inputs({333, 61}, 13, 64, 32, 3);
   std::vector<s3d::Tensor> keep;
   sparse3d::SampleRequest r = request(in, keep);
@@ -106,6 +100,41 @@ TEST_F(EngineGpu, DefaultStreamsRunOnTheEnginesStreamInOrder) {
   r.cuda_stream = nullptr;
   EXPECT_EQ(bytes_of(e.sample(r).latent), from_zero);
   EXPECT_TRUE(e.counters().fallbacks.empty());
+}
+
+// A service meets a new token count with nearly every asset: the request at a count met after
+// others gives the bits it gives on a fresh engine, each count is qualified once (on the
+// device) by the request that meets it, a repeat qualifies nothing, and a request whose
+// steps never run the unconditional branch qualifies nothing at all.
+TEST_F(EngineGpu, ANewTokenCountAfterOthersGivesTheBitsOfAFreshEngine) {
+  for (const char* path : {"fast", "beyond", "canonical_cache_null"}) {
+    auto a = s3d::testing::synthetic_inputs({1001}, 13, 64, 32, 31);
+    auto b = s3d::testing::synthetic_inputs({777}, 13, 64, 32, 32);
+    auto c = s3d::testing::synthetic_inputs({1537}, 13, 64, 32, 33);
+    std::vector<s3d::Tensor> ka, kb, kc;
+    sparse3d::Engine fresh(dir + "/tiny.json", options(path));
+    const std::vector<uint8_t> alone = bytes_of(fresh.sample(request(c, kc)).latent);
+    sparse3d::Engine used(dir + "/tiny.json", options(path));
+    used.sample(request(a, ka));
+    used.sample(request(b, kb));
+    EXPECT_EQ(bytes_of(used.sample(request(c, kc)).latent), alone) << path;
+    EXPECT_EQ(used.counters().qualifications_run, 3u) << path;
+    const sparse3d::SampleResult again = used.sample(request(c, kc));
+    EXPECT_EQ(bytes_of(again.latent), alone) << path;
+    EXPECT_EQ(used.counters().qualifications_run, 3u) << path;
+    EXPECT_EQ(again.stats.null_context_seconds, 0.0) << path;
+    // No graph or plan built again (device blocks may be: each request's CUDA graphs get a
+    // private pool).
+    EXPECT_EQ(again.stats.first_use.count("attention_graph"), 0u) << path;
+    EXPECT_EQ(again.stats.first_use.count("gemm_plan"), 0u) << path;
+    EXPECT_TRUE(used.counters().fallbacks.empty()) << path;
+    sparse3d::Engine texture_like(dir + "/tiny.json", options(path));
+    sparse3d::SampleRequest r = request(c, kc);
+    r.sampler.guidance = 1.0;
+    texture_like.sample(r);
+    EXPECT_EQ(texture_like.counters().qualifications_run, 0u) << path;
+    EXPECT_TRUE(texture_like.qualification().empty()) << path;
+  }
 }
 
 TEST_F(EngineGpu, SecondEngineWarmFromTheCacheGivesTheSameBits) {

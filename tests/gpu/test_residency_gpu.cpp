@@ -22,19 +22,13 @@
 #include "model/models.h"
 #include "sparse3d/sparse3d.h"
 #include "../model_inputs.h"
+#include "array_bytes.h"
 
 namespace {
 
 namespace fs = std::filesystem;
 using sparse3d::DType;
 using sparse3d::Device;
-
-std::vector<uint8_t> bytes_of(const sparse3d::Array& a) {
-  std::vector<uint8_t> out(a.view.nbytes());
-  const auto kind = a.view.device == Device::CUDA ? cudaMemcpyDeviceToHost : cudaMemcpyHostToHost;
-  EXPECT_EQ(cudaMemcpy(out.data(), a.view.data, out.size(), kind), cudaSuccess);
-  return out;
-}
 
 size_t device_free_bytes() {
   size_t free_b = 0, total_b = 0;
