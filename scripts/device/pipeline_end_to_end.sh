@@ -6,7 +6,7 @@
 # synthetic asset: time, peak memory and final-latent relative L2 per stage
 # (tools/torch_ref/pipeline_e2e.py says what is synthetic and what replaces the decoders).
 #
-# ORDER=service (the default, issue 22): per low_vram setting (LOW_VRAM_MODES, "0 1"; or
+# ORDER=service (the default): per low_vram setting (LOW_VRAM_MODES, "0 1"; or
 # LOW_VRAM=0|1 for one) one process that runs, on each side, a warm-up asset once (PyTorch's
 # first pipeline run of the process; sparse3d's first after accelerate()), then five gyroid
 # assets of distinct token counts (about 4,000 to 21,000 at the 1024 stages) once each, in the

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Device call (issue 22): the benchmark's service protocol over the 10 default payloads, the
+# Device call: the benchmark's service protocol over the 10 default payloads, the
 # README's headline. `sparse3d bench --protocol both`: per path (beyond, fast) a fresh engine
 # with an empty qualification cache, one warm-up request at 2,748 tokens (no payload has that
 # count), then every payload's first request, timed as the whole call; then the repeated

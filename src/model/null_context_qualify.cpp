@@ -191,6 +191,66 @@ void queue_context_rows(Checks& k, int i, int64_t l, const Linear& to_kv) {
   kernels::first_mismatch(RowView::of(y1), RowView::of(y2.rows(0, l)), k.table, s);
 }
 
+// The verdicts from the answers (the slot table on the host), in block order: the first
+// failure per candidate and the first slice failure are the ones reported.
+void judge(const Checks& k, const Tensor& answers, int blocks, bool check_rows,
+           Qualification& q) {
+  std::map<int, std::string> broken;  // block -> why no cached row can match its references
+  for (size_t s = 0; s < k.slots.size(); ++s) {
+    const Slot& slot = k.slots[s];
+    const kernels::Mismatch d = kernels::read_mismatch(answers, static_cast<int64_t>(s), slot.cols);
+    if (!d.found()) continue;
+    switch (slot.question) {
+      case Question::Agreement:
+        if (!broken.count(slot.block))
+          broken[slot.block] = cat("block ", slot.block, " ", slot.shape, ": the reference's "
+                                   "unconditional rows differ among themselves (", d.describe(),
+                                   "), so no single cached row reproduces them");
+        break;
+      case Question::OutSlice:
+        if (!broken.count(slot.block))
+          broken[slot.block] = cat("block ", slot.block, " ", slot.shape, ": ", d.describe());
+        break;
+      case Question::KvSlice:
+        if (q.kv_failure.empty())
+          q.kv_failure = cat("block ", slot.block, " ", slot.shape, ": ", d.describe());
+        [[fallthrough]];
+      case Question::QSlice:
+        if (q.slices_ok)
+          q.slice_failure = cat("block ", slot.block, " ", slot.shape, ": ", d.describe());
+        q.slices_ok = false;
+        break;
+      case Question::Candidate:
+        break;
+    }
+  }
+  // A candidate fails at the first block whose references it does not reproduce, or whose
+  // references no single row can reproduce.
+  for (int i = 0; i < blocks && check_rows; ++i) {
+    for (size_t c = 0; c < q.candidates.size(); ++c) {
+      CandidateResult& cand = q.candidates[c];
+      if (!cand.passed) continue;
+      if (broken.count(i)) {
+        cand.passed = false;
+        cand.failure = broken[i];
+        continue;
+      }
+      for (size_t s = 0; s < k.slots.size(); ++s) {
+        const Slot& slot = k.slots[s];
+        if (slot.block != i || slot.question != Question::Candidate || slot.candidate != c)
+          continue;
+        const kernels::Mismatch d =
+            kernels::read_mismatch(answers, static_cast<int64_t>(s), slot.cols);
+        if (!d.found()) continue;
+        cand.passed = false;
+        cand.failure = cat("block ", i, " ", slot.shape, ": the reference differs from the "
+                           "cached row at ", d.describe(), " (reference vs cached)");
+        break;
+      }
+    }
+  }
+}
+
 }  // namespace
 
 CandidateRows make_candidate_rows(const SLatFlowModel& model,
@@ -325,61 +385,8 @@ Qualification qualify_null_context(const SLatFlowModel& model,
       for (int64_t l : o.context_rows) queue_context_rows(k, i, l, w.to_kv);
   }
 
-  // One copy of the answers, then the verdicts in block order (the first failure per
-  // candidate and the first slice failure are the ones reported).
-  const Tensor answers = k.table.to(Device::CPU);
-  std::map<int, std::string> broken;  // block -> why no cached row can match its references
-  for (size_t s = 0; s < k.slots.size(); ++s) {
-    const Slot& slot = k.slots[s];
-    const kernels::Mismatch d = kernels::read_mismatch(answers, static_cast<int64_t>(s), slot.cols);
-    if (!d.found()) continue;
-    switch (slot.question) {
-      case Question::Agreement:
-        if (!broken.count(slot.block))
-          broken[slot.block] = cat("block ", slot.block, " ", slot.shape, ": the reference's "
-                                   "unconditional rows differ among themselves (", d.describe(),
-                                   "), so no single cached row reproduces them");
-        break;
-      case Question::OutSlice:
-        if (!broken.count(slot.block))
-          broken[slot.block] = cat("block ", slot.block, " ", slot.shape, ": ", d.describe());
-        break;
-      case Question::KvSlice:
-        if (q.kv_failure.empty()) q.kv_failure = cat("block ", slot.block, " ", slot.shape, ": ", d.describe());
-        [[fallthrough]];
-      case Question::QSlice:
-        if (q.slices_ok) q.slice_failure = cat("block ", slot.block, " ", slot.shape, ": ", d.describe());
-        q.slices_ok = false;
-        break;
-      case Question::Candidate:
-        break;
-    }
-  }
-  // A candidate fails at the first block whose references it does not reproduce, or whose
-  // references no single row can reproduce.
-  for (int i = 0; i < cfg.num_blocks && check_rows; ++i) {
-    for (size_t c = 0; c < q.candidates.size(); ++c) {
-      CandidateResult& cand = q.candidates[c];
-      if (!cand.passed) continue;
-      if (broken.count(i)) {
-        cand.passed = false;
-        cand.failure = broken[i];
-        continue;
-      }
-      for (size_t s = 0; s < k.slots.size(); ++s) {
-        const Slot& slot = k.slots[s];
-        if (slot.block != i || slot.question != Question::Candidate || slot.candidate != c)
-          continue;
-        const kernels::Mismatch d =
-            kernels::read_mismatch(answers, static_cast<int64_t>(s), slot.cols);
-        if (!d.found()) continue;
-        cand.passed = false;
-        cand.failure = cat("block ", i, " ", slot.shape, ": the reference differs from the "
-                           "cached row at ", d.describe(), " (reference vs cached)");
-        break;
-      }
-    }
-  }
+  // One copy of the answers, then the verdicts.
+  judge(k, k.table.to(Device::CPU), cfg.num_blocks, check_rows, q);
   for (const auto& cand : q.candidates) {
     if (cand.passed) {
       q.m = cand.m;
