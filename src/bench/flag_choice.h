@@ -1,4 +1,4 @@
-// Whether to turn one optimization flag on for an asset, chosen by measured latency (issue 6):
+// Whether to turn one optimization flag on for an asset, chosen by measured latency:
 // serial or batched CFG (batched_cfg) and whether to capture CUDA graphs (cuda_graphs). Both
 // win or lose depending on the token count and the GPU (batched CFG doubles GEMM M; a graph's
 // capture costs more than its replays save when the forwards are long), so the choice comes

@@ -1,4 +1,4 @@
-// `sparse3d bench-kernels` (issue 5, "Done means" 5): the report of each fused kernel's
+// `sparse3d bench-kernels`: the report of each fused kernel's
 // achieved memory bandwidth at the model's shapes against the copy bandwidth of the same GPU
 // measured in the same run (sparse3d::measure_kernel_bandwidth, diagnostics.h, measures).
 // Bytes are the kernel's compulsory traffic (every input read once, every output written

@@ -48,7 +48,7 @@ struct BenchOptions {
   // protocol), so that every step does the same work; its counts and times are then scaled
   // by steps / instrument_steps.
   int instrument_steps = 0;
-  // Multi-asset batching (issue 6): for each K > 1, K copies of every asset (own noise
+  // Multi-asset batching: for each K > 1, K copies of every asset (own noise
   // each) packed into one request and timed per path, after the regular cells.
   std::vector<int> batch_sizes;
   // Measured paths (labels) that the report also compares every path with.

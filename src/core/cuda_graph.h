@@ -1,4 +1,4 @@
-// One CUDA graph captured from the launches of a function (flag cuda_graphs, issue 6 item 1):
+// One CUDA graph captured from the launches of a function (flag cuda_graphs):
 // the function runs once under stream capture on a private stream (nothing executes), with a
 // private allocator pool active so that every buffer the captured launches touch belongs to
 // the caller's pool and keeps its address for every replay. The caller owns the pool and

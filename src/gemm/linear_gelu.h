@@ -1,4 +1,4 @@
-// The MLP's first layer and its activation, out = GELU-tanh(x W^T + b) (issue 5). One entry
+// The MLP's first layer and its activation, out = GELU-tanh(x W^T + b). One entry
 // point over the three paths the article kept:
 //   epilogue (flag gemm_gelu_epilogue): one cuBLASLt call with the bias+GELU epilogue, GELU
 //     on the fp32 accumulator and one rounding: a bounded error, not bitwise

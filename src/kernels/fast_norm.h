@@ -1,4 +1,4 @@
-// Tolerance kernels (issue 14 item 1): the block's normalisations written for bandwidth
+// Tolerance kernels: the block's normalisations written for bandwidth
 // instead of for bits. Each is a flag beside its bitwise twin:
 //   fast_modulated_layernorm  beside modulated_layernorm       (fused_norm.h)
 //   fast_qk_rmsnorm_rope      beside qk_rmsnorm_rope_inplace   (fused_qk.h)

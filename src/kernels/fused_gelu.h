@@ -1,4 +1,4 @@
-// The MLP's GELU-tanh (issue 5, article section 5). One entry point, mlp_gelu(..., fused, ...),
+// The MLP's GELU-tanh (article section 5). One entry point, mlp_gelu(..., fused, ...),
 // runs either the reference elementwise map (kernels::gelu_tanh, one 16-byte chunk per
 // thread) or the gelu_tanh candidate (fused::gelu_tanh_wide, flag gelu_tanh): two 16-byte
 // chunks per thread with both loads issued before any math. Same formula (math::gelu_tanh),

@@ -1,4 +1,4 @@
-// Modulated LayerNorm (issue 5, article 4.2), the AdaLN input of a block's attention and MLP
+// Modulated LayerNorm (article 4.2), the AdaLN input of a block's attention and MLP
 // branches: LayerNorm without affine, then (1 + scale[b]) * h + shift[b] with b the token's
 // asset, scale and shift read by batch index from the [B, 6C] modulation.
 //

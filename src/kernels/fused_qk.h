@@ -1,4 +1,4 @@
-// The q/k preparation of a block's attentions (issue 5): per-head RMSNorm and RoPE of the
+// The q/k preparation of a block's attentions: per-head RMSNorm and RoPE of the
 // self-attention's q and k, and the cross-attention's q RMSNorm.
 //
 // Two entry points, each running either the reference chain (pure_eager) or the fused kernel

@@ -1,4 +1,4 @@
-// Gated residual add (issue 5, article "sparse_batch_mul_add"), the end of a block's
+// Gated residual add (article "sparse_batch_mul_add"), the end of a block's
 // attention and MLP branches: out = x + gate[b] * h with b the token's asset and gate read by
 // batch index from the [B, 6C] modulation.
 //

@@ -70,7 +70,7 @@ S3D_HD void rope_rotate(float a, float b, float c, float s, float& re, float& im
   im = a * s + b * c;
 }
 
-// ---- fused chains (issue 5): several reference ops per element, every bf16 store of the
+// ---- fused chains: several reference ops per element, every bf16 store of the
 // reference chain kept as a round_bf16 (core/bf16.h), so that a fused kernel reproduces the
 // chain's bits. Each returns the fp32 value whose bf16 rounding the caller stores. ----
 

@@ -1,6 +1,6 @@
 // SLatFlowModel: the TRELLIS.2 structured-latent flow transformer (docs/MODEL.md), run as
 // the pure_eager path: one op per launch, in the order and at the rounding points of the
-// PyTorch original, with the fused kernels (issue 5) behind each op family's entry point
+// PyTorch original, with the fused kernels behind each op family's entry point
 // (kernels/fused_*.h, gemm/linear_gelu.h). The same code runs on the CPU backend (tensors on
 // the host) and on the GPU; only the device of the tensors differs.
 //

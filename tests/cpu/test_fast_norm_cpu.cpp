@@ -1,4 +1,4 @@
-// Tolerance kernels (issue 14 item 1, src/kernels/fast_norm.h) on the CPU backend: each
+// Tolerance kernels (src/kernels/fast_norm.h) on the CPU backend: each
 // *_fast_or entry point against the fp64 golden under the fp64-golden rule, r being the
 // bitwise entry point's output (the reference chain), on random non-zero inputs: token
 // counts 1, 3, 37, 1001, widths 8, 24, 1536, 1544, head dims 8, 24, 64, 128, several assets

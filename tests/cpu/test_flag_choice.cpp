@@ -1,4 +1,4 @@
-// A flag per asset by measured latency (issue 6: batched_cfg and cuda_graphs): the choice
+// A flag per asset by measured latency (batched_cfg and cuda_graphs): the choice
 // rule, the timings taken from a bench result, and `run --cfg-choice` / `run --graph-choice`
 // end to end on the CPU backend.
 #include <gtest/gtest.h>

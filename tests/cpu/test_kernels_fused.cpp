@@ -1,4 +1,4 @@
-// Fused kernels (issue 5) on the CPU backend: each op family's entry point with the fused
+// Fused kernels on the CPU backend: each op family's entry point with the fused
 // kernel (fused = true) against the same entry point's reference chain (fused = false, the
 // chain pure_eager ships), bitwise where the contract says so, on random non-zero inputs with
 // odd token counts and widths; shapes the fused kernels refuse (the kernel throws, the entry

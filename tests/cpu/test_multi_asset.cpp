@@ -1,4 +1,4 @@
-// Multi-asset batching (issue 6 item 4): sampler::pack, packed sampling on the CPU backend,
+// Multi-asset batching: sampler::pack, packed sampling on the CPU backend,
 // and the bench report's throughput table.
 #include <gtest/gtest.h>
 #include <unistd.h>

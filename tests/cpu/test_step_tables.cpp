@@ -1,4 +1,4 @@
-// step_tables (issue 6 item 3): every step's t-only work (the blocks' modulation) computed
+// step_tables: every step's t-only work (the blocks' modulation) computed
 // for the whole schedule in one call before the loop. On the CPU backend a GEMM's row does
 // not depend on M, so the contract here is bitwise equality with computing it in every
 // forward, for every path, CFG mode and schedule (the GPU test checks the one-ulp contract);

@@ -1,4 +1,4 @@
-// Per-request CUDA graphs (issue 6 item 1) and the allocator's private pools they rely on.
+// Per-request CUDA graphs and the allocator's private pools they rely on.
 // Contract: a loop with cuda_graphs gives the bits of the same loop without it (the same
 // kernels on the same inputs), for every path, both CFG modes, an interval schedule and the
 // guidance rescale, with and without step tables; fewer launches; no fallback.

@@ -1,5 +1,5 @@
-// gemm_gelu_epilogue on the full 30-block checkpoint and real payloads (issue 5, "Done
-// means" 2): every block's MLP fc1 input, taken from a pure_eager forward, goes through the
+// gemm_gelu_epilogue on the full 30-block checkpoint and real payloads: every
+// block's MLP fc1 input, taken from a pure_eager forward, goes through the
 // reference chain (fc1 GEMM -> bf16 u -> gelu_tanh) and through the cuBLASLt bias+GELU
 // epilogue; each of the 30 layers must meet the per-layer contract of
 // gelu_epilogue_contract.h, and the table of per-layer errors is printed. Then the model-level

@@ -1,4 +1,4 @@
-// Tolerance kernels (issue 14 item 1, src/kernels/fast_norm.h) on the GPU. Each *_fast_or
+// Tolerance kernels (src/kernels/fast_norm.h) on the GPU. Each *_fast_or
 // entry point against the fp64 golden (computed on the host from the same inputs) under the
 // fp64-golden rule, r being the GPU's bitwise fused kernel (bitwise to the GPU reference
 // chain), and against the fast kernel's CPU version (rel L2 <= 1e-3; the number of elements

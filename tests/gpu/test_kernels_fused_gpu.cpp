@@ -1,4 +1,4 @@
-// Fused kernels (issue 5) on the GPU. Each op family's entry point with the fused kernel
+// Fused kernels on the GPU. Each op family's entry point with the fused kernel
 // (fused = true) against (a) the same entry point's reference chain on the GPU (fused =
 // false, the chain pure_eager ships), bitwise where the contract says so, and (b) the fused
 // kernel's CPU version under the contract the reference ops have between the backends

@@ -1,5 +1,5 @@
-// Null-context elimination and the condition K/V cache on the GPU (issue 4, "Done means" 1
-// and 2): after start-up qualification, every path's denoiser outputs and final latents are
+// Null-context elimination and the condition K/V cache on the GPU: after
+// qualification, every path's denoiser outputs and final latents are
 // bitwise equal (int32 view of the fp32 outputs) to pure_eager, in serial and batched CFG:
 //   - the tiny preset;
 //   - full-size blocks (C = 1536, H = 12, D = 128, cond 1024 x L = 4101, 2 blocks) at 3,664
