@@ -25,15 +25,62 @@
 
 namespace s3d::apps {
 
+namespace {
+
+// What `sparse3d bench` reads from its command line.
+struct BenchArgs {
+  bench::BenchOptions o;
+  SamplerFlags sampler{"protocol"};
+  std::string out = "bench/results", stem;
+  std::string protocol = "both", device = "cuda";
+  bool no_torch = false;
+};
+
+// The protocol (service, repeated or both), its warm-up request, the backend.
+void add_protocol_options(CLI::App* sub, BenchArgs& a) {
+  sub->add_option("--protocol", a.protocol,
+                  "service: per path a fresh engine and an empty qualification cache, one "
+                  "warm-up request at a token count outside the asset set, then each asset "
+                  "once (its first request, whole call); repeated: warm-up loops, then the "
+                  "timed repeats; both: service, then repeated on the same engines")
+      ->check(CLI::IsMember({"service", "repeated", "both"}))
+      ->capture_default_str();
+  sub->add_option("--warmup-tokens", a.o.warmup_tokens,
+                  "Service protocol: tokens of the warm-up request, no asset's count: the "
+                  "largest asset's first ones, or the grid's first voxels for more (0 = 3/4 "
+                  "of the smallest asset's)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  sub->add_option("--device", a.device,
+                  "cuda, or cpu: the same protocol on the CPU backend (a check of the bench "
+                  "itself; no library peaks)")
+      ->check(CLI::IsMember({"cuda", "cpu"}))
+      ->capture_default_str();
+}
+
+// Leave-one-out over the last path's flags.
+void add_ablation_options(CLI::App* sub, BenchArgs& a) {
+  sub->add_flag("--ablate", a.o.ablate, "Leave-one-out over the last path's flags");
+  sub->add_option("--ablate-flags", a.o.ablate_flags,
+                  "Leave out only these flags of the last path (default: all of them)");
+  sub->add_option("--ablate-assets", a.o.ablate_assets,
+                  "Assets (names or sets) the leave-one-out variants run on (default: all)");
+}
+
+// The PyTorch baseline (tools/torch_ref/run.py), eager or compiled.
+void add_baseline_options(CLI::App* sub, BenchArgs& a) {
+  sub->add_option("--torch", a.o.torch_script,
+                  "The PyTorch baseline's run.py (tools/torch_ref/run.py)")
+      ->capture_default_str();
+  sub->add_flag("--no-torch", a.no_torch, "Skip the PyTorch baseline");
+  sub->add_flag("--torch-compile", a.o.torch_compile, "Also time the baseline under torch.compile");
+  sub->add_option("--python", a.o.python, "Python with torch for the baseline")->capture_default_str();
+}
+
+}  // namespace
+
 Command add_bench(CLI::App& app) {
-  struct Args {
-    bench::BenchOptions o;
-    SamplerFlags sampler{"protocol"};
-    std::string out = "bench/results", stem;
-    std::string protocol = "both", device = "cuda";
-    bool no_torch = false;
-  };
-  auto a = std::make_shared<Args>();
+  auto a = std::make_shared<BenchArgs>();
   a->o.torch_script = "tools/torch_ref/run.py";
   auto* sub = app.add_subcommand("bench", "Time whole denoise loops per path and asset (GPU)");
   sub->add_option("--checkpoint", a->o.checkpoint, "NAME.json")->required();
@@ -45,38 +92,17 @@ Command add_bench(CLI::App& app) {
                       path_names() + "; flags: " + flag_names())
       ->capture_default_str();
   a->sampler.add_to(sub);
-  sub->add_option("--protocol", a->protocol,
-                  "service: per path a fresh engine and an empty qualification cache, one "
-                  "warm-up request at a token count outside the asset set, then each asset "
-                  "once (its first request, whole call); repeated: warm-up loops, then the "
-                  "timed repeats; both: service, then repeated on the same engines")
-      ->check(CLI::IsMember({"service", "repeated", "both"}))
-      ->capture_default_str();
-  sub->add_option("--warmup-tokens", a->o.warmup_tokens,
-                  "Service protocol: tokens of the warm-up request, no asset's count: the "
-                  "largest asset's first ones, or the grid's first voxels for more (0 = 3/4 "
-                  "of the smallest asset's)")
-      ->check(CLI::NonNegativeNumber)
-      ->capture_default_str();
-  sub->add_option("--device", a->device,
-                  "cuda, or cpu: the same protocol on the CPU backend (a check of the bench "
-                  "itself; no library peaks)")
-      ->check(CLI::IsMember({"cuda", "cpu"}))
-      ->capture_default_str();
+  add_protocol_options(sub, *a);
   sub->add_option("--warmup", a->o.warmup,
                   "Repeated protocol: one-step warm-up loops per (path, asset), where no first "
                   "request ran; the PyTorch baseline's warm-up runs")
       ->capture_default_str();
   sub->add_option("--repeats", a->o.repeats, "Timed loops per (path, asset)")->capture_default_str();
-  sub->add_flag("--ablate", a->o.ablate, "Leave-one-out over the last path's flags");
   sub->add_option("--max-device-memory", a->o.max_device_memory_gib,
                   "GiB of device memory the engine may use (0 = all); a request that would "
                   "not fit drops cond_kv_cache, then batched_cfg (counted fallbacks)")
       ->check(CLI::NonNegativeNumber);
-  sub->add_option("--ablate-flags", a->o.ablate_flags,
-                  "Leave out only these flags of the last path (default: all of them)");
-  sub->add_option("--ablate-assets", a->o.ablate_assets,
-                  "Assets (names or sets) the leave-one-out variants run on (default: all)");
+  add_ablation_options(sub, *a);
   sub->add_option("--instrument-steps", a->o.instrument_steps,
                   "Steps of the instrumented loop, scaled to the whole loop (0 = all; needs "
                   "CFG on every step)")
@@ -87,12 +113,7 @@ Command add_bench(CLI::App& app) {
   sub->add_option("--qualify-m", a->o.qualify_m,
                   "Null-context qualification: candidate canonical M (default 1 64 128 256 512 "
                   "1024)");
-  sub->add_option("--torch", a->o.torch_script,
-                  "The PyTorch baseline's run.py (tools/torch_ref/run.py)")
-      ->capture_default_str();
-  sub->add_flag("--no-torch", a->no_torch, "Skip the PyTorch baseline");
-  sub->add_flag("--torch-compile", a->o.torch_compile, "Also time the baseline under torch.compile");
-  sub->add_option("--python", a->o.python, "Python with torch for the baseline")->capture_default_str();
+  add_baseline_options(sub, *a);
   sub->add_option("--out", a->out, "Folder for the report files")->capture_default_str();
   sub->add_option("--stem", a->stem, "Report file name stem (default bench-<date>)");
   sub->add_option("--batch", a->o.batch_sizes,
