@@ -493,50 +493,8 @@ PyType_Slot engine_slots[] = {{Py_tp_traverse, reinterpret_cast<void*>(engine_tr
 
 }  // namespace
 
-NB_MODULE(_native, m) {
-  m.doc() = "sparse3d's native engine (the public C++ API over DLPack); use the sparse3d package.";
-  nb::exception<sparse3d::Error>(m, "Error", PyExc_RuntimeError);
-
-  m.def("version", [] { return std::string(sparse3d::version()); });
-  m.def("default_path", [] { return std::string(sparse3d::default_path()); });
-  m.def("paths", [] {
-    nb::list out;
-    for (const auto& p : sparse3d::execution_paths()) {
-      nb::dict d;
-      d["name"] = std::string(p.name);
-      d["help"] = std::string(p.help);
-      std::vector<std::string> flags;
-      for (auto f : p.flags.flags()) flags.emplace_back(sparse3d::name(f));
-      d["flags"] = flags;
-      out.append(d);
-    }
-    return out;
-  });
-  m.def("flags", [] {
-    nb::list out;
-    for (const auto& f : sparse3d::flag_infos()) {
-      nb::dict d;
-      d["name"] = std::string(f.name);
-      d["help"] = std::string(f.help);
-      d["contract"] = std::string(f.contract);
-      d["gpu_validated"] = f.gpu_validated;
-      out.append(d);
-    }
-    return out;
-  });
-  m.def("plan_label", [](const std::string& spec) { return sparse3d::ExecutionPlan::parse(spec).label(); },
-        "spec"_a);
-  m.def("draw_noise", [](uint64_t seed, int64_t rows, int64_t cols, uint64_t offset) {
-        return to_python(sparse3d::draw_noise(seed, rows, cols, offset));
-      }, "seed"_a, "rows"_a, "cols"_a, "offset"_a = 0);
-  m.def("timesteps", [](const nb::dict& sampler) { return sparse3d::timesteps(sampler_settings(sampler)); },
-        "sampler"_a);
-  m.def("sampler_preset", [](const std::string& name) {
-        if (name == "released") return settings_dict(sparse3d::SamplerSettings::released());
-        if (name == "protocol") return settings_dict(sparse3d::SamplerSettings::protocol());
-        throw sparse3d::Error("sampler preset must be \"released\" or \"protocol\", got \"" + name + "\"");
-      }, "name"_a);
-
+// The Engine class: construction (from a file or tensors), requests, state and residency.
+static void bind_engine(nb::module_& m) {
   nb::class_<PyEngine>(m, "Engine", nb::type_slots(engine_slots))
       .def("__init__",
            [](PyEngine* self, const std::string& checkpoint, const std::string& path,
@@ -600,4 +558,51 @@ NB_MODULE(_native, m) {
         return std::string(e.engine().device() == Device::CUDA ? "cuda" : "cpu");
       })
       .def_prop_ro("plan", [](PyEngine& e) { return e.engine().plan().label(); });
+}
+
+NB_MODULE(_native, m) {
+  m.doc() = "sparse3d's native engine (the public C++ API over DLPack); use the sparse3d package.";
+  nb::exception<sparse3d::Error>(m, "Error", PyExc_RuntimeError);
+
+  m.def("version", [] { return std::string(sparse3d::version()); });
+  m.def("default_path", [] { return std::string(sparse3d::default_path()); });
+  m.def("paths", [] {
+    nb::list out;
+    for (const auto& p : sparse3d::execution_paths()) {
+      nb::dict d;
+      d["name"] = std::string(p.name);
+      d["help"] = std::string(p.help);
+      std::vector<std::string> flags;
+      for (auto f : p.flags.flags()) flags.emplace_back(sparse3d::name(f));
+      d["flags"] = flags;
+      out.append(d);
+    }
+    return out;
+  });
+  m.def("flags", [] {
+    nb::list out;
+    for (const auto& f : sparse3d::flag_infos()) {
+      nb::dict d;
+      d["name"] = std::string(f.name);
+      d["help"] = std::string(f.help);
+      d["contract"] = std::string(f.contract);
+      d["gpu_validated"] = f.gpu_validated;
+      out.append(d);
+    }
+    return out;
+  });
+  m.def("plan_label", [](const std::string& spec) { return sparse3d::ExecutionPlan::parse(spec).label(); },
+        "spec"_a);
+  m.def("draw_noise", [](uint64_t seed, int64_t rows, int64_t cols, uint64_t offset) {
+        return to_python(sparse3d::draw_noise(seed, rows, cols, offset));
+      }, "seed"_a, "rows"_a, "cols"_a, "offset"_a = 0);
+  m.def("timesteps", [](const nb::dict& sampler) { return sparse3d::timesteps(sampler_settings(sampler)); },
+        "sampler"_a);
+  m.def("sampler_preset", [](const std::string& name) {
+        if (name == "released") return settings_dict(sparse3d::SamplerSettings::released());
+        if (name == "protocol") return settings_dict(sparse3d::SamplerSettings::protocol());
+        throw sparse3d::Error("sampler preset must be \"released\" or \"protocol\", got \"" + name + "\"");
+      }, "name"_a);
+
+  bind_engine(m);
 }

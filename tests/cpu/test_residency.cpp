@@ -11,6 +11,7 @@
 #include <functional>
 #include <string>
 
+#include "../test_numerics.h"
 #include "core/fault.h"
 #include "model/checkpoint.h"
 #include "model/config.h"
@@ -41,14 +42,7 @@ size_t expected_weight_bytes(const std::string& checkpoint) {
   return n;
 }
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const sparse3d::Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using s3d::testing::error_of;
 
 struct Residency : ::testing::Test {
   void SetUp() override {

@@ -16,6 +16,7 @@
 #include <string>
 
 #include "core/cuda_util.h"
+#include "test_numerics.h"
 #include "core/fault.h"
 #include "model/checkpoint.h"
 #include "model/config.h"
@@ -36,14 +37,7 @@ size_t device_free_bytes() {
   return free_b;
 }
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const sparse3d::Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using s3d::testing::error_of;
 
 struct ResidencyGpu : ::testing::Test {
   void SetUp() override {
