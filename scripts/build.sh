@@ -13,7 +13,7 @@ if command -v ccache >/dev/null; then
   export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD}
   launch=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
 fi
-# The Python module (build/python/sparse3d) wherever nanobind is installed (setup.sh does).
+# The Python module (build/python/sparse3d_engine) wherever nanobind is installed (setup.sh does).
 py=()
 python3 -c "import nanobind" >/dev/null 2>&1 && py=(-DSPARSE3D_BUILD_PYTHON=ON -DPython_EXECUTABLE="$(command -v python3)")
 cmake -S . -B "$BUILD_DIR" "${gen[@]}" "${launch[@]}" "${py[@]}" -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null

@@ -59,14 +59,14 @@ else
 fi
 # Without LD_LIBRARY_PATH when the package finds its libraries itself (python_package.sh).
 PYENV="env -u LD_LIBRARY_PATH"
-imp=$(cd /tmp && $PYENV python3 -c "import sparse3d, sparse3d.trellis2 as t; print(sparse3d.__version__, sparse3d.__file__, 'FLOW_MODELS', len(t.FLOW_MODELS))" 2>&1 | tail -1)
+imp=$(cd /tmp && $PYENV python3 -c "import sparse3d_engine as s3d, sparse3d_engine.trellis2 as t; print(s3d.__version__, s3d.__file__, 'FLOW_MODELS', len(t.FLOW_MODELS))" 2>&1 | tail -1)
 case "$imp" in
   *FLOW_MODELS*) ;;
   *) PYENV=env
-     imp=$(cd /tmp && python3 -c "import sparse3d, sparse3d.trellis2 as t; print(sparse3d.__version__, sparse3d.__file__, 'FLOW_MODELS', len(t.FLOW_MODELS))" 2>&1 | tail -1)
+     imp=$(cd /tmp && python3 -c "import sparse3d_engine as s3d, sparse3d_engine.trellis2 as t; print(s3d.__version__, s3d.__file__, 'FLOW_MODELS', len(t.FLOW_MODELS))" 2>&1 | tail -1)
      case "$imp" in *FLOW_MODELS*) summary+=("  (sparse3d imports only with LD_LIBRARY_PATH)");; esac;;
 esac
-summary+=("import sparse3d: $imp")
+summary+=("import sparse3d_engine: $imp")
 
 if [ "${ORDER:-service}" = service ]; then
   # One process per low_vram setting: each is a fresh service (its own first runs, its own

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Device call: the sparse3d wheel built on the CPU machine (dist/, carried), installed with pip
 # (no network) into the GPU machine's python3 beside torch; then
-#   (1) the wheel's size and a cold `import sparse3d`;
+#   (1) the wheel's size and a cold `import sparse3d_engine`;
 #   (2) `sparse3d run` (the CLI of this tree, build/bin, carried) on the smallest and largest
 #       payloads, REPEAT+1 requests each, for the reference latents and request times;
 #   (3) the Python tests (tests/python) against the installed package;
@@ -26,8 +26,8 @@ summary+=("wheel: $(basename "$wheel"), $(du -k "$wheel" | cut -f1) KiB")
 # What the wheel's module carries: SASS per architecture and PTX.
 wheel_abs=$(realpath "$wheel")
 (cd /tmp && rm -rf whl && mkdir whl && cd whl && python3 -m zipfile -e "$wheel_abs" . &&
- cuobjdump --list-elf sparse3d/_native*.so | grep -oE "sm_[0-9]+a?" | sort | uniq -c | tr '\n' ' ' > "$OUT/wheel_arch.txt";
- cuobjdump --list-ptx sparse3d/_native*.so | grep -oE "sm_[0-9]+a?" | sort | uniq -c | sed 's/^/ptx /' | tr '\n' ' ' >> "$OUT/wheel_arch.txt") 2>> "$OUT/wheel_arch.txt"
+ cuobjdump --list-elf sparse3d_engine/_native*.so | grep -oE "sm_[0-9]+a?" | sort | uniq -c | tr '\n' ' ' > "$OUT/wheel_arch.txt";
+ cuobjdump --list-ptx sparse3d_engine/_native*.so | grep -oE "sm_[0-9]+a?" | sort | uniq -c | sed 's/^/ptx /' | tr '\n' ' ' >> "$OUT/wheel_arch.txt") 2>> "$OUT/wheel_arch.txt"
 summary+=("wheel kernels: $(cat "$OUT/wheel_arch.txt")")
 # With its declared dependencies (nvidia-cublas, nvidia-cudnn-cu13, numpy) resolved against
 # what is installed (no index: no network); if that fails, without them, and said so.
@@ -44,9 +44,9 @@ summary+=("installed: $(tr -s ' ' < "$OUT/pip_list.txt" | tr '\n' ';')")
 # without LD_LIBRARY_PATH (the package finds cuBLAS and cuDNN in the NVIDIA wheels).
 PYENV="env -u LD_LIBRARY_PATH"
 for i in 1 2; do
-  imp=$(cd /tmp && $PYENV python3 -c "import time; t=time.perf_counter(); import sparse3d; print(round(time.perf_counter()-t, 3), 's', sparse3d.__version__, sparse3d.__file__, sparse3d._loader.loaded)" 2>&1 | tail -1)
+  imp=$(cd /tmp && $PYENV python3 -c "import time; t=time.perf_counter(); import sparse3d_engine as s3d; print(round(time.perf_counter()-t, 3), "s", s3d.__version__, s3d.__file__, s3d._loader.loaded)" 2>&1 | tail -1)
 done
-summary+=("import sparse3d (no LD_LIBRARY_PATH): $imp")
+summary+=("import sparse3d_engine (no LD_LIBRARY_PATH): $imp")
 case "$imp" in *sparse3d/__init__.py*) ;; *) PYENV=env; summary+=("  (the rest runs with LD_LIBRARY_PATH)");; esac
 
 # (2) The CLI's latents and request times.

@@ -1,7 +1,7 @@
-// sparse3d._native: the Python binding of the public API (include/sparse3d/), nothing else.
+// sparse3d_engine._native: the Python binding of the public API (include/sparse3d/), nothing else.
 // Tensors cross as DLPack through nanobind's ndarray: inputs are any DLPack producer (torch,
 // CuPy, JAX, NumPy), used in place; results are DLPack arrays that own the engine's memory.
-// The package's Python layer (python/sparse3d/__init__.py) adds the friendly signatures,
+// The package's Python layer (python/sparse3d_engine/__init__.py) adds the friendly signatures,
 // the caller's stream and framework, and the TRELLIS.2 drop-in; docs/PYTHON.md.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>

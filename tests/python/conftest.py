@@ -66,8 +66,8 @@ def cache_dir(tmp_path):
 
 @pytest.fixture
 def engine(cache_dir):
-    import sparse3d
-    return sparse3d.Engine(TINY, device="cpu", cache_dir=cache_dir)
+    import sparse3d_engine as s3d
+    return s3d.Engine(TINY, device="cpu", cache_dir=cache_dir)
 
 
 @pytest.fixture(scope="session")
@@ -106,8 +106,8 @@ def dense_state_dict(tiny_state_dict):
 
 @pytest.fixture
 def dense_engine(dense_config, dense_state_dict, cache_dir):
-    import sparse3d
-    return sparse3d.Engine.from_state_dict(dense_config, dense_state_dict, name="tiny dense",
+    import sparse3d_engine as s3d
+    return s3d.Engine.from_state_dict(dense_config, dense_state_dict, name="tiny dense",
                                            device="cpu", cache_dir=cache_dir)
 
 

@@ -5,20 +5,20 @@ import threading
 import numpy as np
 import pytest
 
-import sparse3d
+import sparse3d_engine as s3d
 from conftest import TINY, SparseTensor, make_request
 
-QUICK = sparse3d.SamplerSettings(steps=3, guidance_interval=(0.0, 1.0), guidance_rescale=0.5)
+QUICK = s3d.SamplerSettings(steps=3, guidance_interval=(0.0, 1.0), guidance_rescale=0.5)
 
 
 def test_module_facts():
-    assert sparse3d.__version__.count(".") == 2
-    names = [p["name"] for p in sparse3d.paths()]
-    assert names[0] == "pure_eager" and sparse3d.default_path() in names
-    flags = {f["name"]: f for f in sparse3d.flags()}
+    assert s3d.__version__.count(".") == 2
+    names = [p["name"] for p in s3d.paths()]
+    assert names[0] == "pure_eager" and s3d.default_path() in names
+    flags = {f["name"]: f for f in s3d.flags()}
     assert flags["modulated_layernorm"]["contract"] == "bitwise"
     assert flags["batched_cfg"]["contract"].startswith("tolerance")
-    ts = sparse3d.timesteps("released")
+    ts = s3d.timesteps("released")
     assert len(ts) == 13 and ts[0] == 1.0 and ts[-1] == 0.0
 
 
@@ -38,7 +38,7 @@ def test_seed_and_noise_give_the_same_bits(engine):
     by_seed = engine.sample(coords, cond, seed=7, sampler=QUICK)
     assert isinstance(by_seed, np.ndarray) and by_seed.shape == (101, 32)
     assert by_seed.dtype == np.float32 and np.isfinite(by_seed).all()
-    noise = sparse3d.draw_noise(7, 101, 32)
+    noise = s3d.draw_noise(7, 101, 32)
     # The caller's buffer, poisoned: every element must be written.
     out = np.full((101, 32), np.nan, dtype=np.float32)
     given = engine.sample(coords, cond, noise=noise, sampler=QUICK, out=out)
@@ -61,7 +61,7 @@ def test_a_different_seed_gives_a_different_latent(engine):
 
 def test_forward_is_the_first_step_of_sample(engine):
     coords, cond = make_request([47], 3)
-    noise = sparse3d.draw_noise(5, 47, 32)
+    noise = s3d.draw_noise(5, 47, 32)
     engine.sample(coords, cond, noise=noise, sampler=QUICK, keep_first_forward=True)
     v_cond = engine.last_request["first_v_cond"]
     x = SparseTensor(noise, coords)
@@ -83,7 +83,7 @@ def test_callback_sees_every_step(engine):
         seen.append((step, t, np.array(latent)))  # a copy: the view is valid in the call only
 
     final = engine.sample(coords, cond, seed=3, sampler=QUICK, callback=on_step)
-    ts = sparse3d.timesteps(QUICK)
+    ts = s3d.timesteps(QUICK)
     assert [s for s, _, _ in seen] == [0, 1, 2]
     assert [t for _, t, _ in seen] == pytest.approx(ts[:3])
     np.testing.assert_array_equal(seen[-1][2], final)
@@ -129,34 +129,34 @@ def test_counters_and_qualification_are_plain_data(engine):
 def test_bad_inputs_are_one_clear_error(engine, change, message):
     coords, cond = make_request([25], 7)
     coords, cond = change(coords, cond)
-    with pytest.raises(sparse3d.Error, match=message):
+    with pytest.raises(s3d.Error, match=message):
         engine.sample(coords, cond, seed=1, sampler=QUICK)
 
 
 def test_bad_arguments_are_one_clear_error(engine, cache_dir):
     coords, cond = make_request([25], 8)
-    with pytest.raises(sparse3d.Error, match="noise or a seed"):
+    with pytest.raises(s3d.Error, match="noise or a seed"):
         engine.sample(coords, cond, sampler=QUICK)
-    with pytest.raises(sparse3d.Error, match="not both"):
-        engine.sample(coords, cond, seed=1, noise=sparse3d.draw_noise(1, 25, 32))
-    with pytest.raises(sparse3d.Error, match="unknown setting"):
+    with pytest.raises(s3d.Error, match="not both"):
+        engine.sample(coords, cond, seed=1, noise=s3d.draw_noise(1, 25, 32))
+    with pytest.raises(s3d.Error, match="unknown setting"):
         engine.sample(coords, cond, seed=1, sampler={"stepz": 3})
-    with pytest.raises(sparse3d.Error, match="fast_path"):
+    with pytest.raises(s3d.Error, match="fast_path"):
         engine.sample(coords, cond, seed=1, sampler=QUICK, path="fast_path")
-    with pytest.raises(sparse3d.Error, match="out"):
+    with pytest.raises(s3d.Error, match="out"):
         engine.sample(coords, cond, seed=1, sampler=QUICK, out=np.zeros((24, 32), np.float32))
-    with pytest.raises(sparse3d.Error, match="no .coords"):
+    with pytest.raises(s3d.Error, match="no .coords"):
         engine.forward(np.zeros((25, 32), np.float32), 1000.0, cond)
-    with pytest.raises(sparse3d.Error, match="nope.json"):
-        sparse3d.Engine("/nonexistent/nope.json", device="cpu", cache_dir=cache_dir)
-    with pytest.raises(sparse3d.Error, match="device must be"):
-        sparse3d.Engine(TINY, device="tpu", cache_dir=cache_dir)
-    # sparse3d.Error is a RuntimeError, for code that catches those.
-    assert issubclass(sparse3d.Error, RuntimeError)
+    with pytest.raises(s3d.Error, match="nope.json"):
+        s3d.Engine("/nonexistent/nope.json", device="cpu", cache_dir=cache_dir)
+    with pytest.raises(s3d.Error, match="device must be"):
+        s3d.Engine(TINY, device="tpu", cache_dir=cache_dir)
+    # s3d.Error is a RuntimeError, for code that catches those.
+    assert issubclass(s3d.Error, RuntimeError)
 
 
 def test_a_state_dict_in_memory_serves_as_its_file(engine, tiny_config, tiny_state_dict, cache_dir):
-    mem = sparse3d.Engine.from_state_dict(tiny_config, tiny_state_dict, name="tiny (numpy)",
+    mem = s3d.Engine.from_state_dict(tiny_config, tiny_state_dict, name="tiny (numpy)",
                                           device="cpu", cache_dir=cache_dir)
     assert mem.model["checkpoint"] == "tiny (numpy)"
     assert mem.model["content_hash"] == engine.model["content_hash"]
@@ -166,10 +166,10 @@ def test_a_state_dict_in_memory_serves_as_its_file(engine, tiny_config, tiny_sta
     broken = dict(tiny_state_dict)
     name = sorted(broken)[0]
     del broken[name]
-    with pytest.raises(sparse3d.Error, match="missing: " + name.replace(".", r"\.")):
-        sparse3d.Engine.from_state_dict(tiny_config, broken, device="cpu", cache_dir=cache_dir)
-    with pytest.raises(sparse3d.Error, match="unknown option"):
-        sparse3d.Engine.from_state_dict(tiny_config, tiny_state_dict, colour="red")
+    with pytest.raises(s3d.Error, match="missing: " + name.replace(".", r"\.")):
+        s3d.Engine.from_state_dict(tiny_config, broken, device="cpu", cache_dir=cache_dir)
+    with pytest.raises(s3d.Error, match="unknown option"):
+        s3d.Engine.from_state_dict(tiny_config, tiny_state_dict, colour="red")
 
 
 def test_requests_release_the_gil(engine):

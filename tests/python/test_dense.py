@@ -5,21 +5,21 @@ layouts and the two families apart."""
 import numpy as np
 import pytest
 
-import sparse3d
+import sparse3d_engine as s3d
 from conftest import (DENSE_C, DENSE_R, grid_coords, make_request, dense_request, to_tokens,
                       to_volume)
 
 R, C = DENSE_R, DENSE_C
 # CFG on every step and guidance rescale on: the sampler's whole arithmetic (the dense
 # family's unbiased std included) runs in each request.
-QUICK = sparse3d.SamplerSettings(steps=3, rescale_t=5.0, guidance_interval=(0.0, 1.0),
+QUICK = s3d.SamplerSettings(steps=3, rescale_t=5.0, guidance_interval=(0.0, 1.0),
                                  guidance_rescale=0.7)
 
 
 def test_the_dense_engine_describes_itself(dense_engine):
     m = dense_engine.model
-    assert m["family"] == "SparseStructureFlowModel" == sparse3d.DENSE
-    assert dense_engine.family == sparse3d.DENSE
+    assert m["family"] == "SparseStructureFlowModel" == s3d.DENSE
+    assert dense_engine.family == s3d.DENSE
     assert (m["resolution"], m["in_channels"], m["out_channels"]) == (R, C, C)
     assert "tiny dense" in repr(dense_engine)
 
@@ -91,21 +91,21 @@ def test_a_seed_in_volume_mode_and_in_token_mode(dense_engine):
     vol = dense_engine.sample(cond=cond, seed=9, sampler=QUICK)
     tok = dense_engine.sample(grid_coords(2), cond, seed=9, sampler=QUICK)
     np.testing.assert_array_equal(vol, to_volume(tok, 2))
-    noise = sparse3d.draw_noise(9, 2 * C, R ** 3).reshape(2, C, R, R, R)
+    noise = s3d.draw_noise(9, 2 * C, R ** 3).reshape(2, C, R, R, R)
     np.testing.assert_array_equal(vol, dense_engine.sample(cond=cond, noise=noise, sampler=QUICK))
 
 
 def test_the_released_sparse_structure_sampler():
-    s = sparse3d.SamplerSettings.released_sparse_structure()
+    s = s3d.SamplerSettings.released_sparse_structure()
     assert (s.steps, s.rescale_t, s.guidance, s.guidance_interval, s.guidance_rescale,
             s.sigma_min) == (12, 5.0, 7.5, (0.6, 1.0), 0.7, 1e-5)
-    assert "released_sparse_structure" in sparse3d.SAMPLER_PRESETS
-    ts = sparse3d.timesteps("released_sparse_structure")
+    assert "released_sparse_structure" in s3d.SAMPLER_PRESETS
+    ts = s3d.timesteps("released_sparse_structure")
     want = [1, 0.982142857, 0.961538462, 0.9375, 0.909090909, 0.875, 0.833333333, 0.78125,
             0.714285714, 0.625, 0.5, 0.3125, 0]
     assert ts == pytest.approx(want, abs=1e-8)
     # The shape preset is unchanged.
-    assert sparse3d.timesteps("released")[3] == pytest.approx(3 * 0.75 / (1 + 2 * 0.75))
+    assert s3d.timesteps("released")[3] == pytest.approx(3 * 0.75 / (1 + 2 * 0.75))
 
 
 def test_a_dense_engine_defaults_to_the_sparse_structure_sampler(dense_engine):
@@ -128,24 +128,24 @@ def test_a_slat_engine_keeps_the_shape_default(engine):
 
 def test_a_slat_engine_refuses_coords_none(engine):
     coords, cond = make_request([25], 8)
-    noise = sparse3d.draw_noise(1, 25, 32)
-    with pytest.raises(sparse3d.Error, match="coords are required.*SparseStructureFlowModel"):
+    noise = s3d.draw_noise(1, 25, 32)
+    with pytest.raises(s3d.Error, match="coords are required.*SparseStructureFlowModel"):
         engine.sample(cond=cond, noise=noise, sampler=QUICK)
-    with pytest.raises(sparse3d.Error, match="coords are required"):
+    with pytest.raises(s3d.Error, match="coords are required"):
         engine.sample(None, cond, seed=1)
-    with pytest.raises(sparse3d.Error, match="no .coords"):
+    with pytest.raises(s3d.Error, match="no .coords"):
         engine.forward(noise, 1000.0, cond)
     # The engine itself refuses empty coords for a SLatFlowModel (the binding passes None on).
-    with pytest.raises(sparse3d.Error):
+    with pytest.raises(s3d.Error):
         engine._e.sample(None, cond, 1, noise=noise, sampler=QUICK._native())
-    with pytest.raises(sparse3d.Error):
+    with pytest.raises(s3d.Error):
         engine._e.forward(noise, np.full(1, 1000.0, np.float32), None, cond, 1)
 
 
 def test_the_noise_of_a_slat_sparse_tensor_brings_its_coords(engine):
     from conftest import SparseTensor
     coords, cond = make_request([22], 9)
-    noise = sparse3d.draw_noise(2, 22, 32)
+    noise = s3d.draw_noise(2, 22, 32)
     np.testing.assert_array_equal(engine.sample(noise=SparseTensor(noise, coords), cond=cond,
                                                 sampler=QUICK),
                                   engine.sample(coords, cond, noise=noise, sampler=QUICK))
@@ -182,7 +182,7 @@ def _shuffled_grid(batch):
 ])
 def test_dense_layout_errors_are_one_clear_error(dense_engine, call, message):
     noise, cond = dense_request(2, 10)
-    with pytest.raises(sparse3d.Error, match=message):
+    with pytest.raises(s3d.Error, match=message):
         call(dense_engine, noise, cond)
     # The engine still serves requests after each refusal.
     assert dense_engine.forward(noise, 500.0, cond).shape == (2, C, R, R, R)

@@ -6,17 +6,17 @@ import os
 import numpy as np
 import pytest
 
-import sparse3d
+import sparse3d_engine as s3d
 from conftest import TINY, make_request
 
-QUICK = sparse3d.SamplerSettings(steps=3, guidance_interval=(0.0, 1.0))
+QUICK = s3d.SamplerSettings(steps=3, guidance_interval=(0.0, 1.0))
 
 
 def reference(cache_dir, counts, seed):
     """The latent from NumPy inputs on the GPU engine, as NumPy."""
-    e = sparse3d.Engine(TINY, device="cuda", cache_dir=cache_dir)
+    e = s3d.Engine(TINY, device="cuda", cache_dir=cache_dir)
     coords, cond = make_request(counts, seed)
-    noise = sparse3d.draw_noise(seed, len(coords), 32)
+    noise = s3d.draw_noise(seed, len(coords), 32)
     latent = e.sample(coords, cond, noise=noise, sampler=QUICK)
     assert isinstance(latent, np.ndarray)  # NumPy inputs: a NumPy result, on the host
     return e, coords, cond, noise, latent

@@ -15,13 +15,13 @@ import weakref
 import numpy as np
 import pytest
 
-import sparse3d
-import sparse3d.trellis2 as t2
+import sparse3d_engine as s3d
+import sparse3d_engine.trellis2 as t2
 from conftest import TINY, SparseTensor, dense_request, make_request
 from test_trellis2 import FullPipeline, OriginalModule, _texture
 from test_trellis2 import SparseStructureFlowModel as DenseOriginal
 
-QUICK = sparse3d.SamplerSettings(steps=3, guidance_interval=(0.0, 1.0))
+QUICK = s3d.SamplerSettings(steps=3, guidance_interval=(0.0, 1.0))
 
 
 # The Linear layers inside the blocks run in bf16, everything else in f32 (the released
@@ -103,7 +103,7 @@ def test_construction_releases_the_gil(tiny_config, tiny_state_dict, cache_dir):
 
     def build():
         try:
-            built["engine"] = sparse3d.Engine.from_state_dict(config, state, device="cpu",
+            built["engine"] = s3d.Engine.from_state_dict(config, state, device="cpu",
                                                               cache_dir=cache_dir)
         finally:
             done.set()
@@ -126,23 +126,23 @@ def test_construction_releases_the_gil(tiny_config, tiny_state_dict, cache_dir):
 _AT_EXIT = """
 import sys
 import numpy as np
-import sparse3d
+import sparse3d_engine as s3d
 
 TINY = sys.argv[1]
 LINES = []
-logged = sparse3d.Engine(TINY, device="cpu", cache_dir=sys.argv[2], log=lambda line: LINES.append(line))
+logged = s3d.Engine(TINY, device="cpu", cache_dir=sys.argv[2], log=lambda line: LINES.append(line))
 
 
 class Service:
     def __init__(self):
-        self.engine = sparse3d.Engine(TINY, device="cpu", cache_dir=sys.argv[2], log=self.on_log)
+        self.engine = s3d.Engine(TINY, device="cpu", cache_dir=sys.argv[2], log=self.on_log)
 
     def on_log(self, line):
         LINES.append(line)
 
 
 service = Service()
-plain = sparse3d.Engine(TINY, device="cpu", cache_dir=sys.argv[2])
+plain = s3d.Engine(TINY, device="cpu", cache_dir=sys.argv[2])
 coords = np.array([[0, 1, 2, 3], [0, 4, 5, 6]], np.int32)
 latent = plain.sample(coords, np.ones((1, 9, 64), np.float32), seed=1, sampler={"steps": 2})
 plain.offload()
@@ -154,7 +154,7 @@ def test_an_engine_alive_at_the_interpreters_end_exits_cleanly(tmp_path):
     program = tmp_path / "keeps_engines.py"
     program.write_text(_AT_EXIT)
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(os.path.dirname(sparse3d.__file__)),
+    env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(os.path.dirname(s3d.__file__)),
                                          env.get("PYTHONPATH", "")])
     done = subprocess.run([sys.executable, str(program), TINY, str(tmp_path / "cache")],
                           capture_output=True, text=True, env=env, timeout=300)
@@ -168,7 +168,7 @@ def test_a_cycle_through_the_log_callable_is_collected(cache_dir):
     class Holder:
         def __init__(self):
             self.lines = []
-            self.engine = sparse3d.Engine(TINY, device="cpu", cache_dir=cache_dir,
+            self.engine = s3d.Engine(TINY, device="cpu", cache_dir=cache_dir,
                                           log=lambda line: self.lines.append(line))
 
     holder = Holder()
@@ -209,20 +209,20 @@ def test_warm_up_builds_every_engine_ahead(full, cache_dir):
     model = full.models["shape_slat_flow_model_512"]
     qualified = engines["shape_slat_flow_model_512"].counters()["qualifications_run"]
     coords, cond = make_request([40], 3)
-    noise = SparseTensor(sparse3d.draw_noise(3, 40, 32), coords)
+    noise = SparseTensor(s3d.draw_noise(3, 40, 32), coords)
     out = full.shape_slat_sampler.sample(model, noise, cond, np.zeros_like(cond), steps=3,
                                          rescale_t=3.0, guidance_strength=7.5,
                                          guidance_interval=(0.0, 1.0), guidance_rescale=0.5,
                                          verbose=False)
     assert model._engine is engines["shape_slat_flow_model_512"]
     assert model._engine.counters()["qualifications_run"] == qualified
-    direct = sparse3d.Engine(TINY, device="cpu", cache_dir=cache_dir).sample(
+    direct = s3d.Engine(TINY, device="cpu", cache_dir=cache_dir).sample(
         coords, cond, noise=noise.feats, sampler=QUICK)
     np.testing.assert_array_equal(out.samples.feats, direct)
     # A named subset, and a name that is not accelerated.
     assert sorted(acc.warm_up(["sparse_structure_flow_model"], cond_tokens=SMALL)) == \
         ["sparse_structure_flow_model"]
-    with pytest.raises(sparse3d.Error, match="image_cond_model not accelerated"):
+    with pytest.raises(s3d.Error, match="image_cond_model not accelerated"):
         acc.warm_up(["image_cond_model"])
     assert acc.fallbacks() == []
 
@@ -233,13 +233,13 @@ def test_accelerate_warm_up_true_uses_the_stage_defaults(full, cache_dir, monkey
     monkeypatch.setattr(t2, "WARM_UP_TOKENS", 24)
     monkeypatch.setattr(t2, "COND_TOKENS", {name: 5 + i for i, name in enumerate(t2.FLOW_MODELS)})
     seen = {}
-    original = sparse3d.Engine.warm_up
+    original = s3d.Engine.warm_up
 
     def record(self, tokens, cond_tokens):
         seen[self.model["checkpoint"]] = (list(tokens), cond_tokens)
         return original(self, tokens, cond_tokens)
 
-    monkeypatch.setattr(sparse3d.Engine, "warm_up", record)
+    monkeypatch.setattr(s3d.Engine, "warm_up", record)
     acc = t2.accelerate(full, device="cpu", cache_dir=cache_dir, warm_up=True)
     assert seen == {
         "sparse_structure_flow_model (state dict)": ([8 ** 3], 5),   # one grid, R = 8
@@ -284,7 +284,7 @@ def test_the_pipelines_device_decides_where_engines_warm_up(full, cache_dir):
     acc = t2.accelerate(full, device="cpu", cache_dir=cache_dir)
     for wrong in ("tpu:0", "cuda:x", "mps"):
         full.device = wrong
-        with pytest.raises(sparse3d.Error, match="device must be"):
+        with pytest.raises(s3d.Error, match="device must be"):
             acc.warm_up(tokens=40, cond_tokens=SMALL)
     full.device = "cpu"
     acc.warm_up(["shape_slat_flow_model_512"], tokens=40, cond_tokens=SMALL)
@@ -306,7 +306,7 @@ def test_the_drop_in_keeps_its_engine_and_offloads_it(full, cache_dir):
     model._moved_to_cpu()
     assert engine.resident and model._engine is engine
     coords, cond = make_request([33, 20], 4)
-    x = SparseTensor(sparse3d.draw_noise(4, 53, 32), coords)
+    x = SparseTensor(s3d.draw_noise(4, 53, 32), coords)
     t = np.full(2, 800.0, np.float32)
     v = model(x, t, cond).feats
     # An explicit offload: the next call brings the weights back, same engine, same bits.

@@ -8,22 +8,22 @@ torch = pytest.importorskip(
     "torch", reason="PyTorch is not installed (CI: its wheel brings gigabytes of CUDA "
                     "libraries); the NumPy tests cover the API, the GPU machine runs these")
 
-import sparse3d  # noqa: E402
-import sparse3d.trellis2 as t2  # noqa: E402
+import sparse3d_engine as s3d  # noqa: E402
+import sparse3d_engine.trellis2 as t2  # noqa: E402
 from conftest import TINY, SparseTensor, make_request  # noqa: E402
 
-QUICK = sparse3d.SamplerSettings(steps=3, guidance_interval=(0.0, 1.0))
+QUICK = s3d.SamplerSettings(steps=3, guidance_interval=(0.0, 1.0))
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
 
 def engine_on(device, cache_dir):
-    return sparse3d.Engine(TINY, device=device, cache_dir=cache_dir)
+    return s3d.Engine(TINY, device=device, cache_dir=cache_dir)
 
 
 def inputs(device, counts=(70, 45), seed=1):
     coords, cond = make_request(list(counts), seed)
     coords, cond = torch.from_numpy(coords).to(device), torch.from_numpy(cond).to(device)
-    noise = torch.from_numpy(sparse3d.draw_noise(seed, coords.shape[0], 32)).to(device)
+    noise = torch.from_numpy(s3d.draw_noise(seed, coords.shape[0], 32)).to(device)
     return coords, cond, noise
 
 
@@ -73,12 +73,12 @@ def test_a_torch_state_dict_in_f16_bf16_or_f32(device, tiny_config, tiny_state_d
     want = ref.sample(coords, cond, noise=noise, sampler=QUICK)
     for dtype in (torch.float32, torch.bfloat16):
         sd = {k: torch.from_numpy(v).to(device=device, dtype=dtype) for k, v in tiny_state_dict.items()}
-        e = sparse3d.Engine.from_state_dict(tiny_config, sd, device=device, cache_dir=cache_dir)
+        e = s3d.Engine.from_state_dict(tiny_config, sd, device=device, cache_dir=cache_dir)
         assert e.model["content_hash"] == ref.model["content_hash"]
         assert torch.equal(e.sample(coords, cond, noise=noise, sampler=QUICK), want)
     # f16 is not bf16: other weights (rounded differently), but accepted and converted.
     sd = {k: torch.from_numpy(v).to(device=device, dtype=torch.float16) for k, v in tiny_state_dict.items()}
-    e = sparse3d.Engine.from_state_dict(tiny_config, sd, device=device, cache_dir=cache_dir)
+    e = s3d.Engine.from_state_dict(tiny_config, sd, device=device, cache_dir=cache_dir)
     assert e.sample(coords, cond, noise=noise, sampler=QUICK).isfinite().all()
 
 
@@ -263,7 +263,7 @@ def test_the_dense_drop_in_with_torch_volumes(device, dense_config, dense_state_
     assert v.device.type == device and original.calls == 0
     # The engine built from the module's state dict (its rope_phases buffer left out) is the
     # one a state dict without it gives.
-    e = sparse3d.Engine.from_state_dict(dense_config, dense_state_dict, device=device,
+    e = s3d.Engine.from_state_dict(dense_config, dense_state_dict, device=device,
                                         cache_dir=cache_dir)
     assert torch.equal(v, e.forward(noise, t, cond))
     # f16 volumes in, f16 out (as the original returns x's dtype); bf16 taken as it is.
@@ -277,7 +277,7 @@ def test_the_dense_drop_in_with_torch_volumes(device, dense_config, dense_state_
     z = p.sparse_structure_sampler.sample(model, noise, cond, torch.zeros_like(cond),
                                           verbose=False, **params).samples
     want = e.sample(cond=cond, noise=noise,
-                    sampler=sparse3d.SamplerSettings(steps=3, rescale_t=5.0,
+                    sampler=s3d.SamplerSettings(steps=3, rescale_t=5.0,
                                                      guidance_rescale=0.7))
     assert isinstance(z, torch.Tensor) and z.device.type == device and torch.equal(z, want)
     assert p.sparse_structure_sampler.original.loops == 0

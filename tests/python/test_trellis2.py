@@ -1,4 +1,4 @@
-"""The TRELLIS.2 drop-in (sparse3d.trellis2) against duck-typed stand-ins: a pipeline with a
+"""The TRELLIS.2 drop-in (s3d.trellis2) against duck-typed stand-ins: a pipeline with a
 `models` dict (the five flow models) and flow samplers, SparseTensors of NumPy arrays, dense
 volumes for the sparse-structure model, and "original" modules that record their calls (CI
 has no torch; the H200 runs the drop-in against the PyTorch oracle:
@@ -6,8 +6,8 @@ scripts/device/python_package.sh)."""
 import numpy as np
 import pytest
 
-import sparse3d
-import sparse3d.trellis2 as t2
+import sparse3d_engine as s3d
+import sparse3d_engine.trellis2 as t2
 from conftest import DENSE_C, DENSE_R, SparseTensor, dense_request, make_request
 
 ARGS = ("resolution", "in_channels", "model_channels", "cond_channels", "out_channels",
@@ -83,7 +83,7 @@ class FlowEulerGuidanceIntervalSampler:
                tqdm_desc="Sampling", **kwargs):
         guidance_rescale = kwargs.pop("guidance_rescale", 0.0)
         self.loops += 1
-        ts = sparse3d.timesteps({"steps": steps, "rescale_t": rescale_t})
+        ts = s3d.timesteps({"steps": steps, "rescale_t": rescale_t})
         x = noise
         sm = self.sigma_min
         B = cond.shape[0]
@@ -138,7 +138,7 @@ def acc(pipeline, cache_dir):
 
 def request(counts=(41, 30), seed=11):
     coords, cond = make_request(list(counts), seed)
-    noise = SparseTensor(sparse3d.draw_noise(seed, len(coords), 32), coords)
+    noise = SparseTensor(s3d.draw_noise(seed, len(coords), 32), coords)
     return noise, cond
 
 
@@ -165,10 +165,10 @@ def test_the_whole_loop_runs_in_the_engine_bit_for_bit(pipeline, acc, tiny_confi
     out = pipeline.shape_slat_sampler.sample(pipeline.models["shape_slat_flow_model_512"],
                                              noise, cond, neg, **PARAMS)
     assert out.samples.coords is noise.coords
-    engine = sparse3d.Engine(_tiny(), device="cpu",
+    engine = s3d.Engine(_tiny(), device="cpu",
                              cache_dir=cache_dir)
     direct = engine.sample(noise.coords, cond, noise=noise.feats,
-                           sampler=sparse3d.SamplerSettings(steps=4))
+                           sampler=s3d.SamplerSettings(steps=4))
     np.testing.assert_array_equal(out.samples.feats, direct)
     assert pipeline.shape_slat_sampler.original.loops == 0      # the original never ran
     assert pipeline.models["shape_slat_flow_model_512"].original.calls == 0
@@ -269,9 +269,9 @@ def test_a_texture_model_takes_its_concat_condition(tiny_config, tiny_state_dict
     shape_slat = SparseTensor(rng.standard_normal((57, 8)).astype(np.float32), noise.coords)
     out = p.tex_slat_sampler.sample(model, noise, cond, np.zeros_like(cond), concat_cond=shape_slat,
                                     **PARAMS)
-    engine = sparse3d.Engine.from_state_dict(config, state, device="cpu", cache_dir=cache_dir)
+    engine = s3d.Engine.from_state_dict(config, state, device="cpu", cache_dir=cache_dir)
     want = engine.sample(noise.coords, cond, noise=noise.feats, concat_cond=shape_slat.feats,
-                         sampler=sparse3d.SamplerSettings(steps=4))
+                         sampler=s3d.SamplerSettings(steps=4))
     np.testing.assert_array_equal(out.samples.feats, want)
     v = model(noise, np.full(2, 1000.0, np.float32), cond, concat_cond=shape_slat)
     np.testing.assert_array_equal(
@@ -283,7 +283,7 @@ def test_a_texture_model_takes_its_concat_condition(tiny_config, tiny_state_dict
 
 SS_PARAMS = dict(steps=4, rescale_t=5.0, guidance_strength=7.5, guidance_interval=(0.6, 1.0),
                  guidance_rescale=0.7)
-SS_SETTINGS = sparse3d.SamplerSettings(steps=4, rescale_t=5.0, guidance_rescale=0.7)
+SS_SETTINGS = s3d.SamplerSettings(steps=4, rescale_t=5.0, guidance_rescale=0.7)
 
 
 class FullPipeline:
@@ -392,7 +392,7 @@ def test_the_dense_model_is_served_per_forward(full, full_acc, dense_config, den
     t = np.array([1000.0, 700.0], np.float32)
     v = model(noise, t, cond)
     assert isinstance(v, np.ndarray) and v.shape == noise.shape and v.dtype == noise.dtype
-    engine = sparse3d.Engine.from_state_dict(dense_config, dense_state_dict, device="cpu",
+    engine = s3d.Engine.from_state_dict(dense_config, dense_state_dict, device="cpu",
                                              cache_dir=cache_dir)
     np.testing.assert_array_equal(v, engine.forward(noise, t, cond))
     assert model.original.calls == 0 and model.stats.calls["forward"] == 1
@@ -406,7 +406,7 @@ def test_the_dense_whole_loop_runs_in_the_engine_bit_for_bit(full, full_acc, den
     noise, cond = dense_request(1, 22)
     z_s = full.sample_sparse_structure(cond, noise)
     assert isinstance(z_s, np.ndarray) and z_s.shape == noise.shape
-    engine = sparse3d.Engine.from_state_dict(dense_config, dense_state_dict, device="cpu",
+    engine = s3d.Engine.from_state_dict(dense_config, dense_state_dict, device="cpu",
                                              cache_dir=cache_dir)
     np.testing.assert_array_equal(z_s, engine.sample(cond=cond, noise=noise, sampler=SS_SETTINGS))
     # The same as the token-mode request the CLI makes of a payload (full grid, raster order).
@@ -433,7 +433,7 @@ def test_the_dense_original_sampler_over_the_drop_in_matches_the_engine_loop(ful
     # paths of bitwise kernels. The default path `fast` rounds its norms once (tolerance
     # kernels), and guidance 7.5 with rescale 0.7 amplifies the sampler's differences through
     # the model: 6.9e-4 measured on this tiny model, far inside the path's 2e-2 contract.
-    bound = 2e-3 if "fast" in sparse3d.default_path() else 1e-4
+    bound = 2e-3 if "fast" in s3d.default_path() else 1e-4
     assert rel < bound, rel
     assert model.stats.calls["forward"] == 4 + 4   # r = 5: all 4 steps' t are in [0.6, 1]
     assert model.original.calls == 0
@@ -483,7 +483,7 @@ def test_texture_models_take_concat_cond_per_forward_and_whole_loop(full, full_a
     concat_cond (**kwargs, as TRELLIS.2's pipeline), served as one whole loop; TRELLIS.2's
     own sampler arithmetic passes it on to every model call, served per forward."""
     tex_config, tex_state = _texture(tiny_config, tiny_state_dict)
-    engine = sparse3d.Engine.from_state_dict(tex_config, tex_state, device="cpu",
+    engine = s3d.Engine.from_state_dict(tex_config, tex_state, device="cpu",
                                              cache_dir=cache_dir)
     rng = np.random.default_rng(26)
     for name in ("tex_slat_flow_model_512", "tex_slat_flow_model_1024"):
@@ -493,7 +493,7 @@ def test_texture_models_take_concat_cond_per_forward_and_whole_loop(full, full_a
         whole = full.tex_slat_sampler.sample(model, noise, cond, np.zeros_like(cond),
                                              concat_cond=shape_slat, **PARAMS).samples
         want = engine.sample(noise.coords, cond, noise=noise.feats, concat_cond=shape_slat.feats,
-                             sampler=sparse3d.SamplerSettings(steps=4))
+                             sampler=s3d.SamplerSettings(steps=4))
         np.testing.assert_array_equal(whole.feats, want)
         loop = full.tex_slat_sampler.original.sample(model, noise, cond, np.zeros_like(cond),
                                                      concat_cond=shape_slat, **PARAMS).samples
@@ -502,7 +502,7 @@ def test_texture_models_take_concat_cond_per_forward_and_whole_loop(full, full_a
         # Without the concat_cond the loop differs: it was used.
         plain = engine.sample(noise.coords, cond, noise=noise.feats,
                               concat_cond=np.zeros_like(shape_slat.feats),
-                              sampler=sparse3d.SamplerSettings(steps=4))
+                              sampler=s3d.SamplerSettings(steps=4))
         assert not np.array_equal(plain, want)
         assert model.stats.calls["forward"] >= 7
     assert full.tex_slat_sampler.original.loops == 2   # the two direct calls only

@@ -34,8 +34,8 @@ from model import ModelConfig, SLatFlowModel  # noqa: E402
 from trellis2_like import (OracleFlowModel, Pipeline, SparseTensor,  # noqa: E402
                            SparseStructureFlowModel as DenseOriginal)
 
-import sparse3d  # noqa: E402  (the installed wheel)
-import sparse3d.trellis2  # noqa: E402
+import sparse3d_engine as s3d  # noqa: E402  (the installed wheel)
+import sparse3d_engine.trellis2  # noqa: E402
 
 NAME = "shape_slat_flow_model_1024"
 
@@ -87,8 +87,8 @@ def main():
     p.add_argument("--dense-seed", type=int, default=42)
     a = p.parse_args()
     dev = torch.device("cuda")
-    res = {"sparse3d_file": sparse3d.__file__, "version": sparse3d.__version__,
-           "libraries": sparse3d._loader.loaded, "path": a.path}
+    res = {"sparse3d_file": s3d.__file__, "version": s3d.__version__,
+           "libraries": s3d._loader.loaded, "path": a.path}
     table = []
 
     t0 = time.perf_counter()
@@ -101,7 +101,7 @@ def main():
     accelerated = Pipeline(original)
     plain = Pipeline(original)
     t0 = time.perf_counter()
-    acc = sparse3d.trellis2.accelerate(accelerated, path=a.path, cache_dir=a.cache_dir)
+    acc = s3d.trellis2.accelerate(accelerated, path=a.path, cache_dir=a.cache_dir)
     model = accelerated.models[NAME]
     engine = model.engine(("cuda", 0))  # built from the module's state dict in memory
     res["engine_from_state_dict_s"] = time.perf_counter() - t0
@@ -118,7 +118,7 @@ def main():
         asset = io_formats.read_asset(manifest, entries[name])
         coords = asset["coords"].to(dev)
         T = coords.shape[0]
-        noise_np = sparse3d.draw_noise(asset["noise_seed"], T, cfg.out_channels)
+        noise_np = s3d.draw_noise(asset["noise_seed"], T, cfg.out_channels)
         assert np.array_equal(noise_np, io_formats.normal_tensor(asset["noise_seed"],
                                                                  (T, cfg.out_channels)))
         noise = torch.from_numpy(noise_np).to(dev)
@@ -252,7 +252,7 @@ def check_dense(a, dev, res, table):
     original = DenseOriginal(oracle)
     plain = Pipeline(dense_model=original)
     accelerated = Pipeline(dense_model=original)
-    acc = sparse3d.trellis2.accelerate(accelerated, path=a.path, cache_dir=a.cache_dir)
+    acc = s3d.trellis2.accelerate(accelerated, path=a.path, cache_dir=a.cache_dir)
     model = accelerated.models["sparse_structure_flow_model"]
     d = {"family": model.family, "config_source": model.config_source}
     R, C, B = cfg.resolution, cfg.out_channels, a.dense_batch
@@ -262,7 +262,7 @@ def check_dense(a, dev, res, table):
     params = accelerated.sparse_structure_sampler_params
 
     # Volume mode against token mode, on the file's engine.
-    engine = sparse3d.Engine(a.dense_checkpoint, path=a.path, cache_dir=a.cache_dir)
+    engine = s3d.Engine(a.dense_checkpoint, path=a.path, cache_dir=a.cache_dir)
     vol, t_vol = timed(lambda: engine.sample(cond=cond, noise=noise,
                                              sampler="released_sparse_structure"), a.repeat + 1)
     assert vol.shape == noise.shape, vol.shape

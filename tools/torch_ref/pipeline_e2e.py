@@ -1,5 +1,5 @@
 """TRELLIS.2's three denoise stages end to end, the original PyTorch code against the sparse3d
-drop-in (`sparse3d.trellis2.accelerate`), in one process, on the same weights, conditions and
+drop-in (`s3d.trellis2.accelerate`), in one process, on the same weights, conditions and
 noise: time and peak memory per stage, and how far each stage's final latent moves.
 
   python3 tools/torch_ref/pipeline_e2e.py --trellis2 .deps/trellis2-src --device cuda \
@@ -67,7 +67,7 @@ cu_seqlens: one kernel per call, no per-asset loop) on CUDA, and per-asset SDPA 
 the dense model runs the original's own `sdpa` backend (ATTN_BACKEND=sdpa). tqdm and easydict
 get stand-ins when absent. The JSON lists which stand-ins were used.
 
-The sparse3d side: `sparse3d.trellis2.accelerate()` on the same pipeline object, after the
+The sparse3d side: `s3d.trellis2.accelerate()` on the same pipeline object, after the
 PyTorch side; the originals of the accelerated models move to the CPU (the engines are built
 from their state dicts), so each side's device memory is its own. A model that accelerate()
 does not serve (skipped, or not in its FLOW_MODELS) runs on PyTorch on both sides: the script
@@ -843,29 +843,29 @@ def rel_l2(a, b):
 
 def import_sparse3d():
     try:
-        import sparse3d
-        import sparse3d.trellis2
-        return sparse3d, None
+        import sparse3d_engine as s3d
+        import sparse3d_engine.trellis2  # noqa: F401
+        return s3d, None
     except Exception as e:  # noqa: BLE001 - any import failure means "no sparse3d side"
         return None, f"{type(e).__name__}: {e}"
 
 
-def installed_vs_tree(sparse3d):
+def installed_vs_tree(s3d):
     """Whether the imported package's trellis2.py is this tree's (a stale wheel would time an
     older drop-in)."""
     here = os.path.dirname(os.path.abspath(__file__))
-    tree = os.path.normpath(os.path.join(here, "..", "..", "python", "sparse3d", "trellis2.py"))
-    inst = os.path.join(os.path.dirname(sparse3d.__file__), "trellis2.py")
+    tree = os.path.normpath(os.path.join(here, "..", "..", "python", "sparse3d_engine", "trellis2.py"))
+    inst = os.path.join(os.path.dirname(s3d.__file__), "trellis2.py")
     if not os.path.exists(tree):
-        return "no python/sparse3d/trellis2.py in this tree to compare with"
+        return "no python/sparse3d_engine/trellis2.py in this tree to compare with"
     with open(tree, "rb") as f1, open(inst, "rb") as f2:
         same = f1.read() == f2.read()
     return "same as this tree's" if same else \
-        (f"DIFFERS from this tree's python/sparse3d/trellis2.py ({inst}): rebuild/reinstall "
+        (f"DIFFERS from this tree's python/sparse3d_engine/trellis2.py ({inst}): rebuild/reinstall "
          "the wheel")
 
 
-def acceleration_status(acc, sparse3d):
+def acceleration_status(acc, s3d):
     models = {}
     for key in MODEL_FILES:
         if key in acc.models:
@@ -874,7 +874,7 @@ def acceleration_status(acc, sparse3d):
             models[key] = f"skipped by accelerate(): {acc.skipped[key]}"
         else:
             models[key] = (f"not attempted: not in this sparse3d's FLOW_MODELS "
-                           f"{tuple(getattr(sparse3d.trellis2, 'FLOW_MODELS', ()))}")
+                           f"{tuple(getattr(s3d.trellis2, 'FLOW_MODELS', ()))}")
     samplers = {attr: ("wrapped" if attr in acc.samplers else "NOT wrapped (original sampler)")
                 for attr in SAMPLER_OF.values()}
     return models, samplers
@@ -951,25 +951,25 @@ def table(rows):
     return "\n".join(lines)
 
 
-def sparse3d_side(sparse3d, pl, models, assets, conds, torch_side, a, result, problems,
+def sparse3d_side(s3d, pl, models, assets, conds, torch_side, a, result, problems,
                   runner=None):
     """accelerate() on the pipeline, then the same runs (`runner`: run_side, or
     run_service_side in the service order); fills result and problems."""
     runner = runner or run_side
-    print(f"== sparse3d {sparse3d.__version__} ({sparse3d.__file__})", flush=True)
-    origin = installed_vs_tree(sparse3d)
+    print(f"== sparse3d {s3d.__version__} ({s3d.__file__})", flush=True)
+    origin = installed_vs_tree(s3d)
     print(f"sparse3d/trellis2.py: {origin}", flush=True)
-    result["sparse3d"] = {"version": sparse3d.__version__, "file": sparse3d.__file__,
+    result["sparse3d"] = {"version": s3d.__version__, "file": s3d.__file__,
                           "trellis2_py": origin}
     options = {}
     if a.cache_dir:
         options["cache_dir"] = a.cache_dir
     t0 = time.perf_counter()
-    acc = sparse3d.trellis2.accelerate(pl, path=a.path, **options)
+    acc = s3d.trellis2.accelerate(pl, path=a.path, **options)
     result["sparse3d"]["accelerate_seconds"] = time.perf_counter() - t0
     print(f"accelerate(): {result['sparse3d']['accelerate_seconds']:.2f} s", flush=True)
-    status, sampler_status = acceleration_status(acc, sparse3d)
-    result["sparse3d"].update(path=a.path or sparse3d.default_path(), models=status,
+    status, sampler_status = acceleration_status(acc, s3d)
+    result["sparse3d"].update(path=a.path or s3d.default_path(), models=status,
                               samplers=sampler_status)
     for key, s in status.items():
         print(f"  {key}: {s}", flush=True)
@@ -986,12 +986,12 @@ def sparse3d_side(sparse3d, pl, models, assets, conds, torch_side, a, result, pr
             models[key].cpu()        # the engines hold the weights now
         if torch.device(a.device).type == "cuda":
             torch.cuda.empty_cache()
-    s3d, engine_fallbacks = runner("sparse3d", pl, assets, conds, a, acc)
+    side, engine_fallbacks = runner("sparse3d", pl, assets, conds, a, acc)
     result["sides"]["sparse3d"] = {k: {"runs": v["runs"], "latent_stats": v["latent_stats"]}
-                                   for k, v in s3d.items()}
+                                   for k, v in side.items()}
     result["sparse3d"].update(report=acc.report(), fallbacks=acc.fallbacks(),
                               engine_fallbacks=engine_fallbacks)
-    result["rel_l2"] = {name: {stage: rel_l2(s3d[name]["latents"][stage],
+    result["rel_l2"] = {name: {stage: rel_l2(side[name]["latents"][stage],
                                              torch_side[name]["latents"][stage])
                                for stage, *_ in STAGES}
                         for name in assets}
@@ -1083,8 +1083,8 @@ def main():
     configs = model_configs(a.trellis2, a.tiny, a.tex1024_resolution)
 
     # sparse3d first: an import failure is known before minutes of set-up.
-    sparse3d, why_not = (None, "--skip-sparse3d") if a.skip_sparse3d else import_sparse3d()
-    if sparse3d is None and not a.skip_sparse3d:
+    s3d, why_not = (None, "--skip-sparse3d") if a.skip_sparse3d else import_sparse3d()
+    if s3d is None and not a.skip_sparse3d:
         if a.tiny:
             print(f"sparse3d not importable ({why_not}): the sparse3d side is skipped", flush=True)
         else:
@@ -1172,9 +1172,9 @@ def main():
     # The sparse3d side.
     problems = []
     rc = 0
-    if sparse3d is not None:
+    if s3d is not None:
         try:
-            sparse3d_side(sparse3d, pl, models, assets, conds, torch_side, a, result, problems,
+            sparse3d_side(s3d, pl, models, assets, conds, torch_side, a, result, problems,
                           runner)
         except Exception as e:  # noqa: BLE001 - keep the PyTorch side's results
             import traceback
@@ -1224,7 +1224,7 @@ def main():
     print(f"\nwhole run {result['total_seconds']:.1f} s (models built in {build_seconds:.1f} s)")
     if problems:
         loud(["PROBLEMS (%d):" % len(problems)] + problems)
-    if sparse3d is None:
+    if s3d is None:
         print(f"sparse3d side: skipped ({why_not})")
     print(text)
     return rc

@@ -14,7 +14,7 @@ _WHEEL_LIBRARIES = (
     (("cudnn/lib",), "libcudnn.so.9"),
 )
 
-loaded = {}  # library -> the path it was loaded from (sparse3d.build_info() reports it)
+loaded = {}  # library -> the path it was loaded from (s3d.build_info() reports it)
 
 
 def _nvidia_roots():

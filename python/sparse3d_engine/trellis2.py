@@ -1,11 +1,11 @@
 """The TRELLIS.2 drop-in: `accelerate(pipeline)` serves the five flow models of a TRELLIS.2
 image-to-3D pipeline (the dense sparse-structure model and the four structured-latent
-models) from sparse3d engines, with everything else (image conditioning, decoders, the
+models) from sparse3d_engine engines, with everything else (image conditioning, decoders, the
 pipeline's own samplers and their settings) unchanged.
 
     pipeline = Trellis2ImageTo3DPipeline.from_pretrained("microsoft/TRELLIS.2-4B")
     pipeline.cuda()
-    acc = sparse3d.trellis2.accelerate(pipeline)
+    acc = s3d.trellis2.accelerate(pipeline)
     mesh = pipeline.run(image)
     print(acc.report())
 
@@ -708,7 +708,7 @@ def accelerate(pipeline, path=None, models=FLOW_MODELS, samplers=FLOW_SAMPLERS,
                checkpoints=None, pipeline_dir=None, release_on_cpu=True, warm_up=False,
                **engine_options):
     """Serves `pipeline`'s flow models (FLOW_MODELS: the sparse-structure model and the four
-    structured-latent ones) and their samplers (FLOW_SAMPLERS) from sparse3d.
+    structured-latent ones) and their samplers (FLOW_SAMPLERS) from sparse3d_engine.
 
     path: the engine's execution path (default: the fastest whose contracts hold).
     checkpoints: {model name: NAME.json} to load from files; pipeline_dir: the pipeline's
@@ -719,7 +719,7 @@ def accelerate(pipeline, path=None, models=FLOW_MODELS, samplers=FLOW_SAMPLERS,
     the engine and all it has built stay (EngineFlowModel.offload); False keeps them on the
     GPU. warm_up: True builds every engine now on the pipeline's device and runs a small
     request on each (Acceleration.warm_up), so that the first pipeline.run() builds nothing;
-    a list of model names warms up those only. engine_options go to sparse3d.Engine
+    a list of model names warms up those only. engine_options go to s3d.Engine
     (cache_dir, max_device_memory_gib, log, ...). Returns an Acceleration."""
     acc = Acceleration(pipeline)
     table = getattr(pipeline, "models", None)

@@ -1,18 +1,18 @@
 """sparse3d: a CUDA inference engine for TRELLIS.2's flow transformers (the structured-latent
 models over sparse voxels and the dense sparse-structure model), from Python.
 
-    import sparse3d
-    engine = sparse3d.Engine("ckpts/slat_flow_img2shape_dit_1_3B_1024.json")
+    import sparse3d_engine as s3d
+    engine = s3d.Engine("ckpts/slat_flow_img2shape_dit_1_3B_1024.json")
     latent = engine.sample(coords, cond, noise=noise)       # the whole denoise loop
     v = engine(x_t, t, cond, coords=coords)                  # one denoiser call
 
-    dense = sparse3d.Engine("ckpts/ss_flow_img_dit_1_3B_64_bf16.json")
+    dense = s3d.Engine("ckpts/ss_flow_img_dit_1_3B_64_bf16.json")
     z_s = dense.sample(cond=cond, noise=noise)               # volumes [B, 8, 16, 16, 16]
     v = dense(x_t, t, cond)                                  # x_t a volume, no coords
 
 Tensors are any DLPack producer (torch, CuPy, JAX, NumPy), used in place; results come back
 in the framework of the inputs (a view of the engine's memory, no copy). docs/PYTHON.md has
-the whole API; `sparse3d.trellis2.accelerate(pipeline)` is the TRELLIS.2 drop-in.
+the whole API; `s3d.trellis2.accelerate(pipeline)` is the TRELLIS.2 drop-in.
 """
 import dataclasses
 import json
@@ -412,8 +412,8 @@ class Engine:
 
     @property
     def family(self):
-        """The model family: "SLatFlowModel" or "SparseStructureFlowModel" (sparse3d.SLAT,
-        sparse3d.DENSE)."""
+        """The model family: "SLatFlowModel" or "SparseStructureFlowModel" (s3d.SLAT,
+        s3d.DENSE)."""
         return self._family
 
     @property
