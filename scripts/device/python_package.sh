@@ -44,7 +44,7 @@ summary+=("installed: $(tr -s ' ' < "$OUT/pip_list.txt" | tr '\n' ';')")
 # without LD_LIBRARY_PATH (the package finds cuBLAS and cuDNN in the NVIDIA wheels).
 PYENV="env -u LD_LIBRARY_PATH"
 for i in 1 2; do
-  imp=$(cd /tmp && $PYENV python3 -c "import time; t=time.perf_counter(); import sparse3d_engine as s3d; print(round(time.perf_counter()-t, 3), "s", s3d.__version__, s3d.__file__, s3d._loader.loaded)" 2>&1 | tail -1)
+  imp=$(cd /tmp && $PYENV python3 -c "import time; t=time.perf_counter(); import sparse3d_engine as s3d; print(round(time.perf_counter()-t, 3), 's', s3d.__version__, s3d.__file__, s3d._loader.loaded)" 2>&1 | tail -1)
 done
 summary+=("import sparse3d_engine (no LD_LIBRARY_PATH): $imp")
 case "$imp" in *sparse3d/__init__.py*) ;; *) PYENV=env; summary+=("  (the rest runs with LD_LIBRARY_PATH)");; esac
