@@ -1,20 +1,80 @@
-"""Finds the CUDA libraries the native module links (cuBLASLt, cuDNN) in the NVIDIA wheels
-that pip installed beside sparse3d, and loads them before the module, so that an installed
-wheel needs no LD_LIBRARY_PATH. Where no wheel has them, the system's loader looks (the CUDA
-toolkit, LD_LIBRARY_PATH)."""
+"""The CUDA libraries the native module links (cuBLASLt, NVRTC, cuDNN; for a CUDA 12 build
+also the CUDA runtime), loaded before the module so that an installed wheel needs no
+LD_LIBRARY_PATH, and reported: which copy, which version, from where.
+
+For each library, in order:
+  1. a copy already loaded in this process (PyTorch's, when torch was imported first) is
+     used as it is: loading a second copy of the same library from another folder is what
+     makes two packages fight;
+  2. otherwise the copy in NVIDIA's wheels beside this package (site-packages/nvidia/...);
+  3. otherwise the system's loader (the CUDA toolkit, LD_LIBRARY_PATH).
+Each is then checked against the floor this build declares (_build.CUDA_MAJOR picks the
+set); one older than the floor is a warning on the "sparse3d_engine" logger, and the whole
+list is logged at INFO at import (`python -m sparse3d_engine info` prints it).
+"""
 import ctypes
 import importlib.util
+import logging
 import os
 
-# (folders under site-packages/nvidia, library), in load order. NVRTC: cudnn-frontend
-# compiles some kernels at run time with it.
-_WHEEL_LIBRARIES = (
-    (("cu13/lib", "cublas/lib"), "libcublasLt.so.13"),
-    (("cu13/lib", "cuda_nvrtc/lib"), "libnvrtc.so.13"),
-    (("cudnn/lib",), "libcudnn.so.9"),
-)
+try:
+    from . import _build
+    CUDA_MAJOR = _build.CUDA_MAJOR
+except ImportError:  # a source tree without a build: the CUDA 13 set
+    CUDA_MAJOR = 13
 
-loaded = {}  # library -> the path it was loaded from (s3d.build_info() reports it)
+log = logging.getLogger("sparse3d_engine")
+
+
+class _Lib:
+    def __init__(self, key, soname, folders, floor, version):
+        self.key, self.soname, self.folders = key, soname, folders
+        self.floor = floor        # (major, minor): the oldest this build works with
+        self.version = version    # handle -> (major, minor, patch)
+
+
+def _version_cublaslt(h):
+    h.cublasLtGetVersion.restype = ctypes.c_size_t
+    v = h.cublasLtGetVersion()
+    return v // 10000, v // 100 % 100, v % 100
+
+
+def _version_nvrtc(h):
+    major, minor = ctypes.c_int(), ctypes.c_int()
+    h.nvrtcVersion(ctypes.byref(major), ctypes.byref(minor))
+    return major.value, minor.value, 0
+
+
+def _version_cudnn(h):
+    h.cudnnGetVersion.restype = ctypes.c_size_t
+    v = h.cudnnGetVersion()  # major * 10000 + minor * 100 + patch (cuDNN 9)
+    return v // 10000, v // 100 % 100, v % 100
+
+
+def _version_cudart(h):
+    v = ctypes.c_int()
+    h.cudaRuntimeGetVersion(ctypes.byref(v))
+    return v.value // 1000, v.value // 10 % 100, 0
+
+
+def _libraries(major):
+    if major == 12:
+        return (
+            _Lib("cudart", "libcudart.so.12", ("cuda_runtime/lib",), (12, 4), _version_cudart),
+            _Lib("cublasLt", "libcublasLt.so.12", ("cublas/lib",), (12, 4), _version_cublaslt),
+            _Lib("nvrtc", "libnvrtc.so.12", ("cuda_nvrtc/lib",), (12, 4), _version_nvrtc),
+            _Lib("cudnn", "libcudnn.so.9", ("cudnn/lib",), (9, 1), _version_cudnn),
+        )
+    return (
+        _Lib("cublasLt", "libcublasLt.so.13", ("cu13/lib", "cublas/lib"), (13, 0), _version_cublaslt),
+        _Lib("nvrtc", "libnvrtc.so.13", ("cu13/lib", "cuda_nvrtc/lib"), (13, 0), _version_nvrtc),
+        _Lib("cudnn", "libcudnn.so.9", ("cudnn/lib",), (9, 10), _version_cudnn),
+    )
+
+
+LIBRARIES = _libraries(CUDA_MAJOR)
+loaded = {}    # soname -> the path it was loaded from
+_report = []   # one dict per library, filled by preload()
 
 
 def _nvidia_roots():
@@ -24,24 +84,87 @@ def _nvidia_roots():
     return list(spec.submodule_search_locations)
 
 
+def _mapped(soname):
+    """The path of an already-loaded copy of `soname` in this process, or None."""
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                path = line.rstrip("\n").split(maxsplit=5)[-1]
+                if os.path.basename(path).startswith(soname):
+                    return path
+    except OSError:
+        pass
+    return None
+
+
+def _who_loaded(path):
+    if "torch" in path or "nvidia" in path:
+        import sys
+        return "already loaded (torch)" if "torch" in sys.modules else "already loaded"
+    return "already loaded"
+
+
 def preload():
+    """Loads each library (see the module docstring) and records what was loaded."""
     roots = _nvidia_roots()
-    for folders, name in _WHEEL_LIBRARIES:
-        for root in roots:
-            for folder in folders:
-                candidate = os.path.join(root, folder, name)
-                if os.path.exists(candidate):
-                    ctypes.CDLL(candidate, mode=ctypes.RTLD_GLOBAL)
-                    loaded[name] = candidate
+    _report.clear()
+    for lib in LIBRARIES:
+        entry = {"name": lib.key, "soname": lib.soname, "path": None, "source": None,
+                 "version": None, "floor": "%d.%d" % lib.floor, "ok": None}
+        handle = None
+        path = _mapped(lib.soname)
+        if path is not None:
+            entry["source"] = _who_loaded(path)
+            handle = ctypes.CDLL(lib.soname, mode=ctypes.RTLD_GLOBAL | getattr(os, "RTLD_NOLOAD", 4))
+        else:
+            for root in roots:
+                for folder in lib.folders:
+                    candidate = os.path.join(root, folder, lib.soname)
+                    if os.path.exists(candidate):
+                        handle = ctypes.CDLL(candidate, mode=ctypes.RTLD_GLOBAL)
+                        entry["source"] = "NVIDIA wheel"
+                        break
+                if handle is not None:
                     break
-            if name in loaded:
-                break
+            if handle is None:
+                try:
+                    handle = ctypes.CDLL(lib.soname, mode=ctypes.RTLD_GLOBAL)
+                    entry["source"] = "system loader"
+                except OSError:
+                    entry["source"] = "not found"
+        if handle is not None:
+            entry["path"] = _mapped(lib.soname) or lib.soname
+            loaded[lib.soname] = entry["path"]
+            try:
+                v = lib.version(handle)
+                entry["version"] = "%d.%d.%d" % v
+                entry["ok"] = v[:2] >= lib.floor
+            except (AttributeError, OSError):
+                entry["version"] = "unknown"
+        _report.append(entry)
+    for e in _report:
+        if e["ok"] is False:
+            log.warning("%s %s loaded from %s (%s) is older than %s, the oldest this build of "
+                        "sparse3d_engine works with", e["soname"], e["version"], e["path"],
+                        e["source"], e["floor"])
+        else:
+            log.info("%s %s from %s (%s)", e["soname"], e["version"], e["path"], e["source"])
+
+
+def libraries():
+    """The CUDA libraries this package loaded: a list of dicts with name, soname, version,
+    path, source (already loaded / NVIDIA wheel / system loader / not found), floor (the
+    oldest version this build works with) and ok (version >= floor; None when unknown)."""
+    return [dict(e) for e in _report]
 
 
 def explain(error):
     """The ImportError for a native module that did not load."""
+    names = ", ".join(lib.soname for lib in LIBRARIES)
+    wheels = ("nvidia-cuda-runtime-cu12 nvidia-cublas-cu12 nvidia-cuda-nvrtc-cu12 "
+              "nvidia-cudnn-cu12" if CUDA_MAJOR == 12 else
+              "nvidia-cublas nvidia-cuda-nvrtc nvidia-cudnn-cu13")
     return ImportError(
-        f"sparse3d's native module did not load: {error}. It needs libcublasLt.so.13 (CUDA 13 "
-        "cuBLAS), libnvrtc.so.13 and libcudnn.so.9: `pip install nvidia-cublas "
-        "nvidia-cuda-nvrtc nvidia-cudnn-cu13` (the wheel's declared dependencies), or put the "
-        "CUDA toolkit's and cuDNN's lib folders on LD_LIBRARY_PATH.")
+        f"sparse3d_engine's native module did not load: {error}. This build (CUDA "
+        f"{CUDA_MAJOR}) needs {names}: `pip install {wheels}` (the wheel's declared "
+        "dependencies), or put the CUDA toolkit's and cuDNN's lib folders on LD_LIBRARY_PATH.")
