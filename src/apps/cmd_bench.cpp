@@ -34,7 +34,39 @@ struct BenchArgs {
   std::string out = "bench/results", stem;
   std::string protocol = "both", device = "cuda";
   bool no_torch = false;
+  std::string replot, replot_svg, replot_md;  // --replot: re-render a saved result
 };
+
+// --replot FILE.json: the figure (and with --md the markdown) of a saved result, rendered
+// again by this build from the JSON alone: nothing is measured and no GPU is needed. The
+// JSON itself is left as it is.
+void add_replot_options(CLI::App* sub, BenchArgs& a) {
+  auto* replot = sub->add_option("--replot", a.replot,
+                                 "Re-render the SVG figure of a saved bench result JSON (no "
+                                 "GPU; nothing is measured, the JSON is not rewritten)");
+  sub->add_option("--svg", a.replot_svg, "With --replot: the SVG to write (default: FILE.svg)")
+      ->needs(replot);
+  sub->add_option("--md", a.replot_md,
+                  "With --replot: also write the markdown report here (default: none)")
+      ->needs(replot);
+}
+
+int replot(const BenchArgs& a) {
+  const bench::BenchResult r = bench::result_from_json(io::read_json_file(a.replot), a.replot);
+  // Everything is rendered before the first write, so an error leaves no partial set.
+  const std::string svg_path = a.replot_svg.empty()
+                                   ? std::filesystem::path(a.replot).replace_extension(".svg").string()
+                                   : a.replot_svg;
+  const std::string svg = bench::to_svg(r);
+  const std::string md = a.replot_md.empty() ? "" : bench::to_markdown(r);
+  io::write_file_atomic(svg_path, svg);
+  std::printf("wrote %s\n", svg_path.c_str());
+  if (!a.replot_md.empty()) {
+    io::write_file_atomic(a.replot_md, md);
+    std::printf("wrote %s\n", a.replot_md.c_str());
+  }
+  return 0;
+}
 
 // The protocol (service, repeated or both), its warm-up request, the backend.
 void add_protocol_options(CLI::App* sub, BenchArgs& a) {
@@ -82,15 +114,19 @@ void add_baseline_options(CLI::App* sub, BenchArgs& a) {
 Command add_bench(CLI::App& app) {
   auto a = std::make_shared<BenchArgs>();
   a->o.torch_script = "tools/torch_ref/run.py";
-  auto* sub = app.add_subcommand("bench", "Time whole denoise loops per path and asset (GPU)");
-  sub->add_option("--checkpoint", a->o.checkpoint, "NAME.json")->required();
-  sub->add_option("--manifest", a->o.manifest, "Payload manifest.json")->required();
+  auto* sub = app.add_subcommand(
+      "bench", "Time whole denoise loops per path and asset (GPU), or --replot a saved result");
+  auto* checkpoint = sub->add_option("--checkpoint", a->o.checkpoint, "NAME.json (required unless --replot)");
+  auto* manifest = sub->add_option("--manifest", a->o.manifest, "Payload manifest.json (required unless --replot)");
   sub->add_option("--assets", a->o.assets,
                   "Asset names or sets (default | long-tail | all)")->capture_default_str();
-  sub->add_option("--paths", a->o.paths,
-                  "Execution paths, each optionally with +flag/-flag edits; paths: " +
-                      path_names() + "; flags: " + flag_names())
-      ->capture_default_str();
+  auto* paths = sub->add_option(
+      "--paths", a->o.paths,
+      "Execution paths, each optionally with +flag/-flag edits (the first is the reference; "
+      "default: the library's default path, " + std::string(sparse3d::default_path()) +
+          ", without cuda_graphs under --device cpu, as `sparse3d run`); paths: " +
+          path_names() + "; flags: " + flag_names());
+  paths->capture_default_str();
   a->sampler.add_to(sub);
   add_protocol_options(sub, *a);
   sub->add_option("--warmup", a->o.warmup,
@@ -121,7 +157,22 @@ Command add_bench(CLI::App& app) {
                   "request (throughput table)");
   sub->add_option("--also-compare", a->o.also_compare,
                   "Paths to compare every path with, besides the first (reduction and speedup)");
+  add_replot_options(sub, *a);
+  // A measurement needs the model and the payloads; a replot needs neither (a usage error
+  // either way, exit 2, as CLI11's own required options).
+  sub->parse_complete_callback([a, checkpoint, manifest, paths] {
+    if (!a->replot.empty()) return;
+    if (checkpoint->count() == 0) throw CLI::RequiredError("--checkpoint");
+    if (manifest->count() == 0) throw CLI::RequiredError("--manifest");
+    // The engine's own default on the CPU backend leaves out cuda_graphs, which it has no
+    // use for (EngineOptions::path); so does the default here.
+    if (paths->count() == 0 && a->device == "cpu")
+      a->o.paths = {sparse3d::ExecutionPlan::parse(sparse3d::default_path())
+                        .disable(sparse3d::Flag::cuda_graphs)
+                        .label()};
+  });
   return [a]() {
+    if (!a->replot.empty()) return replot(*a);
     bench::BenchOptions o = a->o;
     o.sampler = a->sampler.resolve();
     o.protocol = bench::parse_protocol(a->protocol);
@@ -153,7 +204,7 @@ Command add_bench(CLI::App& app) {
 namespace {
 
 struct ProfileArgs {
-  std::string checkpoint, manifest, asset, path = "pure_eager";
+  std::string checkpoint, manifest, asset, path = std::string(sparse3d::default_path());
   double t = 1.0;
   bool uncond = false;
 };

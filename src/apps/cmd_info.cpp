@@ -1,9 +1,11 @@
+// info and paths: what the environment is, and what the engine can run.
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
 #include <memory>
 
 #include "apps/commands.h"
+#include "apps/engine_flags.h"
 #include "contract/fingerprint.h"
 
 namespace s3d::apps {
@@ -15,6 +17,16 @@ Command add_info(CLI::App& app) {
   return [json]() {
     contract::Fingerprint f = contract::environment_fingerprint();
     std::fputs(*json ? (f.to_json().dump(2) + "\n").c_str() : f.to_text().c_str(), stdout);
+    return 0;
+  };
+}
+
+Command add_paths(CLI::App& app) {
+  app.add_subcommand("paths",
+                     "Print every execution path (--path) with its flags, and every "
+                     "optimization flag (--enable/--disable) with its contract");
+  return []() {
+    std::fputs(paths_and_flags_help().c_str(), stdout);
     return 0;
   };
 }

@@ -1,15 +1,18 @@
-// sparse3d run: the full denoise loop for assets of a payload manifest, through the public
-// Engine API (include/sparse3d/engine.h) like any other client.
+// sparse3d run: the full denoise loop for assets of a payload manifest, or for a user's own
+// inputs files (--inputs), through the public Engine API (include/sparse3d/engine.h) like any
+// other client.
 #include <CLI/CLI.hpp>
 
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <memory>
 
 #include "apps/commands.h"
 #include "apps/engine_flags.h"
+#include "apps/inputs_file.h"
 #include "apps/sampler_flags.h"
 #include "bench/flag_choice.h"
 #include "bench/packing.h"
@@ -30,7 +33,8 @@ double gib(size_t bytes) { return bytes / (1024.0 * 1024.0 * 1024.0); }
 
 struct RunArgs {
   std::string manifest, out = "out/latents";
-  std::vector<std::string> assets;
+  std::vector<std::string> assets, inputs;
+  uint64_t seed = 0;  // --inputs files without noise
   EngineFlags engine;
   SamplerFlags sampler{"released"};
   bool dump_first = false;
@@ -63,14 +67,15 @@ std::vector<AutoFlag> auto_flags(const RunArgs& a, const sparse3d::ExecutionPlan
 // The request's flags: the engine's, with the per-asset choices applied (batched CFG only
 // where it fits in memory).
 sparse3d::FlagSet asset_flags(const sparse3d::Engine& engine, const std::vector<AutoFlag>& autos,
-                              const std::string& asset, int64_t tokens, int cond_tokens) {
+                              const std::string& asset, int64_t tokens, int batch,
+                              int cond_tokens) {
   sparse3d::FlagSet flags = engine.plan().flags();
   for (const auto& f : autos) {
     bench::FlagChoice choice = bench::choose_flag(f.flag, f.points, tokens);
     if (f.flag == sparse3d::Flag::batched_cfg && choice.on) {
       sparse3d::FlagSet batched = flags;
       batched.set(sparse3d::Flag::batched_cfg);
-      if (!engine.fits(tokens, 1, cond_tokens, batched).empty()) {
+      if (!engine.fits(tokens, batch, cond_tokens, batched).empty()) {
         choice.on = false;
         choice.reason += "; batched CFG would not fit in device memory: off";
       }
@@ -113,22 +118,89 @@ Tensor initial_noise(const sparse3d::Engine& engine, uint64_t seed, int64_t T, i
   return Tensor::from_floats(tokens, {T, channels}, DType::F32);
 }
 
-// Runs one asset and writes OUT/<asset>.safetensors; returns its non-finite output count.
-int64_t run_asset(sparse3d::Engine& engine, const RunArgs& a, const payload::Manifest& manifest,
-                  const payload::ManifestEntry& e, const std::vector<AutoFlag>& autos) {
+// One request and where its result goes: an asset of the manifest or an inputs file.
+struct Job {
+  std::string name;                 // [name] in the log; the output is OUT/<name>.safetensors
+  sparse3d::SampleRequest request;  // views into `keep`
+  std::vector<Tensor> keep;         // the request's tensors
+  Tensor coords;                    // written beside the latent; undefined for a volume
+  int64_t tokens = 0;
+  int cond_tokens = 0;
+  Tensor x_T;                       // the initial noise, for --dump-first-forward
+  std::map<std::string, std::string> metadata;  // what the inputs were
+};
+
+std::string output_path(const RunArgs& a, const std::string& name) {
+  return (std::filesystem::path(a.out) / (name + ".safetensors")).string();
+}
+
+// An output must never replace the file it was computed from.
+void check_not_overwritten(const std::string& output, const std::string& input) {
+  std::error_code ec;
+  S3D_CHECK(!std::filesystem::equivalent(output, input, ec), "--out: the output ", output,
+            " would overwrite its own input ", input, "; choose another --out folder");
+}
+
+Job asset_job(const sparse3d::Engine& engine, const RunArgs& a, const payload::Manifest& manifest,
+              const payload::ManifestEntry& e) {
   payload::Asset asset = payload::read_asset(manifest, e);
-  const int64_t T = asset.coords.size(0);
+  Job job;
+  job.name = e.name;
+  job.tokens = asset.coords.size(0);
+  job.cond_tokens = manifest.cond_tokens;
+  job.coords = asset.coords;
   Tensor cond = asset.cond.reshape({1, asset.cond.size(0), asset.cond.size(1)});
-  sparse3d::SampleRequest r;
-  r.coords = view_of(asset.coords);
-  r.cond = view_of(cond);
-  if (asset.concat_cond.defined()) r.concat_cond = view_of(asset.concat_cond);
-  r.seed = asset.noise_seed;
+  job.keep = {asset.coords, cond, asset.concat_cond};
+  job.request.coords = view_of(asset.coords);
+  job.request.cond = view_of(cond);
+  if (asset.concat_cond.defined()) job.request.concat_cond = view_of(asset.concat_cond);
+  job.request.seed = asset.noise_seed;
+  if (a.dump_first)
+    job.x_T = initial_noise(engine, e.noise_seed, job.tokens, engine.model().out_channels);
+  job.metadata = {{"asset", e.name}};
+  return job;
+}
+
+Job inputs_job(const sparse3d::Engine& engine, const RunArgs& a, const InputsFile& in) {
+  const sparse3d::ModelInfo& m = engine.model();
+  Job job;
+  job.name = in.name;
+  const int64_t R = m.resolution;
+  job.tokens = in.coords.defined() ? in.coords.size(0) : in.batch * R * R * R;
+  job.cond_tokens = static_cast<int>(in.cond.size(1));
+  job.coords = in.coords;
+  job.keep = {in.coords, in.cond, in.concat_cond, in.noise};
+  job.request.batch = in.batch;
+  if (in.coords.defined()) job.request.coords = view_of(in.coords);  // else the volume layout
+  job.request.cond = view_of(in.cond);
+  if (in.concat_cond.defined()) job.request.concat_cond = view_of(in.concat_cond);
+  job.request.seed = a.seed;
+  if (in.noise.defined()) {
+    job.request.noise = view_of(in.noise);
+    job.x_T = in.noise;
+  } else if (a.dump_first) {
+    // What the engine draws from the seed, in the request's layout.
+    job.x_T = in.coords.defined()
+                  ? host_tensor(sparse3d::draw_noise(a.seed, job.tokens, m.out_channels))
+                  : host_tensor(sparse3d::draw_noise(a.seed, int64_t(in.batch) * m.out_channels,
+                                                     R * R * R))
+                        .reshape({in.batch, m.out_channels, R, R, R});
+  }
+  job.metadata = {{"inputs", in.path}};
+  if (!in.noise.defined()) job.metadata["seed"] = std::to_string(a.seed);
+  return job;
+}
+
+// Runs one request and writes OUT/<name>.safetensors; returns its non-finite output count.
+int64_t run_job(sparse3d::Engine& engine, const RunArgs& a, Job& job,
+                const std::vector<AutoFlag>& autos) {
+  const std::string& name = job.name;
+  sparse3d::SampleRequest& r = job.request;
   r.sampler = a.sampler.resolve();
-  r.flags = asset_flags(engine, autos, e.name, T, manifest.cond_tokens);
+  r.flags = asset_flags(engine, autos, name, job.tokens, r.batch, job.cond_tokens);
   r.keep_first_forward = a.dump_first;
   r.on_step = [&](const sparse3d::StepInfo& s) {
-    std::printf("[%s] step %2d/%d  t=%.4f -> %.4f  %s  elapsed %.3f s\n", e.name.c_str(),
+    std::printf("[%s] step %2d/%d  t=%.4f -> %.4f  %s  elapsed %.3f s\n", name.c_str(),
                 s.index + 1, s.total, s.t, s.t_prev, s.cfg ? "cfg " : "cond", s.elapsed_s);
     std::fflush(stdout);
   };
@@ -137,10 +209,10 @@ int64_t run_asset(sparse3d::Engine& engine, const RunArgs& a, const payload::Man
   Tensor latent = host_tensor(out.latent);
   int64_t non_finite = 0;
   for (float v : latent.to_floats()) non_finite += std::isfinite(v) ? 0 : 1;
-  std::vector<std::pair<std::string, Tensor>> tensors = {{"latent", latent},
-                                                         {"coords", asset.coords}};
+  std::vector<std::pair<std::string, Tensor>> tensors = {{"latent", latent}};
+  if (job.coords.defined()) tensors.emplace_back("coords", job.coords);
   if (a.dump_first) {
-    tensors.emplace_back("x_T", initial_noise(engine, e.noise_seed, T, latent.size(1)));
+    tensors.emplace_back("x_T", job.x_T);
     if (out.first_v_cond.defined()) tensors.emplace_back("v_cond", host_tensor(out.first_v_cond));
     if (out.first_v_uncond.defined())
       tensors.emplace_back("v_uncond", host_tensor(out.first_v_uncond));
@@ -148,20 +220,22 @@ int64_t run_asset(sparse3d::Engine& engine, const RunArgs& a, const payload::Man
   // What ran: the engine may have dropped memory-costly flags under --max-device-memory.
   const sparse3d::ExecutionPlan ran = sparse3d::ExecutionPlan::parse(out.stats.plan);
   const bool batched = ran.on(sparse3d::Flag::batched_cfg);
-  const std::string path = (std::filesystem::path(a.out) / (e.name + ".safetensors")).string();
+  const std::string path = output_path(a, name);
   if (non_finite > 0) {
-    std::printf("[%s] %lld non-finite outputs: %s not written\n", e.name.c_str(),
+    std::printf("[%s] %lld non-finite outputs: %s not written\n", name.c_str(),
                 static_cast<long long>(non_finite), path.c_str());
     return non_finite;
   }
-  io::write_safetensors(path, tensors,
-                        {{"asset", e.name}, {"steps", std::to_string(r.sampler.steps)},
-                         {"path", out.stats.plan}, {"cfg", batched ? "batched" : "serial"},
-                         {"cuda_graphs", ran.on(sparse3d::Flag::cuda_graphs) ? "on" : "off"}});
+  std::map<std::string, std::string> metadata = job.metadata;
+  metadata.insert({{"steps", std::to_string(r.sampler.steps)},
+                   {"path", out.stats.plan},
+                   {"cfg", batched ? "batched" : "serial"},
+                   {"cuda_graphs", ran.on(sparse3d::Flag::cuda_graphs) ? "on" : "off"}});
+  io::write_safetensors(path, tensors, metadata);
   std::printf("[%s] %lld tokens, path %s: set-up %.3f s + denoise loop %.3f s, %llu launches, "
               "peak device memory %.2f GiB in use / %.2f GiB reserved, %lld non-finite outputs "
               "-> %s\n",
-              e.name.c_str(), static_cast<long long>(T), out.stats.plan.c_str(),
+              name.c_str(), static_cast<long long>(job.tokens), out.stats.plan.c_str(),
               out.stats.setup_seconds, out.stats.loop_seconds,
               static_cast<unsigned long long>(out.stats.launches),
               gib(out.stats.peak_device_bytes), gib(out.stats.peak_device_reserved_bytes),
@@ -172,24 +246,44 @@ int64_t run_asset(sparse3d::Engine& engine, const RunArgs& a, const payload::Man
   for (const auto& [kind, c] : out.stats.first_use)
     first_use += cat(first_use.empty() ? "" : ", ", kind, " ", c.count, " x ",
                      std::to_string(c.seconds).substr(0, 6), " s");
-  std::printf("[%s] whole call %.3f s: null context %.3f s; first use: %s\n", e.name.c_str(),
+  std::printf("[%s] whole call %.3f s: null context %.3f s; first use: %s\n", name.c_str(),
               out.stats.wall_seconds, out.stats.null_context_seconds,
               first_use.empty() ? "none" : first_use.c_str());
   // For start-up measurements: when the latent reached its file (process start to first latent).
-  std::printf("[%s] written at unix time %.3f\n", e.name.c_str(),
+  std::printf("[%s] written at unix time %.3f\n", name.c_str(),
               std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
   return non_finite;
 }
 
 }  // namespace
 
+// The --inputs layout, for --help (docs/CLI.md has it in full).
+const char* const kInputsHelp =
+    "A safetensors file of one request's inputs, instead of --manifest (repeatable; the output "
+    "is OUT/<file name>.safetensors). Tensors by name: coords i32 [N, 4] rows (batch, x, y, z) "
+    "(SLat models; leave out for the dense sparse-structure model), cond f32 or bf16 [L, C] or "
+    "[B, L, C], concat_cond f32 or bf16 [N, Cc] (texture models only), noise f32 or bf16 "
+    "(optional: [N, C_out], or [B, C_out, R, R, R] for the dense model; absent: drawn from "
+    "--seed)";
+
 Command add_run(CLI::App& app) {
   auto a = std::make_shared<RunArgs>();
-  auto* sub = app.add_subcommand("run", "Denoise assets of a payload manifest");
+  auto* sub = app.add_subcommand(
+      "run", "Denoise assets of a payload manifest, or your own inputs files (--inputs)");
   a->engine.add_to(sub);
-  sub->add_option("--manifest", a->manifest, "Payload manifest.json")->required();
-  sub->add_option("--asset", a->assets, "Asset name (repeatable; default: every asset)");
-  sub->add_option("--out", a->out, "Folder for <asset>.safetensors outputs")
+  auto* source = sub->add_option_group("Inputs", "Exactly one of --manifest and --inputs");
+  CLI::Option* manifest = source->add_option("--manifest", a->manifest, "Payload manifest.json");
+  CLI::Option* inputs = source->add_option("--inputs", a->inputs, kInputsHelp);
+  source->require_option(1);
+  sub->add_option("--asset", a->assets,
+                  "Asset name of the manifest (repeatable; default: every asset)")
+      ->needs(manifest);
+  sub->add_option("--seed", a->seed,
+                  "--inputs: the noise seed of a file that holds no noise (the engine's "
+                  "generator, docs/FORMATS.md)")
+      ->needs(inputs)
+      ->capture_default_str();
+  sub->add_option("--out", a->out, "Folder for the <asset>.safetensors outputs")
       ->capture_default_str();
   a->sampler.add_to(sub);
   sub->add_flag("--dump-first-forward", a->dump_first,
@@ -206,10 +300,28 @@ Command add_run(CLI::App& app) {
   return [a]() {
     sparse3d::EngineOptions eo = a->engine.resolve();
     const sparse3d::SamplerSettings settings = a->sampler.resolve();
-    payload::Manifest manifest = payload::read_manifest(a->manifest);
-    const auto todo = selected(manifest, *a);
+    // Every input is read and checked before the engine loads.
+    payload::Manifest manifest;
+    std::vector<const payload::ManifestEntry*> todo;
+    std::vector<InputsFile> inputs;
+    if (a->inputs.empty()) {
+      manifest = payload::read_manifest(a->manifest);
+      todo = selected(manifest, *a);
+    } else {
+      std::map<std::string, std::string> names;
+      for (const auto& path : a->inputs) {
+        inputs.push_back(read_inputs(path));
+        const auto [seen, fresh] = names.emplace(inputs.back().name, path);
+        S3D_CHECK(fresh, "--inputs ", path, " and ", seen->second, " would both be written to ",
+                  output_path(*a, seen->first), " (output names come from the file names)");
+      }
+    }
     // The output folder is checked before anything is loaded.
     a->engine.prepare_output_folder(a->out);
+    for (const auto* e : todo)
+      check_not_overwritten(output_path(*a, e->name),
+                            (std::filesystem::path(manifest.dir) / e->file).string());
+    for (const auto& in : inputs) check_not_overwritten(output_path(*a, in.name), in.path);
     eo.log = [](const std::string& line) { std::printf("%s\n", line.c_str()); };
     const auto t0 = std::chrono::steady_clock::now();
     sparse3d::Engine engine(a->engine.checkpoint, eo);
@@ -217,7 +329,8 @@ Command add_run(CLI::App& app) {
                 static_cast<long long>(engine.model().parameters),
                 engine.device() == sparse3d::Device::CUDA ? "cuda" : "cpu",
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    a->engine.check_manifest(engine, manifest, a->manifest);
+    if (inputs.empty()) a->engine.check_manifest(engine, manifest, a->manifest);
+    for (const auto& in : inputs) check_inputs(in, engine.model());
     const std::vector<AutoFlag> autos = auto_flags(*a, engine.plan());
     std::printf("path %s; sampler: %d steps, rescale_t %g, cfg %g on t in [%g, %g], "
                 "rescale %g, %s CFG\n",
@@ -229,13 +342,15 @@ Command add_run(CLI::App& app) {
     int failures = 0;
     uint64_t fallbacks = 0;
     std::string fallback_lines;
-    for (const auto* e : todo) {
-      failures += run_asset(engine, *a, manifest, *e, autos) > 0 ? 1 : 0;
+    auto run_one = [&](Job job) {
+      failures += run_job(engine, *a, job, autos) > 0 ? 1 : 0;
       for (const auto& f : engine.counters().fallbacks) {
         fallbacks += f.count;
-        fallback_lines += cat("  [", e->name, "] ", f.optimization, ": ", f.reason, " (", f.count, "x)\n");
+        fallback_lines += cat("  [", job.name, "] ", f.optimization, ": ", f.reason, " (", f.count, "x)\n");
       }
-    }
+    };
+    for (const auto* e : todo) run_one(asset_job(engine, *a, manifest, *e));
+    for (const auto& in : inputs) run_one(inputs_job(engine, *a, in));
     std::printf("fallbacks:\n%s", fallbacks ? fallback_lines.c_str() : "  none\n");
     S3D_CHECK(failures == 0, failures, " asset(s) produced non-finite latents");
     return 0;

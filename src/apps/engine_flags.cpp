@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <string_view>
 
 #include "core/error.h"
 
@@ -17,7 +18,7 @@ void EngineFlags::add_to(CLI::App* sub) {
       ->capture_default_str();
   sub->add_option("--path", path,
                   "Execution path, optionally with +flag/-flag edits (default: " +
-                      std::string(sparse3d::default_path()) + "; see --help of the top level)");
+                      std::string(sparse3d::default_path()) + "; every path and flag: `sparse3d paths`)");
   sub->add_option("--enable", enable, "Turn an optimization flag on (e.g. batched_cfg)");
   sub->add_option("--disable", disable, "Turn an optimization flag off");
   sub->add_option("--qualify-m", qualify_m,
@@ -81,13 +82,22 @@ void EngineFlags::warn_unvalidated(const sparse3d::Engine& engine) {
 }
 
 std::string paths_and_flags_help() {
-  std::string s = "\nExecution paths (--path; default " + std::string(sparse3d::default_path()) + "):\n";
-  for (const auto& p : sparse3d::execution_paths())
-    s += cat("  ", p.name, std::string(p.name.size() < 26 ? 26 - p.name.size() : 1, ' '), p.help, "\n");
-  s += "\nOptimization flags (--enable/--disable, or +flag/-flag after a path):\n";
-  for (const auto& f : sparse3d::flag_infos())
-    s += cat("  ", f.name, std::string(f.name.size() < 26 ? 26 - f.name.size() : 1, ' '), f.contract,
-             "\n");
+  constexpr size_t kColumn = 26;
+  auto padded = [](std::string_view name) {
+    return std::string(name) + std::string(name.size() < kColumn ? kColumn - name.size() : 1, ' ');
+  };
+  std::string s = cat("Execution paths (--path NAME, optionally with +flag/-flag edits, e.g. "
+                      "beyond-cuda_graphs; default ",
+                      sparse3d::default_path(), ", without cuda_graphs on the CPU backend):\n");
+  for (const auto& p : sparse3d::execution_paths()) {
+    std::string flags;
+    for (sparse3d::Flag f : p.flags.flags()) flags += cat(flags.empty() ? "" : ", ", sparse3d::name(f));
+    s += cat("  ", padded(p.name), p.help, "\n  ", padded(""), "flags: ",
+             flags.empty() ? "none" : flags, "\n");
+  }
+  s += "\nOptimization flags (--enable/--disable FLAG, or +flag/-flag after a path) and their "
+       "contracts:\n";
+  for (const auto& f : sparse3d::flag_infos()) s += cat("  ", padded(f.name), f.contract, "\n");
   return s;
 }
 

@@ -34,7 +34,8 @@ struct EngineFlags {
   static void warn_unvalidated(const sparse3d::Engine& engine);
 };
 
-// "pure_eager      every op its own kernel ..." per path, then per flag: for --help.
+// Every execution path (a line of what it is, a line of its flags), then every optimization
+// flag (a line with its contract): what `sparse3d paths` and --help-paths print.
 std::string paths_and_flags_help();
 
 }  // namespace s3d::apps

@@ -1,6 +1,6 @@
 // sparse3d: the command line of the engine. Exit codes: 0 success; 1 bad data or an engine
 // error (one "sparse3d: error: ..." line); 2 a usage error (unknown option, missing or
-// malformed argument); 3 an internal error (a bug: please report it).
+// malformed argument, an unknown command); 3 an internal error (a bug: please report it).
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -18,6 +18,9 @@ int main(int argc, char** argv) {
   std::map<std::string, s3d::apps::Command> commands = s3d::apps::add_commands(app);
   try {
     app.parse(argc, argv);
+  } catch (const s3d::apps::CallForPathsHelp&) {
+    std::fputs(s3d::apps::paths_and_flags_help().c_str(), stdout);
+    return 0;
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {

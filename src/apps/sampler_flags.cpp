@@ -2,13 +2,31 @@
 
 namespace s3d::apps {
 
+namespace {
+
+// The presets, spelt as SamplerSettings' functions and the Python package spell them.
+const char* const kPresets[] = {"released", "released_sparse_structure", "protocol"};
+
+// --sampler's check: a preset's name, with the retired spelling named as such.
+std::string check_preset(const std::string& value) {
+  for (const char* p : kPresets)
+    if (value == p) return "";
+  if (value == "released-ss")
+    return "'released-ss' is now spelt 'released_sparse_structure' (as in the C++ and Python "
+           "APIs)";
+  return "'" + value + "' is not a sampler preset (released, released_sparse_structure, protocol)";
+}
+
+}  // namespace
+
 void SamplerFlags::add_to(CLI::App* sub) {
   sub->add_option("--sampler", preset,
                   "released (12 steps, CFG 7.5 on t in [0.6, 1], rescale 0.5: TRELLIS.2's "
-                  "shape-model settings), released-ss (TRELLIS.2's sparse-structure stage: 12 "
-                  "steps, rescale_t 5, CFG 7.5 on t in [0.6, 1], rescale 0.7) or protocol (the "
-                  "benchmark: 15 steps, CFG 7.5 on every step)")
-      ->check(CLI::IsMember({"protocol", "released", "released-ss"}))
+                  "shape-model settings), released_sparse_structure (TRELLIS.2's "
+                  "sparse-structure stage: 12 steps, rescale_t 5, CFG 7.5 on t in [0.6, 1], "
+                  "rescale 0.7) or protocol (the benchmark: 15 steps, CFG 7.5 on every step)")
+      ->check(CLI::Validator(check_preset, "{released,released_sparse_structure,protocol}",
+                             "sampler preset"))
       ->capture_default_str();
   steps_given = sub->add_option("--steps", steps, "Euler steps (overrides the sampler preset)");
   rescale_t_given = sub->add_option("--rescale-t", rescale_t, "Timestep rescale r");
@@ -23,9 +41,9 @@ bool given(const CLI::Option* o) { return o != nullptr && o->count() > 0; }
 
 sparse3d::SamplerSettings SamplerFlags::resolve() const {
   sparse3d::SamplerSettings o =
-      preset == "released"      ? sparse3d::SamplerSettings::released()
-      : preset == "released-ss" ? sparse3d::SamplerSettings::released_sparse_structure()
-                                : sparse3d::SamplerSettings::protocol();
+      preset == "released"                    ? sparse3d::SamplerSettings::released()
+      : preset == "released_sparse_structure" ? sparse3d::SamplerSettings::released_sparse_structure()
+                                              : sparse3d::SamplerSettings::protocol();
   if (given(steps_given)) o.steps = steps;
   if (given(rescale_t_given)) o.rescale_t = rescale_t;
   if (given(cfg_given)) o.guidance = cfg;
@@ -50,15 +68,6 @@ std::string flag_names() {
   for (const auto& f : sparse3d::flag_infos())
     s += std::string(s.empty() ? "" : ", ") + std::string(f.name);
   return s;
-}
-
-sparse3d::ExecutionPlan resolve_plan(const std::string& path,
-                                     const std::vector<std::string>& enable,
-                                     const std::vector<std::string>& disable) {
-  sparse3d::ExecutionPlan plan = sparse3d::ExecutionPlan::parse(path);
-  for (const auto& f : enable) plan.enable(sparse3d::parse_flag(f));
-  for (const auto& f : disable) plan.disable(sparse3d::parse_flag(f));
-  return plan;
 }
 
 }  // namespace s3d::apps

@@ -15,7 +15,8 @@ namespace s3d::apps {
 
 struct SamplerFlags {
   explicit SamplerFlags(std::string default_preset) : preset(std::move(default_preset)) {}
-  // "released" (run's default: TRELLIS.2's shape-model settings) or "protocol" (bench's).
+  // "released" (run's default: TRELLIS.2's shape-model settings), "released_sparse_structure"
+  // (TRELLIS.2's sparse-structure stage) or "protocol" (bench's default).
   std::string preset;
   int steps = 0;
   double rescale_t = 0, cfg = 0, rescale = 0;

@@ -1,11 +1,10 @@
-// to_json, to_svg and the files; to_markdown is in report_markdown.cpp.
+// to_json and the files; to_markdown is in report_markdown.cpp, to_svg in report_svg.cpp.
 #include "bench/report.h"
 
 #include <filesystem>
 #include <fstream>
 
 #include "bench/figures.h"
-#include "bench/svg.h"
 #include "core/error.h"
 #include "io/atomic_file.h"
 #include "io/fallback_json.h"
@@ -229,25 +228,6 @@ io::Json to_json(const BenchResult& r) {
   for (const auto& t : fig.leave_one_out) d["leave_one_out"][t.set] = loo_json(t);
   d["service"] = service_json(r, fig.service);
   return j;
-}
-
-std::string to_svg(const BenchResult& r) {
-  const Figures fig = derive(r);
-  std::vector<Series> series;
-  for (const auto& p : fig.paths) {
-    if (p.ablation_variant) continue;
-    Series s{p.path, {}};
-    for (size_t i = 0; i < r.assets.size(); ++i)
-      if (p.assets[i].wall)
-        s.points.emplace_back(static_cast<double>(r.assets[i].tokens), p.assets[i].wall->median);
-    series.push_back(std::move(s));
-  }
-  std::string title = "sparse3d denoise latency";
-  if (r.fingerprint.is_object() && r.fingerprint.contains("gpu_name") &&
-      r.fingerprint["gpu_name"].is_string())
-    title += ", " + r.fingerprint["gpu_name"].get<std::string>();
-  if (!r.date.empty()) title += ", " + r.date.substr(0, 10);
-  return latency_plot_svg(series, title);
 }
 
 void write_report_files(const BenchResult& r, const std::string& out_dir, const std::string& stem) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "bench/result.h"
 #include "bench/service_figures.h"
@@ -24,7 +25,17 @@ std::string to_markdown(const BenchResult& r);
 // protocols, and what the first requests did. Empty without first requests.
 std::string service_markdown(const BenchResult& r, const ServiceFigures& f);
 
-// Median latency vs active tokens, one series per path (leave-one-out variants left out).
+// The figure's title: line 1 the model (checkpoint file, shape where recorded, parameter
+// count), line 2 the protocol, sampler steps and CFG, the GPU and the date, each taken from
+// the result's settings and fingerprint; a field an older result lacks reads "not recorded".
+std::vector<std::string> figure_title(const BenchResult& r);
+
+// The figure (report_svg.cpp), under figure_title: one panel per kind of figure the result
+// has, each a line chart over active tokens when its assets have three or more token counts
+// and a bar chart per asset otherwise. In order: the service protocol's first requests;
+// latency (median of the repeats); peak device memory in use, with the PyTorch baseline's
+// where recorded; throughput against K = 1 (bench --batch); leave-one-out (bench --ablate).
+// Leave-one-out variants appear only in their panel; a path keeps its colour in every panel.
 std::string to_svg(const BenchResult& r);
 
 // Writes OUT_DIR/STEM.json, STEM.md and STEM.svg, creating OUT_DIR if needed.

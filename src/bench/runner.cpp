@@ -186,7 +186,7 @@ void check_options(Run& run) {
 }
 
 // The settings the result records.
-void make_settings(Run& run, const sparse3d::ModelInfo& model) {
+void make_settings(Run& run, const sparse3d::ModelInfo& model, bool cpu) {
   const BenchOptions& o = run.o;
   run.r.settings = io::Json{{"checkpoint", o.checkpoint},
                             {"manifest", o.manifest},
@@ -200,7 +200,16 @@ void make_settings(Run& run, const sparse3d::ModelInfo& model) {
                             {"instrumented_steps", run.instrument_steps},
                             {"model_parameters", model.parameters},
                             {"cond_tokens", run.manifest.cond_tokens},
-                            {"protocol", protocol_name(o.protocol)}};
+                            {"protocol", protocol_name(o.protocol)},
+                            {"device", cpu ? "cpu" : "cuda"},
+                            {"model",
+                             {{"family", model.family},
+                              {"content_hash", model.content_hash},
+                              {"resolution", model.resolution},
+                              {"num_blocks", model.num_blocks},
+                              {"model_channels", model.model_channels},
+                              {"num_heads", model.num_heads},
+                              {"parameters", model.parameters}}}};
   if (o.protocol != Protocol::Repeated) {
     run.r.settings["service_warmup"] = run.warmup_what;
     run.r.settings["service_warmup_tokens"] = run.warmup_tokens;
@@ -451,7 +460,7 @@ void measure_engine(Run& run) {
     first_requests(run);
   const sparse3d::Engine& first = *run.slots.front()->engine;
   run.r.fingerprint = fingerprint_json(first);
-  make_settings(run, first.model());
+  make_settings(run, first.model(), first.device() != Device::CUDA);
   if (o.protocol != Protocol::Service) repeated_protocol(run);
   for (auto& [key, c] : run.cells) run.r.cells.push_back(std::move(c));
   for (int k : o.batch_sizes)

@@ -35,7 +35,8 @@ struct BenchOptions {
   std::string manifest;
   std::vector<std::string> assets = {"default"};  // names, or a set: default | long-tail | all
   // Execution plan specs (sparse3d::ExecutionPlan::parse): a path, then +flag/-flag edits.
-  std::vector<std::string> paths = {"pure_eager"};
+  // Default: the library's default path (sparse3d::default_path(), as `sparse3d run`).
+  std::vector<std::string> paths = {std::string(sparse3d::default_path())};
   sparse3d::SamplerSettings sampler;  // the flags come from each path's plan
   int warmup = 1;                   // one-step warm-up loops per (path, asset)
   int repeats = 3;

@@ -1,5 +1,6 @@
-// The latency plot: well-formed XML (checked by a small parser below, itself tested on bad
-// input), escaped names, one marker per point, 1-2-5 ticks, degenerate inputs.
+// The figure renderer: well-formed XML (checked by svg_test_util.h's parser, itself tested
+// on bad input), escaped names, one marker per point, 1-2-5 ticks, degenerate inputs, bar
+// charts, and a layout with nothing outside the canvas and no overlapping text.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,89 +11,14 @@
 
 #include "bench/svg.h"
 #include "io_test_util.h"
+#include "svg_test_util.h"
 
 namespace s3d::bench {
 namespace {
 
-bool valid_entity(const std::string& s, size_t amp) {
-  const size_t semi = s.find(';', amp);
-  if (semi == std::string::npos) return false;
-  static const std::set<std::string> known = {"amp", "lt", "gt", "quot", "apos"};
-  const std::string name = s.substr(amp + 1, semi - amp - 1);
-  return known.count(name) || std::regex_match(name, std::regex("#[0-9]+|#x[0-9a-fA-F]+"));
-}
-
-// "" when `xml` is one well-formed element (after an optional declaration): every tag
-// closed in order, attributes quoted, no raw '<' or stray '&' in text or values;
-// otherwise what is wrong and where.
-std::string xml_problem(const std::string& xml) {
-  std::vector<std::string> open;
-  int roots = 0;
-  for (size_t i = 0; i < xml.size();) {
-    if (xml[i] != '<') {
-      if (xml[i] == '&' && !valid_entity(xml, i)) return cat("stray '&' at ", i);
-      if (open.empty() && !std::isspace(static_cast<unsigned char>(xml[i])))
-        return cat("text outside the root at ", i);
-      ++i;
-      continue;
-    }
-    if (xml.compare(i, 2, "<?") == 0) {
-      const size_t end = xml.find("?>", i);
-      if (end == std::string::npos || i != 0) return cat("bad declaration at ", i);
-      i = end + 2;
-      continue;
-    }
-    if (xml.compare(i, 2, "</") == 0) {
-      const size_t end = xml.find('>', i);
-      if (end == std::string::npos) return cat("unterminated end tag at ", i);
-      const std::string name = xml.substr(i + 2, end - i - 2);
-      if (open.empty() || open.back() != name)
-        return cat("</", name, "> closes nothing open at ", i);
-      open.pop_back();
-      i = end + 1;
-      continue;
-    }
-    // Start tag: name, then name="value" pairs, then '>' or '/>'.
-    size_t j = i + 1;
-    while (j < xml.size() &&
-           (std::isalnum(static_cast<unsigned char>(xml[j])) || xml[j] == '-' || xml[j] == ':'))
-      ++j;
-    const std::string name = xml.substr(i + 1, j - i - 1);
-    if (name.empty()) return cat("'<' without a tag name at ", i);
-    bool self_closing = false;
-    for (;;) {
-      while (j < xml.size() && std::isspace(static_cast<unsigned char>(xml[j]))) ++j;
-      if (j >= xml.size()) return cat("unterminated <", name, ">");
-      if (xml[j] == '>') break;
-      if (xml.compare(j, 2, "/>") == 0) {
-        self_closing = true;
-        ++j;
-        break;
-      }
-      const size_t eq = xml.find('=', j);
-      if (eq == std::string::npos || eq + 1 >= xml.size() || xml[eq + 1] != '"')
-        return cat("unquoted attribute in <", name, "> at ", j);
-      const size_t close = xml.find('"', eq + 2);
-      if (close == std::string::npos) return cat("unterminated attribute in <", name, ">");
-      for (size_t k = eq + 2; k < close; ++k) {
-        if (xml[k] == '<') return cat("'<' inside an attribute of <", name, ">");
-        if (xml[k] == '&' && !valid_entity(xml, k)) return cat("stray '&' in <", name, ">");
-      }
-      j = close + 1;
-    }
-    if (open.empty() && ++roots > 1) return cat("second root <", name, ">");
-    if (!self_closing) open.push_back(name);
-    i = j + 1;
-  }
-  if (!open.empty()) return cat("<", open.back(), "> never closed");
-  return roots == 1 ? "" : "no root element";
-}
-
-size_t count(const std::string& hay, const std::string& needle) {
-  size_t n = 0;
-  for (size_t p = hay.find(needle); p != std::string::npos; p = hay.find(needle, p + 1)) ++n;
-  return n;
-}
+using svgtest::count;
+using svgtest::layout_problem;
+using svgtest::xml_problem;
 
 TEST(BenchSvg, CheckerRejectsMalformedXml) {
   EXPECT_EQ(xml_problem("<svg><g/><text a=\"1\">x &amp; y</text></svg>"), "");
@@ -237,6 +163,162 @@ TEST(BenchSvg, DegenerateInputs) {
 TEST(BenchSvg, NonFinitePointsAreErrors) {
   EXPECT_ERROR(latency_plot_svg({{"p", {{1, std::nan("")}}}}, "t"), "series 'p'", "non-finite");
   EXPECT_ERROR(latency_plot_svg({{"q", {{INFINITY, 1}}}}, "t"), "series 'q'");
+}
+
+
+TEST(BenchSvg, LayoutCheckerFindsClippingAndOverlap) {
+  const std::string head =
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"200\" height=\"100\" "
+      "viewBox=\"0 0 200 100\">";
+  EXPECT_EQ(layout_problem(head + "<text x=\"10\" y=\"20\" font-size=\"12\" "
+                                  "text-anchor=\"start\">ok</text></svg>"),
+            "");
+  // Runs past the right edge.
+  EXPECT_NE(layout_problem(head + "<text x=\"190\" y=\"20\" font-size=\"12\" "
+                                  "text-anchor=\"start\">too long here</text></svg>"),
+            "");
+  // Centred on the left edge.
+  EXPECT_NE(layout_problem(head + "<text x=\"5\" y=\"20\" font-size=\"12\" "
+                                  "text-anchor=\"middle\">centred</text></svg>"),
+            "");
+  // A rotated label whose length leaves the canvas at the top.
+  EXPECT_NE(layout_problem(head + "<text x=\"20\" y=\"30\" font-size=\"12\" "
+                                  "transform=\"rotate(-90 20 30)\" text-anchor=\"middle\">"
+                                  "a rather long axis label</text></svg>"),
+            "");
+  EXPECT_NE(layout_problem(head + "<text x=\"10\" y=\"20\" font-size=\"12\" text-anchor=\"start\">"
+                                  "one</text><text x=\"20\" y=\"24\" font-size=\"12\" "
+                                  "text-anchor=\"start\">two</text></svg>"),
+            "");
+  EXPECT_NE(layout_problem(head + "<circle cx=\"199\" cy=\"50\" r=\"3.5\"/></svg>"), "");
+  EXPECT_NE(layout_problem(head + "<rect x=\"150\" y=\"10\" width=\"60\" height=\"5\"/></svg>"),
+            "");
+}
+
+TEST(BenchSvg, TextWidthEstimateAndWrapping) {
+  EXPECT_DOUBLE_EQ(text_width("", 12), 0);
+  EXPECT_GT(text_width("WWWW", 12), text_width("iiii", 12));
+  EXPECT_NEAR(text_width("a &amp; b", 10), text_width("a & b", 10), 1e-9);
+  // Digits are as wide as in DejaVu Sans (0.636 em), not narrower.
+  EXPECT_GE(text_width("0123456789", 10), 63.0);
+  const auto lines = wrap_text("one two three four five six seven", 12, 60);
+  ASSERT_GT(lines.size(), 2u);
+  for (const auto& l : lines) EXPECT_LE(text_width(l, 12), 60) << l;
+  EXPECT_EQ(wrap_text("unbreakable_long_word", 12, 10), std::vector<std::string>{"unbreakable_long_word"});
+  EXPECT_TRUE(wrap_text("", 12, 100).empty());
+}
+
+// A line chart with long series names, many series and a long title stays on its canvas.
+TEST(BenchSvg, LongNamesWidenTheCanvasAndLongTitlesWrap) {
+  std::vector<Series> many;
+  for (int i = 0; i < 12; ++i)
+    many.push_back({cat("canonical_cache_combined-qk_rmsnorm_cross_inplace-", i),
+                    {{3664, 0.7 + i}, {30227, 13.0 + i}, {11833, 3.1 + i}}});
+  std::string title;
+  for (int i = 0; i < 30; ++i) title += "word" + std::to_string(i) + " ";
+  const std::string svg = latency_plot_svg(many, title);
+  EXPECT_EQ(xml_problem(svg), "");
+  EXPECT_EQ(layout_problem(svg), "");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(svg, m, std::regex("viewBox=\"0 0 ([0-9]+) ")));
+  EXPECT_GT(std::stod(m[1].str()), 860);
+  EXPECT_GE(count(svg, "font-weight=\"bold\""), 2u);  // the title took two lines
+  EXPECT_EQ(count(svg, "<polyline"), 12u);
+  // Series past the tenth are dashed.
+  EXPECT_EQ(count(svg, "stroke-dasharray"), 2u * 2);  // line and legend, two series
+}
+
+// The committed 49,152-token report drew one dot on the frame of an empty line chart; its
+// points now sit inside the frame, and a single value reads as a bar.
+TEST(BenchSvg, MarkersStayInsideThePlotFrame) {
+  const std::string svg = latency_plot_svg({{"fast", {{49152, 29.873}}}}, "t");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(svg, m, std::regex("<rect x=\"([0-9.]+)\" y=\"([0-9.]+)\" "
+                                                   "width=\"([0-9.]+)\" height=\"([0-9.]+)\" "
+                                                   "fill=\"none\"")));
+  const double x0 = std::stod(m[1]), y0 = std::stod(m[2]);
+  const double x1 = x0 + std::stod(m[3]), y1 = y0 + std::stod(m[4]);
+  ASSERT_TRUE(std::regex_search(svg, m, std::regex("<circle cx=\"([0-9.]+)\" cy=\"([0-9.]+)\" r=\"([0-9.]+)\"")));
+  const double cx = std::stod(m[1]), cy = std::stod(m[2]), r = std::stod(m[3]);
+  EXPECT_GE(cx - r, x0);
+  EXPECT_LE(cx + r, x1);
+  EXPECT_GE(cy - r, y0) << "the marker crosses the top of the frame";
+  EXPECT_LE(cy + r, y1);
+}
+
+Panel bars(std::vector<std::string> categories, std::vector<Series> series) {
+  Panel p;
+  p.heading = "bars";
+  p.y_label = "value (s)";
+  p.unit = "s";
+  p.decimals = 3;
+  p.categories = std::move(categories);
+  p.series = std::move(series);
+  return p;
+}
+
+TEST(BenchSvg, BarChartHasOneLabelledBarPerValue) {
+  const Panel p = bars({"a00-sphere-49152 (49,152 tokens)"},
+                       {{"fast", {{0, 29.873}}}, {"low_memory", {{0, 29.906}}}});
+  const std::string svg = figure_svg({"title", "subtitle"}, {p});
+  EXPECT_EQ(xml_problem(svg), "");
+  EXPECT_EQ(layout_problem(svg), "");
+  EXPECT_EQ(count(svg, "<polyline"), 0u);
+  EXPECT_EQ(count(svg, "<circle"), 0u);
+  EXPECT_EQ(count(svg, "<title>fast, a00-sphere-49152 (49,152 tokens): 29.873 s</title>"), 1u);
+  EXPECT_EQ(count(svg, "<title>low_memory, a00-sphere-49152 (49,152 tokens): 29.906 s</title>"), 1u);
+  EXPECT_NE(svg.find(">29.873 s</text>"), std::string::npos);  // the value beside its bar
+  EXPECT_NE(svg.find(">a00-sphere-49152 (49,152 tokens)</text>"), std::string::npos);
+  EXPECT_NE(svg.find(">value (s)</text>"), std::string::npos);
+  EXPECT_NE(svg.find(">low_memory</text>"), std::string::npos);  // legend
+  // The value axis starts at zero and covers the longest bar.
+  EXPECT_NE(svg.find("text-anchor=\"middle\">0</text>"), std::string::npos);
+  EXPECT_NE(svg.find("text-anchor=\"middle\">30</text>"), std::string::npos);
+}
+
+TEST(BenchSvg, BarChartWithNegativeValuesMissingBarsAndManyCategories) {
+  std::vector<std::string> cats;
+  for (int i = 0; i < 9; ++i) cats.push_back(cat("qk_rmsnorm_rope_inplace_flag_", i));
+  Series a{"default (3 assets)", {}}, b{"long-tail (1 asset)", {}};
+  for (int i = 0; i < 9; ++i) a.points.push_back({double(i), 3.0 - i});
+  b.points.push_back({0, -0.25});  // the others are not measured
+  Panel p = bars(cats, {a, b});
+  p.unit = "%";
+  p.decimals = 2;
+  p.notes = {"a note under the chart that is long enough to need wrapping on a narrow canvas, "
+             "which it gets rather than running off the right edge of the figure at all"};
+  const std::string svg = figure_svg({"t"}, {p});
+  EXPECT_EQ(xml_problem(svg), "");
+  EXPECT_EQ(layout_problem(svg), "");
+  EXPECT_EQ(count(svg, "not measured</text>"), 8u);
+  EXPECT_NE(svg.find(">-5.00%</text>"), std::string::npos);
+  EXPECT_NE(svg.find(">-0.25%</text>"), std::string::npos);
+  // The axis reaches below zero, and zero has its own line.
+  EXPECT_NE(svg.find("text-anchor=\"middle\">-6</text>"), std::string::npos);
+  EXPECT_EQ(count(svg, "stroke=\"#333333\"/>"), 1u);
+}
+
+TEST(BenchSvg, BarOutsideItsCategoriesIsAnError) {
+  EXPECT_ERROR(figure_svg({"t"}, {bars({"one"}, {{"p", {{1, 2.0}}}})}), "series 'p'",
+               "outside the 1 categories");
+  EXPECT_ERROR(figure_svg({"t"}, {bars({"one"}, {{"p", {{0, NAN}}}})}), "non-finite");
+}
+
+TEST(BenchSvg, PanelsStackAndKeepTheirColours) {
+  Panel lines;
+  lines.heading = "first";
+  lines.x_label = "active tokens";
+  lines.y_label = "s";
+  lines.series = {{"beyond", {{1000, 1}, {2000, 2}, {3000, 3}}, 2}};
+  const Panel b = bars({"one"}, {{"beyond", {{0, 3.0}}, 2}});
+  const std::string svg = figure_svg({"t"}, {lines, b, bars({}, {})});
+  EXPECT_EQ(xml_problem(svg), "");
+  EXPECT_EQ(layout_problem(svg), "");
+  EXPECT_EQ(count(svg, ">first</text>"), 1u);
+  EXPECT_EQ(count(svg, ">bars</text>"), 2u);
+  EXPECT_EQ(count(svg, ">no data</text>"), 1u);
+  // Colour 2 of the palette in both panels (line, legend line; bar, legend swatch).
+  EXPECT_EQ(count(svg, "#2ca02c"), 5u);  // polyline, marker, legend line, bar, swatch
 }
 
 }  // namespace
