@@ -30,6 +30,7 @@ if command -v ccache >/dev/null; then
 fi
 
 src=$PWD
+export CCACHE_BASEDIR="$src"
 defines=(-C cmake.define.SPARSE3D_CUDNN_FRONTEND_INCLUDE="$PWD/.deps/cudnn_frontend/include")
 case "$CUDA" in
   13)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what sparse3d builds with, on a fresh Debian/Ubuntu machine with the CUDA 13
-# toolkit: Debian packages (GoogleTest, nlohmann-json, CLI11, CMake, Ninja), nanobind,
+# toolkit: Debian packages (GoogleTest, nlohmann-json, CLI11, CMake, Ninja, ccache), nanobind,
 # pytest and NumPy from PyPI (the Python module and its tests), and the header-only
 # cudnn-frontend from PyPI into .deps/ (git-ignored; carried to the GPU machine).
 set -euo pipefail
@@ -16,6 +16,8 @@ have_header() { [ -f "/usr/include/$1" ] || [ -f "/usr/local/include/$1" ]; }
 command -v cmake >/dev/null || need+=(cmake)
 command -v ninja >/dev/null || need+=(ninja-build)
 command -v g++ >/dev/null || need+=(g++)
+# ccache: the wheel (scripts/build_wheel.sh) reuses the C++ build's objects through it.
+command -v ccache >/dev/null || need+=(ccache)
 have_header gtest/gtest.h || need+=(libgtest-dev)
 have_header nlohmann/json.hpp || need+=(nlohmann-json3-dev)
 have_header CLI/CLI.hpp || need+=(libcli11-dev)
