@@ -4,4 +4,6 @@
 
 #include "sparse3d/engine.h"
 #include "sparse3d/flags.h"
+#include "sparse3d/messages.h"
+#include "sparse3d/synthetic.h"
 #include "sparse3d/types.h"

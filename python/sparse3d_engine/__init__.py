@@ -1,4 +1,4 @@
-"""sparse3d: a CUDA inference engine for TRELLIS.2's flow transformers (the structured-latent
+"""sparse3d_engine: a CUDA inference engine for TRELLIS.2's flow transformers (the structured-latent
 models over sparse voxels and the dense sparse-structure model), from Python.
 
     import sparse3d_engine as s3d
@@ -12,11 +12,27 @@ models over sparse voxels and the dense sparse-structure model), from Python.
 
 Tensors are any DLPack producer (torch, CuPy, JAX, NumPy), used in place; results come back
 in the framework of the inputs (a view of the engine's memory, no copy). docs/PYTHON.md has
-the whole API; `s3d.trellis2.accelerate(pipeline)` is the TRELLIS.2 drop-in.
+the whole API; `s3d.trellis2.accelerate(pipeline)` is the TRELLIS.2 drop-in;
+`s3d.torch_ops` registers the engine's calls as torch custom ops (torch.compile);
+`python -m sparse3d_engine` is a command line (info, make-checkpoint, run).
+
+Messages: the engine's fallback lines go to the "sparse3d_engine" logger (WARNING) and to
+an engine's `log` callable; start-up lines to the logger at INFO and to `log`. Progress:
+sample() shows a tqdm bar where tqdm is installed (`progress=False`, `set_progress(False)`
+or SPARSE3D_ENGINE_PROGRESS=0 turn it off).
 """
+from __future__ import annotations
+
+import atexit
 import dataclasses
+import itertools
 import json
+import logging
+import os
 import sys
+import threading
+import weakref
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from . import _loader
 
@@ -27,10 +43,119 @@ except ImportError as e:  # pragma: no cover - depends on the machine
     raise _loader.explain(e) from e
 
 Error = _native.Error
-__version__ = _native.version()
+__version__: str = _native.version()
 
 __all__ = ["Engine", "Error", "SamplerSettings", "SAMPLER_PRESETS", "SLAT", "DENSE",
-           "default_path", "paths", "flags", "draw_noise", "timesteps", "__version__"]
+           "default_path", "paths", "flags", "draw_noise", "timesteps", "build_info",
+           "engine_by_id", "set_progress", "progress_enabled", "synthetic_presets",
+           "make_synthetic_checkpoint", "logger", "__version__"]
+
+# Any DLPack producer: a torch, CuPy or JAX tensor, a NumPy array (or, for latents, a
+# SparseTensor: anything with .feats and .coords).
+Array = Any
+# A sampler: a preset name, a dict of SamplerSettings fields, a SamplerSettings, or None.
+SamplerSpec = Union[None, str, Dict[str, Any], "SamplerSettings"]
+
+# The package's logger: the engine's messages (fallbacks, WARNING), engines' start-up lines
+# (INFO) and the CUDA libraries loaded (INFO; an outdated one is a WARNING).
+logger = logging.getLogger("sparse3d_engine")
+
+# ---- Messages ---------------------------------------------------------------------------------
+# The C++ side sends its messages (a fast path refused: "fallback: FLAG: REASON") to one
+# process-wide sink; the package installs _on_message there, so that nothing is printed by
+# the engine itself: the logger decides. A message also goes to the `log` callable of the
+# engine whose request sent it (the request's thread names it: _routing).
+
+_LEVELS = {"info": logging.INFO, "warning": logging.WARNING}
+_current = threading.local()
+
+
+def _on_message(level: str, kind: str, text: str, optimization: str, reason: str) -> None:
+    logger.log(_LEVELS.get(level, logging.WARNING), "%s: %s", kind, text,
+               extra={"kind": kind, "optimization": optimization, "reason": reason})
+    user_log = getattr(_current, "log", None)
+    if user_log is not None:
+        user_log(f"{kind}: {text}")
+
+
+class _routing:
+    """Names the engine's `log` callable as the destination of messages sent on this thread
+    during the block (a request runs on the caller's thread)."""
+    __slots__ = ("log", "previous")
+
+    def __init__(self, log):
+        self.log = log
+
+    def __enter__(self):
+        self.previous = getattr(_current, "log", None)
+        _current.log = self.log
+
+    def __exit__(self, *exc):
+        _current.log = self.previous
+        return False
+
+
+def _engine_log(user_log):
+    """The native engine's start-up log: the package's logger at INFO, then the caller's."""
+    def log(line):
+        logger.info("%s", line)
+        if user_log is not None:
+            user_log(line)
+    return log
+
+
+_native.set_message_sink(_on_message)
+# Back to stderr before the interpreter goes (a message after that could not take the GIL).
+atexit.register(_native.set_message_sink, None)
+
+# ---- Progress --------------------------------------------------------------------------------
+# As TRELLIS.2's samplers: a tqdm bar per sample() by default, where tqdm is installed.
+
+_progress_default = os.environ.get("SPARSE3D_ENGINE_PROGRESS", "1").strip().lower() not in (
+    "0", "false", "off", "no")
+
+
+def set_progress(enabled: bool) -> None:
+    """Turns the default tqdm progress bar of sample() on or off for the process (the
+    initial value: on, unless SPARSE3D_ENGINE_PROGRESS=0). A call's `progress=` wins."""
+    global _progress_default
+    _progress_default = bool(enabled)
+
+
+def progress_enabled() -> bool:
+    """Whether sample() shows a bar by default (tqdm must also be installed)."""
+    return _progress_default
+
+
+def _progress_bar(progress, total, desc="Sampling"):
+    """A tqdm bar of `total` steps, or None: progress None follows set_progress(), False is
+    none, True a bar named `desc`, a string a bar of that name. None without tqdm."""
+    if progress is None:
+        progress = _progress_default
+    if progress is False or progress is None:
+        return None
+    try:
+        from tqdm import tqdm
+        bar = tqdm(total=int(total), desc=progress if isinstance(progress, str) else desc)
+    except Exception:  # noqa: BLE001 - no tqdm, or a stand-in that is not one: no bar
+        return None
+    return bar if hasattr(bar, "update") and hasattr(bar, "close") else None
+
+# ---- Engines by id -----------------------------------------------------------------------------
+# Every Engine has a process-unique int, `engine.id`: what the torch custom ops take
+# (torch_ops), since an op's arguments cannot be Python objects. Weak: the registry keeps
+# no engine alive.
+
+_ENGINES: "weakref.WeakValueDictionary[int, Engine]" = weakref.WeakValueDictionary()
+_NEXT_ID = itertools.count(1)
+
+
+def engine_by_id(engine_id: int) -> "Engine":
+    """The live Engine whose `id` is `engine_id` (Error when there is none)."""
+    engine = _ENGINES.get(int(engine_id))
+    if engine is None:
+        raise Error(f"no live sparse3d_engine.Engine has id {engine_id}")
+    return engine
 
 # The model families (Engine.model["family"]).
 SLAT = "SLatFlowModel"
@@ -51,23 +176,23 @@ class SamplerSettings:
     steps: int = 12
     rescale_t: float = 3.0
     guidance: float = 7.5                 # TRELLIS.2's guidance_strength
-    guidance_interval: tuple = (0.6, 1.0)  # CFG only for t in [lo, hi]
+    guidance_interval: Tuple[float, float] = (0.6, 1.0)  # CFG only for t in [lo, hi]
     guidance_rescale: float = 0.5
     sigma_min: float = 1e-5
 
     @classmethod
-    def released(cls):
+    def released(cls) -> "SamplerSettings":
         return cls()
 
     @classmethod
-    def released_sparse_structure(cls):
+    def released_sparse_structure(cls) -> "SamplerSettings":
         return cls(rescale_t=5.0, guidance_rescale=0.7)
 
     @classmethod
-    def protocol(cls):
+    def protocol(cls) -> "SamplerSettings":
         return cls(steps=15, guidance_interval=(0.0, 1.0), guidance_rescale=0.0)
 
-    def _native(self):
+    def _native(self) -> Dict[str, Any]:
         lo, hi = self.guidance_interval
         return {"steps": int(self.steps), "rescale_t": float(self.rescale_t),
                 "guidance": float(self.guidance), "interval_lo": float(lo),
@@ -79,7 +204,7 @@ class SamplerSettings:
 SAMPLER_PRESETS = ("released", "released_sparse_structure", "protocol")
 
 
-def _sampler(spec, family=SLAT):
+def _sampler(spec: SamplerSpec, family: str = SLAT) -> SamplerSettings:
     """SamplerSettings from a preset name, a dict or SamplerSettings; None: the released
     settings of the model family."""
     if spec is None:
@@ -177,28 +302,42 @@ class Engine:
     checkpoint: a TRELLIS.2 NAME.json (NAME.safetensors beside it). path: an execution path
     such as "fast" (default: the fastest whose contracts hold) or "pure_eager" (the
     reference); "beyond-cuda_graphs" edits one. device: "auto" (the GPU when there is one),
-    "cuda" or "cpu". log: a callable receiving start-up lines (qualifications, cache hits).
+    "cuda" or "cpu". log: a callable receiving start-up lines (qualifications, cache hits)
+    and this engine's fallback lines; both also go to the "sparse3d_engine" logger.
+    `id` is a process-unique int naming the engine (the torch custom ops take it).
     """
 
-    def __init__(self, checkpoint, path="", device="auto", device_index=0,
-                 max_device_memory_gib=0.0, cache_dir="", persist_qualification=True,
-                 qualify_m=(), log=None, _native_engine=None):
+    id: int
+    last_request: Optional[Dict[str, Any]]
+
+    def __init__(self, checkpoint: Union[str, "os.PathLike[str]", None], path: str = "",
+                 device: str = "auto", device_index: int = 0,
+                 max_device_memory_gib: float = 0.0,
+                 cache_dir: Union[str, "os.PathLike[str]"] = "",
+                 persist_qualification: bool = True, qualify_m: Sequence[int] = (),
+                 log: Optional[Callable[[str], Any]] = None, _native_engine: Any = None):
+        self._user_log = log
         if _native_engine is not None:
             self._e = _native_engine
         else:
-            self._e = _native.Engine(str(checkpoint), path=path, device=device,
-                                     device_index=device_index,
-                                     max_device_memory_gib=max_device_memory_gib,
-                                     cache_dir=str(cache_dir),
-                                     persist_qualification=persist_qualification,
-                                     qualify_m=list(qualify_m), log=log)
+            with _routing(log):
+                self._e = _native.Engine(str(checkpoint), path=path, device=device,
+                                         device_index=device_index,
+                                         max_device_memory_gib=max_device_memory_gib,
+                                         cache_dir=str(cache_dir),
+                                         persist_qualification=persist_qualification,
+                                         qualify_m=list(qualify_m), log=_engine_log(log))
         self.last_request = None
         m = self._e.model
         self._family, self._resolution = m["family"], int(m["resolution"])
         self._out_channels = int(m["out_channels"])
+        self.id = next(_NEXT_ID)
+        _ENGINES[self.id] = self
 
     @classmethod
-    def from_state_dict(cls, config, state_dict, name="in-memory checkpoint", **options):
+    def from_state_dict(cls, config: Union[Dict[str, Any], str],
+                        state_dict: Dict[str, Array], name: str = "in-memory checkpoint",
+                        **options: Any) -> "Engine":
         """An engine over weights held in memory (e.g. a torch module's state_dict()).
 
         config: the checkpoint's NAME.json as a dict or JSON text ({"name": "SLatFlowModel",
@@ -216,22 +355,29 @@ class Engine:
             elif _framework(value) == "numpy" and str(value.dtype) == "float16":
                 value = value.astype("float32")
             tensors.append((key, value))
-        native = _native.Engine.from_tensors(
-            config, tensors, name=name, path=options.pop("path", ""),
+        log = options.pop("log", None)
+        kwargs = dict(
+            name=name, path=options.pop("path", ""),
             device=options.pop("device", "auto"), device_index=options.pop("device_index", 0),
             max_device_memory_gib=options.pop("max_device_memory_gib", 0.0),
             cache_dir=str(options.pop("cache_dir", "")),
             persist_qualification=options.pop("persist_qualification", True),
-            qualify_m=list(options.pop("qualify_m", ())), log=options.pop("log", None))
+            qualify_m=list(options.pop("qualify_m", ())))
         if options:
             raise Error(f"Engine.from_state_dict: unknown option(s) {', '.join(sorted(options))}")
-        return cls(None, _native_engine=native)
+        with _routing(log):
+            native = _native.Engine.from_tensors(config, tensors, log=_engine_log(log), **kwargs)
+        return cls(None, _native_engine=native, log=log)
 
     # -- requests --
 
-    def sample(self, coords=None, cond=None, noise=None, seed=None, concat_cond=None,
-               sampler=None, callback=None, *, path=None, out=None, stream=None,
-               keep_first_forward=False):
+    def sample(self, coords: Optional[Array] = None, cond: Optional[Array] = None,
+               noise: Optional[Array] = None, seed: Optional[int] = None,
+               concat_cond: Optional[Array] = None, sampler: SamplerSpec = None,
+               callback: Optional[Callable[[int, float, Array], Any]] = None, *,
+               path: Optional[str] = None, out: Optional[Array] = None,
+               stream: Union[int, Any, None] = None, keep_first_forward: bool = False,
+               progress: Union[bool, str, None] = None) -> Array:
         """The whole denoise loop. Returns the latent in the inputs' framework; the request's
         steps and stats are in `self.last_request`.
 
@@ -246,7 +392,10 @@ class Engine:
         SamplerSettings; None: the released settings of the model's family.
         callback(step, t, latent) runs after each step with the latent so far (a view valid
         during the call only: clone it to keep it). stream: a CUDA stream (torch, CuPy or an
-        int handle) to order the work on; default: the inputs' current stream."""
+        int handle) to order the work on; default: the inputs' current stream.
+        progress: a tqdm bar over the steps (where tqdm is installed): None follows
+        set_progress() (on by default, as TRELLIS.2's samplers), False none, True or a
+        description string one. On a GPU a bar (like a callback) waits for each step."""
         if coords is None and hasattr(noise, "feats") and hasattr(noise, "coords"):
             coords = noise.coords   # a SparseTensor's own coords
         coords, cond = _feats(coords), _feats(cond)
@@ -260,23 +409,35 @@ class Engine:
         batch = self._batch("sample", coords, cond, noise, "noise", out)
         like = next(a for a in (coords, noise, cond) if a is not None)
         out = self._host_out(like, out, coords, batch)
+        settings = _sampler(sampler, self._family)
+        bar = _progress_bar(progress, settings.steps)
         on_step = None
-        if callback is not None:
+        if callback is not None or bar is not None:
             def on_step(step, t, latent):
-                callback(step, t, _as_framework(latent, like))
-        r = self._e.sample(coords, cond, batch, noise=noise, seed=0 if seed is None else int(seed),
-                           concat_cond=concat_cond,
-                           sampler=_sampler(sampler, self._family)._native(),
-                           path=path, out=out, callback=on_step,
-                           keep_first_forward=keep_first_forward,
-                           stream=_stream(stream, (coords, cond, noise)))
+                if bar is not None:
+                    bar.update(1)
+                if callback is not None:
+                    callback(step, t, _as_framework(latent, like))
+        try:
+            with _routing(self._user_log):
+                r = self._e.sample(coords, cond, batch, noise=noise,
+                                   seed=0 if seed is None else int(seed),
+                                   concat_cond=concat_cond, sampler=settings._native(),
+                                   path=path, out=out, callback=on_step,
+                                   keep_first_forward=keep_first_forward,
+                                   stream=_stream(stream, (coords, cond, noise)))
+        finally:
+            if bar is not None:
+                bar.close()
         self.last_request = {"steps": r["steps"], "stats": r["stats"],
                              "first_v_cond": _as_framework(r["first_v_cond"], like),
                              "first_v_uncond": _as_framework(r["first_v_uncond"], like)}
         return out if out is not None else _as_framework(r["latent"], like)
 
-    def forward(self, x, t, cond, concat_cond=None, *, coords=None, path=None, out=None,
-                stream=None):
+    def forward(self, x: Array, t: Union[float, Array], cond: Array,
+                concat_cond: Optional[Array] = None, *, coords: Optional[Array] = None,
+                path: Optional[str] = None, out: Optional[Array] = None,
+                stream: Union[int, Any, None] = None) -> Array:
         """One denoiser call v = model(x_t, t, cond): TRELLIS.2's SLatFlowModel.forward or
         SparseStructureFlowModel.forward.
 
@@ -297,8 +458,9 @@ class Engine:
         if isinstance(t, (int, float)):
             t = _float_array([float(t)] * batch, feats)
         out = self._host_out(feats, out, coords, batch)
-        v = self._e.forward(feats, t, coords, cond, batch, concat_cond=concat_cond, path=path,
-                            out=out, stream=_stream(stream, (feats, cond)))
+        with _routing(self._user_log):
+            v = self._e.forward(feats, t, coords, cond, batch, concat_cond=concat_cond,
+                                path=path, out=out, stream=_stream(stream, (feats, cond)))
         v = out if out is not None else _as_framework(v, feats)
         return x.replace(v) if sparse and hasattr(x, "replace") else v
 
@@ -355,34 +517,35 @@ class Engine:
             out = numpy.empty(shape, dtype=numpy.float32)
         return out
 
-    def warm_up(self, tokens, cond_tokens):
+    def warm_up(self, tokens: Iterable[int], cond_tokens: int) -> None:
         """Builds what requests of these token counts build on first use (library plans, the
         null-context qualification for condition length `cond_tokens`)."""
-        self._e.warm_up([int(n) for n in tokens], int(cond_tokens))
+        with _routing(self._user_log):
+            self._e.warm_up([int(n) for n in tokens], int(cond_tokens))
 
-    def fits(self, tokens, batch, cond_tokens, path=None):
+    def fits(self, tokens: int, batch: int, cond_tokens: int, path: Optional[str] = None) -> str:
         """'' when a sample() of this size fits the device memory, else why not."""
         return self._e.fits(int(tokens), int(batch), int(cond_tokens), path)
 
     # -- state --
 
-    def counters(self):
+    def counters(self) -> Dict[str, Any]:
         """requests, launches, fallbacks ([{optimization, reason, count}]), memory, and the
         qualification cache's hits and refusals."""
         return self._e.counters()
 
-    def reset_counters(self):
+    def reset_counters(self) -> None:
         self._e.reset_counters()
 
-    def fingerprint(self):
+    def fingerprint(self) -> Dict[str, str]:
         return self._e.fingerprint()
 
-    def qualification(self):
+    def qualification(self) -> List[Dict[str, Any]]:
         return self._e.qualification()
 
     # -- residency --
 
-    def offload(self):
+    def offload(self) -> None:
         """Frees the device memory the engine holds between requests, as a torch module's
         .cpu() frees its parameters': the weights move to pinned host memory (copied the first
         time; the copy is kept, as the weights never change) and the allocator's cached
@@ -391,66 +554,121 @@ class Engine:
         are bit for bit the same. A no-op when already offloaded."""
         self._e.offload()
 
-    def reload(self):
+    def reload(self) -> None:
         """Brings offloaded weights back to the device (one copy; a no-op when resident)."""
-        self._e.reload()
+        with _routing(self._user_log):
+            self._e.reload()
 
-    def residency(self):
+    def residency(self) -> Dict[str, Any]:
         """Where the weights are and what moving them cost: {resident, weight_bytes,
         host_copy_bytes, offloads, reloads, bytes_offloaded, bytes_reloaded,
         device_bytes_released, offload_seconds, reload_seconds} (totals)."""
         return self._e.residency()
 
     @property
-    def resident(self):
+    def resident(self) -> bool:
         """True when the weights are on the engine's device (False after offload())."""
         return self._e.residency()["resident"]
 
     @property
-    def model(self):
+    def model(self) -> Dict[str, Any]:
         return self._e.model
 
     @property
-    def family(self):
+    def family(self) -> str:
         """The model family: "SLatFlowModel" or "SparseStructureFlowModel" (s3d.SLAT,
         s3d.DENSE)."""
         return self._family
 
     @property
-    def device(self):
+    def device(self) -> str:
         return self._e.device
 
     @property
-    def plan(self):
+    def plan(self) -> str:
         return self._e.plan
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         m = self.model
-        return (f"sparse3d.Engine({m['checkpoint']!r}, {m['parameters'] / 1e6:.0f}M parameters, "
+        return (f"sparse3d_engine.Engine({m['checkpoint']!r}, {m['parameters'] / 1e6:.0f}M parameters, "
                 f"path {self.plan!r}, on {self.device})")
 
 
-def default_path():
+def default_path() -> str:
+    """The path an engine takes by default (the fastest whose contracts hold)."""
     return _native.default_path()
 
 
-def paths():
+def paths() -> List[Dict[str, Any]]:
     """Every execution path: [{name, help, flags}]."""
     return _native.paths()
 
 
-def flags():
+def flags() -> List[Dict[str, Any]]:
     """Every optimization flag: [{name, help, contract, gpu_validated}]."""
     return _native.flags()
 
 
-def draw_noise(seed, rows, cols, offset=0):
+def draw_noise(seed: int, rows: int, cols: int, offset: int = 0) -> Any:
     """The engine's noise for `seed` (what sample(seed=...) starts from): NumPy f32 [rows, cols]."""
     import numpy
     return numpy.from_dlpack(_native.draw_noise(int(seed), int(rows), int(cols), int(offset)))
 
 
-def timesteps(sampler="released"):
+def timesteps(sampler: SamplerSpec = "released") -> List[float]:
     """The schedule t_0 = 1 > ... > t_steps = 0 (sampler: a preset name, a dict or a
     SamplerSettings)."""
     return _native.timesteps(_sampler(sampler)._native())
+
+
+def synthetic_presets() -> List[str]:
+    """The model presets make_synthetic_checkpoint() knows: "tiny" and "tiny-ss" (seconds on
+    the CPU), "trellis2-shape-1024", "trellis2-tex-1024", "trellis2-ss-16" (the released
+    models' shapes)."""
+    return list(_native.synthetic_presets())
+
+
+def make_synthetic_checkpoint(out_prefix: Union[str, "os.PathLike[str]"], preset: str = "tiny",
+                              seed: int = 0, dtype: str = "bf16") -> Dict[str, Any]:
+    """Writes OUT_PREFIX.json and OUT_PREFIX.safetensors with deterministic synthetic weights
+    of a preset's model (what `sparse3d make-checkpoint` writes: the same files for the same
+    preset, seed and dtype), stored as dtype "bf16" (as released) or "f32". Returns {json,
+    safetensors, family, parameters, preset, seed, dtype}."""
+    return _native.make_synthetic_checkpoint(str(preset), int(seed), os.fspath(out_prefix),
+                                             str(dtype))
+
+
+def build_info() -> Dict[str, Any]:
+    """What this package is and runs on: its version, the CUDA version it was built against,
+    the native module's path, the Python and NumPy versions, the default path, the CUDA
+    libraries it loaded (name, soname, version, path, source; _loader) and the optional
+    packages it works with (torch, tqdm; None when absent), without importing them."""
+    from importlib import metadata
+    try:
+        from . import _build
+        cuda = {"major": getattr(_build, "CUDA_MAJOR", None),
+                "version": getattr(_build, "CUDA_VERSION", None)}
+    except ImportError:
+        cuda = {"major": _loader.CUDA_MAJOR, "version": None}
+    optional = {}
+    for package in ("numpy", "torch", "tqdm"):
+        try:
+            optional[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            optional[package] = None
+    if hasattr(_loader, "libraries"):
+        libraries = _loader.libraries()
+    else:
+        libraries = [{"name": name, "soname": name, "version": None, "path": path,
+                      "source": None} for name, path in getattr(_loader, "loaded", {}).items()]
+    return {"version": __version__, "cuda_built": cuda, "native_module": _native.__file__,
+            "python": sys.version.split()[0], "platform": sys.platform,
+            "default_path": default_path(), "libraries": libraries, "packages": optional}
+
+
+def __getattr__(name: str) -> Any:
+    # `s3d.torch_ops` on first use: it imports torch, which the package does not need.
+    if name == "torch_ops":
+        from . import torch_ops
+        return torch_ops
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -31,16 +31,25 @@ silent change.
 Each engine is built once. The pipeline's low_vram moves (`.cpu()` after a stage, `.to()`
 before the next) offload and reload its weights, keeping everything else; `warm_up=True`
 builds every engine ahead, in parallel, and runs a small request on each.
+
+With torch tensors, the engine is called through the torch custom ops of `torch_ops`
+(`torch.ops.sparse3d_engine.forward` / `.sample`), so that the calls can sit inside a
+torch.compile'd region. A sampler's whole loop shows a tqdm bar as TRELLIS.2's samplers do
+(`verbose=False` or `sparse3d_engine.set_progress(False)` turn it off).
 """
+from __future__ import annotations
+
 import concurrent.futures
 import inspect
 import json
 import os
+import sys
 import time
 import types
 from collections import Counter
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
-from . import DENSE, SLAT, Engine, Error, SamplerSettings, _framework
+from . import (DENSE, SLAT, Engine, Error, SamplerSettings, _framework, progress_enabled)
 
 # The flow models of a TRELLIS.2 image-to-3D pipeline (pipeline.models keys): the dense
 # sparse-structure model, then the structured-latent ones.
@@ -72,6 +81,18 @@ _ARG_ATTRIBUTES = ("resolution", "in_channels", "model_channels", "cond_channels
                    "share_mod", "qk_rms_norm", "qk_rms_norm_cross")
 
 
+def _torch_ops():
+    """The torch_ops module where torch is already imported (torch inputs mean it is) and
+    recent enough for custom ops; else None (the engine is called directly)."""
+    if "torch" not in sys.modules:
+        return None
+    try:
+        from . import torch_ops
+    except ImportError:
+        return None
+    return torch_ops
+
+
 def _module_base():
     try:
         import torch
@@ -88,7 +109,7 @@ def _dtype_name(dtype):
     return None
 
 
-def family_of_module(module):
+def family_of_module(module: Any) -> str:
     """"SparseStructureFlowModel" or "SLatFlowModel" for a TRELLIS.2 flow module.
 
     The rule: the dense family when a class of the module's type (its own or a base class)
@@ -113,7 +134,7 @@ def _has_own(module, name):
     return name in getattr(module, "__dict__", {})
 
 
-def config_of_module(module):
+def config_of_module(module: Any) -> Tuple[Dict[str, Any], str]:
     """(config dict, how it was found) for a SLatFlowModel- or SparseStructureFlowModel-like
     module from its attributes (family_of_module() picks the family). Raises Error naming
     what is missing."""
@@ -151,8 +172,10 @@ class EngineFlowModel(_module_base()):
     offloads its weights to host memory and frees its device memory (the pipeline's low_vram
     mode), and the next call brings them back: no rebuild, the same bits."""
 
-    def __init__(self, name, original, config, config_source, checkpoint=None, path=None,
-                 engine_options=None, stats=None, release_on_cpu=True):
+    def __init__(self, name: str, original: Any, config: Dict[str, Any], config_source: str,
+                 checkpoint: Optional[str] = None, path: Optional[str] = None,
+                 engine_options: Optional[Dict[str, Any]] = None, stats: Optional[_Stats] = None,
+                 release_on_cpu: bool = True):
         if _module_base() is not object:
             super().__init__()
         object.__setattr__(self, "_release_on_cpu", release_on_cpu)
@@ -208,7 +231,7 @@ class EngineFlowModel(_module_base()):
 
     # -- the engine --
 
-    def engine(self, device=("cpu", 0)):
+    def engine(self, device: Tuple[str, int] = ("cpu", 0)) -> Engine:
         """The engine on `device` (kind, index), built on first use, with its weights on the
         device (brought back if .cpu() offloaded them)."""
         if self._engine is not None and self._engine_device == device:
@@ -230,7 +253,7 @@ class EngineFlowModel(_module_base()):
         self._engine_device = device
         return self._engine
 
-    def offload(self):
+    def offload(self) -> None:
         """Frees the engine's device memory, keeping the engine (what .cpu() does in the
         pipeline's low_vram mode): its weights move to pinned host memory (copied the first
         time only) and its allocator's cached blocks go back to the driver; library plans,
@@ -248,7 +271,8 @@ class EngineFlowModel(_module_base()):
         if self._release_on_cpu and self._engine_device and self._engine_device[0] == "cuda":
             self.offload()
 
-    def warm_up(self, device, tokens=None, cond_tokens=None):
+    def warm_up(self, device: Tuple[str, int], tokens: Optional[int] = None,
+                cond_tokens: Optional[int] = None) -> float:
         """Builds the engine on `device` (kind, index) now and runs its warm-up request
         (Engine.warm_up): `tokens` tokens for a SLatFlowModel (default WARM_UP_TOKENS), one
         R^3 grid for the SparseStructureFlowModel, with `cond_tokens` condition tokens
@@ -287,7 +311,7 @@ class EngineFlowModel(_module_base()):
 
     # -- the call --
 
-    def forward(self, x, t, cond, concat_cond=None, **kwargs):
+    def forward(self, x: Any, t: Any, cond: Any, concat_cond: Any = None, **kwargs: Any) -> Any:
         reason = self._refusal(x, cond, kwargs)
         if reason is None:
             try:
@@ -350,6 +374,12 @@ class EngineFlowModel(_module_base()):
             args = [a.contiguous() if a is not None else None
                     for a in (feats, t, coords, cond_t, concat)]
             feats, t, coords, cond_t, concat = args
+            ops = _torch_ops()
+            if ops is not None:
+                v = ops.forward(engine, feats, t, cond_t, concat, coords=coords)
+                if v.dtype != x.feats.dtype:
+                    v = v.to(x.feats.dtype)  # the original returns x's dtype
+                return x.replace(v)
         else:
             coords = x.coords
         v = engine.forward(feats, t, cond_t, concat, coords=coords)
@@ -378,6 +408,10 @@ class EngineFlowModel(_module_base()):
             if t.numel() == 1 and B > 1:
                 t = t.expand(B)
             vol, t, cond_t = vol.contiguous(), t.contiguous(), cond_t.contiguous()
+            ops = _torch_ops()
+            if ops is not None:
+                v = ops.forward(engine, vol, t, cond_t)
+                return v if v.dtype == x.dtype else v.to(x.dtype)
         v = engine.forward(vol, t, cond_t)
         if _framework(v) == "torch" and v.dtype != x.dtype:
             v = v.to(x.dtype)   # the original returns x's dtype
@@ -442,7 +476,7 @@ class EngineSampler:
     """Wraps a TRELLIS.2 flow sampler: `sample()` on an engine-backed model runs the whole
     loop in the engine when it can, else the original sampler (counted, with the reason)."""
 
-    def __init__(self, name, original, stats=None):
+    def __init__(self, name: str, original: Any, stats: Optional[_Stats] = None):
         self.name = name
         self.original = original
         self.stats = stats if stats is not None else _Stats()
@@ -451,7 +485,8 @@ class EngineSampler:
     def __getattr__(self, attr):
         return getattr(self.original, attr)
 
-    def sample(self, model, noise, cond, neg_cond=None, *args, **kwargs):
+    def sample(self, model: Any, noise: Any, cond: Any, neg_cond: Any = None, *args: Any,
+               **kwargs: Any) -> Any:
         try:
             bound = self._signature.bind(model, noise, cond, neg_cond, *args, **kwargs)
         except TypeError as e:
@@ -525,14 +560,18 @@ class EngineSampler:
             coords = coords.int().contiguous() if coords is not None else None
             cond_t = cond_t.contiguous()
             concat_t = concat_t.contiguous() if concat_t is not None else None
-        callback = None
-        if a.get("verbose") or a.get("kwargs", {}).get("verbose"):
-            bar = _progress(settings.steps, a.get("tqdm_desc") or "Sampling")
-            callback = lambda step, t, latent: bar.update(1)  # noqa: E731
-        latent = engine.sample(coords, cond_t, noise=feats, concat_cond=concat_t,
-                               sampler=settings, callback=callback)
-        if callback is not None:
-            bar.close()
+        # A bar as TRELLIS.2's samplers show one: verbose (default True) and tqdm_desc.
+        kwargs = a.get("kwargs", {})
+        verbose = a.get("verbose", kwargs.get("verbose", True))
+        desc = a.get("tqdm_desc", kwargs.get("tqdm_desc")) or "Sampling"
+        progress = desc if verbose and progress_enabled() else False
+        ops = _torch_ops() if _framework(feats) == "torch" else None
+        if ops is not None:
+            latent = ops.sample(engine, coords, cond_t, noise=feats, concat_cond=concat_t,
+                                sampler=settings, progress=progress)
+        else:
+            latent = engine.sample(coords, cond_t, noise=feats, concat_cond=concat_t,
+                                   sampler=settings, progress=progress)
         dtype = getattr(noise if dense else noise.feats, "dtype", None)
         if _framework(latent) == "torch" and latent.dtype != dtype:
             latent = latent.to(dtype)
@@ -548,32 +587,20 @@ def _nonzero(x):
     return bool(numpy.asarray(x).any())
 
 
-def _progress(total, desc):
-    try:
-        from tqdm import tqdm
-        return tqdm(total=total, desc=desc)
-    except ImportError:
-        class _Bar:
-            def update(self, n):
-                pass
-
-            def close(self):
-                pass
-        return _Bar()
-
-
 class Acceleration:
     """What accelerate() did: the engine-backed models and samplers, what it left alone and
     why; report() adds the calls served and the fallbacks; restore() undoes it."""
 
-    def __init__(self, pipeline):
+    def __init__(self, pipeline: Any):
         self.pipeline = pipeline
-        self.models = {}      # name -> EngineFlowModel
-        self.samplers = {}    # attribute -> EngineSampler
-        self.skipped = {}     # name -> why it stayed on PyTorch
-        self.warm_up_seconds = {}  # name -> seconds its warm-up took (warm_up())
+        self.models: Dict[str, EngineFlowModel] = {}
+        self.samplers: Dict[str, EngineSampler] = {}
+        self.skipped: Dict[str, str] = {}     # name -> why it stayed on PyTorch
+        self.warm_up_seconds: Dict[str, float] = {}  # name -> seconds its warm-up took
 
-    def warm_up(self, models=None, tokens=None, cond_tokens=None, device=None):
+    def warm_up(self, models: Optional[Iterable[str]] = None, tokens: Optional[int] = None,
+                cond_tokens: Optional[Mapping[str, int]] = None,
+                device: Any = None) -> Dict[str, float]:
         """Builds the engines of `models` (names; default: every accelerated model) now on
         `device` (default: the pipeline's) and runs each one's warm-up request
         (EngineFlowModel.warm_up; `cond_tokens` {name: L} overrides COND_TOKENS), so that the
@@ -609,7 +636,7 @@ class Acceleration:
         self.warm_up_seconds.update({n: t for n, t in took.items() if t is not None})
         return {n: t for n, t in took.items() if t is not None}
 
-    def report(self):
+    def report(self) -> str:
         lines = []
         for name, m in self.models.items():
             lines.append(f"{name}: sparse3d engine ({m.family}; path {m._path or 'default'}; "
@@ -641,7 +668,7 @@ class Acceleration:
             lines.append(f"{name}: left on PyTorch: {why}")
         return "\n".join(lines)
 
-    def fallbacks(self):
+    def fallbacks(self) -> List[Dict[str, Any]]:
         """Every fallback as {"where", "what", "reason", "count"}."""
         out = []
         for where, obj in list(self.models.items()) + list(self.samplers.items()):
@@ -649,7 +676,7 @@ class Acceleration:
                 out.append({"where": where, "what": what, "reason": reason, "count": n})
         return out
 
-    def restore(self):
+    def restore(self) -> None:
         """Puts the original modules and samplers back."""
         for name, m in self.models.items():
             self.pipeline.models[name] = m.original
@@ -704,9 +731,12 @@ def _checkpoint_for(name, module, checkpoints, pipeline_dir):
     return None
 
 
-def accelerate(pipeline, path=None, models=FLOW_MODELS, samplers=FLOW_SAMPLERS,
-               checkpoints=None, pipeline_dir=None, release_on_cpu=True, warm_up=False,
-               **engine_options):
+def accelerate(pipeline: Any, path: Optional[str] = None, models: Sequence[str] = FLOW_MODELS,
+               samplers: Sequence[str] = FLOW_SAMPLERS,
+               checkpoints: Optional[Mapping[str, str]] = None,
+               pipeline_dir: Optional[str] = None, release_on_cpu: bool = True,
+               warm_up: Union[bool, str, Sequence[str]] = False,
+               **engine_options: Any) -> Acceleration:
     """Serves `pipeline`'s flow models (FLOW_MODELS: the sparse-structure model and the four
     structured-latent ones) and their samplers (FLOW_SAMPLERS) from sparse3d_engine.
 

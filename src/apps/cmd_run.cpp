@@ -271,7 +271,7 @@ Command add_run(CLI::App& app) {
   auto* sub = app.add_subcommand(
       "run", "Denoise assets of a payload manifest, or your own inputs files (--inputs)");
   a->engine.add_to(sub);
-  auto* source = sub->add_option_group("Inputs", "Exactly one of --manifest and --inputs");
+  auto* source = sub->add_option_group("Inputs", "Where the requests come from");
   CLI::Option* manifest = source->add_option("--manifest", a->manifest, "Payload manifest.json");
   CLI::Option* inputs = source->add_option("--inputs", a->inputs, kInputsHelp);
   source->require_option(1);

@@ -49,11 +49,11 @@ void check_command(CLI::App& app) {
       if (word.empty() || word[0] == '-') continue;
       const std::string near = closest_name(word, names);
       throw UsageError("unknown command \"" + word + "\"" +
-                       (near.empty() ? "" : "; did you mean \"" + near + "\"?") +
-                       " (commands: " + joined(names) + ")");
+                       (near.empty() ? "." : "; did you mean \"" + near + "\"?") +
+                       " Commands: " + joined(names));
     }
-    throw UsageError("a command is required (commands: " + joined(names) + ")" +
-                     (extras.empty() ? "" : "; not expected: " + joined(extras)));
+    throw UsageError((extras.empty() ? "" : "not expected: " + joined(extras) + "; ") +
+                     "a command is required. Commands: " + joined(names));
   }
   if (!extras.empty())
     throw UsageError("not expected before the command " + app.get_subcommands()[0]->get_name() +
@@ -109,7 +109,8 @@ std::map<std::string, Command> add_commands(CLI::App& app) {
     add_help_paths_flag(sub);
   }
   add_help_paths_flag(&app);
-  app.footer(kPathsPointer);
+  app.footer("Execution paths and optimization flags (--path, --enable, --disable): "
+             "`sparse3d paths` (or --help-paths)\n");
   // One command; anything else is reported by check_command (an unknown command by name).
   app.require_subcommand(0, 1);
   app.allow_extras();

@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <utility>
 
@@ -18,18 +19,50 @@ struct Registry {
 
 Registry& registry() { return current_context().state<Registry>(); }
 
+// The process-wide message sink. Held through a shared_ptr that a delivery copies: a sink
+// replaced while a message is on its way lives until that delivery returns.
+struct Sink {
+  std::mutex mu;
+  std::shared_ptr<const sparse3d::MessageSink> fn;  // null: write_to_stderr
+};
+
+Sink& sink() {
+  static Sink* s = new Sink;  // never destroyed: messages may come during static destruction
+  return *s;
+}
+
 }  // namespace
+
+void send_message(const sparse3d::Message& message) {
+  std::shared_ptr<const sparse3d::MessageSink> fn;
+  {
+    std::lock_guard<std::mutex> lock(sink().mu);
+    fn = sink().fn;
+  }
+  if (fn) {
+    (*fn)(message);
+  } else {
+    sparse3d::write_to_stderr(message);
+  }
+}
 
 void record_fallback(sparse3d::Flag flag, const std::string& reason) {
   // Keyed by the flag's name, so that the counters sort (and print) by name.
   const std::string optimization(sparse3d::name(flag));
   Registry& r = registry();
-  std::lock_guard<std::mutex> lock(r.mu);
-  uint64_t& n = r.counts[{optimization, reason}];
-  if (n++ == 0) {
-    std::fprintf(stderr, "fallback: %s: %s\n", optimization.c_str(), reason.c_str());
-    std::fflush(stderr);
+  bool first = false;
+  {
+    std::lock_guard<std::mutex> lock(r.mu);
+    first = r.counts[{optimization, reason}]++ == 0;
   }
+  if (!first) return;
+  sparse3d::Message m;
+  m.level = sparse3d::MessageLevel::Warning;
+  m.kind = "fallback";
+  m.text = optimization + ": " + reason;
+  m.optimization = optimization;
+  m.reason = reason;
+  send_message(m);
 }
 
 std::vector<FallbackCount> fallback_counts() {
@@ -55,3 +88,22 @@ std::string format_fallbacks(const std::vector<FallbackCount>& counts) {
 }
 
 }  // namespace s3d
+
+namespace sparse3d {
+
+MessageSink set_message_sink(MessageSink sink) {
+  auto fresh = sink ? std::make_shared<const MessageSink>(std::move(sink)) : nullptr;
+  std::shared_ptr<const MessageSink> old;
+  {
+    std::lock_guard<std::mutex> lock(s3d::sink().mu);
+    old = std::exchange(s3d::sink().fn, std::move(fresh));
+  }
+  return old ? *old : MessageSink();
+}
+
+void write_to_stderr(const Message& message) {
+  std::fprintf(stderr, "%s: %s\n", message.kind.c_str(), message.text.c_str());
+  std::fflush(stderr);
+}
+
+}  // namespace sparse3d

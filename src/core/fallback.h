@@ -1,6 +1,7 @@
 // Fallback counters (docs/CONTRACTS.md): every time a fast path is refused and a slower exact
 // path runs instead, the counter keyed by (flag, reason) of the current context (one per
-// Engine, core/context.h) goes up. The first hit of each key is logged to stderr; `run` and
+// Engine, core/context.h) goes up. The first hit of each key is sent as a message (the sink
+// of sparse3d/messages.h: stderr by default, the Python package's logger); `run` and
 // `bench` print the counters at the end, so that a fast path that silently stopped applying
 // shows up as a line, not as a latency regression nobody explains. In core so that every
 // layer that can refuse a fast path (kernels, gemm, model, sampler) counts it the same way.
@@ -11,14 +12,19 @@
 #include <vector>
 
 #include "sparse3d/flags.h"
+#include "sparse3d/messages.h"
 
 namespace s3d {
 
 using FallbackCount = sparse3d::FallbackCount;
 
-// Counts one fallback of `flag`; logs "fallback: FLAG: REASON" to stderr the first time the
-// key is seen in the current context. Thread-safe.
+// Counts one fallback of `flag`; sends the message "fallback: FLAG: REASON" (send_message)
+// the first time the key is seen in the current context. Thread-safe.
 void record_fallback(sparse3d::Flag flag, const std::string& reason);
+
+// Delivers `message` to the process-wide sink (sparse3d::set_message_sink). Call it holding
+// no lock: a sink may wait for another (the Python package's takes the interpreter's lock).
+void send_message(const sparse3d::Message& message);
 
 // The current context's counters so far, sorted by (optimization, reason).
 std::vector<FallbackCount> fallback_counts();

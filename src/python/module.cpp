@@ -491,6 +491,74 @@ PyType_Slot engine_slots[] = {{Py_tp_traverse, reinterpret_cast<void*>(engine_tr
                               {Py_tp_clear, reinterpret_cast<void*>(engine_clear)},
                               {0, nullptr}};
 
+// ---- Messages -------------------------------------------------------------------------------
+
+// The Python callable behind the process-wide message sink (sparse3d/messages.h). Messages
+// come from the thread running a request, which has released the GIL: the sink takes it for
+// the call. The reference is dropped with the GIL held, whichever thread lets go last.
+struct PySinkFn {
+  PyObject* fn;
+  explicit PySinkFn(nb::callable f) : fn(f.release().ptr()) {}
+  ~PySinkFn() {
+    if (!Py_IsInitialized()) return;  // the interpreter is gone: nothing left to release
+    nb::gil_scoped_acquire gil;
+    Py_DECREF(fn);
+  }
+};
+
+const char* level_name(sparse3d::MessageLevel level) {
+  return level == sparse3d::MessageLevel::Info ? "info" : "warning";
+}
+
+// Installs fn(level, kind, text, optimization, reason) as the sink; None restores stderr.
+// The package installs its logger's sink at import and restores stderr at exit (atexit),
+// before the interpreter goes.
+void set_python_message_sink(std::optional<nb::callable> fn) {
+  if (!fn) {
+    sparse3d::set_message_sink({});
+    return;
+  }
+  auto holder = std::make_shared<PySinkFn>(std::move(*fn));
+  sparse3d::set_message_sink([holder](const sparse3d::Message& m) {
+    if (!Py_IsInitialized()) {
+      sparse3d::write_to_stderr(m);
+      return;
+    }
+    nb::gil_scoped_acquire gil;
+    try {
+      nb::handle(holder->fn)(level_name(m.level), m.kind, m.text, m.optimization, m.reason);
+    } catch (nb::python_error& e) {
+      // A sink must not throw into the engine: Python reports it as unraisable.
+      e.discard_as_unraisable("sparse3d_engine message sink");
+    } catch (...) {
+    }
+  });
+}
+
+// ---- Synthetic checkpoints ---------------------------------------------------------------------
+
+nb::dict synthetic_checkpoint(const std::string& preset, uint64_t seed, const std::string& out,
+                              const std::string& dtype) {
+  if (dtype != "bf16" && dtype != "f32")
+    throw sparse3d::Error("make_synthetic_checkpoint: dtype must be \"bf16\" or \"f32\", got \"" +
+                          dtype + "\"");
+  sparse3d::SyntheticCheckpoint c;
+  {
+    nb::gil_scoped_release release;  // the 1.3B presets write gigabytes
+    c = sparse3d::make_synthetic_checkpoint(preset, seed, out,
+                                            dtype == "f32" ? DType::F32 : DType::BF16);
+  }
+  nb::dict d;
+  d["json"] = c.json_path;
+  d["safetensors"] = c.safetensors_path;
+  d["family"] = c.family;
+  d["parameters"] = c.parameters;
+  d["preset"] = preset;
+  d["seed"] = seed;
+  d["dtype"] = dtype;
+  return d;
+}
+
 }  // namespace
 
 // The Engine class: construction (from a file or tensors), requests, state and residency.
@@ -561,7 +629,7 @@ static void bind_engine(nb::module_& m) {
 }
 
 NB_MODULE(_native, m) {
-  m.doc() = "sparse3d's native engine (the public C++ API over DLPack); use the sparse3d package.";
+  m.doc() = "sparse3d's native engine (the public C++ API over DLPack); use the sparse3d_engine package.";
   nb::exception<sparse3d::Error>(m, "Error", PyExc_RuntimeError);
 
   m.def("version", [] { return std::string(sparse3d::version()); });
@@ -600,9 +668,21 @@ NB_MODULE(_native, m) {
         "sampler"_a);
   m.def("sampler_preset", [](const std::string& name) {
         if (name == "released") return settings_dict(sparse3d::SamplerSettings::released());
+        if (name == "released_sparse_structure")
+          return settings_dict(sparse3d::SamplerSettings::released_sparse_structure());
         if (name == "protocol") return settings_dict(sparse3d::SamplerSettings::protocol());
-        throw sparse3d::Error("sampler preset must be \"released\" or \"protocol\", got \"" + name + "\"");
+        throw sparse3d::Error("sampler preset must be \"released\", \"released_sparse_structure\" "
+                              "or \"protocol\", got \"" + name + "\"");
       }, "name"_a);
+  m.def("set_message_sink", &set_python_message_sink, "sink"_a.none(),
+        "Sends the engine's messages (fallbacks) to sink(level, kind, text, optimization, "
+        "reason) instead of stderr; None: back to stderr.");
+  m.def("synthetic_presets", &sparse3d::synthetic_presets);
+  m.def("synthetic_parameter_count", &sparse3d::synthetic_parameter_count, "preset"_a);
+  m.def("make_synthetic_checkpoint", &synthetic_checkpoint, "preset"_a, "seed"_a, "out_prefix"_a,
+        "dtype"_a = "bf16",
+        "Writes OUT_PREFIX.json and OUT_PREFIX.safetensors with synthetic weights; returns "
+        "{json, safetensors, family, parameters, preset, seed, dtype}.");
 
   bind_engine(m);
 }

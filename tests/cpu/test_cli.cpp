@@ -1,14 +1,13 @@
 // The sparse3d command end to end on the CPU backend: one good run, and bad inputs that
 // must end with one clear error line and exit code 1 (never a crash or a hang).
 #include <gtest/gtest.h>
-#include <unistd.h>
-#include <sys/wait.h>
 
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
+#include "cli_test_util.h"
 #include "io/safetensors.h"
 #include "model/checkpoint.h"
 #include "model/config.h"
@@ -21,29 +20,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct Result {
-  int code = -1;
-  std::string output;
-};
-
-Result run_cli(const std::string& args, const std::string& env = "") {
-  static int counter = 0;
-  fs::path log = fs::temp_directory_path() /
-                 ("sparse3d_cli_" + std::to_string(getpid()) + "_" + std::to_string(counter++) + ".log");
-  // Each run qualifies afresh in its own cache folder, never the user's.
-  std::string cmd = env + " SPARSE3D_CACHE_DIR=" + log.string() + ".cache " + std::string(SPARSE3D_CLI) +
-                    " " + args + " > " + log.string() + " 2>&1";
-  int status = std::system(cmd.c_str());
-  Result r;
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  std::ifstream f(log);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  r.output = ss.str();
-  fs::remove(log);
-  fs::remove_all(log.string() + ".cache");
-  return r;
-}
+using Result = test::CliResult;
+using test::run_cli;
 
 struct Cli : ::testing::Test {
   static void SetUpTestSuite() {
@@ -76,10 +54,7 @@ struct Cli : ::testing::Test {
 std::string Cli::dir;
 
 void expect_clean_error(const Result& r, const std::string& needle) {
-  EXPECT_EQ(r.code, 1) << r.output;
-  EXPECT_NE(r.output.find("sparse3d: error: "), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find(needle), std::string::npos) << "expected '" << needle << "' in:\n"
-                                                      << r.output;
+  test::expect_cli_error(r, needle);
 }
 
 TEST_F(Cli, TinyRunOnTheCpuWritesFiniteLatents) {
