@@ -397,7 +397,7 @@ class Engine:
         set_progress() (on by default, as TRELLIS.2's samplers), False none, True or a
         description string one. On a GPU a bar (like a callback) waits for each step."""
         if coords is None and hasattr(noise, "feats") and hasattr(noise, "coords"):
-            coords = noise.coords   # a SparseTensor's own coords
+            coords = getattr(noise, "coords")   # a SparseTensor's own coords
         coords, cond = _feats(coords), _feats(cond)
         noise, concat_cond = _feats(noise), _feats(concat_cond)
         if cond is None:
@@ -612,7 +612,8 @@ def flags() -> List[Dict[str, Any]]:
 def draw_noise(seed: int, rows: int, cols: int, offset: int = 0) -> Any:
     """The engine's noise for `seed` (what sample(seed=...) starts from): NumPy f32 [rows, cols]."""
     import numpy
-    return numpy.from_dlpack(_native.draw_noise(int(seed), int(rows), int(cols), int(offset)))
+    array: Any = _native.draw_noise(int(seed), int(rows), int(cols), int(offset))
+    return numpy.from_dlpack(array)
 
 
 def timesteps(sampler: SamplerSpec = "released") -> List[float]:
@@ -644,13 +645,14 @@ def build_info() -> Dict[str, Any]:
     libraries it loaded (name, soname, version, path, source; _loader) and the optional
     packages it works with (torch, tqdm; None when absent), without importing them."""
     from importlib import metadata
+    cuda: Dict[str, Any]
     try:
         from . import _build
         cuda = {"major": getattr(_build, "CUDA_MAJOR", None),
                 "version": getattr(_build, "CUDA_VERSION", None)}
     except ImportError:
         cuda = {"major": _loader.CUDA_MAJOR, "version": None}
-    optional = {}
+    optional: Dict[str, Optional[str]] = {}
     for package in ("numpy", "torch", "tqdm"):
         try:
             optional[package] = metadata.version(package)
@@ -669,6 +671,6 @@ def build_info() -> Dict[str, Any]:
 def __getattr__(name: str) -> Any:
     # `s3d.torch_ops` on first use: it imports torch, which the package does not need.
     if name == "torch_ops":
-        from . import torch_ops
-        return torch_ops
+        import importlib
+        return importlib.import_module(f"{__name__}.torch_ops")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -164,7 +164,7 @@ def config_of_module(module: Any) -> Tuple[Dict[str, Any], str]:
     return {"name": SLAT, "args": args}, source
 
 
-class EngineFlowModel(_module_base()):
+class EngineFlowModel(_module_base()):  # type: ignore[misc]  # torch.nn.Module where torch is
     """A flow model served by a sparse3d engine, called as the original: a SLatFlowModel as
     `model(x, t, cond, concat_cond=None)` on a SparseTensor x, the SparseStructureFlowModel as
     `model(x, t, cond)` on a dense volume x [B, C, R, R, R] (`family` says which). The engine
@@ -190,8 +190,8 @@ class EngineFlowModel(_module_base()):
         self._checkpoint = checkpoint
         self._path = path
         self._options = dict(engine_options or {})
-        self._engine = None
-        self._engine_device = None
+        self._engine: Optional[Engine] = None
+        self._engine_device: Optional[Tuple[str, int]] = None
         self._offloaded = False   # .cpu() moved the engine's weights to host memory
         self.stats = stats if stats is not None else _Stats()
         for a in _ARG_ATTRIBUTES:
@@ -245,13 +245,12 @@ class EngineFlowModel(_module_base()):
         options.setdefault("path", self._path or "")
         options["device"], options["device_index"] = device
         if self._checkpoint:
-            self._engine = Engine(self._checkpoint, **options)
+            engine = Engine(self._checkpoint, **options)
         else:
-            self._engine = Engine.from_state_dict(self._config,
-                                                  _weights(self._original.state_dict()),
-                                                  name=f"{self.name} (state dict)", **options)
-        self._engine_device = device
-        return self._engine
+            engine = Engine.from_state_dict(self._config, _weights(self._original.state_dict()),
+                                            name=f"{self.name} (state dict)", **options)
+        self._engine, self._engine_device = engine, device
+        return engine
 
     def offload(self) -> None:
         """Frees the engine's device memory, keeping the engine (what .cpu() does in the
@@ -647,7 +646,7 @@ class Acceleration:
             engine = m._engine
             if engine is not None:
                 r = engine.residency()
-                kind, index = m._engine_device
+                kind, index = m._engine_device or ("cpu", 0)
                 where = "the CPU" if kind == "cpu" else f"cuda:{index}"
                 state = "on the device" if r["resident"] else "offloaded to host memory"
                 lines.append(f"  engine on {where}, weights {state} ({r['weight_bytes'] / 2**30:.2f} "

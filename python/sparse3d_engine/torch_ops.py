@@ -1,0 +1,179 @@
+"""The engine's two calls as torch custom ops, so that a module calling the engine compiles
+under `torch.compile(..., fullgraph=True)` with no graph break: the compiler sees an op
+with known result shapes (a fake implementation), not the engine's Python and C++.
+
+    import sparse3d_engine as s3d
+    from sparse3d_engine import torch_ops
+
+    engine = s3d.Engine("ckpts/slat_flow_img2shape_dit_1_3B_1024.json")
+
+    class Denoiser(torch.nn.Module):
+        def forward(self, x, t, cond, coords):
+            return torch_ops.forward(engine, x, t, cond, coords=coords)
+
+    v = torch.compile(Denoiser(), fullgraph=True)(x, t, cond, coords)
+
+The ops, in the namespace "sparse3d_engine" (torch.ops.sparse3d_engine.*):
+
+* `forward(int engine, Tensor x, Tensor t, Tensor cond, Tensor? coords, Tensor?
+  concat_cond, str? path) -> Tensor`: Engine.forward, v of x's shape, float32.
+* `sample(int engine, Tensor? coords, Tensor cond, Tensor? noise, int? seed, Tensor?
+  concat_cond, int steps, float rescale_t, float guidance, float interval_lo, float
+  interval_hi, float guidance_rescale, float sigma_min, str? path, bool? progress, str
+  desc) -> Tensor`: Engine.sample, the latent, float32 ([T, out] with coords, the volume
+  [B, out, R, R, R] without).
+
+An op's arguments are tensors and numbers, not Python objects: `engine` is the Engine's
+`id` (s3d.engine_by_id finds it; the registry is weak, so the caller keeps the engine
+alive). Results are on the device of the inputs (coords, else noise, else cond for sample;
+x for forward), as the fake implementations say. The ops have no autograd formula (the
+engine is for inference). They need torch 2.4 or later (torch.library.custom_op); importing
+this module imports torch, which the rest of the package never does.
+"""
+from __future__ import annotations
+
+from typing import Optional, Union
+
+import torch
+
+from . import Engine, Error, SamplerSpec, _sampler, engine_by_id
+
+if not hasattr(torch.library, "custom_op"):  # pragma: no cover - depends on the torch
+    raise ImportError(f"sparse3d_engine.torch_ops needs torch 2.4 or later "
+                      f"(torch.library.custom_op); this is torch {torch.__version__}")
+
+NAMESPACE = "sparse3d_engine"
+
+__all__ = ["forward", "sample", "engine_id", "NAMESPACE"]
+
+
+def _contiguous(x: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+    return None if x is None else x.contiguous()
+
+
+def _on(result: torch.Tensor, device: torch.device) -> torch.Tensor:
+    # The engine answers on its own device; the fake implementations promise the inputs'.
+    return result if result.device == device else result.to(device)
+
+
+# ---- forward ----------------------------------------------------------------------------------
+
+@torch.library.custom_op(f"{NAMESPACE}::forward", mutates_args=())
+def _forward(engine: int, x: torch.Tensor, t: torch.Tensor, cond: torch.Tensor,
+             coords: Optional[torch.Tensor] = None, concat_cond: Optional[torch.Tensor] = None,
+             path: Optional[str] = None) -> torch.Tensor:
+    e = engine_by_id(engine)
+    if x.dtype not in (torch.float32, torch.bfloat16):
+        x = x.float()   # f16 values are exact in f32
+    if cond.dtype == torch.float16:
+        cond = cond.float()
+    if concat_cond is not None and concat_cond.dtype != torch.float32:
+        concat_cond = concat_cond.float()
+    if coords is not None and coords.dtype != torch.int32:
+        coords = coords.int()
+    batch = int(cond.shape[0]) if cond.dim() == 3 else 1
+    t = t.to(dtype=torch.float32, device=x.device).reshape(-1)
+    if t.numel() == 1 and batch > 1:
+        t = t.expand(batch)
+    v = e.forward(x.contiguous(), t.contiguous(), cond.contiguous(), _contiguous(concat_cond),
+                  coords=_contiguous(coords), path=path)
+    return _on(v, x.device)
+
+
+@_forward.register_fake
+def _forward_fake(engine, x, t, cond, coords=None, concat_cond=None, path=None):
+    return x.new_empty(x.shape, dtype=torch.float32)
+
+
+# ---- sample -----------------------------------------------------------------------------------
+
+@torch.library.custom_op(f"{NAMESPACE}::sample", mutates_args=())
+def _sample(engine: int, coords: Optional[torch.Tensor], cond: torch.Tensor,
+            noise: Optional[torch.Tensor], seed: Optional[int],
+            concat_cond: Optional[torch.Tensor], steps: int, rescale_t: float, guidance: float,
+            interval_lo: float, interval_hi: float, guidance_rescale: float, sigma_min: float,
+            path: Optional[str] = None, progress: Optional[bool] = None,
+            desc: str = "Sampling") -> torch.Tensor:
+    e = engine_by_id(engine)
+    like = next(a for a in (coords, noise, cond) if a is not None)
+    if coords is not None and coords.dtype != torch.int32:
+        coords = coords.int()
+    if noise is not None and noise.dtype != torch.float32:
+        noise = noise.float()
+    if cond.dtype == torch.float16:
+        cond = cond.float()
+    if concat_cond is not None and concat_cond.dtype != torch.float32:
+        concat_cond = concat_cond.float()
+    settings = {"steps": steps, "rescale_t": rescale_t, "guidance": guidance,
+                "guidance_interval": (interval_lo, interval_hi),
+                "guidance_rescale": guidance_rescale, "sigma_min": sigma_min}
+    latent = e.sample(_contiguous(coords), cond.contiguous(), noise=_contiguous(noise),
+                      seed=seed, concat_cond=_contiguous(concat_cond), sampler=settings,
+                      path=path, progress=(desc if progress else False) if progress is not None
+                      else None)
+    return _on(latent, like.device)
+
+
+@_sample.register_fake
+def _sample_fake(engine, coords, cond, noise, seed, concat_cond, steps, rescale_t, guidance,
+                 interval_lo, interval_hi, guidance_rescale, sigma_min, path=None,
+                 progress=None, desc="Sampling"):
+    e = engine_by_id(engine)
+    channels = int(e.model["out_channels"])
+    if coords is not None:
+        shape = (coords.shape[0], channels)
+        device = coords.device
+    elif noise is not None:
+        shape = tuple(noise.shape)
+        device = noise.device
+    else:
+        batch = cond.shape[0] if cond.dim() == 3 else 1
+        r = int(e.model["resolution"])
+        shape = (batch, channels, r, r, r)
+        device = cond.device
+    return cond.new_empty(shape, dtype=torch.float32, device=device)
+
+
+# ---- Calling them -------------------------------------------------------------------------------
+
+def engine_id(engine: Union[Engine, int]) -> int:
+    """The int the ops take for `engine` (its `id`); an int is returned as it is."""
+    return engine if isinstance(engine, int) else engine.id
+
+
+def forward(engine: Union[Engine, int], x: torch.Tensor, t: Union[float, torch.Tensor],
+            cond: torch.Tensor, concat_cond: Optional[torch.Tensor] = None, *,
+            coords: Optional[torch.Tensor] = None, path: Optional[str] = None) -> torch.Tensor:
+    """Engine.forward through the op `sparse3d_engine::forward`: x the features [T, out]
+    with `coords`, or (the dense model) a volume [B, out, R, R, R] without; t 1000·t per
+    asset ([B]) or one number. The result is float32, of x's shape."""
+    if not isinstance(t, torch.Tensor):
+        batch = cond.shape[0] if cond.dim() == 3 else 1
+        t = torch.full((batch,), float(t), dtype=torch.float32, device=x.device)
+    return torch.ops.sparse3d_engine.forward(engine_id(engine), x, t, cond, coords,
+                                             concat_cond, path)
+
+
+def sample(engine: Union[Engine, int], coords: Optional[torch.Tensor] = None,
+           cond: Optional[torch.Tensor] = None, noise: Optional[torch.Tensor] = None,
+           seed: Optional[int] = None, concat_cond: Optional[torch.Tensor] = None,
+           sampler: SamplerSpec = None, *, path: Optional[str] = None,
+           progress: Union[bool, str, None] = None) -> torch.Tensor:
+    """Engine.sample through the op `sparse3d_engine::sample` (the same arguments, without
+    callback, out, stream and keep_first_forward). sampler None: the released settings of
+    the engine's model family, for which `engine` must be an Engine (an int id takes an
+    explicit sampler). progress: as Engine.sample's (a string names the bar)."""
+    if cond is None:
+        raise Error("sample: cond is required ([B, L, cond_channels])")
+    family = engine.family if isinstance(engine, Engine) else None
+    if sampler is None and family is None:
+        raise Error("torch_ops.sample: with an engine id, pass sampler= (a preset name, a "
+                    "dict or a SamplerSettings)")
+    s = _sampler(sampler, family or "")
+    lo, hi = s.guidance_interval
+    desc = progress if isinstance(progress, str) else "Sampling"
+    flag = None if progress is None else bool(progress)
+    return torch.ops.sparse3d_engine.sample(
+        engine_id(engine), coords, cond, noise, seed, concat_cond, int(s.steps),
+        float(s.rescale_t), float(s.guidance), float(lo), float(hi),
+        float(s.guidance_rescale), float(s.sigma_min), path, flag, desc)

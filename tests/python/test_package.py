@@ -1,0 +1,104 @@
+"""The package as a whole: it imports without torch (and never imports it itself), it is
+typed (py.typed, the native module's stub, annotations on the public API), and a type
+checker accepts a user's script (where mypy is installed)."""
+import inspect
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import sparse3d_engine as s3d
+import sparse3d_engine.trellis2 as t2
+
+PACKAGE = os.path.dirname(os.path.abspath(s3d.__file__))
+
+
+def _python(code):
+    env = {**os.environ, "PYTHONPATH": os.path.dirname(PACKAGE)}
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                          text=True, timeout=300, env=env)
+
+
+def test_imports_without_torch_and_does_not_import_it():
+    """The package and its command line never import torch; the drop-in (whose model is a
+    torch.nn.Module where torch is installed) imports it only where it is installed."""
+    r = _python("""
+        import sys
+        import sparse3d_engine, sparse3d_engine.__main__
+        sparse3d_engine.build_info()
+        assert "torch" not in sys.modules, "the package imported torch"
+        sys.modules["torch"] = None          # as if torch were not installed
+        import sparse3d_engine.trellis2
+        try:
+            sparse3d_engine.torch_ops
+        except ImportError:
+            print("no torch_ops without torch")
+    """)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "no torch_ops without torch\n"
+
+
+def test_typed():
+    assert os.path.exists(os.path.join(PACKAGE, "py.typed"))
+    stub = os.path.join(PACKAGE, "_native.pyi")
+    if os.path.exists(stub):   # the build generates it (nanobind's stubgen)
+        text = open(stub).read()
+        for name in ("class Engine", "def set_message_sink", "def make_synthetic_checkpoint"):
+            assert name in text
+
+
+def _unannotated(fn):
+    sig = inspect.signature(fn)
+    missing = [p.name for p in sig.parameters.values()
+               if p.name not in ("self", "cls") and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+               and p.annotation is inspect.Parameter.empty]
+    if sig.return_annotation is inspect.Signature.empty and fn.__name__ != "__init__":
+        missing.append("return")
+    return missing
+
+
+def test_the_public_api_is_annotated():
+    public = [getattr(s3d, n) for n in s3d.__all__] + [getattr(t2, n) for n in t2.__all__]
+    functions = [f for f in public if inspect.isfunction(f)]
+    for cls in (s3d.Engine, t2.EngineFlowModel, t2.EngineSampler, t2.Acceleration):
+        functions += [f for n, f in vars(cls).items()
+                      if inspect.isfunction(f) and (not n.startswith("_") or n == "__init__")]
+    for prop in ("resident", "model", "family", "device", "plan"):
+        functions.append(vars(s3d.Engine)[prop].fget)
+    bad = {f.__qualname__: m for f in functions if (m := _unannotated(f))}
+    assert bad == {}
+
+
+def test_a_type_checker_accepts_a_users_script(tmp_path):
+    pytest.importorskip("mypy", reason="mypy is not installed")
+    script = tmp_path / "user.py"
+    script.write_text(textwrap.dedent("""
+        import numpy as np
+        import sparse3d_engine as s3d
+        from sparse3d_engine.trellis2 import accelerate
+
+        engine: s3d.Engine = s3d.Engine("tiny.json", device="cpu", log=print)
+        latent = engine.sample(np.zeros((4, 4), np.int32), np.zeros((1, 2, 64), np.float32),
+                               seed=1, sampler="released", progress=False)
+        steps: int = s3d.SamplerSettings.released().steps
+        paths: list = s3d.paths()
+        ok: str = engine.fits(1000, 1, 1029)
+        info = s3d.build_info()["libraries"]
+        s3d.set_progress(False)
+        acc = accelerate(object(), warm_up=["shape_slat_flow_model_512"])
+        report: str = acc.report()
+    """))
+    r = subprocess.run([sys.executable, "-m", "mypy", "--ignore-missing-imports",
+                        "--follow-imports=silent", str(script)], capture_output=True, text=True,
+                       timeout=600, env={**os.environ, "MYPYPATH": os.path.dirname(PACKAGE)},
+                       cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    # And it catches a mistake.
+    script.write_text("import sparse3d_engine as s3d\ns3d.set_progress()\n")
+    r = subprocess.run([sys.executable, "-m", "mypy", "--ignore-missing-imports",
+                        "--follow-imports=silent", str(script)], capture_output=True, text=True,
+                       timeout=600, env={**os.environ, "MYPYPATH": os.path.dirname(PACKAGE)},
+                       cwd=tmp_path)
+    assert r.returncode == 1 and "set_progress" in r.stdout
