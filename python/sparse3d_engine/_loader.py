@@ -16,6 +16,7 @@ import ctypes
 import importlib.util
 import logging
 import os
+from typing import Any, Dict, List
 
 try:
     from . import _build
@@ -73,8 +74,8 @@ def _libraries(major):
 
 
 LIBRARIES = _libraries(CUDA_MAJOR)
-loaded = {}    # soname -> the path it was loaded from
-_report = []   # one dict per library, filled by preload()
+loaded: Dict[str, str] = {}            # soname -> the path it was loaded from
+_report: List[Dict[str, Any]] = []     # one dict per library, filled by preload()
 
 
 def _nvidia_roots():
