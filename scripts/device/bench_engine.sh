@@ -10,14 +10,14 @@ source scripts/device/env.sh
 source scripts/device/prepare_model.sh
 $BIN/sparse3d info --json > "$OUT/fingerprint.json"
 $BIN/sparse3d profile --checkpoint $W/shape.json --manifest $W/pl/manifest.json --asset $SMALL \
-  > "$OUT/profile-$SMALL.md" 2>&1
+  --path pure_eager > "$OUT/profile-$SMALL.md" 2>&1
 tail -n 4 "$OUT/profile-$SMALL.md"
 G=.deps/golden_in
 $BIN/sparse3d profile --checkpoint $G/tiny.json --manifest $G/payloads/manifest.json \
-  --asset a02-box-250 > "$OUT/profile-tiny.md" 2>&1
+  --asset a02-box-250 --path pure_eager > "$OUT/profile-tiny.md" 2>&1
 ncu --clock-control none --metrics gpu__time_duration.sum --csv $BIN/sparse3d profile \
   --checkpoint $G/tiny.json --manifest $G/payloads/manifest.json --asset a02-box-250 \
-  > "$OUT/ncu-tiny.csv" 2> "$OUT/ncu-tiny.err"
+  --path pure_eager > "$OUT/ncu-tiny.csv" 2> "$OUT/ncu-tiny.err"
 python3 - "$OUT/ncu-tiny.csv" "$OUT/profile-tiny.md" <<'PY' | tee "$OUT/ncu-crosscheck.txt"
 import csv, sys, re
 rows = [r for r in csv.reader(l for l in open(sys.argv[1]) if l.startswith('"'))]

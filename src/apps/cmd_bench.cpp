@@ -54,9 +54,9 @@ void add_replot_options(CLI::App* sub, BenchArgs& a) {
 int replot(const BenchArgs& a) {
   const bench::BenchResult r = bench::result_from_json(io::read_json_file(a.replot), a.replot);
   // Everything is rendered before the first write, so an error leaves no partial set.
-  const std::string svg_path = a.replot_svg.empty()
-                                   ? std::filesystem::path(a.replot).replace_extension(".svg").string()
-                                   : a.replot_svg;
+  std::string svg_path = a.replot_svg;
+  if (svg_path.empty())
+    svg_path = std::filesystem::path(a.replot).replace_extension(".svg").string();
   const std::string svg = bench::to_svg(r);
   const std::string md = a.replot_md.empty() ? "" : bench::to_markdown(r);
   io::write_file_atomic(svg_path, svg);
@@ -116,8 +116,10 @@ Command add_bench(CLI::App& app) {
   a->o.torch_script = "tools/torch_ref/run.py";
   auto* sub = app.add_subcommand(
       "bench", "Time whole denoise loops per path and asset (GPU), or --replot a saved result");
-  auto* checkpoint = sub->add_option("--checkpoint", a->o.checkpoint, "NAME.json (required unless --replot)");
-  auto* manifest = sub->add_option("--manifest", a->o.manifest, "Payload manifest.json (required unless --replot)");
+  auto* checkpoint =
+      sub->add_option("--checkpoint", a->o.checkpoint, "NAME.json (required unless --replot)");
+  auto* manifest = sub->add_option("--manifest", a->o.manifest,
+                                   "Payload manifest.json (required unless --replot)");
   sub->add_option("--assets", a->o.assets,
                   "Asset names or sets (default | long-tail | all)")->capture_default_str();
   auto* paths = sub->add_option(

@@ -172,8 +172,14 @@ double draw_line_chart(std::ostringstream& o, const Panel& p, double top) {
     return bottom - (y - ay.lo) / (ay.hi - ay.lo) * (kLineHeight - kPad);
   };
   o << "<g stroke=\"#dddddd\">\n";
-  for (int i = 0; i <= ticks_of(ax); ++i) line(o, sx(ax.lo + i * ax.step), top, sx(ax.lo + i * ax.step), bottom);
-  for (int i = 0; i <= ticks_of(ay); ++i) line(o, left, sy(ay.lo + i * ay.step), right, sy(ay.lo + i * ay.step));
+  for (int i = 0; i <= ticks_of(ax); ++i) {
+    const double x = sx(ax.lo + i * ax.step);
+    line(o, x, top, x, bottom);
+  }
+  for (int i = 0; i <= ticks_of(ay); ++i) {
+    const double y = sy(ay.lo + i * ay.step);
+    line(o, left, y, right, y);
+  }
   o << "</g>\n<g fill=\"#333333\">\n";
   const int stride = label_stride(ax, (kPlotWidth - 2 * kPad) / ticks_of(ax));
   for (int i = 0; i <= ticks_of(ax); i += stride)
@@ -274,7 +280,10 @@ double draw_bar_chart(std::ostringstream& o, const Panel& p, double top) {
   const double left = l.left, right = left + kPlotWidth, bottom = top + l.height;
   auto sx = [&](double v) { return left + (v - av.lo) / (av.hi - av.lo) * kPlotWidth; };
   o << "<g stroke=\"#dddddd\">\n";
-  for (int i = 0; i <= ticks_of(av); ++i) line(o, sx(av.lo + i * av.step), top, sx(av.lo + i * av.step), bottom);
+  for (int i = 0; i <= ticks_of(av); ++i) {
+    const double x = sx(av.lo + i * av.step);
+    line(o, x, top, x, bottom);
+  }
   o << "</g>\n<g fill=\"#333333\">\n";
   const int stride = label_stride(av, kPlotWidth / ticks_of(av));
   for (int i = 0; i <= ticks_of(av); i += stride)
@@ -364,11 +373,17 @@ double text_width(const std::string& s, double font_size) {
   for (size_t i = 0; i < s.size(); ++i) {
     const unsigned char c = static_cast<unsigned char>(s[i]);
     if ((c & 0xC0) == 0x80) continue;
-    if (c == '&') {  // an entity counts as the character it stands for
+    if (c == '&') {  // one of xml_escape's entities counts as the character it stands for
       const size_t semi = s.find(';', i);
-      if (semi != std::string::npos && semi - i <= 8) {
-        const std::string e = s.substr(i + 1, semi - i - 1);
-        em += char_em(e == "lt" ? '<' : e == "gt" ? '>' : e == "quot" ? '"' : e == "apos" ? '\'' : '&');
+      const std::string e = semi == std::string::npos ? "" : s.substr(i + 1, semi - i - 1);
+      const char shown = e == "lt"     ? '<'
+                         : e == "gt"   ? '>'
+                         : e == "quot" ? '"'
+                         : e == "apos" ? '\''
+                         : e == "amp"  ? '&'
+                                       : '\0';
+      if (shown != '\0') {
+        em += char_em(static_cast<unsigned char>(shown));
         i = semi;
         continue;
       }
@@ -469,14 +484,17 @@ std::string figure_svg(const std::vector<std::string>& title, const std::vector<
 }
 
 std::string latency_plot_svg(const std::vector<Series>& series, const std::string& title) {
-  Panel p;
-  p.x_label = "active tokens";
-  p.y_label = "denoise latency (s)";
-  p.unit = "s";
-  p.decimals = 3;
-  p.series = series;
-  return figure_svg(title.empty() ? std::vector<std::string>{} : std::vector<std::string>{title},
-                    {p});
+  const Panel p{.heading = {},
+                .x_label = "active tokens",
+                .y_label = "denoise latency (s)",
+                .unit = "s",
+                .decimals = 3,
+                .categories = {},
+                .series = series,
+                .notes = {}};
+  std::vector<std::string> lines;
+  if (!title.empty()) lines.push_back(title);
+  return figure_svg(lines, {p});
 }
 
 }  // namespace s3d::bench

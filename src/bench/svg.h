@@ -47,7 +47,7 @@ std::string latency_plot_svg(const std::vector<Series>& series, const std::strin
 
 // The width in px of `text` at `font_size` in a common sans-serif face, estimated from
 // per-character widths on the wide side (DejaVu Sans), so that what fits by this estimate
-// fits when rendered. Entities count as their character.
+// fits when rendered. xml_escape's entities count as their character.
 double text_width(const std::string& text, double font_size);
 
 // `text` broken at spaces into lines of at most `max_width` px (a single word wider than
