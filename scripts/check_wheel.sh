@@ -11,6 +11,7 @@
 #      report then names the copies torch loaded, and the torch.compile(fullgraph=True)
 #      tests run.
 # Env: CUDA (13), PYTHON (3.12), WHEEL (an existing wheel: skips the build), TORCH (1),
+#      TORCH_SPEC (torch: the newest; e.g. "torch==2.6.0", TRELLIS.2's own, for CUDA=12),
 #      KEEP=1 keeps the environment (its path is printed).
 # Prints one summary line per step last; exit status non-zero on any failure.
 set -euo pipefail
@@ -19,6 +20,7 @@ tree=$PWD
 CUDA=${CUDA:-13}
 PYTHON=${PYTHON:-3.12}
 TORCH=${TORCH:-1}
+TORCH_SPEC=${TORCH_SPEC:-torch}
 wheel=${WHEEL:-}
 if [ -z "$wheel" ]; then
   wheel=$(CUDA=$CUDA PYTHON=$PYTHON scripts/build_wheel.sh | tail -n 1)
@@ -73,9 +75,9 @@ unset PYTHONPATH SPARSE3D_CLI
 summary+=("pytest (installed wheel): $(tail -n 1 "$work/pytest.txt")")
 
 if [ "$TORCH" = 1 ]; then
-  step="pip install torch next to it"
+  step="pip install $TORCH_SPEC next to it"
   t0=$SECONDS
-  "$vpy" -m pip install -q --disable-pip-version-check torch
+  "$vpy" -m pip install -q --disable-pip-version-check "$TORCH_SPEC"
   summary+=("torch $("$vpy" -c 'import torch; print(torch.__version__)') installed in $((SECONDS - t0)) s")
   step="import after torch: the copies torch loaded"
   "$vpy" - <<'EOF' | tee "$work/import-torch.txt"
