@@ -1,8 +1,8 @@
 // libFuzzer target: the command line. The input is split at NUL bytes into arguments (at
 // most 64) and parsed by the same CLI11 app main.cpp builds (apps::add_commands); the
-// commands are never run. Only CLI11's ParseError family (usage errors, --help, --version)
-// and s3d::Error may come out of a parse; anything else is a finding (main.cpp would turn
-// it into "internal error", exit 3, or terminate).
+// commands are never run. Only CLI11's ParseError family (usage errors, an unknown command,
+// --help, --help-paths, --version) and s3d::Error may come out of a parse; anything else is
+// a finding (main.cpp would turn it into "internal error", exit 3, or terminate).
 //
 // Linked with the engine's libraries (the CMake build's); the command bodies never run.
 #include <CLI/CLI.hpp>

@@ -75,7 +75,7 @@ SOURCES=(src/core/*.cpp src/io/*.cpp src/model/config.cpp src/payload/payload.cp
 # first); the commands themselves never run.
 APP_SOURCES=(src/apps/commands.cpp src/apps/cmd_bench.cpp src/apps/cmd_info.cpp
              src/apps/cmd_make.cpp src/apps/cmd_run.cpp src/apps/engine_flags.cpp
-             src/apps/sampler_flags.cpp)
+             src/apps/inputs_file.cpp src/apps/sampler_flags.cpp)
 CXXFLAGS=(-std=c++20 -g -O1 -fno-omit-frame-pointer -fno-sanitize-recover=all
           -Isrc -Iinclude "-I$CUDA/include")
 compile() {  # compile SRC: the object's path on stdout, rebuilt when a source or header is newer

@@ -11,7 +11,7 @@
 #       execution path vs the oracle, at the released texture settings (12 steps, g = 1,
 #       rescale_t 3) and with CFG on every step (6 protocol steps, so that every CFG path runs);
 #   (4) `sparse3d bench` on the dense payloads: pure_eager, beyond and the oracle's PyTorch
-#       eager, released-ss settings, plus multi-structure batches 2, 4, 8;
+#       eager, released_sparse_structure settings, plus multi-structure batches 2, 4, 8;
 #   (5) the tiny-ss goldens of the C++ CPU tests, by the oracle on the GPU (-> golden-dense.tar).
 # PARTS (default "suite memcheck ss tex bench golden") picks parts; TEX_PATHS (default: all
 # six) the texture model's paths; BATCH ("2 4 8"; empty: none) the bench's batches.
@@ -102,7 +102,7 @@ if want bench; then
 [ -f $W/dense/manifest.json ] || $BIN/sparse3d make-payloads --set dense --out $W/dense > /dev/null 2>&1
 BATCH=${BATCH-2 4 8}
 $BIN/sparse3d bench --protocol repeated --checkpoint $W/ss.json --manifest $W/dense/manifest.json --paths pure_eager beyond \
-  --sampler released-ss --warmup 1 --repeats 3 ${BATCH:+--batch $BATCH} --python python3 \
+  --sampler released_sparse_structure --warmup 1 --repeats 3 ${BATCH:+--batch $BATCH} --python python3 \
   --out "$R" --stem bench-dense > "$R/bench-dense.log" 2>&1
 note "bench dense exit $?"
 grep -E "speedup|geomean|x$|ratio" "$R/bench-dense.md" 2>/dev/null | head -n 25 | tee -a "$summary"

@@ -271,10 +271,17 @@ Command add_run(CLI::App& app) {
   auto* sub = app.add_subcommand(
       "run", "Denoise assets of a payload manifest, or your own inputs files (--inputs)");
   a->engine.add_to(sub);
-  auto* source = sub->add_option_group("Inputs", "Where the requests come from");
-  CLI::Option* manifest = source->add_option("--manifest", a->manifest, "Payload manifest.json");
-  CLI::Option* inputs = source->add_option("--inputs", a->inputs, kInputsHelp);
-  source->require_option(1);
+  // Exactly one source of requests. (Not a CLI11 option group: an empty argument matches a
+  // group's empty name as a subcommand, and CLI11 2.1 then never ends the parse.)
+  CLI::Option* manifest = sub->add_option("--manifest", a->manifest,
+                                          "Payload manifest.json (or --inputs)");
+  CLI::Option* inputs = sub->add_option("--inputs", a->inputs, kInputsHelp);
+  sub->final_callback([manifest, inputs] {
+    if (manifest->count() > 0 && inputs->count() > 0)
+      throw UsageError("--manifest and --inputs exclude each other: give one of them");
+    if (manifest->count() == 0 && inputs->count() == 0)
+      throw UsageError("run needs --manifest or --inputs (one of them)");
+  });
   sub->add_option("--asset", a->assets,
                   "Asset name of the manifest (repeatable; default: every asset)")
       ->needs(manifest);

@@ -99,8 +99,9 @@ std::map<std::string, Command> add_commands(CLI::App& app) {
   commands["profile"] = add_profile(app);
   commands["bench-report"] = add_bench_report(app);
   commands["bench-kernels"] = add_bench_kernels(app);
-  // Subcommands copy some settings of their parent when they are made: what follows is the
-  // top level's alone.
+  // Set once every subcommand exists (a subcommand copies its parent's footer and extras
+  // setting when it is made): the pointer to the paths on the commands that take one, and the
+  // top level's own footer, extras and command check.
   for (CLI::App* sub : app.get_subcommands([](CLI::App* s) {
          return s->get_option_no_throw("--path") != nullptr ||
                 s->get_option_no_throw("--paths") != nullptr;
