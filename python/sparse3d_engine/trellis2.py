@@ -461,11 +461,13 @@ class _Stats:
     """Calls served and fallbacks by reason (report())."""
 
     def __init__(self):
-        self.calls = Counter()
+        # A plain dict, not a Counter: a model's forward counts its calls, and torch.compile
+        # (torch 2.6's dynamo) traces a dict's update but not a Counter's.
+        self.calls: Dict[str, int] = {}
         self.fallbacks = Counter()
 
     def served(self, what):
-        self.calls[what] += 1
+        self.calls[what] = self.calls.get(what, 0) + 1
 
     def fell_back(self, what, reason):
         self.fallbacks[(what, reason)] += 1
@@ -640,7 +642,7 @@ class Acceleration:
         for name, m in self.models.items():
             lines.append(f"{name}: sparse3d engine ({m.family}; path {m._path or 'default'}; "
                          f"config from {m.config_source}); forward calls served "
-                         f"{m.stats.calls['forward']}")
+                         f"{m.stats.calls.get('forward', 0)}")
             if name in self.warm_up_seconds:
                 lines.append(f"  warmed up in {self.warm_up_seconds[name]:.2f} s")
             engine = m._engine
@@ -660,7 +662,7 @@ class Acceleration:
                 else:
                     lines.append(f"  fell back to PyTorch ({what}) x{n}: {reason}")
         for name, s in self.samplers.items():
-            lines.append(f"{name}: whole loops in the engine {s.stats.calls['sample']}")
+            lines.append(f"{name}: whole loops in the engine {s.stats.calls.get('sample', 0)}")
             for (what, reason), n in sorted(s.stats.fallbacks.items()):
                 lines.append(f"  ran the original sampler x{n}: {reason}")
         for name, why in self.skipped.items():
