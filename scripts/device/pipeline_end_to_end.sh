@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Device call: TRELLIS.2's three denoise stages end to end (pipeline type 1024_cascade: sparse
 # structure, shape 512 -> 1024 cascade, texture 1024), TRELLIS.2's own PyTorch modules and
-# samplers against the sparse3d drop-in (sparse3d.trellis2.accelerate), in one process, with
+# samplers against the sparse3d drop-in (sparse3d_engine.trellis2.accelerate), in one process, with
 # the same random weights of the released shapes, conditions and noise, on a small and a large
 # synthetic asset: time, peak memory and final-latent relative L2 per stage
 # (tools/torch_ref/pipeline_e2e.py says what is synthetic and what replaces the decoders).
