@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The main job: set-up, build, then a full denoise. On a GPU: the released-size
 # trellis2-shape-1024 model (synthetic weights), the released sampler (12 Euler steps, CFG 7.5
-# on t in [0.6, 1]) on the default path, for the smallest and largest benchmark payloads (3,664 and 30,227 tokens). Without a GPU:
-# the CPU backend on the tiny preset and two small payloads.
+# on t in [0.6, 1]) on the default path, for the smallest and largest benchmark payloads
+# (3,664 and 30,227 tokens). Without a GPU: the CPU backend on the tiny preset and two small
+# payloads.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
