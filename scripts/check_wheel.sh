@@ -51,8 +51,8 @@ mkdir -p "$work/run" && cd "$work/run"
 
 step="import, and the libraries it loaded"
 "$vpy" - <<'EOF' | tee "$work/import.txt"
-import logging
-logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
+import logging, sys
+logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s", stream=sys.stdout)
 import sparse3d_engine as s3d
 assert "site-packages" in s3d.__file__, s3d.__file__
 print("sparse3d_engine", s3d.__version__, "from", s3d.__file__)
@@ -81,8 +81,8 @@ if [ "$TORCH" = 1 ]; then
   summary+=("torch $("$vpy" -c 'import torch; print(torch.__version__)') installed in $((SECONDS - t0)) s")
   step="import after torch: the copies torch loaded"
   "$vpy" - <<'EOF' | tee "$work/import-torch.txt"
-import logging
-logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
+import logging, sys
+logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s", stream=sys.stdout)
 import torch  # first, as a TRELLIS.2 script does
 import sparse3d_engine as s3d
 for lib in s3d._loader.libraries():
