@@ -21,6 +21,7 @@
 #include "model/checkpoint.h"
 #include "model/config.h"
 #include "payload/generate.h"
+#include "cli_test_util.h"
 
 namespace s3d::bench {
 namespace {
@@ -400,15 +401,12 @@ TEST_F(BenchServiceCpu, DenseWarmupIsTwoCopiesOfTheFirstAsset) {
 }
 
 // The command line: --protocol and --device cpu reach the runner; a bad protocol is refused.
-int run_cli(const std::string& args, std::string& output, const fs::path& dir) {
-  const fs::path log = dir / "cli.log";
-  const std::string cmd = std::string(SPARSE3D_CLI) + " " + args + " > " + log.string() + " 2>&1";
-  const int status = std::system(cmd.c_str());
-  std::ifstream f(log);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  output = ss.str();
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+// The shared runner of the command's tests (cli_test_util.h), with the output returned
+// through `output`; `dir` is kept for the call sites' sake (the runner uses its own folder).
+int run_cli(const std::string& args, std::string& output, const fs::path& /*dir*/) {
+  s3d::test::CliResult r = s3d::test::run_cli(args);
+  output = r.output;
+  return r.code;
 }
 
 TEST_F(BenchServiceCpu, CommandLine) {
