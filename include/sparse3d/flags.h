@@ -1,4 +1,4 @@
-// sparse3d public API: optimization flags and execution paths (docs/PATHS.md).
+// sparse3d public API: optimization flags and execution paths (docs/CONTRACTS.md, "Execution paths" and "Flags").
 //
 // Every optimization is one Flag. A path is a named FlagSet (pure_eager = none, ...,
 // beyond = all accepted ones). This list is the only place flags are spelled: the CLI's

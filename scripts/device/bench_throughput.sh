@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Device call (issue 6, 3 of 3): multi-asset batching. `sparse3d bench --batch` at a small
+# Device call (3 of 3 on graphs and batching): multi-asset batching. `sparse3d bench --batch` at a small
 # and a mid token count: K copies of the asset in one request, assets per hour vs K, latency
 # per asset, for canonical_cache_combined (serial CFG) and beyond (batched CFG, graphs).
 set -uo pipefail

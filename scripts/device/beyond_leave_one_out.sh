@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Device call (issue 6, 2 of 3): the whole GPU suite (every contract test, the issue-6 ones
+# Device call (2 of 3 on graphs and batching): the whole GPU suite (every contract test, the graph and packing ones
 # included), then the leave-one-out over `beyond` (each of its flags off in turn) at three
 # token counts, 2 repeats, one run.
 set -uo pipefail

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Device call (issue 6, after the benches): `run --graph-choice` on the committed beyond bench
+# Device call (after the graph and batching benches): `run --graph-choice` on the committed beyond bench
 # at two token counts (capture at 3,664; eager at 11,833, where graphs measured 0.2 ms slower),
 # and a per-op profile of one beyond forward (kernels eagerly: the profiler refuses graphs).
 set -uo pipefail
