@@ -28,6 +28,9 @@ import dataclasses
 import itertools
 import json
 import logging
+import math
+import numbers
+import operator
 import os
 import sys
 import threading
@@ -59,6 +62,80 @@ SamplerSpec = Union[None, str, Dict[str, Any], "SamplerSettings"]
 # The package's logger: the engine's messages (fallbacks, WARNING), engines' start-up lines
 # (INFO) and the CUDA libraries loaded (INFO; an outdated one is a WARNING).
 logger = logging.getLogger("sparse3d_engine")
+
+# ---- Arguments -----------------------------------------------------------------------------------
+# Numbers are taken as they are or refused, never changed on the way in: int(2.7) would run 2
+# steps, int("3") would read text as a count, and a value past the C++ type's range would
+# fail in the binding with a message naming nothing. Integers are Python ints or integer
+# scalars (NumPy's, torch's: anything with __index__), never bools or floats; real numbers
+# are ints or floats (NumPy's too), never strings or bools. Every refusal is an Error naming
+# the argument, as the engine's own argument errors are.
+
+_INT32 = (-2**31, 2**31 - 1)
+_INT64 = (-2**63, 2**63 - 1)
+_UINT64 = (0, 2**64 - 1)
+
+
+def _is_bool(value):
+    # bool and NumPy's bool (numpy.bool_, not a bool subclass): a flag, never a count.
+    return isinstance(value, bool) or (type(value).__module__ == "numpy" and
+                                       type(value).__name__ in ("bool", "bool_", "bool8"))
+
+
+def _integer(value, name, lo, hi):
+    """`value` as an int in [lo, hi], or an Error naming `name`."""
+    if _is_bool(value) or isinstance(value, (str, bytes)) or not hasattr(type(value), "__index__"):
+        raise Error(f"{name} must be an integer, got {value!r} ({type(value).__name__})")
+    try:
+        n = operator.index(value)
+    except TypeError:   # e.g. a float tensor, whose __index__ refuses
+        raise Error(f"{name} must be an integer, got {value!r} ({type(value).__name__})") from None
+    if not lo <= n <= hi:
+        raise Error(f"{name} must be an integer in [{lo}, {hi}], got {n}")
+    return n
+
+
+def _real(value, name, finite=True):
+    """`value` as a float (finite unless `finite` is False), or an Error naming `name`."""
+    if _is_bool(value) or isinstance(value, (str, bytes)) or not hasattr(type(value), "__float__"):
+        raise Error(f"{name} must be a real number, got {value!r} ({type(value).__name__})")
+    x = float(value)
+    if finite and not math.isfinite(x):
+        raise Error(f"{name} must be finite, got {x}")
+    return x
+
+
+def _flag(value, name):
+    """`value` as a bool: True or False (NumPy's too), not a number or a string."""
+    if not _is_bool(value):
+        raise Error(f"{name} must be True or False, got {value!r} ({type(value).__name__})")
+    return bool(value)
+
+
+def _text(value, name, path=False):
+    """A str (or, with `path`, an os.PathLike) as it is: str() would make None the text
+    "None"."""
+    if isinstance(value, str):
+        return value
+    if path and isinstance(value, os.PathLike):
+        text = os.fspath(value)
+        if isinstance(text, str):
+            return text
+    kind = "a str or an os.PathLike" if path else "a str"
+    raise Error(f"{name} must be {kind}, got {value!r} ({type(value).__name__})")
+
+
+def _engine_options(path, device, device_index, max_device_memory_gib, cache_dir,
+                    persist_qualification, qualify_m):
+    """The native engine's options, checked (Engine() and Engine.from_state_dict())."""
+    if isinstance(qualify_m, (str, bytes)) or not hasattr(qualify_m, "__iter__"):
+        raise Error(f"qualify_m must be a sequence of integers, got {qualify_m!r}")
+    return dict(path=_text(path, "path"), device=_text(device, "device"),
+                device_index=_integer(device_index, "device_index", 0, _INT32[1]),
+                max_device_memory_gib=_real(max_device_memory_gib, "max_device_memory_gib"),
+                cache_dir=_text(cache_dir, "cache_dir", path=True),
+                persist_qualification=_flag(persist_qualification, "persist_qualification"),
+                qualify_m=[_integer(m, "qualify_m", *_INT64) for m in qualify_m])
 
 # ---- Messages ---------------------------------------------------------------------------------
 # The C++ side sends its messages (a fast path refused: "fallback: FLAG: REASON") to one
@@ -152,7 +229,7 @@ _NEXT_ID = itertools.count(1)
 
 def engine_by_id(engine_id: int) -> "Engine":
     """The live Engine whose `id` is `engine_id` (Error when there is none)."""
-    engine = _ENGINES.get(int(engine_id))
+    engine = _ENGINES.get(_integer(engine_id, "engine id", *_INT64))
     if engine is None:
         raise Error(f"no live sparse3d_engine.Engine has id {engine_id}")
     return engine
@@ -193,11 +270,19 @@ class SamplerSettings:
         return cls(steps=15, guidance_interval=(0.0, 1.0), guidance_rescale=0.0)
 
     def _native(self) -> Dict[str, Any]:
-        lo, hi = self.guidance_interval
-        return {"steps": int(self.steps), "rescale_t": float(self.rescale_t),
-                "guidance": float(self.guidance), "interval_lo": float(lo),
-                "interval_hi": float(hi), "guidance_rescale": float(self.guidance_rescale),
-                "sigma_min": float(self.sigma_min)}
+        """The settings as the engine takes them, each checked as it is (an Error naming the
+        setting, never a silent int() of 2.7); the engine checks the values' ranges."""
+        interval = self.guidance_interval
+        if isinstance(interval, (str, bytes)) or not hasattr(interval, "__len__") or len(interval) != 2:
+            raise Error(f"sampler: guidance_interval must be (lo, hi), got {interval!r}")
+        lo, hi = interval
+        return {"steps": _integer(self.steps, "sampler: steps", 1, _INT32[1]),
+                "rescale_t": _real(self.rescale_t, "sampler: rescale_t"),
+                "guidance": _real(self.guidance, "sampler: guidance"),
+                "interval_lo": _real(lo, "sampler: guidance_interval[0]"),
+                "interval_hi": _real(hi, "sampler: guidance_interval[1]"),
+                "guidance_rescale": _real(self.guidance_rescale, "sampler: guidance_rescale"),
+                "sigma_min": _real(self.sigma_min, "sampler: sigma_min")}
 
 
 # Named presets (sampler="..."), by their SamplerSettings constructor.
@@ -320,13 +405,13 @@ class Engine:
         if _native_engine is not None:
             self._e = _native_engine
         else:
+            if log is not None and not callable(log):
+                raise Error(f"log must be a callable or None, got {type(log).__name__}")
+            options = _engine_options(path, device, device_index, max_device_memory_gib,
+                                      cache_dir, persist_qualification, qualify_m)
             with _routing(log):
-                self._e = _native.Engine(str(checkpoint), path=path, device=device,
-                                         device_index=device_index,
-                                         max_device_memory_gib=max_device_memory_gib,
-                                         cache_dir=str(cache_dir),
-                                         persist_qualification=persist_qualification,
-                                         qualify_m=list(qualify_m), log=_engine_log(log))
+                self._e = _native.Engine(_text(checkpoint, "checkpoint", path=True), **options,
+                                         log=_engine_log(log))
         self.last_request = None
         m = self._e.model
         self._family, self._resolution = m["family"], int(m["resolution"])
@@ -356,13 +441,13 @@ class Engine:
                 value = value.astype("float32")
             tensors.append((key, value))
         log = options.pop("log", None)
-        kwargs = dict(
-            name=name, path=options.pop("path", ""),
-            device=options.pop("device", "auto"), device_index=options.pop("device_index", 0),
-            max_device_memory_gib=options.pop("max_device_memory_gib", 0.0),
-            cache_dir=str(options.pop("cache_dir", "")),
-            persist_qualification=options.pop("persist_qualification", True),
-            qualify_m=list(options.pop("qualify_m", ())))
+        if log is not None and not callable(log):
+            raise Error(f"log must be a callable or None, got {type(log).__name__}")
+        kwargs = dict(name=_text(name, "name"), **_engine_options(
+            options.pop("path", ""), options.pop("device", "auto"),
+            options.pop("device_index", 0), options.pop("max_device_memory_gib", 0.0),
+            options.pop("cache_dir", ""), options.pop("persist_qualification", True),
+            options.pop("qualify_m", ())))
         if options:
             raise Error(f"Engine.from_state_dict: unknown option(s) {', '.join(sorted(options))}")
         with _routing(log):
@@ -406,11 +491,14 @@ class Engine:
             raise Error("sample: pass the starting noise or a seed")
         if noise is not None and seed is not None:
             raise Error("sample: pass the starting noise or a seed, not both")
+        seed = None if seed is None else _integer(seed, "sample: seed", *_UINT64)
+        keep_first_forward = _flag(keep_first_forward, "sample: keep_first_forward")
         batch = self._batch("sample", coords, cond, noise, "noise", out)
         like = next(a for a in (coords, noise, cond) if a is not None)
         out = self._host_out(like, out, coords, batch)
         settings = _sampler(sampler, self._family)
-        bar = _progress_bar(progress, settings.steps)
+        native_settings = settings._native()
+        bar = _progress_bar(progress, native_settings["steps"])
         on_step = None
         if callback is not None or bar is not None:
             def on_step(step, t, latent):
@@ -421,8 +509,8 @@ class Engine:
         try:
             with _routing(self._user_log):
                 r = self._e.sample(coords, cond, batch, noise=noise,
-                                   seed=0 if seed is None else int(seed),
-                                   concat_cond=concat_cond, sampler=settings._native(),
+                                   seed=0 if seed is None else seed,
+                                   concat_cond=concat_cond, sampler=native_settings,
                                    path=path, out=out, callback=on_step,
                                    keep_first_forward=keep_first_forward,
                                    stream=_stream(stream, (coords, cond, noise)))
@@ -455,8 +543,8 @@ class Engine:
                         f"{self._family})")
         cond, concat_cond = _feats(cond), _feats(concat_cond)
         batch = self._batch("forward", coords, cond, feats, "x", out)
-        if isinstance(t, (int, float)):
-            t = _float_array([float(t)] * batch, feats)
+        if isinstance(t, numbers.Number) or not hasattr(t, "shape"):   # one number for all
+            t = _float_array([_real(t, "forward: t")] * batch, feats)
         out = self._host_out(feats, out, coords, batch)
         with _routing(self._user_log):
             v = self._e.forward(feats, t, coords, cond, batch, concat_cond=concat_cond,
@@ -520,12 +608,19 @@ class Engine:
     def warm_up(self, tokens: Iterable[int], cond_tokens: int) -> None:
         """Builds what requests of these token counts build on first use (library plans, the
         null-context qualification for condition length `cond_tokens`)."""
+        if isinstance(tokens, (str, bytes)) or not hasattr(tokens, "__iter__"):
+            raise Error(f"warm_up: tokens must be a sequence of token counts, got {tokens!r}")
+        counts = [_integer(n, "warm_up: tokens", 1, _INT64[1]) for n in tokens]
+        cond_tokens = _integer(cond_tokens, "warm_up: cond_tokens", 1, _INT32[1])
         with _routing(self._user_log):
-            self._e.warm_up([int(n) for n in tokens], int(cond_tokens))
+            self._e.warm_up(counts, cond_tokens)
 
     def fits(self, tokens: int, batch: int, cond_tokens: int, path: Optional[str] = None) -> str:
-        """'' when a sample() of this size fits the device memory, else why not."""
-        return self._e.fits(int(tokens), int(batch), int(cond_tokens), path)
+        """'' when a sample() of this size fits the device memory, else why not. Arguments
+        that describe no request (a count below 1) are an Error, not an answer."""
+        return self._e.fits(_integer(tokens, "fits: tokens", 1, _INT64[1]),
+                            _integer(batch, "fits: batch", 1, _INT32[1]),
+                            _integer(cond_tokens, "fits: cond_tokens", 1, _INT32[1]), path)
 
     # -- state --
 
@@ -612,7 +707,10 @@ def flags() -> List[Dict[str, Any]]:
 def draw_noise(seed: int, rows: int, cols: int, offset: int = 0) -> Any:
     """The engine's noise for `seed` (what sample(seed=...) starts from): NumPy f32 [rows, cols]."""
     import numpy
-    array: Any = _native.draw_noise(int(seed), int(rows), int(cols), int(offset))
+    array: Any = _native.draw_noise(_integer(seed, "draw_noise: seed", *_UINT64),
+                                    _integer(rows, "draw_noise: rows", 0, _INT64[1]),
+                                    _integer(cols, "draw_noise: cols", 0, _INT64[1]),
+                                    _integer(offset, "draw_noise: offset", *_UINT64))
     return numpy.from_dlpack(array)
 
 
@@ -635,8 +733,9 @@ def make_synthetic_checkpoint(out_prefix: Union[str, "os.PathLike[str]"], preset
     of a preset's model (what `sparse3d make-checkpoint` writes: the same files for the same
     preset, seed and dtype), stored as dtype "bf16" (as released) or "f32". Returns {json,
     safetensors, family, parameters, preset, seed, dtype}."""
-    return _native.make_synthetic_checkpoint(str(preset), int(seed), os.fspath(out_prefix),
-                                             str(dtype))
+    return _native.make_synthetic_checkpoint(
+        _text(preset, "preset"), _integer(seed, "make_synthetic_checkpoint: seed", *_UINT64),
+        _text(out_prefix, "out_prefix", path=True), _text(dtype, "dtype"))
 
 
 def build_info() -> Dict[str, Any]:

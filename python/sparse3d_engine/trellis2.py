@@ -49,7 +49,8 @@ import types
 from collections import Counter
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
-from . import (DENSE, SLAT, Engine, Error, SamplerSettings, _framework, progress_enabled)
+from . import (DENSE, SLAT, Engine, Error, SamplerSettings, _framework, _integer, _real,
+               progress_enabled)
 
 # The flow models of a TRELLIS.2 image-to-3D pipeline (pipeline.models keys): the dense
 # sparse-structure model, then the structured-latent ones.
@@ -79,6 +80,38 @@ WARM_UP_TOKENS = 4096
 _ARG_ATTRIBUTES = ("resolution", "in_channels", "model_channels", "cond_channels",
                    "out_channels", "num_blocks", "num_heads", "mlp_ratio", "pe_mode",
                    "share_mod", "qk_rms_norm", "qk_rms_norm_cross")
+
+
+# What a call the drop-in cannot serve may raise on the way to the engine: the engine's own
+# refusal (Error) and what an input of the wrong kind raises before it gets there (a list
+# where a tensor belongs, a module without the method the drop-in reads, a malformed config).
+# Each is a counted fallback to the original, with the reason, never an error of the drop-in.
+_UNSERVABLE = (Error, AttributeError, TypeError, ValueError, LookupError)
+
+
+def _reason(e: BaseException) -> str:
+    """A fallback's reason: the engine's message as it is, another exception with its type."""
+    return str(e) if isinstance(e, Error) else f"{type(e).__name__}: {e}"
+
+
+def _tensor_like(x: Any) -> bool:
+    """Whether `x` can be a tensor argument of the engine (an array with a shape and a dtype;
+    the engine checks the rest), not a list or a number. A tensor of a known framework is
+    told by its type alone (what torch.compile traces in a model's call)."""
+    if _framework(x) is not None:
+        return True
+    return hasattr(x, "shape") and hasattr(x, "dtype")
+
+
+def _check_config(config: Any, source: str) -> None:
+    """Raises Error unless `config` is a flow model's {"name": family, "args": {...}}."""
+    if not isinstance(config, dict):
+        raise Error(f"{source}: the config is a {type(config).__name__}, not a JSON object "
+                    f"{{\"name\": ..., \"args\": {{...}}}}")
+    if config.get("name") not in (SLAT, DENSE):
+        raise Error(f"model class {config.get('name')!r} is neither {SLAT} nor {DENSE}")
+    if not isinstance(config.get("args"), dict):
+        raise Error(f"{source}: the config's \"args\" is not a JSON object")
 
 
 def _torch_ops():
@@ -247,7 +280,15 @@ class EngineFlowModel(_module_base()):  # type: ignore[misc]  # torch.nn.Module 
         if self._checkpoint:
             engine = Engine(self._checkpoint, **options)
         else:
-            engine = Engine.from_state_dict(self._config, _weights(self._original.state_dict()),
+            state_dict = getattr(self._original, "state_dict", None)
+            if not callable(state_dict):
+                raise Error(f"the module has no state_dict() to read its weights from (pass "
+                            f"checkpoints= or pipeline_dir= to load them from files)")
+            weights = state_dict()
+            if not isinstance(weights, Mapping):
+                raise Error(f"the module's state_dict() returned a {type(weights).__name__}, "
+                            f"not a mapping of names to tensors")
+            engine = Engine.from_state_dict(self._config, _weights(weights),
                                             name=f"{self.name} (state dict)", **options)
         self._engine, self._engine_device = engine, device
         return engine
@@ -285,7 +326,7 @@ class EngineFlowModel(_module_base()):  # type: ignore[misc]  # torch.nn.Module 
             tokens = WARM_UP_TOKENS
         if cond_tokens is None:
             cond_tokens = COND_TOKENS.get(self.name, 4101)
-        engine.warm_up([int(tokens)], int(cond_tokens))
+        engine.warm_up([tokens], cond_tokens)
         return time.perf_counter() - t0
 
     def _apply(self, fn, *args, **kwargs):
@@ -317,8 +358,8 @@ class EngineFlowModel(_module_base()):  # type: ignore[misc]  # torch.nn.Module 
                 v = self._serve(x, t, cond, concat_cond)
                 self.stats.served("forward")
                 return v
-            except Error as e:
-                reason = str(e)
+            except _UNSERVABLE as e:
+                reason = _reason(e)
         self.stats.fell_back("forward", reason)
         return self._run_original(x, t, cond, concat_cond, **kwargs)
 
@@ -331,10 +372,16 @@ class EngineFlowModel(_module_base()):  # type: ignore[misc]  # torch.nn.Module 
         if self.family == DENSE:
             if sparse:
                 return "x is a SparseTensor (the SparseStructureFlowModel takes a dense volume)"
-            if not hasattr(x, "shape") or len(x.shape) != 5:
+            if not _tensor_like(x) or len(x.shape) != 5:
                 return "x is not a dense volume [B, C, R, R, R]"
         elif not sparse:
             return "x is not a SparseTensor (no .feats/.coords)"
+        else:
+            for what in ("feats", "coords"):
+                if not _tensor_like(getattr(x, what)):
+                    return (f"x.{what} is a {type(getattr(x, what)).__name__}, not a tensor")
+        if not _tensor_like(_feats(cond)):
+            return f"cond is a {type(_feats(cond)).__name__}, not a tensor"
         # Everything else (rows out of batch order, shapes, dtypes) the engine checks itself:
         # its refusal is the fallback's reason.
         return None
@@ -481,6 +528,7 @@ class EngineSampler:
         self.name = name
         self.original = original
         self.stats = stats if stats is not None else _Stats()
+        # accelerate() wraps only samplers whose sample() it can read (_sampler_refusal).
         self._signature = inspect.signature(original.sample)
 
     def __getattr__(self, attr):
@@ -494,14 +542,17 @@ class EngineSampler:
             self.stats.fell_back("sample", f"arguments: {e}")
             return self.original.sample(model, noise, cond, neg_cond, *args, **kwargs)
         bound.apply_defaults()
-        reason, settings, concat = self._plan(model, noise, bound.arguments)
+        try:
+            reason, settings, concat = self._plan(model, noise, bound.arguments)
+        except _UNSERVABLE as e:   # settings of the wrong kind (steps=2.7, a str): refused
+            reason, settings, concat = _reason(e), None, None
         if reason is None:
             try:
                 out = self._serve(model, noise, cond, settings, concat, bound.arguments)
                 self.stats.served("sample")
                 return out
-            except Error as e:
-                reason = str(e)
+            except _UNSERVABLE as e:
+                reason = _reason(e)
         self.stats.fell_back("sample", reason)
         return self.original.sample(model, noise, cond, neg_cond, *args, **kwargs)
 
@@ -519,6 +570,11 @@ class EngineSampler:
             return "the noise is not a dense volume [B, C, R, R, R]", None, None
         if model.family != DENSE and not sparse:
             return "the noise is not a SparseTensor (no .feats/.coords)", None, None
+        for what, value in (("the noise", noise if model.family == DENSE else noise.feats),
+                            ("the noise's coords", None if model.family == DENSE else noise.coords),
+                            ("cond", _feats(a.get("cond")))):
+            if value is not None and not _tensor_like(value):
+                return f"{what} is a {type(value).__name__}, not a tensor", None, None
         # Named parameters and **kwargs alike: TRELLIS.2's samplers take some settings
         # (guidance_rescale) through **kwargs, passed on to their guidance mixins.
         a = {k: v for k, v in a.items() if k != "kwargs"} | dict(a.get("kwargs", {}))
@@ -529,7 +585,7 @@ class EngineSampler:
         if unknown:
             return f"arguments the engine's loop does not take: {', '.join(unknown)}", None, None
         neg = a.get("neg_cond")
-        g = float(a.get("guidance_strength", 1.0))
+        g = _real(a.get("guidance_strength", 1.0), "guidance_strength")
         if neg is not None and g != 1.0 and _nonzero(neg):
             return "the negative condition is not zero (the engine's CFG uses a zero one)", None, None
         if neg is None and g != 1.0:
@@ -537,10 +593,16 @@ class EngineSampler:
         if "steps" not in a or "rescale_t" not in a:
             return "the call gives no steps or rescale_t", None, None
         interval = a.get("guidance_interval", (0.0, 1.0))
-        settings = SamplerSettings(steps=int(a["steps"]), rescale_t=float(a["rescale_t"]),
-                                   guidance=g, guidance_interval=(float(interval[0]), float(interval[1])),
-                                   guidance_rescale=float(a.get("guidance_rescale", 0.0) or 0.0),
-                                   sigma_min=float(getattr(self.original, "sigma_min", 1e-5)))
+        # Taken as they are (no int() of 2.7): a value the engine cannot take exactly is a
+        # reason to run the original sampler, which uses it as it is.
+        rescale = a.get("guidance_rescale", 0.0)
+        settings = SamplerSettings(
+            steps=_integer(a["steps"], "steps", 1, 2**31 - 1),
+            rescale_t=_real(a["rescale_t"], "rescale_t"), guidance=g,
+            guidance_interval=(_real(interval[0], "guidance_interval[0]"),
+                               _real(interval[1], "guidance_interval[1]")),
+            guidance_rescale=0.0 if rescale is None else _real(rescale, "guidance_rescale"),
+            sigma_min=_real(getattr(self.original, "sigma_min", 1e-5), "sigma_min"))
         return None, settings, concat
 
     def _serve(self, model, noise, cond, settings, concat, a):
@@ -624,8 +686,8 @@ class Acceleration:
             model = self.models[name]
             try:
                 took = model.warm_up(target, tokens, overrides.get(name))
-            except Error as e:
-                model.stats.fell_back("warm_up", str(e))
+            except _UNSERVABLE as e:
+                model.stats.fell_back("warm_up", _reason(e))
                 return None
             if low_vram:
                 model._moved_to_cpu()   # where the pipeline keeps it between its stages
@@ -732,6 +794,19 @@ def _checkpoint_for(name, module, checkpoints, pipeline_dir):
     return None
 
 
+def _sampler_refusal(sampler: Any) -> Optional[str]:
+    """Why `sampler` cannot be wrapped (it stays as it is), or None: the wrapper binds each
+    call's arguments to the signature of its sample()."""
+    sample = getattr(sampler, "sample", None)
+    if not callable(sample):
+        return f"{type(sampler).__name__} has no sample() method: not a flow sampler"
+    try:
+        inspect.signature(sample)
+    except (TypeError, ValueError) as e:
+        return f"the signature of its sample() cannot be read ({e})"
+    return None
+
+
 def accelerate(pipeline: Any, path: Optional[str] = None, models: Sequence[str] = FLOW_MODELS,
                samplers: Sequence[str] = FLOW_SAMPLERS,
                checkpoints: Optional[Mapping[str, str]] = None,
@@ -771,10 +846,9 @@ def accelerate(pipeline: Any, path: Optional[str] = None, models: Sequence[str] 
                 source = checkpoint
             else:
                 config, source = config_of_module(module)
-            if config.get("name") not in (SLAT, DENSE):
-                raise Error(f"model class {config.get('name')!r} is neither {SLAT} nor {DENSE}")
-        except (Error, OSError, ValueError) as e:
-            acc.skipped[name] = str(e)
+            _check_config(config, source)
+        except (OSError, *_UNSERVABLE) as e:
+            acc.skipped[name] = _reason(e)
             continue
         table[name] = EngineFlowModel(name, module, config, source, checkpoint=checkpoint,
                                       path=path, engine_options=engine_options,
@@ -783,6 +857,10 @@ def accelerate(pipeline: Any, path: Optional[str] = None, models: Sequence[str] 
     for attr in samplers:
         original = getattr(pipeline, attr, None)
         if original is None or isinstance(original, EngineSampler):
+            continue
+        why = _sampler_refusal(original)
+        if why is not None:
+            acc.skipped[attr] = why
             continue
         wrapped = EngineSampler(attr, original)
         setattr(pipeline, attr, wrapped)

@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
-#include <mutex>
 
 #include "attention/attention.h"
 #include "core/cuda_util.h"
@@ -69,7 +68,7 @@ int sets_for(double bytes_per_call) {
 // SDPA self-attention at the model's head shape; the best of each.
 LibraryPeaks measure_library_peaks(Engine& engine, int64_t tokens) {
   EngineAccess::Impl& impl = gpu_engine(engine, "measure_library_peaks");
-  std::lock_guard<std::mutex> lock(impl.mu);
+  EngineLock lock(impl, "measure_library_peaks", Access::Write);
   s3d::ContextScope scope(*impl.context);
   const s3d::model::ModelConfig& c = impl.model->config();
   LibraryPeaks p;
@@ -213,7 +212,7 @@ void measure_elementwise(KernelBench& b) {
 
 KernelBandwidth measure_kernel_bandwidth(Engine& engine, const std::vector<int64_t>& token_counts) {
   EngineAccess::Impl& impl = gpu_engine(engine, "measure_kernel_bandwidth");
-  std::lock_guard<std::mutex> lock(impl.mu);
+  EngineLock lock(impl, "measure_kernel_bandwidth", Access::Write);
   s3d::ContextScope scope(*impl.context);
   const s3d::model::ModelConfig& c = impl.model->config();
   S3D_CHECK(!token_counts.empty(), "measure_kernel_bandwidth: no token count given");
@@ -242,7 +241,7 @@ KernelBandwidth measure_kernel_bandwidth(Engine& engine, const std::vector<int64
 
 std::vector<SearchedPlan> searched_plans(Engine& engine) {
   EngineAccess::Impl& impl = EngineAccess::of(engine);
-  std::lock_guard<std::mutex> lock(impl.mu);
+  EngineLock lock(impl, "searched_plans", Access::Read);
   s3d::ContextScope scope(*impl.context);  // the report lives in the engine's context
   std::vector<SearchedPlan> out;
   for (const s3d::plan_search::Row& r : s3d::plan_search::report())

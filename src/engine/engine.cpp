@@ -146,6 +146,28 @@ void Engine::Impl::log(const std::string& line) const {
   if (options.log) options.log(line);
 }
 
+EngineLock::EngineLock(EngineAccess::Impl& impl, const char* call, Access access) : impl_(impl) {
+  // Only this thread stores its own id in `holder`, so equality means this thread holds
+  // `mu` and is inside one of the request's callbacks.
+  if (impl.holder.load() == std::this_thread::get_id()) {
+    S3D_CHECK(access == Access::Read, call,
+              "() called from inside a callback (a step callback or the log) of a request "
+              "running on the same engine: it cannot run before that request returns; only "
+              "counters(), fits(), qualification(), fingerprint() and residency() may be "
+              "called there");
+    return;
+  }
+  impl.mu.lock();
+  impl.holder.store(std::this_thread::get_id());
+  owns_ = true;
+}
+
+EngineLock::~EngineLock() {
+  if (!owns_) return;
+  impl_.holder.store(std::thread::id());
+  impl_.mu.unlock();
+}
+
 namespace {
 
 // The CPU backend's size limit, checked from the config before any tensor is read.
@@ -202,19 +224,24 @@ Device Engine::device() const { return impl_->device; }
 const ExecutionPlan& Engine::plan() const { return impl_->plan; }
 
 SampleResult Engine::sample(const SampleRequest& request) {
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  EngineLock lock(*impl_, "sample", Access::Write);
   impl_->reload();  // after offload(): the weights come back first (nothing when resident)
   return impl_->sample(request);
 }
 
 Array Engine::forward(const ForwardRequest& request) {
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  EngineLock lock(*impl_, "forward", Access::Write);
   impl_->reload();
   return impl_->forward(request);
 }
 
 std::string Engine::fits(int64_t tokens, int batch, int cond_tokens, const FlagSet& flags) const {
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  // Arguments that describe no request are errors, not a "does not fit" answer (an empty
+  // answer would say such a request fits).
+  S3D_CHECK(tokens >= 1, "fits: tokens must be >= 1, got ", tokens);
+  S3D_CHECK(batch >= 1, "fits: batch must be >= 1, got ", batch);
+  S3D_CHECK(cond_tokens >= 1, "fits: cond_tokens must be >= 1, got ", cond_tokens);
+  EngineLock lock(*impl_, "fits", Access::Read);
   s3d::ContextScope scope(*impl_->context);
   try {
     impl_->check_memory(tokens, batch, cond_tokens, flags);
@@ -225,13 +252,13 @@ std::string Engine::fits(int64_t tokens, int batch, int cond_tokens, const FlagS
 }
 
 void Engine::warm_up(const std::vector<int64_t>& token_counts, int cond_tokens) {
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  EngineLock lock(*impl_, "warm_up", Access::Write);
   impl_->reload();
   impl_->warm_up(token_counts, cond_tokens);
 }
 
 Counters Engine::counters() const {
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  EngineLock lock(*impl_, "counters", Access::Read);
   s3d::ContextScope scope(*impl_->context);
   Counters c;
   c.requests = impl_->requests;
@@ -249,7 +276,7 @@ Counters Engine::counters() const {
 }
 
 void Engine::reset_counters() {
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  EngineLock lock(*impl_, "reset_counters", Access::Write);
   s3d::ContextScope scope(*impl_->context);
   s3d::reset_launch_counts();
   s3d::contract::reset_fallbacks();
@@ -258,7 +285,7 @@ void Engine::reset_counters() {
 }
 
 std::vector<std::pair<std::string, std::string>> Engine::fingerprint() const {
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  EngineLock lock(*impl_, "fingerprint", Access::Read);
   s3d::ContextScope scope(*impl_->context);
   std::vector<std::pair<std::string, std::string>> out;
   const s3d::io::Json j = s3d::contract::context_fingerprint().to_json();
@@ -269,9 +296,12 @@ std::vector<std::pair<std::string, std::string>> Engine::fingerprint() const {
 }
 
 std::vector<QualificationState> Engine::qualification() const {
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  EngineLock lock(*impl_, "qualification", Access::Read);
   std::vector<QualificationState> out;
   for (const auto& [key, nc] : impl_->null_contexts) {
+    // Called from the log while a request builds this condition length's null context
+    // (the qualification cache logs from inside that build): its slot is still empty.
+    if (!nc) continue;
     const auto [L, tuned_gemm] = key;
     QualificationState s;
     s.context_tokens = L;

@@ -3,12 +3,14 @@
 
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <functional>
 #include <map>
 #include <tuple>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 
 #include "core/context.h"
 #include "core/tensor.h"
@@ -36,6 +38,9 @@ struct Engine::Impl {
   // other algorithms, so a qualification holds only under the plan policy it was taken with.
   std::map<std::pair<int, bool>, std::unique_ptr<s3d::model::NullContext>> null_contexts;
   std::mutex mu;  // one request at a time
+  // The thread holding `mu` (a default id when none), set by EngineLock: a call made on that
+  // thread comes from inside the engine's own running request (a callback).
+  std::atomic<std::thread::id> holder{};
   uint64_t requests = 0;
   uint64_t qualifications_run = 0;
   size_t peak_device_bytes = 0;
@@ -81,6 +86,31 @@ struct Engine::Impl {
 struct EngineAccess {
   using Impl = Engine::Impl;
   static Impl& of(Engine& e) { return *e.impl_; }
+};
+
+// What a public call does with the engine's state, for EngineLock.
+enum class Access { Read, Write };
+
+// The lock of one public call: one request at a time per engine (Impl::mu), and the thread
+// holding it recorded in Impl::holder. A request calls the caller's code while it holds the
+// lock (SampleRequest::on_step, EngineOptions::log, the message sink), and that code may call
+// the same engine on the same thread: waiting for the lock there would wait forever (a
+// std::mutex is not recursive, and Ctrl-C cannot interrupt the wait). Such a call is told
+// apart by the thread id: a Read call (counters, fits, qualification, fingerprint,
+// residency) runs without the lock, which is safe because the request that holds it is
+// paused in that callback until the call returns; a Write call (a request, warm-up,
+// offload, reload, reset_counters) throws an Error naming `call` at once. Calls from other
+// threads wait for the lock as before.
+class EngineLock {
+ public:
+  EngineLock(EngineAccess::Impl& impl, const char* call, Access access);
+  ~EngineLock();
+  EngineLock(const EngineLock&) = delete;
+  EngineLock& operator=(const EngineLock&) = delete;
+
+ private:
+  EngineAccess::Impl& impl_;
+  bool owns_ = false;  // false for a Read call from inside a callback: nothing to release
 };
 
 // Runs the engine's work on `stream` (or the engine's own) for the scope's lifetime. The

@@ -70,17 +70,17 @@ void Engine::Impl::reload() {
 }
 
 void Engine::offload() {
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  EngineLock lock(*impl_, "offload", Access::Write);
   impl_->offload();
 }
 
 void Engine::reload() {
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  EngineLock lock(*impl_, "reload", Access::Write);
   impl_->reload();
 }
 
 Residency Engine::residency() const {
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  EngineLock lock(*impl_, "residency", Access::Read);
   Residency r = impl_->moves;
   r.resident = impl_->model->weights_resident();
   r.weight_bytes = impl_->model->weight_bytes();

@@ -12,9 +12,11 @@
 #include <nanobind/stl/vector.h>
 
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <sstream>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -48,6 +50,13 @@ std::string dtype_text(const nb::dlpack::dtype& d) {
   return std::string(kind) + std::to_string(d.bits);
 }
 
+// "[0, 4]"
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
 // A view of a DLPack tensor: float32, bfloat16 or int32, row-major contiguous, on the CPU
 // (pinned memory too) or a CUDA device. Anything else is one error naming the argument.
 template <class A>
@@ -79,6 +88,13 @@ TensorView view_of(const A& a, const char* what) {
       throw sparse3d::Error(std::string(what) + ": DLPack device type " +
                             std::to_string(a.device_type()) + " is neither the CPU nor CUDA");
   }
+  for (size_t i = 0; i < a.ndim(); ++i) v.shape.push_back(static_cast<int64_t>(a.shape(i)));
+  // A zero-size array holds no data: no input of the engine can be one, and its strides
+  // (whatever the producer chose) say nothing about its layout, so it is named as what it
+  // is before the layout check could call it non-contiguous.
+  if (a.size() == 0)
+    throw sparse3d::Error(std::string(what) + ": empty (shape " + shape_text(v.shape) +
+                          ", zero elements); pass an array with data");
   int64_t expected = 1;
   for (size_t i = a.ndim(); i-- > 0;) {
     if (a.shape(i) != 1 && a.stride(i) != expected) {
@@ -88,10 +104,6 @@ TensorView view_of(const A& a, const char* what) {
     expected *= static_cast<int64_t>(a.shape(i));
   }
   v.data = const_cast<void*>(a.data());
-  for (size_t i = 0; i < a.ndim(); ++i) v.shape.push_back(static_cast<int64_t>(a.shape(i)));
-  // An empty tensor has no data pointer to speak of; the engine's checks name it.
-  static char nothing;
-  if (v.data == nullptr && expected == 0) v.data = &nothing;  // non-null, never read
   return v;
 }
 
@@ -166,10 +178,17 @@ sparse3d::EngineOptions engine_options(const std::string& path, const std::strin
   o.persist_qualification = persist_qualification;
   o.qualify_m = qualify_m;
   if (log) {
-    // Start-up lines come from the constructor's thread, which may not hold the GIL.
+    // Start-up lines come from the constructor's thread, which may not hold the GIL; the
+    // engine's other lines from a request, which holds the engine's lock. An exception must
+    // not unwind through the engine's frames (a request would end half done): as the message
+    // sink's, it is reported as unraisable and the engine goes on.
     o.log = [log](const std::string& line) {
       nb::gil_scoped_acquire gil;
-      if (log->fn.is_valid()) log->fn(line);
+      try {
+        if (log->fn.is_valid()) log->fn(line);
+      } catch (nb::python_error& e) {
+        e.discard_as_unraisable("sparse3d_engine engine log");
+      }
     };
   }
   return o;
@@ -187,14 +206,35 @@ std::shared_ptr<LogSink> log_sink(const std::optional<nb::callable>& log) {
 #define SPARSE3D_SAMPLER_FIELDS(X) \
   X(steps) X(rescale_t) X(guidance) X(interval_lo) X(interval_hi) X(guidance_rescale) X(sigma_min)
 
+// One setting's value: an int (not a bool, not a float: either would change what was
+// meant) in the range of the field's C++ type, or a real number for a floating-point field.
+// nb::cast's std::bad_cast would name neither the setting nor the value.
+template <class T>
+T setting_value(const std::string& key, nb::handle value) {
+  T out{};
+  bool ok = !PyBool_Check(value.ptr());
+  if constexpr (std::is_integral_v<T>) ok = ok && !PyFloat_Check(value.ptr());
+  ok = ok && nb::try_cast<T>(value, out);
+  if (!ok) {
+    throw sparse3d::Error("sampler setting '" + key + "' must be " +
+                          (std::is_integral_v<T> ? "an integer in [" +
+                                                       std::to_string(std::numeric_limits<T>::min()) +
+                                                       ", " +
+                                                       std::to_string(std::numeric_limits<T>::max()) + "]"
+                                                 : std::string("a real number")) +
+                          ", got " + nb::cast<std::string>(nb::repr(value)));
+  }
+  return out;
+}
+
 sparse3d::SamplerSettings sampler_settings(const nb::dict& d) {
   sparse3d::SamplerSettings s;
   for (auto [key, value] : d) {
     const std::string k = nb::cast<std::string>(key);
-#define SPARSE3D_READ(f)                       \
-  if (k == #f) {                               \
-    s.f = nb::cast<decltype(s.f)>(value);      \
-    continue;                                  \
+#define SPARSE3D_READ(f)                                        \
+  if (k == #f) {                                                \
+    s.f = setting_value<decltype(s.f)>(k, value);               \
+    continue;                                                   \
   }
     SPARSE3D_SAMPLER_FIELDS(SPARSE3D_READ)
 #undef SPARSE3D_READ

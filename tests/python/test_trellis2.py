@@ -509,3 +509,71 @@ def test_texture_models_take_concat_cond_per_forward_and_whole_loop(full, full_a
     assert full.models["tex_slat_flow_model_512"].original.calls == 0
     assert full_acc.fallbacks() == []
     assert "tex_slat_sampler: whole loops in the engine 2" in full_acc.report()
+
+
+# ---- What the drop-in cannot serve, of any kind, is a counted fallback, not an exception ----
+
+def test_a_checkpoint_json_that_is_not_an_object_leaves_the_model_on_pytorch(pipeline, cache_dir,
+                                                                            tmp_path):
+    listing = tmp_path / "list.json"
+    listing.write_text("[1, 2, 3]")
+    original = pipeline.models["shape_slat_flow_model_512"]
+    acc = t2.accelerate(pipeline, checkpoints={"shape_slat_flow_model_512": str(listing)},
+                        device="cpu", cache_dir=cache_dir)
+    assert pipeline.models["shape_slat_flow_model_512"] is original
+    why = acc.skipped["shape_slat_flow_model_512"]
+    assert why == f"{listing}: the config is a list, not a JSON object " \
+                  '{"name": ..., "args": {...}}'
+    assert f"shape_slat_flow_model_512: left on PyTorch: {why}" in acc.report()
+
+
+def test_a_sampler_without_sample_is_left_as_it_is(pipeline, cache_dir):
+    class NotASampler:
+        pass
+    odd = NotASampler()
+    pipeline.shape_slat_sampler = odd
+    acc = t2.accelerate(pipeline, device="cpu", cache_dir=cache_dir)
+    assert pipeline.shape_slat_sampler is odd
+    assert acc.skipped["shape_slat_sampler"] == \
+        "NotASampler has no sample() method: not a flow sampler"
+    assert isinstance(pipeline.tex_slat_sampler, t2.EngineSampler)   # the others are wrapped
+    assert "shape_slat_sampler: left on PyTorch" in acc.report()
+
+
+def test_a_module_without_a_state_dict_runs_on_the_original(tiny_config, tiny_state_dict,
+                                                            cache_dir):
+    class NoStateDict(OriginalModule):
+        state_dict = None
+    p = Pipeline(NoStateDict(tiny_config, tiny_state_dict))
+    acc = t2.accelerate(p, device="cpu", cache_dir=cache_dir)
+    model = p.models["shape_slat_flow_model_512"]
+    noise, cond = request((20, 20), 31)
+    v = model(noise, np.full(2, 500.0, np.float32), cond)
+    assert model.original.calls == 1 and (v.feats == 0.25).all()
+    # The whole loop: the original sampler, over the model (which falls back per call too).
+    p.shape_slat_sampler.sample(model, noise, cond, np.zeros_like(cond), **PARAMS)
+    assert p.shape_slat_sampler.original.loops == 1
+    # A warm-up: reported, not raised.
+    assert acc.warm_up(device="cpu") == {}
+    why = ("the module has no state_dict() to read its weights from (pass checkpoints= or "
+           "pipeline_dir= to load them from files)")
+    whats = {(f["what"], f["reason"]) for f in acc.fallbacks()}
+    assert {("forward", why), ("sample", why), ("warm_up", why)} <= whats
+
+
+def test_list_features_run_on_the_original(pipeline, acc):
+    model = pipeline.models["shape_slat_flow_model_512"]
+    sampler = pipeline.shape_slat_sampler
+    noise, cond = request((20, 20), 32)
+    listed = SparseTensor(noise.feats.tolist(), noise.coords)
+    v = model(listed, np.full(2, 500.0, np.float32), cond)
+    assert model.original.calls == 1 and (np.asarray(v.feats) == 0.25).all()
+    ran = []
+    sampler.original.sample = lambda *a, **k: ran.append(a) or "the original's result"
+    assert sampler.sample(model, listed, cond, np.zeros_like(cond), **PARAMS) == \
+        "the original's result"
+    assert len(ran) == 1
+    reasons = {(f["what"], f["reason"]) for f in acc.fallbacks()}
+    assert ("forward", "x.feats is a list, not a tensor") in reasons
+    assert ("sample", "the noise is a list, not a tensor") in reasons
+    assert model.stats.calls.get("forward", 0) == 0
