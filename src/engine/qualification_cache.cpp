@@ -77,16 +77,31 @@ plan_search::Choice plan_choice_from_json(const io::Json& j, const std::string& 
   io::check_known_keys(j, {"index", "candidates", "timed", "variant", "default_ms", "best_ms"},
                        what);
   plan_search::Choice c;
-  c.candidates = static_cast<int>(io::get_int(j, "candidates", what, 1, 1 << 16));
+  // A search keeps at most kMaxCandidates of a library's list (core/plan_search.h).
+  c.candidates = static_cast<int>(io::get_int(j, "candidates", what, 1, plan_search::kMaxCandidates));
   c.index = static_cast<int>(io::get_int(j, "index", what, 0, c.candidates - 1));
   c.timed = static_cast<int>(io::get_int(j, "timed", what, 1, c.candidates));
   c.variant = io::get_string_or(j, "variant", what, "");
+  S3D_CHECK(c.variant.size() <= 64, what, ": 'variant' is ", c.variant.size(),
+            " characters, more than an implementation's name has");
   c.default_ms = io::get_number(j, "default_ms", what, 0, 1e9);
   c.best_ms = io::get_number(j, "best_ms", what, 0, 1e9);
   // The default is one of the candidates timed, so the kept one is never slower.
   S3D_CHECK(c.default_ms > 0 && c.best_ms > 0 && c.best_ms <= c.default_ms, what,
             ": best_ms ", c.best_ms, " and default_ms ", c.default_ms,
             " must be positive with best <= default");
+  return c;
+}
+
+plan_search::Choice plan_choice_from_json(const io::Json& j, plan_search::Kind kind,
+                                          const std::string& what) {
+  plan_search::Choice c = plan_choice_from_json(j, what);
+  // A GEMM search names no implementation; an attention search always names the one it timed.
+  if (kind == plan_search::Kind::Gemm)
+    S3D_CHECK(c.variant.empty(), what, ": a GEMM plan names no implementation, got '", c.variant,
+              "'");
+  else
+    S3D_CHECK(!c.variant.empty(), what, ": an attention plan must name its implementation");
   return c;
 }
 
@@ -194,10 +209,14 @@ io::Json probe_key(const model::NullContextOptions& p) {
 
 std::optional<model::Applicability> QualificationCache::find_probe(
     const contract::Fingerprint& fingerprint, const std::string& weights_hash,
-    const model::NullContextOptions& probe) {
+    const model::NullContextOptions& probe, const model::ModelConfig& config) {
   return parse_hit(find_entry(fingerprint.to_json(), weights_hash, probe_key(probe)),
-                   [](const io::Json& r) {
-                     return applicability_from_json(r, "qualification cache probe entry");
+                   [&](const io::Json& r) {
+                     const char* what = "qualification cache probe entry";
+                     model::Applicability a = applicability_from_json(r, what);
+                     const std::string problem = model::verdict_problem(a, config, probe);
+                     S3D_CHECK(problem.empty(), what, ": ", problem);
+                     return a;
                    },
                    "probing again");
 }
@@ -222,8 +241,8 @@ std::optional<plan_search::Choice> QualificationCache::find_plan(
     const contract::Fingerprint& fingerprint, plan_search::Kind kind, const std::string& shape) {
   // No checkpoint: "" in the weights field (entries of the other kinds always name one).
   return parse_hit(find_entry(fingerprint.to_json(), "", plan_key(kind, shape)),
-                   [](const io::Json& r) {
-                     return plan_choice_from_json(r, "qualification cache plan entry");
+                   [kind](const io::Json& r) {
+                     return plan_choice_from_json(r, kind, "qualification cache plan entry");
                    },
                    "searching again");
 }

@@ -6,7 +6,10 @@
 // than a file a service would grow by one entry per asset (docs/CONTRACTS.md). Nothing read
 // back is trusted blindly: an entry whose checksum does not match its content (corrupt), whose
 // fingerprint differs from this environment (stale) or whose file does not parse is refused,
-// counted, logged, and the probe (or search) runs again.
+// counted, logged, and the probe (or search) runs again. So is an entry whose checksum holds
+// but whose content no genuine probe or search produces (a verdict of another form, a plan
+// index outside the candidates a search times): the checksum guards against accidents, not
+// against a person who can write the file (docs/RELIABILITY.md).
 #pragma once
 
 #include <cstdint>
@@ -38,10 +41,12 @@ class QualificationCache : public plan_search::Store {
   QualificationCache(std::string dir, Log log);
 
   // The null-context probe's verdict for condition length L (the applicability rule's
-  // facts and checks), under the same rules.
+  // facts and checks), under the same rules; a verdict the probe could not have given for a
+  // model of `config` (model::verdict_problem) is refused like a corrupt one.
   std::optional<model::Applicability> find_probe(const contract::Fingerprint& fingerprint,
                                                  const std::string& weights_hash,
-                                                 const model::NullContextOptions& probe);
+                                                 const model::NullContextOptions& probe,
+                                                 const model::ModelConfig& config);
   void store_probe(const contract::Fingerprint& fingerprint, const std::string& weights_hash,
                    const model::NullContextOptions& probe, const model::Applicability& verdict);
 
@@ -97,12 +102,15 @@ class QualificationCache : public plan_search::Store {
 // $XDG_CACHE_HOME/sparse3d, else $HOME/.cache/sparse3d ("" when none is set).
 std::string default_cache_dir();
 
-// Serialisation of what a qualification decided (no tensors), for the cache and tests.
-io::Json qualification_to_json(const model::Qualification& q);
-model::Qualification qualification_from_json(const io::Json& j, const std::string& what);
+// Serialisation of what the cache holds (no tensors), for the cache and tests. Each reader
+// bounds every field by what the engine could have written: a plan choice's candidates by
+// plan_search::kMaxCandidates, its index and timed count by its candidates, its variant by
+// its kind (none for a GEMM, a short name for attention), its times to finite positive
+// values with best <= default.
 model::Applicability applicability_from_json(const io::Json& j, const std::string& what);
-io::Json shapes_to_json(const model::QualificationOptions& o);
 io::Json plan_choice_to_json(const plan_search::Choice& c);
 plan_search::Choice plan_choice_from_json(const io::Json& j, const std::string& what);
+plan_search::Choice plan_choice_from_json(const io::Json& j, plan_search::Kind kind,
+                                          const std::string& what);
 
 }  // namespace s3d::engine

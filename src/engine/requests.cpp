@@ -1,15 +1,18 @@
 // Engine requests: sample(), forward(), warm_up() (include/sparse3d/engine.h).
 #include <algorithm>
 #include <chrono>
-#include <map>
+#include <climits>
 #include <cmath>
+#include <map>
 
 #include "contract/fingerprint.h"
 #include "core/allocator.h"
+#include "core/bf16.h"
 #include "core/cuda_util.h"
 #include "core/error.h"
 #include "core/fallback.h"
 #include "core/first_use.h"
+#include "core/host_memory.h"
 #include "core/profiler.h"
 #include "engine/engine_impl.h"
 #include "kernels/elementwise.h"
@@ -35,24 +38,60 @@ Tensor host_coords(const TensorView& view) {
   return c.device() == Device::CPU ? c : c.to(Device::CPU);
 }
 
-// A condition [B, L, channels], bf16 or f32, finite where it can be checked for free.
+// Throws unless every element of a host tensor (f32 or bf16) is finite, naming `what` and the
+// first element that is not; read in place, nothing allocated. Device tensors are not scanned
+// (docs/API.md, "Validation"): that would cost a kernel and a copy per input per request.
+void check_finite(const Tensor& t, const char* what) {
+  if (!t.defined() || t.device() != Device::CPU) return;
+  const int64_t n = t.numel();
+  if (t.dtype() == DType::F32) {
+    const float* p = t.data_as<float>();
+    for (int64_t i = 0; i < n; ++i)
+      S3D_CHECK(std::isfinite(p[i]), what, " element ", i, " is not finite (", p[i], ")");
+  } else if (t.dtype() == DType::BF16) {
+    const auto* p = static_cast<const uint16_t*>(t.data());
+    for (int64_t i = 0; i < n; ++i) {
+      const float v = s3d::bf16_to_float(p[i]);
+      S3D_CHECK(std::isfinite(v), what, " element ", i, " is not finite (", v, ")");
+    }
+  }
+}
+
+// A condition [B, L, channels], bf16 or f32, its shape checked (its values by check_finite).
+// The request's layouts hold B L as int32.
 Tensor condition(const TensorView& view, int batch, int channels) {
   Tensor c = borrow(view, "cond");
   S3D_CHECK(c.ndim() == 3 && c.size(0) == batch && c.size(2) == channels && c.size(1) >= 1,
             "cond must be [", batch, ", L, ", channels, "] with L >= 1, got ", view.describe());
   S3D_CHECK(c.dtype() == DType::BF16 || c.dtype() == DType::F32, "cond must be bf16 or f32, got ",
             view.describe());
-  if (c.device() == Device::CPU) {
-    const std::vector<float> v = c.to_floats();
-    for (size_t i = 0; i < v.size(); ++i)
-      S3D_CHECK(std::isfinite(v[i]), "cond element ", i, " is not finite (", v[i], ")");
-  }
+  S3D_CHECK(c.size(1) <= INT32_MAX / batch, "cond has ", c.size(1), " tokens per asset; ",
+            batch, " assets may have at most ", INT32_MAX / batch, " each");
   return c;
 }
 
 // A view left at its default: no data and no shape (a shape without data is a caller's
 // mistake, refused by borrow()).
 bool absent(const TensorView& view) { return view.empty() && view.shape.empty(); }
+
+// The request's token count from the shapes alone (nothing read, nothing allocated): the
+// coordinates' rows, or for the dense family without them (volume layout) B whole grids.
+int64_t request_tokens(const TensorView& coords, int batch, const s3d::model::ModelConfig& cfg) {
+  int64_t tokens = 0;
+  if (absent(coords)) {
+    S3D_CHECK(cfg.dense(), "coords are required: a ", s3d::model::family_name(cfg.family),
+              " samples the voxels the coordinates name (only a SparseStructureFlowModel, whose "
+              "tokens are a whole grid, takes volumes without coords)");
+    tokens = int64_t(batch) * cfg.grid_tokens();
+  } else {
+    Tensor c = borrow(coords, "coords");
+    s3d::check_tensor(c, "coords", DType::I32, {-1, 4});
+    tokens = c.size(0);
+  }
+  S3D_CHECK(tokens <= INT32_MAX, "the request has ", tokens, " tokens; at most ", INT32_MAX,
+            " are supported (the layouts hold token offsets as int32)");
+  return tokens;
+}
 
 // The request's coordinates: the caller's (token layout), or for the dense family without
 // them (volume layout) the whole grid of each asset.
@@ -108,6 +147,24 @@ s3d::sampler::SamplerOptions sampler_options(const SamplerSettings& s, const Fla
   s3d::sampler::SamplerOptions o(s, flags);
   o.validate();
   return o;
+}
+
+// The flags a request falls back to when memory is short (Impl::fit_to_memory): without the
+// condition K/V cache and batched CFG. A request refused under these is refused whatever it
+// asked for, so the check can run before anything else.
+FlagSet least_memory(FlagSet flags) {
+  flags.set(Flag::cond_kv_cache, false);
+  flags.set(Flag::batched_cfg, false);
+  return flags;
+}
+
+// Throws unless the caller's `out` is f32 of `shape` (checked before the request runs, not
+// when the result is copied into it).
+void check_out(const TensorView& out, const s3d::Shape& shape) {
+  if (out.empty()) return;
+  const Tensor o = borrow(out, "out");
+  S3D_CHECK(o.dtype() == DType::F32 && o.shape() == shape, "out must be f32",
+            s3d::shape_str(shape), ", got ", out.describe());
 }
 
 s3d::profiler::Mode profiler_mode(Profile p) {
@@ -203,6 +260,10 @@ size_t Engine::Impl::memory_need(int64_t tokens, int batch, int cond_tokens,
   const bool batched = flags.on(Flag::batched_cfg);
   const int64_t t_eff = batched ? 2 * tokens : tokens;
   const int b_eff = batched ? 2 * batch : batch;
+  // Callers bound tokens and B L by int32 (the layouts' offsets), so that the estimate's
+  // products stay far inside size_t; anything past that needs more than any machine has.
+  if (tokens > INT32_MAX || batch > INT32_MAX / 2 || int64_t(batch) * cond_tokens > INT32_MAX)
+    return SIZE_MAX;
   size_t need = model->activation_bytes(t_eff, b_eff, cond_tokens, flags);
   if (flags.on(Flag::cond_kv_cache)) {
     // Per block: K and V [BL, 2C] bf16 (with K RMSNorm the normalised K and V alone), for
@@ -217,6 +278,15 @@ size_t Engine::Impl::memory_need(int64_t tokens, int batch, int cond_tokens,
 }
 
 size_t Engine::Impl::memory_available() const {
+  if (device != Device::CUDA) {
+    // The CPU backend's activations are host memory: what the system has available (unknown:
+    // no bound but the cap), under max_device_memory_gib when set.
+    size_t available = s3d::host_memory_available().value_or(SIZE_MAX);
+    if (options.max_device_memory_gib > 0)
+      available = std::min(
+          available, static_cast<size_t>(options.max_device_memory_gib * 1024 * 1024 * 1024));
+    return available;
+  }
   size_t free_b = 0, total_b = 0;
   S3D_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
   // Blocks the caching allocator holds count as free for this purpose.
@@ -231,7 +301,6 @@ size_t Engine::Impl::memory_available() const {
 
 FlagSet Engine::Impl::fit_to_memory(int64_t tokens, int batch, int cond_tokens,
                                     FlagSet flags) const {
-  if (device != Device::CUDA) return flags;
   const size_t available = memory_available();
   for (const Flag f : {Flag::cond_kv_cache, Flag::batched_cfg}) {
     const size_t need = memory_need(tokens, batch, cond_tokens, flags);
@@ -251,15 +320,19 @@ FlagSet Engine::Impl::fit_to_memory(int64_t tokens, int batch, int cond_tokens,
 
 void Engine::Impl::check_memory(int64_t tokens, int batch, int cond_tokens,
                                 const FlagSet& flags) const {
-  if (device != Device::CUDA) return;
   const bool batched = flags.on(Flag::batched_cfg);
   const int64_t t_eff = batched ? 2 * tokens : tokens;
   const size_t need = memory_need(tokens, batch, cond_tokens, flags);
   const size_t available = memory_available();
+  // On the CPU backend the same estimate is held against host memory: a request that cannot
+  // fit is refused here rather than after minutes of allocating (or by the system's OOM killer).
   S3D_CHECK(need <= available, t_eff, " tokens", batched ? " (both CFG branches batched)" : "",
-            " need an estimated ", gib(need), " GiB of device memory for activations, but only ",
-            gib(available), " GiB are available (weights hold ", gib(model->weight_bytes()),
-            " GiB); use fewer tokens", batched ? " or serial CFG" : "",
+            " with ", int64_t(batch) * cond_tokens, " condition tokens need an estimated ",
+            gib(need), " GiB of ", device == Device::CUDA ? "device" : "host",
+            " memory for activations, but only ", gib(available), " GiB are available",
+            options.max_device_memory_gib > 0 ? " under max_device_memory_gib" : "",
+            " (weights hold ", gib(model->weight_bytes()), " GiB); use fewer tokens",
+            batched ? " or serial CFG" : "",
             flags.on(Flag::chunked_mlp) ? "" : " or the low_memory path", " (nothing was run)");
 }
 
@@ -275,7 +348,7 @@ const s3d::model::NullContext& Engine::Impl::null_context(int cond_tokens, int64
     o.context_tokens = cond_tokens;
     const s3d::contract::Fingerprint& fp = s3d::contract::context_fingerprint();
     const std::optional<s3d::model::Applicability> known =
-        cache.find_probe(fp, weights, o);
+        cache.find_probe(fp, weights, o, model->config());
     if (known) o.trusted = &*known;
     nc = std::make_unique<s3d::model::NullContext>(s3d::model::NullContext::build(*model, o));
     if (!known) cache.store_probe(fp, weights, o, nc->applicability());
@@ -327,31 +400,49 @@ SampleResult Engine::Impl::sample(const SampleRequest& r) {
   const auto first_use_before = s3d::first_use_totals();
   double null_context_seconds = 0;
   const auto& cfg = model->config();
+  // Every input is checked before any work on the request's behalf (the null-context probe
+  // and qualification, a cache entry written, an allocation sized by the request): first the
+  // settings and the shapes, then the memory the shapes need, then the values. A refused
+  // request costs its checks alone.
   S3D_CHECK(r.batch >= 1, "batch must be >= 1, got ", r.batch);
+  const FlagSet requested = flags_for(r.flags);
+  sampler_options(r.sampler, requested);  // validates the settings
   // Volume layout (the dense family without coords): noise, latent, `out` and the step
   // latents are [B, out, R, R, R]; the loop itself runs on tokens.
   const bool volume = absent(r.coords) && cfg.dense();
+  const int64_t T = request_tokens(r.coords, r.batch, cfg);
   s3d::sampler::Inputs in;
   in.batch = r.batch;
-  in.coords = request_coords(r.coords, r.batch, cfg);
-  const int64_t T = in.coords.size(0);
   in.cond = condition(r.cond, r.batch, cfg.cond_channels);
-  if (!r.concat_cond.empty()) in.concat_cond = borrow(r.concat_cond, "concat_cond");
-  Array drawn;  // the seed's noise, alive for the whole request
+  const int L = static_cast<int>(in.cond.size(1));
+  const s3d::Shape latent_shape = volume ? volume_shape(r.batch, cfg.out_channels, cfg)
+                                         : s3d::Shape{T, cfg.out_channels};
+  Tensor noise_in;
   if (!r.noise.empty()) {
-    in.noise = borrow(r.noise, "noise");
-    if (volume) {
-      const s3d::Shape want = volume_shape(r.batch, cfg.out_channels, cfg);
-      S3D_CHECK(in.noise.dtype() == DType::F32 && in.noise.shape() == want,
-                "noise must be f32", s3d::shape_str(want), " (the volume of ", r.batch,
-                " asset(s); no coords given), got ", r.noise.describe());
-      in.noise = to_tokens(in.noise);
-    }
+    noise_in = borrow(r.noise, "noise");
+    S3D_CHECK(noise_in.dtype() == DType::F32 && noise_in.shape() == latent_shape,
+              "noise must be f32", s3d::shape_str(latent_shape),
+              volume ? s3d::cat(" (the volume of ", r.batch, " asset(s); no coords given)") : "",
+              ", got ", r.noise.describe());
+  }
+  Tensor concat;
+  if (!r.concat_cond.empty()) concat = borrow(r.concat_cond, "concat_cond");
+  check_out(r.out, latent_shape);
+  check_memory(T, r.batch, L, least_memory(requested));
+  in.coords = request_coords(r.coords, r.batch, cfg);
+  model->check_request(in.coords, r.batch, L, concat);
+  check_finite(in.cond, "cond");
+  check_finite(concat, "concat_cond");
+  check_finite(noise_in, "noise");
+
+  in.concat_cond = concat;
+  Array drawn;  // the seed's noise, alive for the whole request
+  if (noise_in.defined()) {
+    in.noise = volume ? to_tokens(noise_in) : noise_in;
   } else {
     in.noise = seeded_noise(r.seed, r.batch, T, cfg, drawn);
   }
-  const int L = static_cast<int>(in.cond.size(1));
-  const FlagSet flags = fit_to_memory(T, r.batch, L, flags_for(r.flags));
+  const FlagSet flags = fit_to_memory(T, r.batch, L, requested);
   // Searched cuBLASLt/cuDNN plans for this request's shapes, kept in the qualification cache.
   s3d::plan_search::TunedScope tuned(flags.on(Flag::tuned_gemm), flags.on(Flag::tuned_attention),
                                      &cache);
@@ -422,11 +513,12 @@ Array Engine::Impl::forward(const ForwardRequest& r) {
   s3d::ContextScope scope(*context);
   StreamScope stream(*context, r.cuda_stream, own_stream);
   const auto& cfg = model->config();
+  // As sample(): the shapes, then the memory they need, then the values, before any work.
   S3D_CHECK(r.batch >= 1, "batch must be >= 1, got ", r.batch);
   const bool volume = absent(r.coords) && cfg.dense();
-  Tensor coords = request_coords(r.coords, r.batch, cfg);
-  const int64_t T = coords.size(0);
+  const int64_t T = request_tokens(r.coords, r.batch, cfg);
   Tensor cond_in = condition(r.cond, r.batch, cfg.cond_channels);
+  const int L = static_cast<int>(cond_in.size(1));
   Tensor x_in = borrow(r.x, "x");
   const s3d::Shape x_shape =
       volume ? volume_shape(r.batch, cfg.out_channels, cfg) : s3d::Shape{T, cfg.out_channels};
@@ -435,17 +527,26 @@ Array Engine::Impl::forward(const ForwardRequest& r) {
             volume ? " (the volume; no coords given)" : "", ", got ", r.x.describe());
   Tensor t_in = borrow(r.t, "t");
   s3d::check_tensor(t_in, "t", DType::F32, {r.batch});
-  Tensor concat;
-  if (!r.concat_cond.empty()) concat = borrow(r.concat_cond, "concat_cond").to(Device::CPU);
+  Tensor concat_view;
+  if (!r.concat_cond.empty()) concat_view = borrow(r.concat_cond, "concat_cond");
+  check_out(r.out, x_shape);
   const FlagSet flags = flags_for(r.flags);
-  s3d::plan_search::TunedScope tuned(flags.on(Flag::tuned_gemm), flags.on(Flag::tuned_attention),
-                                     &cache);
   FlagSet one_forward = flags;  // a forward is one batch, whatever the CFG mode
   one_forward.set(Flag::batched_cfg, false);
-  check_memory(T, r.batch, static_cast<int>(cond_in.size(1)), one_forward);
+  check_memory(T, r.batch, L, one_forward);
+  Tensor coords = request_coords(r.coords, r.batch, cfg);
+  model->check_request(coords, r.batch, L, concat_view);
+  check_finite(cond_in, "cond");
+  check_finite(x_in, "x");
+  check_finite(t_in, "t");
+  check_finite(concat_view, "concat_cond");
+
+  Tensor concat;
+  if (concat_view.defined()) concat = concat_view.to(Device::CPU);
+  s3d::plan_search::TunedScope tuned(flags.on(Flag::tuned_gemm), flags.on(Flag::tuned_attention),
+                                     &cache);
   if (device == Device::CUDA) s3d::DeviceAllocator::current().reset_peak();
-  s3d::model::Request req =
-      model->prepare(coords, r.batch, static_cast<int>(cond_in.size(1)), concat);
+  s3d::model::Request req = model->prepare(coords, r.batch, L, concat);
   req.flags = flags;
   Tensor x = Tensor::empty(x_shape, DType::F32, device);
   if (x_in.dtype() == DType::F32) {
@@ -498,19 +599,34 @@ Array Engine::Impl::forward(const ForwardRequest& r) {
 void Engine::Impl::warm_up(const std::vector<int64_t>& token_counts, int cond_tokens) {
   S3D_CHECK(cond_tokens >= 1, "warm_up: cond_tokens must be >= 1, got ", cond_tokens);
   const auto& cfg = model->config();
-  for (int64_t n : token_counts) {
-    Tensor coords;
-    int batch = 1;
-    if (cfg.dense()) {
-      // The dense family's requests are whole grids: n tokens are n / R^3 assets.
-      S3D_CHECK(n >= 1 && n % cfg.grid_tokens() == 0, "warm_up: the dense model's token counts "
-                "are whole ", cfg.resolution, "^3 grids (multiples of ", cfg.grid_tokens(),
-                "), got ", n);
-      batch = static_cast<int>(n / cfg.grid_tokens());
-      coords = s3d::model::SparseStructureFlowModel::grid_coords(batch, cfg.resolution);
-    } else {
-      coords = raster_coords(n, cfg.resolution);
+  // Each count's batch: the dense family's requests are whole grids, so n tokens are n / R^3
+  // assets; the others warm one asset of the first n voxels of the grid.
+  const auto batch_of = [&](int64_t n) {
+    if (!cfg.dense()) {
+      const int64_t cells = int64_t(cfg.resolution) * cfg.resolution * cfg.resolution;
+      S3D_CHECK(n >= 1 && n <= cells, "warm_up: token count ", n, " must be in [1, ", cells,
+                "] (the ", cfg.resolution, "^3 grid)");
+      return 1;
     }
+    S3D_CHECK(n >= 1 && n % cfg.grid_tokens() == 0 && n <= INT32_MAX, "warm_up: the dense "
+              "model's token counts are whole ", cfg.resolution, "^3 grids (multiples of ",
+              cfg.grid_tokens(), ", at most ", INT32_MAX, "), got ", n);
+    return static_cast<int>(n / cfg.grid_tokens());
+  };
+  // Every count is checked, its memory too, before the first is warmed: a list with one bad
+  // count does no work.
+  for (int64_t n : token_counts) {
+    const int batch = batch_of(n);
+    S3D_CHECK(cond_tokens <= INT32_MAX / batch, "warm_up: cond_tokens ", cond_tokens,
+              " x ", batch, " assets is more than the ", INT32_MAX, " condition tokens a "
+              "request may have");
+    check_memory(n, batch, cond_tokens, least_memory(plan.flags()));
+  }
+  for (int64_t n : token_counts) {
+    const int batch = batch_of(n);
+    using s3d::model::SparseStructureFlowModel;
+    const Tensor coords = cfg.dense() ? SparseStructureFlowModel::grid_coords(batch, cfg.resolution)
+                                      : raster_coords(n, cfg.resolution);
     Array cond = draw_noise(0x3a3a, int64_t(batch) * cond_tokens, cfg.cond_channels);
     SampleRequest r;
     r.coords = array_of(coords).view;

@@ -38,7 +38,9 @@ Array draw_noise(uint64_t seed, int64_t rows, int64_t cols, uint64_t offset) {
 void SamplerSettings::validate() const { s3d::sampler::SamplerOptions(*this, {}).validate(); }
 
 std::vector<double> timesteps(const SamplerSettings& settings) {
-  S3D_CHECK(settings.steps >= 1, "timesteps: steps must be >= 1, got ", settings.steps);
+  // The settings a request would refuse are refused here too (steps within its cap, before
+  // the schedule's steps + 1 values are allocated).
+  settings.validate();
   return s3d::sampler::timesteps(settings.steps, settings.rescale_t);
 }
 

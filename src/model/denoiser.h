@@ -148,6 +148,11 @@ class Denoiser {
   // (Condition::null_assets); 0 for pure_eager.
   virtual Request prepare(const Tensor& coords, int batch, int cond_tokens,
                           const Tensor& concat_cond = Tensor(), int null_assets = 0) const = 0;
+  // prepare()'s checks alone: reads the coordinates and the shapes, allocates nothing and
+  // needs no resident weights, so that a caller can refuse a request before any work on its
+  // behalf (the engine runs it before the null-context probe and any allocation).
+  virtual void check_request(const Tensor& coords, int batch, int cond_tokens,
+                             const Tensor& concat_cond = Tensor()) const = 0;
 
   // One denoiser evaluation. x: f32 [T, out] noisy latent; t1000: f32 [B] (1000 * t); all on
   // the model's device. Returns the velocity, f32 [T, out]. Null assets need `null` (mode

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <regex>
 
 #include "attention/attention.h"
 #include "contract/fallback.h"
@@ -103,6 +104,49 @@ Applicability judge_applicability(const NullContextFacts& f, const std::vector<B
                                       })));
   a.ok = a.reason.empty();
   return a;
+}
+
+std::string verdict_problem(const Applicability& v, const ModelConfig& c,
+                            const NullContextOptions& o) {
+  // The facts depend on the model and L alone, except the count of blocks that passed.
+  NullContextFacts facts;
+  facts.context_tokens = o.context_tokens;
+  const int blocks = facts.context_tokens >= 1 ? c.num_blocks : 0;
+  const auto facts_with = [&](int passed) {
+    std::vector<BlockProbe> probes(static_cast<size_t>(blocks));
+    for (int i = passed; i < blocks; ++i) probes[static_cast<size_t>(i)].differing_value_row = 1;
+    return judge_applicability(facts, probes);
+  };
+  const Applicability all_pass = facts_with(blocks);
+  if (v.ok || !all_pass.ok) {
+    // A passing probe (or a refusal decided by the facts alone) has exactly one form.
+    if (v.ok != all_pass.ok || v.reason != all_pass.reason || v.facts != all_pass.facts)
+      return cat("it is not the verdict a probe of this model gives when ",
+                 all_pass.ok ? "every block passes" : "its facts refuse it");
+    return "";
+  }
+  // A refusal names the first block that failed, what differed and where: "block i: the
+  // value rows ... (row r column k: bits 0x.. vs 0x..)" or "block i: the null
+  // cross-attention output is not v0 (...)"; the value rows' r is a row of the L-row null
+  // condition other than row 0 (v0 itself), the attention's one of the probe's queries.
+  static const std::regex form(
+      "block (\\d{1,9}): (the value rows of the null condition differ after the condition-side "
+      "transform|the null cross-attention output is not v0) \\(row (\\d{1,10}) column "
+      "(\\d{1,10}): bits 0x[0-9a-f]{1,4} vs 0x[0-9a-f]{1,4}\\)");
+  std::smatch m;
+  if (v.reason.size() > 512 || !std::regex_match(v.reason, m, form))
+    return "its reason is not one the probe gives";
+  const int64_t block = std::stoll(m[1]), row = std::stoll(m[3]), column = std::stoll(m[4]);
+  const bool value_rows = m[2].str().rfind("the value rows", 0) == 0;
+  const int64_t rows = value_rows ? o.context_tokens : o.probe_queries;
+  if (block >= blocks || row < (value_rows ? 1 : 0) || row >= rows || column >= c.model_channels)
+    return cat("its reason names block ", block, " row ", row, " column ", column,
+               ", outside the model's ", blocks, " blocks, ", rows, " rows and ",
+               c.model_channels, " columns");
+  // Blocks before the one named passed; any after it may have.
+  for (int passed = static_cast<int>(block); passed < blocks; ++passed)
+    if (v.facts == facts_with(passed).facts) return "";
+  return "its facts are not those of the probe that gave its reason";
 }
 
 NullContext NullContext::build(const SLatFlowModel& model, const NullContextOptions& o) {

@@ -44,6 +44,16 @@ struct Applicability {
 Applicability judge_applicability(const NullContextFacts& facts,
                                   const std::vector<BlockProbe>& blocks);
 
+struct NullContextOptions;
+
+// Why `verdict` is not one the probe could have given for a model of this config with these
+// options (its reason, its facts, the block, row, column and bits its reason names), or ""
+// when it is. A verdict read back from the qualification cache must be one: the cache's
+// checksum catches accidents, not a file written on purpose, and this at least keeps a
+// written verdict to the outcomes a probe has (docs/RELIABILITY.md).
+std::string verdict_problem(const Applicability& verdict, const ModelConfig& config,
+                            const NullContextOptions& options);
+
 struct NullContextOptions {
   int context_tokens = 16;  // rows of the null condition the probe transforms (L)
   int probe_queries = 64;   // random queries of the attention probe

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 #include "core/error.h"
 #include "gemm/linear.h"
@@ -67,21 +68,38 @@ DenoiserSummary SLatFlowModel::summary() const {
   return DenoiserSummary{"SLatFlowModel", c.in_channels, c.out_channels, c.cond_channels};
 }
 
-Request SLatFlowModel::prepare(const Tensor& coords, int batch, int cond_tokens,
-                               const Tensor& concat_cond, int null_assets) const {
-  check_resident();
+void SLatFlowModel::check_request(const Tensor& coords, int batch, int cond_tokens,
+                                  const Tensor& concat_cond) const {
   const ModelConfig& c = config();
   S3D_CHECK(batch >= 1, "request: needs at least one asset, got ", batch);
   S3D_CHECK(cond_tokens >= 1, "request: the condition needs at least one token, got ",
             cond_tokens);
   check_tensor(coords, "request coords", DType::I32, {-1, 4});
   S3D_CHECK(coords.device() == Device::CPU, "request coords must be on the host");
+  // The layouts hold token offsets as int32 (attention's cu_seqlens among them).
+  S3D_CHECK(coords.size(0) <= INT32_MAX, "request coords: ", coords.size(0),
+            " rows, more than the ", INT32_MAX, " tokens a request may have");
   // The original never reads `resolution` at inference (RoPE and APE take the coordinates as
   // they are), and the released pipeline relies on it: its 1024 texture model's config says 32
   // while it is fed the 64-grid coordinates of the 1024 shape stage. So `resolution` is not a
   // bound here; coordinates must only be non-negative and below kMaxCoordinate.
   payload::validate_packed_coords(coords, batch, std::max(c.resolution, kMaxCoordinate),
                                   "request coords");
+  const int concat_channels = c.in_channels - c.out_channels;
+  if (concat_channels > 0) {
+    check_tensor(concat_cond, "request concat_cond (texture model shape latent)", DType::F32,
+                 {coords.size(0), concat_channels});
+  } else {
+    S3D_CHECK(!concat_cond.defined(), "request: concat_cond given, but the model takes ",
+              c.in_channels, " input channels = its ", c.out_channels, " output channels");
+  }
+}
+
+Request SLatFlowModel::prepare(const Tensor& coords, int batch, int cond_tokens,
+                               const Tensor& concat_cond, int null_assets) const {
+  check_resident();
+  const ModelConfig& c = config();
+  check_request(coords, batch, cond_tokens, concat_cond);
 
   Request r;
   r.batch = batch;
@@ -114,15 +132,7 @@ Request SLatFlowModel::prepare(const Tensor& coords, int batch, int cond_tokens,
   }
 
   position_tables(r);
-  const int concat_channels = c.in_channels - c.out_channels;
-  if (concat_channels > 0) {
-    check_tensor(concat_cond, "request concat_cond (texture model shape latent)", DType::F32,
-                 {r.tokens, concat_channels});
-    r.concat_cond = concat_cond.to(device_);
-  } else {
-    S3D_CHECK(!concat_cond.defined(), "request: concat_cond given, but the model takes ",
-              c.in_channels, " input channels = its ", c.out_channels, " output channels");
-  }
+  if (c.in_channels > c.out_channels) r.concat_cond = concat_cond.to(device_);
   return r;
 }
 

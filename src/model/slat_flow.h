@@ -36,6 +36,8 @@ class SLatFlowModel : public Denoiser {
   uint64_t weights_version() const override { return ck_.version; }
   Request prepare(const Tensor& coords, int batch, int cond_tokens,
                   const Tensor& concat_cond = Tensor(), int null_assets = 0) const override;
+  void check_request(const Tensor& coords, int batch, int cond_tokens,
+                     const Tensor& concat_cond = Tensor()) const override;
   using Denoiser::forward;
   Tensor forward(const Request& req, const Tensor& x, const Tensor& t1000, const Condition& cond,
                  const NullPath* null = nullptr, const Modulation* mod = nullptr) const override;

@@ -68,8 +68,8 @@ Tensor SparseStructureFlowModel::grid_coords(int batch, int resolution) {
   return c;
 }
 
-Request SparseStructureFlowModel::prepare(const Tensor& coords, int batch, int cond_tokens,
-                                          const Tensor& concat_cond, int null_assets) const {
+void SparseStructureFlowModel::check_request(const Tensor& coords, int batch, int cond_tokens,
+                                             const Tensor& concat_cond) const {
   const ModelConfig& c = config();
   S3D_CHECK(batch >= 1, "request: needs at least one asset, got ", batch);
   check_tensor(coords, "request coords", DType::I32, {-1, 4});
@@ -90,7 +90,7 @@ Request SparseStructureFlowModel::prepare(const Tensor& coords, int batch, int c
               "); the dense model's tokens are each asset's grid in raster order, so it must "
               "be (", b, ", ", t / (r * r), ", ", (t / r) % r, ", ", t % r, ")");
   }
-  return SLatFlowModel::prepare(coords, batch, cond_tokens, concat_cond, null_assets);
+  SLatFlowModel::check_request(coords, batch, cond_tokens, concat_cond);
 }
 
 void SparseStructureFlowModel::position_tables(Request& r) const {

@@ -27,8 +27,9 @@ class SparseStructureFlowModel : public SLatFlowModel {
   DenoiserSummary summary() const override;
   // coords: the full grid of each of `batch` assets in raster order, i32 [B R^3, 4] on the
   // host (grid_coords); anything else is an error naming the first row that differs.
-  Request prepare(const Tensor& coords, int batch, int cond_tokens,
-                  const Tensor& concat_cond = Tensor(), int null_assets = 0) const override;
+  // (prepare() runs these checks through check_request.)
+  void check_request(const Tensor& coords, int batch, int cond_tokens,
+                     const Tensor& concat_cond = Tensor()) const override;
 
   // i32 [B R^3, 4] on the host: rows (b, n / R^2, (n / R) mod R, n mod R).
   static Tensor grid_coords(int batch, int resolution);
