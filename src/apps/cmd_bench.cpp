@@ -81,7 +81,7 @@ void add_protocol_options(CLI::App* sub, BenchArgs& a) {
                   "Service protocol: tokens of the warm-up request, no asset's count: the "
                   "largest asset's first ones, or the grid's first voxels for more (0 = 3/4 "
                   "of the smallest asset's)")
-      ->check(CLI::NonNegativeNumber)
+      ->transform(integer_in(0, int64_t{1} << 30))
       ->capture_default_str();
   sub->add_option("--device", a.device,
                   "cuda, or cpu: the same protocol on the CPU backend (a check of the bench "
@@ -134,29 +134,38 @@ Command add_bench(CLI::App& app) {
   sub->add_option("--warmup", a->o.warmup,
                   "Repeated protocol: one-step warm-up loops per (path, asset), where no first "
                   "request ran; the PyTorch baseline's warm-up runs")
+      ->transform(integer_in(0, 1000000))
       ->capture_default_str();
-  sub->add_option("--repeats", a->o.repeats, "Timed loops per (path, asset)")->capture_default_str();
+  sub->add_option("--repeats", a->o.repeats, "Timed loops per (path, asset)")
+      ->transform(integer_in(1, 1000000))
+      ->capture_default_str();
   sub->add_option("--max-device-memory", a->o.max_device_memory_gib,
                   "GiB of device memory the engine may use (0 = all); a request that would "
                   "not fit drops cond_kv_cache, then batched_cfg (counted fallbacks)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(number_in(0, 1 << 20));
   add_ablation_options(sub, *a);
   sub->add_option("--instrument-steps", a->o.instrument_steps,
                   "Steps of the instrumented loop, scaled to the whole loop (0 = all; needs "
                   "CFG on every step)")
+      ->transform(integer_in(0, 10000))
       ->capture_default_str();
   sub->add_option("--qualify-tokens", a->o.qualify_tokens,
                   "Null-context qualification: tokens per CFG branch qualified ahead of the "
-                  "warm-up (the engine qualifies every asset's own on its first request)");
+                  "warm-up (the engine qualifies every asset's own on its first request)")
+      ->transform(integer_in(1, int64_t{1} << 30));
   sub->add_option("--qualify-m", a->o.qualify_m,
                   "Null-context qualification: candidate canonical M (default 1 64 128 256 512 "
-                  "1024)");
+                  "1024)")
+      ->transform(integer_in(1, 1 << 20));
   add_baseline_options(sub, *a);
-  sub->add_option("--out", a->out, "Folder for the report files")->capture_default_str();
+  sub->add_option("--out", a->out, "Folder for the report files")
+      ->check(kNonEmptyPath)
+      ->capture_default_str();
   sub->add_option("--stem", a->stem, "Report file name stem (default bench-<date>)");
   sub->add_option("--batch", a->o.batch_sizes,
                   "Multi-asset batching: K values > 1; K copies of each asset packed into one "
-                  "request (throughput table)");
+                  "request (throughput table)")
+      ->transform(integer_in(1, 64));
   sub->add_option("--also-compare", a->o.also_compare,
                   "Paths to compare every path with, besides the first (reduction and speedup)");
   add_replot_options(sub, *a);
@@ -255,7 +264,7 @@ Command add_profile(CLI::App& app) {
   sub->add_option("--path", a->path,
                   "Execution path, optionally with +flag/-flag edits: " + path_names())
       ->capture_default_str();
-  sub->add_option("--t", a->t, "Timestep in [0, 1]")->capture_default_str();
+  sub->add_option("--t", a->t, "Timestep in [0, 1]")->check(number_in(0, 1))->capture_default_str();
   sub->add_flag("--uncond", a->uncond, "Profile the unconditional (zero-condition) forward");
   return [a]() {
     const sparse3d::ExecutionPlan plan = sparse3d::ExecutionPlan::parse(a->path);
@@ -311,7 +320,9 @@ Command add_bench_report(CLI::App& app) {
   sub->add_option("--result", a->result, "A bench result JSON")->required();
   sub->add_option("--torch-timing", a->torch, "tools/torch_ref/run.py --timing-json output (eager)");
   sub->add_option("--torch-compile-timing", a->torch_compile, "The same under --compile");
-  sub->add_option("--out", a->out, "Folder for the report files")->capture_default_str();
+  sub->add_option("--out", a->out, "Folder for the report files")
+      ->check(kNonEmptyPath)
+      ->capture_default_str();
   sub->add_option("--stem", a->stem, "File name stem (default: the result's)");
   sub->add_option("--also-compare", a->also_compare,
                   "Engine paths to compare every path with, besides the reference (reduction "
@@ -358,8 +369,12 @@ Command add_bench_kernels(CLI::App& app) {
                   "of the shape, e.g. from `sparse3d make-checkpoint --preset "
                   "trellis2-shape-1024`)")
       ->required();
-  sub->add_option("--tokens", a->tokens, "Token counts")->capture_default_str();
-  sub->add_option("--out", a->out, "Folder for the report files")->capture_default_str();
+  sub->add_option("--tokens", a->tokens, "Token counts")
+      ->transform(integer_in(1, int64_t{1} << 30))
+      ->capture_default_str();
+  sub->add_option("--out", a->out, "Folder for the report files")
+      ->check(kNonEmptyPath)
+      ->capture_default_str();
   sub->add_option("--stem", a->stem, "File name stem (default kernels-<date>)");
   return [a]() {
     sparse3d::EngineOptions eo;

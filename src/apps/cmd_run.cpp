@@ -19,6 +19,7 @@
 #include "bench/result_io.h"
 #include "core/error.h"
 #include "core/tensor.h"
+#include "io/atomic_file.h"
 #include "io/json.h"
 #include "io/safetensors.h"
 #include "payload/payload.h"
@@ -192,8 +193,33 @@ Job inputs_job(const sparse3d::Engine& engine, const RunArgs& a, const InputsFil
 }
 
 // Runs one request and writes OUT/<name>.safetensors; returns its non-finite output count.
+// The outputs a run has written: removed again when the run fails (a failed command leaves
+// nothing new behind), and by the signal handler when it is interrupted, until keep().
+class Outputs {
+ public:
+  ~Outputs() {
+    if (!keep_)
+      for (const auto& p : paths_) std::remove(p.c_str());
+  }
+  void add(const std::string& path) {
+    paths_.push_back(path);
+    guards_.emplace_back(path, io::RemoveOnSignal::Kind::File);
+  }
+  void keep() {
+    keep_ = true;
+    for (auto& g : guards_) g.release();
+  }
+
+ private:
+  std::vector<std::string> paths_;
+  std::vector<io::RemoveOnSignal> guards_;
+  bool keep_ = false;
+};
+
+// `folders` makes the output folder when the first output is written: a run that fails
+// before it has a result leaves no empty folder behind.
 int64_t run_job(sparse3d::Engine& engine, const RunArgs& a, Job& job,
-                const std::vector<AutoFlag>& autos) {
+                const std::vector<AutoFlag>& autos, io::NewFolders& folders, Outputs& outputs) {
   const std::string& name = job.name;
   sparse3d::SampleRequest& r = job.request;
   r.sampler = a.sampler.resolve();
@@ -231,7 +257,9 @@ int64_t run_job(sparse3d::Engine& engine, const RunArgs& a, Job& job,
                    {"path", out.stats.plan},
                    {"cfg", batched ? "batched" : "serial"},
                    {"cuda_graphs", ran.on(sparse3d::Flag::cuda_graphs) ? "on" : "off"}});
+  folders.make(a.out, "--out " + a.out);
   io::write_safetensors(path, tensors, metadata);
+  outputs.add(path);
   std::printf("[%s] %lld tokens, path %s: set-up %.3f s + denoise loop %.3f s, %llu launches, "
               "peak device memory %.2f GiB in use / %.2f GiB reserved, %lld non-finite outputs "
               "-> %s\n",
@@ -289,8 +317,10 @@ Command add_run(CLI::App& app) {
                   "--inputs: the noise seed of a file that holds no noise (the engine's "
                   "generator, docs/FORMATS.md)")
       ->needs(inputs)
+      ->transform(unsigned_64())
       ->capture_default_str();
   sub->add_option("--out", a->out, "Folder for the <asset>.safetensors outputs")
+      ->check(kNonEmptyPath)
       ->capture_default_str();
   a->sampler.add_to(sub);
   sub->add_flag("--dump-first-forward", a->dump_first,
@@ -314,6 +344,10 @@ Command add_run(CLI::App& app) {
     if (a->inputs.empty()) {
       manifest = payload::read_manifest(a->manifest);
       todo = selected(manifest, *a);
+      // Each asset is read and checked once now, so that a bad one is refused before the
+      // checkpoint loads and before any output is written; it is read again when it runs
+      // (only one asset's tensors are held at a time).
+      for (const auto* e : todo) (void)payload::read_asset(manifest, *e);
     } else {
       std::map<std::string, std::string> names;
       for (const auto& path : a->inputs) {
@@ -323,12 +357,18 @@ Command add_run(CLI::App& app) {
                   output_path(*a, seen->first), " (output names come from the file names)");
       }
     }
-    // The output folder is checked before anything is loaded.
-    a->engine.prepare_output_folder(a->out);
-    for (const auto* e : todo)
+    // The output folder and every output's name are checked before anything is loaded; the
+    // folder itself is made only when the first output is written.
+    a->engine.check_output_folder(a->out);
+    for (const auto* e : todo) {
+      io::check_output_file(output_path(*a, e->name), "--out " + a->out);
       check_not_overwritten(output_path(*a, e->name),
                             (std::filesystem::path(manifest.dir) / e->file).string());
-    for (const auto& in : inputs) check_not_overwritten(output_path(*a, in.name), in.path);
+    }
+    for (const auto& in : inputs) {
+      io::check_output_file(output_path(*a, in.name), "--out " + a->out);
+      check_not_overwritten(output_path(*a, in.name), in.path);
+    }
     eo.log = [](const std::string& line) { std::printf("%s\n", line.c_str()); };
     const auto t0 = std::chrono::steady_clock::now();
     sparse3d::Engine engine(a->engine.checkpoint, eo);
@@ -349,8 +389,12 @@ Command add_run(CLI::App& app) {
     int failures = 0;
     uint64_t fallbacks = 0;
     std::string fallback_lines;
+    // When the run fails: the outputs it wrote are removed, then the folders it made (in
+    // this order: the members go in reverse).
+    io::NewFolders folders;
+    Outputs outputs;
     auto run_one = [&](Job job) {
-      failures += run_job(engine, *a, job, autos) > 0 ? 1 : 0;
+      failures += run_job(engine, *a, job, autos, folders, outputs) > 0 ? 1 : 0;
       for (const auto& f : engine.counters().fallbacks) {
         fallbacks += f.count;
         fallback_lines += cat("  [", job.name, "] ", f.optimization, ": ", f.reason, " (", f.count, "x)\n");
@@ -360,6 +404,8 @@ Command add_run(CLI::App& app) {
     for (const auto& in : inputs) run_one(inputs_job(engine, *a, in));
     std::printf("fallbacks:\n%s", fallbacks ? fallback_lines.c_str() : "  none\n");
     S3D_CHECK(failures == 0, failures, " asset(s) produced non-finite latents");
+    outputs.keep();
+    folders.keep();
     return 0;
   };
 }

@@ -1,9 +1,14 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <limits>
 
 #include "apps/commands.h"
 #include "apps/engine_flags.h"
+#include "core/error.h"
 #include "sparse3d/types.h"
 
 namespace s3d::apps {
@@ -71,7 +76,136 @@ void add_help_paths_flag(CLI::App* app) {
       "Print every execution path and optimization flag and exit (as `sparse3d paths`)");
 }
 
+// `text` as a decimal integer: an optional '-', then digits; nothing else (no '+', no
+// spaces, no base prefix). False when it is not one or does not fit 64 bits.
+bool parse_decimal(const std::string& text, bool& negative, uint64_t& magnitude) {
+  negative = !text.empty() && text[0] == '-';
+  const size_t start = negative ? 1 : 0;
+  if (text.size() == start || text.size() - start > 20) return false;
+  magnitude = 0;
+  for (size_t i = start; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c < '0' || c > '9') return false;
+    const uint64_t digit = static_cast<uint64_t>(c - '0');
+    if (magnitude > (std::numeric_limits<uint64_t>::max() - digit) / 10) return false;
+    magnitude = magnitude * 10 + digit;
+  }
+  return true;
+}
+
+std::string in_quotes(const std::string& text) {
+  return "'" + (text.size() > 40 ? text.substr(0, 40) + "..." : text) + "'";
+}
+
 }  // namespace
+
+CLI::Validator integer_in(int64_t min, int64_t max) {
+  const std::string range = cat("[", min, ", ", max, "]");
+  return CLI::Validator(
+      [min, max, range](std::string& text) -> std::string {
+        bool negative = false;
+        uint64_t magnitude = 0;
+        if (!parse_decimal(text, negative, magnitude) || (negative && min >= 0))
+          return in_quotes(text) + " is not " + (min >= 0 ? "a non-negative" : "an") +
+                 " integer in decimal digits (expected one in " + range + ")";
+        const uint64_t limit = negative ? uint64_t{1} << 63
+                                        : static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
+        if (magnitude > limit) return in_quotes(text) + " is outside " + range;
+        const int64_t value = !negative              ? static_cast<int64_t>(magnitude)
+                              : magnitude == limit ? std::numeric_limits<int64_t>::min()
+                                                   : -static_cast<int64_t>(magnitude);
+        if (value < min || value > max) return in_quotes(text) + " is outside " + range;
+        text = std::to_string(value);
+        return "";
+      },
+      "INT in " + range, "integer_in");
+}
+
+CLI::Validator unsigned_64() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        bool negative = false;
+        uint64_t value = 0;
+        if (!parse_decimal(text, negative, value) || negative)
+          return in_quotes(text) + " is not a non-negative integer in decimal digits below 2^64 "
+                 "(expected one in [0, 18446744073709551615])";
+        text = std::to_string(value);
+        return "";
+      },
+      "UINT64", "unsigned_64");
+}
+
+CLI::Validator number_in(double min, double max) {
+  const std::string range = cat("[", min, ", ", max, "]");
+  return CLI::Validator(
+      [min, max, range](std::string& text) -> std::string {
+        // Decimal only: digits, one '.', an exponent; strtod alone would also take "nan",
+        // "inf", hexadecimal and leading spaces.
+        bool digits = false, decimal = !text.empty();
+        for (size_t i = 0; i < text.size(); ++i) {
+          const char c = text[i];
+          const bool sign_ok = (c == '-' || c == '+') &&
+                               (i == 0 || text[i - 1] == 'e' || text[i - 1] == 'E');
+          digits = digits || (c >= '0' && c <= '9');
+          decimal = decimal && ((c >= '0' && c <= '9') || sign_ok || c == '.' || c == 'e' ||
+                                c == 'E');
+        }
+        digits = digits && decimal;
+        char* end = nullptr;
+        errno = 0;
+        const double v = digits ? std::strtod(text.c_str(), &end) : 0.0;
+        if (!digits || end != text.c_str() + text.size() || !std::isfinite(v) || errno == ERANGE)
+          return in_quotes(text) + " is not a finite decimal number (expected one in " + range + ")";
+        if (v < min || v > max) return in_quotes(text) + " is outside " + range;
+        return "";
+      },
+      "NUMBER in " + range, "number_in");
+}
+
+const CLI::Validator kNonEmptyPath(
+    [](std::string& text) -> std::string { return text.empty() ? "the path is empty" : ""; },
+    "PATH", "non_empty_path");
+
+const CLI::Validator kNonEmptyValue(
+    [](std::string& text) -> std::string { return text.empty() ? "the value is empty" : ""; },
+    "", "non_empty_value");
+
+std::string unknown_arguments(const CLI::App& app) {
+  const auto subs = app.get_subcommands();
+  if (subs.empty()) return "";  // no command: check_command's report stands
+  const CLI::App* sub = subs[0];
+  // Words before the command are check_command's to report.
+  const std::vector<std::string> words = sub->remaining(true);
+  std::vector<std::string> names;
+  for (const CLI::Option* o : sub->get_options())
+    for (const auto& n : o->get_lnames()) names.push_back("--" + n);
+  std::vector<std::string> options, others;
+  bool after_unknown_option = false;
+  for (const auto& w : words) {
+    if (w.empty() || w == "--") continue;
+    // A plain word right after an unknown option is most likely that option's value.
+    const bool value = after_unknown_option && w[0] != '-';
+    after_unknown_option = w[0] == '-' && w.find('=') == std::string::npos;
+    if (value) continue;
+    if (w[0] == '-') {
+      // "--name=value": the name is what is unknown.
+      const std::string name = w.substr(0, w.find('='));
+      const std::string near = closest_name(name, names);
+      options.push_back(in_quotes(name) + (near.empty() ? "" : " (did you mean " + near + "?)"));
+    } else {
+      others.push_back(in_quotes(w));
+    }
+  }
+  if (options.empty() && others.empty()) return "";
+  std::string message = sub->get_name() + ": ";
+  if (!options.empty())
+    message += (options.size() > 1 ? "unknown options " : "unknown option ") + joined(options);
+  if (!others.empty())
+    message += std::string(options.empty() ? "" : "; ") +
+               (others.size() > 1 ? "unexpected arguments " : "unexpected argument ") +
+               joined(others);
+  return message;
+}
 
 std::string closest_name(const std::string& word, const std::vector<std::string>& names) {
   const size_t limit = word.size() <= 4 ? 1 : 2;

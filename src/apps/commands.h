@@ -4,7 +4,9 @@
 #pragma once
 
 #include <CLI/Error.hpp>
+#include <CLI/Validators.hpp>
 
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <string>
@@ -48,6 +50,28 @@ class UsageError : public CLI::ParseError {
   explicit UsageError(std::string message)
       : CLI::ParseError("UsageError", std::move(message), CLI::ExitCodes::ExtrasError) {}
 };
+
+// After a failed parse: the arguments the chosen command does not know, as one message
+// ("run: unknown option '--bogus'"; with the closest option when one is close), or "" when
+// there are none. main.cpp reports them before anything else CLI11 found (a required option
+// reported missing is most often the one that was misspelt).
+std::string unknown_arguments(const CLI::App& app);
+
+// Value checks for numeric options, applied to the text before CLI11 converts it (CLI11's
+// own conversion takes "-1" for 2^64 - 1 in an unsigned option, "010" for 8 and "0x10" for 16,
+// and saturates 1e23). Each refuses anything else with a message CLI11 prefixes with the
+// option's name (a usage error, exit 2), and rewrites an accepted value in canonical decimal.
+//
+// An integer written in decimal digits (with a leading '-' where `min` < 0) in [min, max].
+CLI::Validator integer_in(int64_t min, int64_t max);
+// The same for the full unsigned 64-bit range of seeds: [0, 2^64 - 1].
+CLI::Validator unsigned_64();
+// A finite decimal number in [min, max] (no NaN, no infinity, no hexadecimal).
+CLI::Validator number_in(double min, double max);
+// A path that is not empty.
+extern const CLI::Validator kNonEmptyPath;
+// Any value that is not empty (CLI11 takes `--cfg ''` as given, leaving the value unset).
+extern const CLI::Validator kNonEmptyValue;
 
 // The name in `names` closest to `word` by edit distance (insertions, deletions,
 // substitutions and swaps of two neighbours each count 1), or "" when none is close enough

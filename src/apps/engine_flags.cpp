@@ -1,12 +1,12 @@
 #include "apps/engine_flags.h"
 
-#include <unistd.h>
-
 #include <cstdio>
 #include <filesystem>
 #include <string_view>
 
+#include "apps/commands.h"
 #include "core/error.h"
+#include "io/atomic_file.h"
 
 namespace s3d::apps {
 
@@ -18,18 +18,21 @@ void EngineFlags::add_to(CLI::App* sub) {
       ->capture_default_str();
   sub->add_option("--path", path,
                   "Execution path, optionally with +flag/-flag edits (default: " +
-                      std::string(sparse3d::default_path()) + "; every path and flag: `sparse3d paths`)");
+                      std::string(sparse3d::default_path()) + "; every path and flag: `sparse3d paths`)")
+      ->check(kNonEmptyValue);
   sub->add_option("--enable", enable, "Turn an optimization flag on (e.g. batched_cfg)");
   sub->add_option("--disable", disable, "Turn an optimization flag off");
   sub->add_option("--qualify-m", qualify_m,
                   "Null-context qualification: candidate canonical M (default 1 64 128 256 512 "
-                  "1024)");
+                  "1024)")
+      ->transform(integer_in(1, 1 << 20));
   sub->add_option("--max-device-memory", max_device_memory_gib,
                   "Use at most this many GiB of device memory (0 = all)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(number_in(0, 1 << 20));
   sub->add_option("--cache-dir", cache_dir,
                   "Qualification cache folder (default $SPARSE3D_CACHE_DIR, else "
-                  "$XDG_CACHE_HOME/sparse3d, else ~/.cache/sparse3d)");
+                  "$XDG_CACHE_HOME/sparse3d, else ~/.cache/sparse3d)")
+      ->check(kNonEmptyPath);
   sub->add_flag("--no-qualification-cache", no_cache,
                 "Qualify in memory only: neither read nor write the cache file");
 }
@@ -50,14 +53,8 @@ sparse3d::EngineOptions EngineFlags::resolve() const {
   return o;
 }
 
-void EngineFlags::prepare_output_folder(const std::string& folder) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  S3D_CHECK(!fs::exists(folder, ec) || fs::is_directory(folder, ec), "--out ", folder,
-            " exists and is not a folder");
-  fs::create_directories(folder, ec);
-  S3D_CHECK(!ec, "--out ", folder, ": cannot create the folder (", ec.message(), ")");
-  S3D_CHECK(::access(folder.c_str(), W_OK) == 0, "--out ", folder, " is not writable");
+void EngineFlags::check_output_folder(const std::string& folder) {
+  io::check_output_folder(folder, "--out " + folder);
 }
 
 void EngineFlags::check_manifest(const sparse3d::Engine& engine, const payload::Manifest& m,

@@ -25,8 +25,9 @@ struct EngineFlags {
   void add_to(CLI::App* sub);
   sparse3d::EngineOptions resolve() const;
 
-  // Creates `folder` (or checks it is a writable folder) before anything is loaded.
-  static void prepare_output_folder(const std::string& folder);
+  // Before anything is loaded: `folder` is a folder this process can write in, or one it
+  // can make (the folder itself is made only when there is a file to write into it).
+  static void check_output_folder(const std::string& folder);
   // The manifest's conditions and concat channels must match the model.
   static void check_manifest(const sparse3d::Engine& engine, const payload::Manifest& m,
                              const std::string& path);

@@ -67,6 +67,7 @@ InputsFile read_inputs(const std::string& path) {
     S3D_CHECK(e.name == "coords" || e.name == "cond" || e.name == "concat_cond" ||
                   e.name == "noise",
               what, ": unexpected tensor '", e.name, "' (an inputs file holds ", kKnown, ")");
+  file.check_tensor_bytes(kMaxInputsTensorBytes, "an inputs file");
   InputsFile in;
   in.path = path;
   in.name = std::filesystem::path(path).stem().string();

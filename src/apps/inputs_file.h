@@ -9,12 +9,17 @@
 // The same names and layouts as SampleRequest (include/sparse3d/engine.h) takes them.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "core/tensor.h"
 #include "sparse3d/engine.h"
 
 namespace s3d::apps {
+
+// The most bytes one tensor of an inputs file may hold: 2 GiB, some 60 released conditions
+// in f32. A larger one is refused from the header, before anything is allocated or read.
+inline constexpr uint64_t kMaxInputsTensorBytes = uint64_t{2} << 30;
 
 struct InputsFile {
   std::string path;    // as given

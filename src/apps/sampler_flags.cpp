@@ -1,5 +1,10 @@
 #include "apps/sampler_flags.h"
 
+#include <climits>
+
+#include "apps/commands.h"
+#include "core/error.h"
+
 namespace s3d::apps {
 
 namespace {
@@ -28,11 +33,19 @@ void SamplerFlags::add_to(CLI::App* sub) {
       ->check(CLI::Validator(check_preset, "{released,released_sparse_structure,protocol}",
                              "sampler preset"))
       ->capture_default_str();
-  steps_given = sub->add_option("--steps", steps, "Euler steps (overrides the sampler preset)");
-  rescale_t_given = sub->add_option("--rescale-t", rescale_t, "Timestep rescale r");
-  cfg_given = sub->add_option("--cfg", cfg, "Guidance strength g (1 = no CFG)");
-  sub->add_option("--interval", interval, "Guidance interval LO HI")->expected(2);
-  rescale_given = sub->add_option("--guidance-rescale", rescale, "Guidance rescale rho in [0, 1]");
+  // The form is checked here (decimal digits: CLI11 alone reads "010" as 8); the range is
+  // SamplerSettings::validate's, in resolve().
+  steps_given = sub->add_option("--steps", steps, "Euler steps (overrides the sampler preset)")
+                    ->transform(integer_in(INT_MIN, INT_MAX));
+  rescale_t_given =
+      sub->add_option("--rescale-t", rescale_t, "Timestep rescale r")->check(kNonEmptyValue);
+  cfg_given =
+      sub->add_option("--cfg", cfg, "Guidance strength g (1 = no CFG)")->check(kNonEmptyValue);
+  sub->add_option("--interval", interval, "Guidance interval LO HI")
+      ->expected(2)
+      ->check(kNonEmptyValue);
+  rescale_given = sub->add_option("--guidance-rescale", rescale, "Guidance rescale rho in [0, 1]")
+                      ->check(kNonEmptyValue);
 }
 
 namespace {
@@ -52,6 +65,16 @@ sparse3d::SamplerSettings SamplerFlags::resolve() const {
     o.interval_lo = interval[0];
     o.interval_hi = interval[1];
   }
+  // Refused by the option's name before the settings' own checks (docs/API.md): a negative
+  // strength, or an interval reaching outside the times [0, 1], is no setting of the
+  // original sampler. (Written so
+  // that a NaN passes on to validate(), which names it as not finite.)
+  if (given(cfg_given))
+    S3D_CHECK(!(cfg < 0), "--cfg ", cfg, ": the guidance strength must be >= 0 (1 = no CFG)");
+  if (interval.size() == 2)
+    for (double end : interval)
+      S3D_CHECK(!(end < 0) && !(end > 1), "--interval ", interval[0], " ", interval[1],
+                ": the ends of the guidance interval are times in [0, 1] (t runs from 1 to 0)");
   o.validate();
   return o;
 }

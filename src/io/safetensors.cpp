@@ -29,6 +29,8 @@ namespace {
 
 // The reference reader's limit: a larger header is an attack, not a checkpoint.
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;
+// The most one read() call asks for.
+constexpr uint64_t kReadPiece = uint64_t{64} << 20;
 const char* const kMetadataKey = "__metadata__";
 
 struct DtypeInfo {
@@ -82,8 +84,9 @@ class InputFile {
   void read_exact(void* dst, uint64_t bytes, uint64_t offset) const {
     auto* p = static_cast<char*>(dst);
     while (bytes > 0) {
-      // Linux moves at most ~2 GiB per call.
-      size_t chunk = static_cast<size_t>(std::min<uint64_t>(bytes, 1ull << 30));
+      // Bounded pieces (Linux moves at most ~2 GiB per call anyway): a slow or hostile file
+      // costs one piece per call, and a signal or an error is seen between pieces.
+      size_t chunk = static_cast<size_t>(std::min<uint64_t>(bytes, kReadPiece));
       ssize_t n = ::pread(fd_, p, chunk, static_cast<off_t>(offset));
       if (n < 0 && errno == EINTR) continue;
       S3D_CHECK(n >= 0, what_, ": read failed at byte ", offset, " (", std::strerror(errno), ")");
@@ -255,25 +258,33 @@ SafetensorsFile SafetensorsFile::open(const std::string& path, const std::string
   file.read_exact(len_bytes, 8, 0);
   uint64_t header_len = 0;
   for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | len_bytes[i];
-  S3D_CHECK(header_len <= kMaxHeaderBytes, what, ": header length ", header_len,
-            " is larger than the limit of ", kMaxHeaderBytes, " bytes");
-  S3D_CHECK(header_len <= max_header_bytes, what, ": header length ", header_len,
-            " bytes is more than ", max_header_bytes, " bytes, all that ", expected,
-            " can need; refused before reading it");
+  // A length past the end means these bytes are not a header length at all (a text file, a
+  // hard link to anything): the message gives the file's size, never the number those bytes
+  // make, which would print the file's first bytes in another guise.
   // size >= 8 here, so size - 8 cannot wrap.
-  S3D_CHECK(header_len <= size - 8, what, ": header length ", header_len,
-            " reaches past the end of the file (", size, " bytes, ", size - 8,
-            " after the length field)");
+  S3D_CHECK(header_len <= size - 8, what,
+            ": not a safetensors file (the header length in its first 8 bytes is larger than "
+            "the file, ",
+            size, " bytes)");
+  // Nor here: the length is only known to fit the file.
+  S3D_CHECK(header_len <= kMaxHeaderBytes, what,
+            ": the header length in its first 8 bytes is larger than the limit of ",
+            kMaxHeaderBytes, " bytes");
+  S3D_CHECK(header_len <= max_header_bytes, what,
+            ": the header length in its first 8 bytes is more than ", max_header_bytes,
+            " bytes, all that ", expected, " can need; refused before reading it");
 
   std::string header(static_cast<size_t>(header_len), '\0');
   file.read_exact(header.data(), header_len, 8);
   // nlohmann would silently skip a UTF-8 byte-order mark; requiring '{' as the first
   // non-blank byte leaves no room for anything (a polyglot's second header) before it.
   size_t first = header.find_first_not_of(" \t\r\n");
+  // Named without the byte itself: the file may be anything.
   S3D_CHECK(first != std::string::npos && header[first] == '{', what,
-            ": header does not start with '{' (found ",
-            first == std::string::npos ? std::string("only white space")
-                                       : cat("byte 0x", std::hex, int(uint8_t(header[first]))),
+            ": not a safetensors file (its header does not start with '{'",
+            first == std::string::npos          ? ": it is only white space"
+            : header.compare(first, 3, "\xEF\xBB\xBF") == 0 ? ": it starts with a UTF-8 byte-order mark"
+                                                : "",
             ")");
   Json root = parse_json(header, what + " header");
   S3D_CHECK(root.is_object(), what, ": header is not a JSON object");
@@ -333,6 +344,13 @@ SafetensorsFile SafetensorsFile::open(const std::string& path, const std::string
             " trailing bytes after the last tensor (the tensors cover ", covered, " of ",
             data_bytes, " data bytes)");
   return f;
+}
+
+void SafetensorsFile::check_tensor_bytes(uint64_t max_bytes, const std::string& expected) const {
+  for (const TensorEntry& e : entries_)
+    S3D_CHECK(e.end - e.begin <= max_bytes, what_, ": tensor '", e.name, "' (", e.dtype, " ",
+              shape_str(e.shape), ") is ", e.end - e.begin, " bytes, more than the ", max_bytes,
+              " bytes ", expected, " may hold in one tensor; refused before reading it");
 }
 
 const TensorEntry* SafetensorsFile::find(const std::string& name) const {

@@ -38,6 +38,11 @@ class SafetensorsFile {
   const std::string& path() const { return path_; }
   const std::vector<TensorEntry>& entries() const { return entries_; }  // in offset order
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  // Refuses (one s3d::Error naming the tensor, its size and `expected`, what the limit
+  // follows from) any tensor of more than `max_bytes`: what a reader that knows what to
+  // expect calls before it loads anything. open() has checked the sizes against the file,
+  // but a sparse file can be of any size at no cost to its maker.
+  void check_tensor_bytes(uint64_t max_bytes, const std::string& expected) const;
   // nullptr when absent. By an index: a file may name up to millions of tensors, and a
   // loader looks each one up.
   const TensorEntry* find(const std::string& name) const;

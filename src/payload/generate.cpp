@@ -1,13 +1,20 @@
 #include "payload/generate.h"
 
+#include <stdlib.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <array>
+#include <cerrno>
 #include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <numeric>
 
 #include "core/error.h"
 #include "core/rng.h"
+#include "io/atomic_file.h"
 
 namespace s3d::payload {
 namespace {
@@ -141,19 +148,55 @@ Tensor full_grid(int grid) {
   return c;
 }
 
-Manifest generate_payloads(const std::string& dir, const GenerateOptions& o) {
-  S3D_CHECK(o.cond_tokens >= 1 && o.cond_channels >= 1 && o.concat_channels >= 0,
-            "make-payloads: condition must have at least one token and channel");
+void check_options(const GenerateOptions& o) {
+  const char* what = "make-payloads";
+  S3D_CHECK(o.grid >= 1 && o.grid <= (1 << 16), what, ": grid ", o.grid, " is outside [1, 65536]");
+  // read_manifest's bounds, so that what is written reads back.
+  S3D_CHECK(o.cond_tokens >= 1 && o.cond_tokens <= (1 << 30), what, ": --cond-tokens ",
+            o.cond_tokens, " is outside [1, 1073741824]");
+  S3D_CHECK(o.cond_channels >= 1 && o.cond_channels <= (1 << 20), what, ": --cond-channels ",
+            o.cond_channels, " is outside [1, 1048576]");
+  S3D_CHECK(o.concat_channels >= 0 && o.concat_channels <= (1 << 20), what,
+            ": --concat-channels ", o.concat_channels, " is outside [0, 1048576]");
+  const size_t assets = o.default_tokens.size() + o.long_tail_tokens.size();
+  S3D_CHECK(assets >= 1, what, ": no assets to make (no token counts)");
+  S3D_CHECK(assets <= kMaxAssets, what, ": ", assets, " assets, more than the limit of ",
+            kMaxAssets);
+  const int64_t cells = int64_t(o.grid) * o.grid * o.grid;
   if (o.dense) {
-    const int64_t cells = int64_t(o.grid) * o.grid * o.grid;
-    S3D_CHECK(o.concat_channels == 0, "make-payloads: dense payloads take no concat_cond");
+    S3D_CHECK(o.concat_channels == 0, what, ": dense payloads take no concat_cond");
     for (int64_t t : o.default_tokens)
-      S3D_CHECK(t == cells, "make-payloads: a dense payload is the whole ", o.grid, "^3 grid, ",
-                cells, " tokens; ", t, " was asked for");
-    S3D_CHECK(o.long_tail_tokens.empty(), "make-payloads: dense payloads have no long tail");
+      S3D_CHECK(t == cells, what, ": a dense payload is the whole ", o.grid, "^3 grid, ", cells,
+                " tokens; ", t, " was asked for");
+    S3D_CHECK(o.long_tail_tokens.empty(), what, ": dense payloads have no long tail");
   }
-  const bool dir_existed = std::filesystem::exists(dir);
-  std::filesystem::create_directories(dir);
+  // The bytes each asset file holds; the generator's host memory is a small multiple of it
+  // (the condition is made in f32, then stored as bf16). In double: exact enough for a
+  // limit, and no product can wrap.
+  const double cond_bytes = 2.0 * o.cond_tokens * o.cond_channels;
+  double total = 0;
+  for (const auto* counts : {&o.default_tokens, &o.long_tail_tokens})
+    for (int64_t t : *counts) {
+      S3D_CHECK(t >= 1 && t <= cells, what, ": ", t, " tokens do not fit the ", o.grid,
+                "^3 grid (1 to ", cells, " voxels)");
+      const double bytes = 16.0 * t + cond_bytes + 4.0 * t * o.concat_channels;
+      S3D_CHECK(bytes <= double(kMaxAssetBytes), what, ": an asset of ", t, " tokens with a ",
+                o.cond_tokens, " x ", o.cond_channels, " condition",
+                o.concat_channels > 0 ? cat(" and ", o.concat_channels, " concat channels") : "",
+                " would be ", static_cast<uint64_t>(bytes), " bytes, more than the limit of ",
+                kMaxAssetBytes, " (1 GiB) for one asset file");
+      total += bytes;
+    }
+  S3D_CHECK(total <= double(kMaxPayloadBytes), what, ": the ", assets, " assets would be ",
+            static_cast<uint64_t>(total), " bytes, more than the limit of ", kMaxPayloadBytes,
+            " (16 GiB) for one payload set");
+}
+
+Manifest generate_payloads(const std::string& dir, const GenerateOptions& o) {
+  namespace fs = std::filesystem;
+  check_options(o);
+  const std::string what = "make-payloads: --out " + dir;
+  io::check_output_file((fs::path(dir) / "manifest.json").string(), what);
   Manifest m;
   m.dir = dir;
   m.grid = o.grid;
@@ -161,8 +204,19 @@ Manifest generate_payloads(const std::string& dir, const GenerateOptions& o) {
   m.cond_channels = o.cond_channels;
   m.concat_channels = o.concat_channels;
 
+  // Every file is written into a hidden folder inside DIR (same file system: the moves are
+  // renames) and moved into place at the end: a failure part-way leaves DIR as it was.
+  io::NewFolders folders;
+  folders.make(dir, what);
+  std::string staging = (fs::path(dir) / ".make-payloads.XXXXXX").string();
+  S3D_CHECK(::mkdtemp(staging.data()) != nullptr, what, ": cannot make a folder in ", dir, " (",
+            std::strerror(errno), ")");
+  io::RemoveOnSignal staging_guard(staging, io::RemoveOnSignal::Kind::Folder);
+  std::vector<io::RemoveOnSignal> guards;  // staged files, then the files moved into place
+  std::vector<std::string> files;          // file names, the manifest last
+  std::vector<std::string> created;        // paths in DIR that did not exist before
+
   int index = 0;
-  std::vector<std::string> created;
   auto add_set = [&](const std::vector<int64_t>& counts, const char* set) {
     for (int64_t tokens : counts) {
       const uint64_t asset_seed = splitmix64(o.seed * 1000003ull + static_cast<uint64_t>(index));
@@ -190,6 +244,7 @@ Manifest generate_payloads(const std::string& dir, const GenerateOptions& o) {
         for (int c = 0; c < o.cond_channels; ++c) row[c] = static_cast<float>((row[c] - mean) * inv);
       }
       a.cond = Tensor::from_floats(cond, {o.cond_tokens, o.cond_channels}, DType::BF16);
+      cond = {};
       if (o.concat_channels > 0) {
         std::vector<float> cc(static_cast<size_t>(tokens) * o.concat_channels);
         normal_fill(splitmix64(asset_seed ^ 0x5AA7Eull), 0, cc.size(), cc.data());
@@ -202,25 +257,44 @@ Manifest generate_payloads(const std::string& dir, const GenerateOptions& o) {
       e.tokens = tokens;
       e.noise_seed = a.noise_seed;
       e.set = set;
-      const std::string path = (std::filesystem::path(dir) / e.file).string();
-      const bool existed = std::filesystem::exists(path);
+      const std::string path = (fs::path(staging) / e.file).string();
+      guards.emplace_back(path, io::RemoveOnSignal::Kind::File);
       write_asset(path, a);
-      if (!existed) created.push_back(path);
+      files.push_back(e.file);
       m.assets.push_back(e);
       ++index;
     }
   };
-  // A failure leaves no new file behind: the assets this call created are removed.
   try {
     add_set(o.default_tokens, "default");
     add_set(o.long_tail_tokens, "long-tail");
-    write_manifest((std::filesystem::path(dir) / "manifest.json").string(), m);
+    const std::string staged_manifest = (fs::path(staging) / "manifest.json").string();
+    guards.emplace_back(staged_manifest, io::RemoveOnSignal::Kind::File);
+    write_manifest(staged_manifest, m);
+    files.push_back("manifest.json");
+    // Into place: the assets, then the manifest, so that a manifest in DIR always finds its
+    // assets. A file this call adds to DIR stays registered (an interruption removes it)
+    // until the last one is in place.
+    for (const auto& file : files) {
+      const std::string from = (fs::path(staging) / file).string();
+      const std::string to = (fs::path(dir) / file).string();
+      std::error_code ec;
+      if (!fs::exists(fs::symlink_status(to, ec))) {
+        guards.emplace_back(to, io::RemoveOnSignal::Kind::File);
+        created.push_back(to);
+      }
+      S3D_CHECK(std::rename(from.c_str(), to.c_str()) == 0, what, ": cannot move ", from,
+                " to ", to, " (", std::strerror(errno), ")");
+    }
+    S3D_CHECK(::rmdir(staging.c_str()) == 0, what, ": cannot remove the staging folder ",
+              staging, " (", std::strerror(errno), ")");
   } catch (...) {
-    for (const auto& path : created) std::filesystem::remove(path);
     std::error_code ec;
-    if (!dir_existed) std::filesystem::remove(dir, ec);  // only if empty
-    throw;
+    fs::remove_all(staging, ec);
+    for (const auto& path : created) fs::remove(path, ec);
+    throw;  // `folders` removes DIR when this call made it and it is empty again
   }
+  folders.keep();
   return m;
 }
 

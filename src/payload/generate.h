@@ -2,6 +2,7 @@
 // Gaussian condition tokens, one noise seed per asset (docs/BENCHMARK.md, payloads).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -34,6 +35,20 @@ struct GenerateOptions {
   static GenerateOptions dense_small();
 };
 
+// What generate_payloads refuses from its options alone, before it allocates or writes
+// anything (a condition of 2e9 tokens would otherwise end in an allocation failure, or in
+// gigabytes written first): more than kMaxAssets assets; an asset file (coords, cond,
+// concat_cond) of more than kMaxAssetBytes; all files together more than kMaxPayloadBytes.
+// The benchmark set's largest asset file is some 9 MB, the whole set some 110 MB.
+// (kMaxAssetBytes is payload.h's: what read_asset takes.)
+inline constexpr size_t kMaxAssets = 1000;
+inline constexpr uint64_t kMaxPayloadBytes = uint64_t{16} << 30;  // 16 GiB
+
+// Throws s3d::Error naming what is out of range: the limits above, a token count that does
+// not fit the grid (or is not the whole grid for dense payloads), a condition beyond what
+// read_manifest accepts.
+void check_options(const GenerateOptions& options);
+
 // The whole grid^3 grid in raster order, i32 [grid^3, 4] with batch column 0: row
 // n = (0, n / grid^2, (n / grid) mod grid, n mod grid).
 Tensor full_grid(int grid);
@@ -47,7 +62,10 @@ std::vector<int64_t> log_spread(int64_t lo, int64_t hi, int n);
 Tensor voxelize_surface(int shape_index, int64_t tokens, int grid, uint64_t seed);
 const char* shape_name(int shape_index);
 
-// Writes DIR/manifest.json and one asset file per entry; returns the manifest.
+// Writes DIR/manifest.json and one asset file per entry; returns the manifest. The files are
+// made in a hidden folder inside DIR and moved into place once all of them are written (the
+// manifest last); a failure, or an interruption by a signal (io::remove_on_fatal_signals),
+// removes what this call made, DIR too when it made it.
 Manifest generate_payloads(const std::string& dir, const GenerateOptions& options);
 
 }  // namespace s3d::payload

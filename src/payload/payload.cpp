@@ -198,6 +198,7 @@ Asset read_asset(const Manifest& m, const ManifestEntry& entry) {
     S3D_CHECK(e.name == "coords" || e.name == "cond" || e.name == "concat_cond", what,
               ": unexpected tensor '", e.name, "' (an asset holds coords, cond and, for texture "
               "models, concat_cond)");
+  file.check_tensor_bytes(kMaxAssetBytes, "a payload asset");
 
   // Every header check first, then the loads: a bad file fails before any large read.
   const io::TensorEntry* coords_e = file.find("coords");

@@ -11,6 +11,11 @@
 
 namespace s3d::payload {
 
+// The most bytes an asset file may hold (make-payloads writes no more) and so the most one
+// of its tensors may: a released asset holds some 9 MB. read_asset refuses a larger tensor
+// from the header, before it allocates or reads anything.
+inline constexpr uint64_t kMaxAssetBytes = uint64_t{1} << 30;  // 1 GiB
+
 struct ManifestEntry {
   std::string name;      // unique within the manifest
   std::string file;      // relative to the manifest's folder
@@ -39,7 +44,7 @@ struct Asset {
 Manifest read_manifest(const std::string& path);
 void write_manifest(const std::string& path, const Manifest& m);
 
-// Reads and validates one asset: T >= 1, T == entry.tokens, coords batch column all 0,
+// Reads and validates one asset: no tensor of more than kMaxAssetBytes, T >= 1, T == entry.tokens, coords batch column all 0,
 // x, y, z in [0, grid), rows strictly increasing in (x, y, z) (sorted, no duplicates);
 // cond [L, C] matching the manifest and finite; concat_cond [T, Cc] finite when expected.
 Asset read_asset(const Manifest& m, const ManifestEntry& entry);

@@ -2,15 +2,19 @@
 // (SPARSE3D_CLI) with arguments and collect its exit code and output.
 #pragma once
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 namespace s3d::test {
 
@@ -51,6 +55,57 @@ inline void expect_cli_error(const CliResult& r, const std::string& needle, int 
   }
   EXPECT_NE(r.output.find(needle), std::string::npos) << "expected '" << needle << "' in:\n"
                                                       << r.output;
+}
+
+// `sparse3d ARGS...` started without a shell (so that a signal reaches the command itself),
+// stdout and stderr to `log`, the signals it handles at their defaults whatever the test's
+// runner left, and with a file size limit of `fsize_limit` bytes when it is not 0. The
+// caller waits with wait_cli.
+inline pid_t spawn_cli(const std::vector<std::string>& args, const std::string& log,
+                       rlim_t fsize_limit = 0) {
+  std::vector<std::string> all = {SPARSE3D_CLI};
+  all.insert(all.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : all) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const pid_t pid = ::fork();
+  if (pid != 0) return pid;
+  // The child: async-signal-safe calls only until exec.
+  const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd >= 0) {
+    ::dup2(fd, 1);
+    ::dup2(fd, 2);
+  }
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGXFSZ}) ::signal(sig, SIG_DFL);
+  if (fsize_limit > 0) {
+    struct rlimit r {fsize_limit, fsize_limit};
+    ::setrlimit(RLIMIT_FSIZE, &r);
+  }
+  ::execv(argv[0], argv.data());
+  ::_exit(127);
+}
+
+// The exit code of a spawn_cli command, or 128 + the signal that ended it.
+inline int wait_cli(pid_t pid) {
+  int status = 0;
+  if (::waitpid(pid, &status, 0) != pid) return -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+// CPU seconds (user + system) used so far by this process's finished children: the cost of
+// a command run by run_cli, as the difference around it. Wall time would also count the
+// start-up of a loaded machine (loading the CUDA libraries can take a second under load).
+inline double children_cpu_seconds() {
+  struct rusage r {};
+  ::getrusage(RUSAGE_CHILDREN, &r);
+  return r.ru_utime.tv_sec + r.ru_stime.tv_sec + 1e-6 * (r.ru_utime.tv_usec + r.ru_stime.tv_usec);
+}
+
+inline std::string file_text(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
 }
 
 }  // namespace s3d::test

@@ -195,8 +195,8 @@ TEST_F(Cli, SamplerValuesOutOfRangeAreRefusedNotIgnored) {
       {"--cfg nan", "guidance strength must be finite"},
       {"--guidance-rescale nan", "guidance rescale must be in [0, 1]"},
       {"--guidance-rescale 1.5", "guidance rescale must be in [0, 1], got 1.5"},
-      {"--rescale-t nan", "rescale_t must be > 0"},
-      {"--rescale-t -2", "rescale_t must be > 0, got -2"},
+      {"--rescale-t nan", "rescale_t must be"},
+      {"--rescale-t -2", "rescale_t must be"},
       {"--interval 0.9 0.1", "is not an interval"},
   };
   for (const auto& [args, message] : cases) {
@@ -236,9 +236,8 @@ TEST_F(Cli, AFailedWriteLeavesNoFileBehind) {
       }
       ++failures;
       expect_clean_error(r, "failed (No space left on device)");
-      // run's output folder is checked (made) before anything else: it may stay, empty.
-      for (const auto& f : files_under(root))
-        EXPECT_TRUE(fs::is_directory(f) && name == "run") << name << " step " << n << " left " << f;
+      // Nor a folder: run makes its output folder only to write into it.
+      for (const auto& f : files_under(root)) ADD_FAILURE() << name << " step " << n << " left " << f;
     }
     EXPECT_GE(failures, 2) << name << ": every write step was tried";
   }
@@ -260,9 +259,7 @@ TEST_F(Cli, AFailedHostAllocationLeavesNoFileBehind) {
     if (r.code == 0) break;  // past the run's last allocation
     ++failures;
     expect_clean_error(r, "(injected fault");
-    if (fs::exists(out)) {
-      EXPECT_TRUE(fs::is_empty(out)) << "fault " << n << " left a file";
-    }
+    EXPECT_FALSE(fs::exists(out)) << "fault " << n << " left the output folder";
   }
   EXPECT_GE(failures, 6);
   expect_clean_error(run_cli(args, "SPARSE3D_FAULT_HOST_ALLOC=3x"),

@@ -333,7 +333,33 @@ TEST_F(CliInputs, AFailedWriteLeavesNoOutput) {
   const std::string path = write("full_disk", {{"coords", a.coords}, {"cond", a.cond}});
   const CliResult r = run_cli(run_args("tiny", "full") + " --inputs " + path, "SPARSE3D_FAULT_WRITE=1");
   test::expect_cli_error(r, "failed (No space left on device)");
-  EXPECT_TRUE(fs::is_empty(dir + "/full")) << r.output;
+  EXPECT_FALSE(fs::exists(dir + "/full")) << r.output;  // nor the folder it would have made
+}
+
+// A header that promises a 4 GiB condition over a sparse file (free to make) is refused from
+// the header, against the stated limit for one tensor, before anything is allocated or read.
+TEST_F(CliInputs, AHugeSparseTensorIsRefusedFromItsHeader) {
+  const uint64_t cond_bytes = uint64_t{4} << 30;
+  std::string header = "{\"cond\":{\"dtype\":\"F32\",\"shape\":[1,1048576,1024],"
+                       "\"data_offsets\":[0," + std::to_string(cond_bytes) + "]},"
+                       "\"coords\":{\"dtype\":\"I32\",\"shape\":[1,4],\"data_offsets\":[" +
+                       std::to_string(cond_bytes) + "," + std::to_string(cond_bytes + 16) + "]}}";
+  header.append((8 - header.size() % 8) % 8, ' ');
+  std::string bytes(8, '\0');
+  for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>(uint64_t(header.size()) >> (8 * i));
+  fs::create_directories(dir + "/in");
+  const std::string path = dir + "/in/sparse.safetensors";
+  std::ofstream(path, std::ios::binary) << bytes << header;
+  fs::resize_file(path, 8 + header.size() + cond_bytes + 16);
+  const double cpu0 = test::children_cpu_seconds();
+  const CliResult r = run_inputs("tiny", path, "sparse_out");
+  const double cpu = test::children_cpu_seconds() - cpu0;
+  fs::remove(path);
+  test::expect_cli_error(r, "tensor 'cond' (F32 [1, 1048576, 1024]) is 4294967296 bytes, more "
+                            "than the 2147483648 bytes an inputs file may hold in one tensor");
+  // CPU time, not wall time (a loaded machine's start-up): reading 4 GiB takes seconds.
+  EXPECT_LT(cpu, 0.5);
+  EXPECT_FALSE(fs::exists(dir + "/sparse_out"));
 }
 
 }  // namespace

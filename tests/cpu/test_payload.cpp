@@ -170,6 +170,59 @@ TEST(Payload, ManyBadRowsAreRefusedBeforeTheWholeTensorIsAllocated) {
   EXPECT_LT(after.ru_maxrss - before.ru_maxrss, 256 * 1024) << "KiB of peak memory added";
 }
 
+// A condition of 4 GiB, as the manifest says, over a sparse file: refused from the header
+// against the asset limit (1 GiB), in well under a second, without allocating it.
+TEST(Payload, AHugeSparseConditionIsRefusedFromTheHeader) {
+  test::TempDir dir;
+  const int64_t L = int64_t{1} << 20, C = 2048;
+  const uint64_t cond_bytes = uint64_t(L) * C * 2;
+  io::Json header = {
+      {"cond", {{"dtype", "BF16"}, {"shape", {L, C}}, {"data_offsets", {0, cond_bytes}}}},
+      {"coords", {{"dtype", "I32"}, {"shape", {1, 4}}, {"data_offsets", {cond_bytes, cond_bytes + 16}}}}};
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');
+  std::string bytes(8, '\0');
+  for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>(uint64_t(text.size()) >> (8 * i));
+  test::write_bytes(dir.file("huge.safetensors"), bytes + text);
+  std::filesystem::resize_file(dir.file("huge.safetensors"), bytes.size() + text.size() + cond_bytes + 16);
+  Manifest m = make_manifest(dir.dir());
+  m.cond_tokens = static_cast<int>(L);
+  m.cond_channels = static_cast<int>(C);
+  rusage before{};
+  getrusage(RUSAGE_SELF, &before);
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_ERROR(read_asset(m, entry_for("huge.safetensors", 1)),
+               "payload huge.safetensors: tensor 'cond' (BF16 [1048576, 2048]) is 4294967296 "
+               "bytes, more than the 1073741824 bytes a payload asset may hold in one tensor");
+  rusage after{};
+  getrusage(RUSAGE_SELF, &after);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 1.0);
+  EXPECT_LT(after.ru_maxrss - before.ru_maxrss, 256 * 1024) << "KiB of peak memory added";
+}
+
+// A file in the manifest's folder that is no asset at all (here a hard link to a text file)
+// is named as not a safetensors file; none of its bytes reach the message, not even as the
+// number its first 8 bytes make.
+TEST(Payload, AFileThatIsNoAssetIsNotEchoed) {
+  test::TempDir dir;
+  test::TempDir elsewhere;
+  const std::string secret = "password=hunter2 and more secret text\n";
+  test::write_bytes(elsewhere.file("secret.txt"), secret);
+  std::filesystem::create_hard_link(elsewhere.file("secret.txt"), dir.file("link.safetensors"));
+  uint64_t as_length = 0;
+  for (int i = 7; i >= 0; --i) as_length = (as_length << 8) | uint8_t(secret[i]);
+  try {
+    read_asset(make_manifest(dir.dir()), entry_for("link.safetensors", 1));
+    ADD_FAILURE() << "read";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("payload link.safetensors: not a safetensors file"), std::string::npos)
+        << msg;
+    EXPECT_EQ(msg.find(std::to_string(as_length)), std::string::npos) << msg;
+    EXPECT_EQ(msg.find("password"), std::string::npos) << msg;
+  }
+}
+
 // More rows than one piece (65,536): read back exactly, and a fault in the second piece (an
 // unsorted row just past the boundary, checked against the last row of the first) is found.
 TEST(Payload, CoordinatesSpanningSeveralPiecesRoundTrip) {

@@ -46,21 +46,22 @@ std::vector<CorruptCase> corrupt_cases() {
   c.push_back({"empty_file", "", {"0 bytes", "shorter than the 8-byte"}});
   c.push_back({"truncated_length", std::string("\x10\0\0\0", 4), {"4 bytes", "shorter than"}});
   c.push_back({"header_cut", raw_file("{" + t1 + "}", zeros(8)).substr(0, 20),
-               {"header length 54 reaches past the end of the file (20 bytes"}});
+               {"not a safetensors file (the header length in its first 8 bytes is larger than "
+                "the file, 20 bytes)"}});
   c.push_back({"data_cut", raw_file("{" + t1 + "}", zeros(5)),
                {"truncated", "need 8 bytes", "holds 5"}});
   c.push_back({"header_length_over_limit", u64_le(100'000'001) + "{}",
-               {"header length 100000001", "limit of 100000000"}});
+               {"not a safetensors file", "larger than the file, 10 bytes"}});
   c.push_back({"header_length_max_u64", u64_le(~0ull) + "{}",
-               {"header length 18446744073709551615", "larger than the limit"}});
+               {"not a safetensors file", "larger than the file, 10 bytes"}});
   c.push_back({"header_length_past_end", u64_le(1000) + "{}" + zeros(30),
-               {"header length 1000 reaches past the end"}});
+               {"not a safetensors file", "larger than the file, 40 bytes"}});
   c.push_back({"not_json", raw_file("{this is not json}"), {"header: invalid JSON"}});
   c.push_back({"trailing_json_junk", raw_file("{} x"), {"invalid JSON"}});
   c.push_back({"not_utf8", raw_file("{\"t\xff\":{}}"), {"invalid JSON", "UTF-8"}});
-  c.push_back({"leading_junk", raw_file("x{}"), {"does not start with '{'", "0x78"}});
-  c.push_back({"leading_bom", raw_file("\xEF\xBB\xBF{}"), {"does not start with '{'", "0xef"}});
-  c.push_back({"header_all_spaces", raw_file("        "), {"does not start with '{'", "white space"}});
+  c.push_back({"leading_junk", raw_file("x{}"), {"not a safetensors file (its header does not start with '{')"}});
+  c.push_back({"leading_bom", raw_file("\xEF\xBB\xBF{}"), {"does not start with '{': it starts with a UTF-8 byte-order mark"}});
+  c.push_back({"header_all_spaces", raw_file("        "), {"does not start with '{': it is only white space"}});
   c.push_back({"root_array", raw_file("[]"), {"does not start with '{'"}});
   c.push_back({"deep_json", raw_file("{\"a\":" + std::string(1000, '[') + std::string(1000, ']') + "}"),
                {"nests deeper than 64 levels"}});
@@ -274,6 +275,67 @@ TEST(Safetensors, EveryNameOfAHugeHeaderIsFoundFast) {
   }
   EXPECT_EQ(f.find("t-1"), nullptr);
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 2.0);
+}
+
+// A file that is not a safetensors file (a text file, a hard link to anything) is named as
+// such; its first 8 bytes, read as a header length, are never printed (they would echo the
+// file's content as a number).
+TEST(Safetensors, AFileThatIsNotOneIsNotEchoed) {
+  TempDir dir;
+  const std::string text = "hello world! this is a text file, not a tensor file\n";
+  test::write_bytes(dir.file("text.safetensors"), text);
+  uint64_t as_length = 0;
+  for (int i = 7; i >= 0; --i) as_length = (as_length << 8) | uint8_t(text[i]);
+  try {
+    SafetensorsFile::open(dir.file("text.safetensors"));
+    ADD_FAILURE() << "opened";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("not a safetensors file (the header length in its first 8 bytes is "
+                       "larger than the file, " +
+                       std::to_string(text.size()) + " bytes)"),
+              std::string::npos)
+        << msg;
+    EXPECT_EQ(msg.find(std::to_string(as_length)), std::string::npos) << msg;
+    EXPECT_EQ(msg.find("hello"), std::string::npos) << msg;
+  }
+  // A length that fits a (sparse) file but not the limits: named by the limits alone.
+  const uint64_t length = 100'000'123;
+  test::write_bytes(dir.file("big.safetensors"), u64_le(length) + "{}");
+  std::filesystem::resize_file(dir.file("big.safetensors"), length + 100);
+  try {
+    SafetensorsFile::open(dir.file("big.safetensors"));
+    ADD_FAILURE() << "opened";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("the header length in its first 8 bytes is larger than the limit of "
+                       "100000000 bytes"),
+              std::string::npos)
+        << msg;
+    EXPECT_EQ(msg.find(std::to_string(length)), std::string::npos) << msg;
+  }
+  test::write_bytes(dir.file("wide.safetensors"), u64_le(4000) + "{}" + std::string(3998, ' '));
+  EXPECT_ERROR(SafetensorsFile::open(dir.file("wide.safetensors"), "payload x", 1024, "an asset"),
+               "payload x: the header length in its first 8 bytes is more than 1024 bytes, all "
+               "that an asset can need");
+}
+
+// A reader that knows what to expect bounds each tensor's size before anything is read: a
+// sparse file costs its maker nothing, whatever its header promises.
+TEST(Safetensors, ATensorOverTheReadersLimitIsRefusedFromTheHeader) {
+  TempDir dir;
+  const uint64_t bytes = uint64_t{4} << 30;
+  const std::string header =
+      cat(R"({"cond":{"dtype":"F32","shape":[1048576,1024],"data_offsets":[0,)", bytes, "]}}");
+  test::write_bytes(dir.file("sparse.safetensors"), raw_file(header));
+  std::filesystem::resize_file(dir.file("sparse.safetensors"), 8 + header.size() + bytes);
+  const auto t0 = std::chrono::steady_clock::now();
+  SafetensorsFile f = SafetensorsFile::open(dir.file("sparse.safetensors"), "inputs x");
+  EXPECT_ERROR(f.check_tensor_bytes(uint64_t{2} << 30, "an inputs file"),
+               "inputs x: tensor 'cond' (F32 [1048576, 1024]) is 4294967296 bytes, more than the "
+               "2147483648 bytes an inputs file may hold in one tensor; refused before reading it");
+  f.check_tensor_bytes(bytes, "a large file");  // at the limit: fine
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 1.0);
 }
 
 TEST(Safetensors, RoundTripKeepsValuesOrderAndMetadata) {
