@@ -1,6 +1,7 @@
 #include "core/fault.h"
 
 #include <atomic>
+#include <cerrno>
 #include <cstdlib>
 #include <mutex>
 
@@ -23,10 +24,13 @@ void read_environment() {
     const char* v = std::getenv(env_var(static_cast<Point>(i)));
     if (v == nullptr || *v == '\0') continue;
     char* end = nullptr;
+    errno = 0;
     const unsigned long long n = std::strtoull(v, &end, 10);
-    // A typo must not silently disarm the test that set it.
-    S3D_CHECK(end != nullptr && *end == '\0' && v[0] != '-', env_var(static_cast<Point>(i)),
-              " is '", v, "'; expected a non-negative integer (the operation to fail)");
+    // A typo must not silently disarm the test that set it, nor a number past 2^64 - 1 become
+    // 2^64 - 1 (strtoull's ERANGE), nor a sign or blank that strtoull skips be read as digits.
+    S3D_CHECK(end != nullptr && *end == '\0' && v[0] >= '0' && v[0] <= '9' && errno != ERANGE,
+              env_var(static_cast<Point>(i)), " is '", v,
+              "'; expected a non-negative integer below 2^64 (the operation to fail)");
     g_state[i].target = n;
   }
 }

@@ -264,6 +264,11 @@ TEST_F(Cli, AFailedHostAllocationLeavesNoFileBehind) {
   EXPECT_GE(failures, 6);
   expect_clean_error(run_cli(args, "SPARSE3D_FAULT_HOST_ALLOC=3x"),
                      "SPARSE3D_FAULT_HOST_ALLOC is '3x'; expected a non-negative integer");
+  // Past 2^64 - 1, or a sign strtoull would skip: refused, not read as the largest count.
+  expect_clean_error(run_cli(args, "SPARSE3D_FAULT_HOST_ALLOC=18446744073709551616"),
+                     "SPARSE3D_FAULT_HOST_ALLOC is '18446744073709551616'; expected a");
+  expect_clean_error(run_cli(args, "SPARSE3D_FAULT_HOST_ALLOC=+3"),
+                     "SPARSE3D_FAULT_HOST_ALLOC is '+3'; expected a");
   fs::remove_all(out);
 }
 
