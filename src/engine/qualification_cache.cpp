@@ -93,18 +93,6 @@ plan_search::Choice plan_choice_from_json(const io::Json& j, const std::string& 
   return c;
 }
 
-plan_search::Choice plan_choice_from_json(const io::Json& j, plan_search::Kind kind,
-                                          const std::string& what) {
-  plan_search::Choice c = plan_choice_from_json(j, what);
-  // A GEMM search names no implementation; an attention search always names the one it timed.
-  if (kind == plan_search::Kind::Gemm)
-    S3D_CHECK(c.variant.empty(), what, ": a GEMM plan names no implementation, got '", c.variant,
-              "'");
-  else
-    S3D_CHECK(!c.variant.empty(), what, ": an attention plan must name its implementation");
-  return c;
-}
-
 QualificationCache::QualificationCache(std::string dir, Log log)
     : dir_(std::move(dir)), log_(std::move(log)) {}
 
@@ -241,8 +229,8 @@ std::optional<plan_search::Choice> QualificationCache::find_plan(
     const contract::Fingerprint& fingerprint, plan_search::Kind kind, const std::string& shape) {
   // No checkpoint: "" in the weights field (entries of the other kinds always name one).
   return parse_hit(find_entry(fingerprint.to_json(), "", plan_key(kind, shape)),
-                   [kind](const io::Json& r) {
-                     return plan_choice_from_json(r, kind, "qualification cache plan entry");
+                   [](const io::Json& r) {
+                     return plan_choice_from_json(r, "qualification cache plan entry");
                    },
                    "searching again");
 }

@@ -104,13 +104,11 @@ std::string default_cache_dir();
 
 // Serialisation of what the cache holds (no tensors), for the cache and tests. Each reader
 // bounds every field by what the engine could have written: a plan choice's candidates by
-// plan_search::kMaxCandidates, its index and timed count by its candidates, its variant by
-// its kind (none for a GEMM, a short name for attention), its times to finite positive
-// values with best <= default.
+// plan_search::kMaxCandidates, its index and timed count by its candidates, its variant (an
+// implementation's name, which the attention path checks against those it allows) to 64
+// characters, its times to finite positive values with best <= default.
 model::Applicability applicability_from_json(const io::Json& j, const std::string& what);
 io::Json plan_choice_to_json(const plan_search::Choice& c);
 plan_search::Choice plan_choice_from_json(const io::Json& j, const std::string& what);
-plan_search::Choice plan_choice_from_json(const io::Json& j, plan_search::Kind kind,
-                                          const std::string& what);
 
 }  // namespace s3d::engine

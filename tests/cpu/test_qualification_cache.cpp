@@ -260,7 +260,8 @@ TEST_F(QualificationCacheTest, ForgedPlanChoiceWithAValidChecksumIsRefused) {
       {"more candidates than a search keeps", [](io::Json& r) { r["candidates"] = 1 << 16; }},
       {"an index past the candidates", [](io::Json& r) { r["index"] = 16; }},
       {"more timed than offered", [](io::Json& r) { r["timed"] = 17; }},
-      {"a GEMM plan naming an implementation", [](io::Json& r) { r["variant"] = "unified"; }},
+      {"a variant longer than any implementation's name",
+       [](io::Json& r) { r["variant"] = std::string(1000, 'x'); }},
       {"a best time slower than the default", [](io::Json& r) { r["best_ms"] = 2.0; }},
   };
   for (const auto& [what, edit] : forgeries) {
@@ -274,15 +275,10 @@ TEST_F(QualificationCacheTest, ForgedPlanChoiceWithAValidChecksumIsRefused) {
     EXPECT_EQ(c.stats().refusals, 1u);
     EXPECT_NE(log.find("searching again"), std::string::npos) << log;
   }
-  // An attention plan names the implementation it timed.
+  // The genuine choice reads back.
   fs::remove_all(dir);
-  cache().store_plan(fp, plan_search::Kind::Attention, "s=100", genuine);
-  QualificationCache c = cache();
-  EXPECT_FALSE(c.find_plan(fp, plan_search::Kind::Attention, "s=100").has_value());
-  EXPECT_EQ(c.stats().refusals, 1u);
-  genuine.variant = "unified";
-  c.store_plan(fp, plan_search::Kind::Attention, "s=100", genuine);
-  EXPECT_TRUE(cache().find_plan(fp, plan_search::Kind::Attention, "s=100").has_value());
+  cache().store_plan(fp, plan_search::Kind::Gemm, "m=100 n=64 k=64", genuine);
+  EXPECT_TRUE(cache().find_plan(fp, plan_search::Kind::Gemm, "m=100 n=64 k=64").has_value());
 }
 
 // Through the engine: a forged verdict with a valid checksum is refused and counted, the probe
