@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <utility>
 #include <fstream>
 #include <sstream>
 
@@ -72,8 +73,8 @@ std::vector<Tensor> read_tensors(const io::SafetensorsFile& file, const std::vec
   return host;
 }
 
-// Strict key, shape and dtype check before any tensor is read: one error lists the missing,
-// unexpected and mis-shaped tensors (the first kListedProblems, then how many more).
+// Strict key, shape and dtype check before any tensor is read: one error, on one line, lists
+// the missing, unexpected and mis-shaped tensors (the first kListedProblems, then how many more).
 constexpr int kListedProblems = 30;
 
 void check_entries(const std::vector<ParamSpec>& specs, const std::vector<io::TensorEntry>& entries,
@@ -84,30 +85,32 @@ void check_entries(const std::vector<ParamSpec>& specs, const std::vector<io::Te
   for (const auto& s : specs) expected[s.name] = &s;
   std::ostringstream problems;
   int n_problems = 0;
+  bool first = true;
+  auto sep = [&first]() { return std::exchange(first, false) ? " " : "; "; };
   for (const auto& s : specs) {
     auto it = found.find(s.name);
     const io::TensorEntry* e = it == found.end() ? nullptr : it->second;
     if (e == nullptr) {
       if (++n_problems <= kListedProblems)
-        problems << "\n  missing: " << s.name << " " << shape_str(s.shape);
+        problems << sep() << "missing: " << s.name << " " << shape_str(s.shape);
     } else if (e->shape != s.shape) {
       if (++n_problems <= kListedProblems)
-        problems << "\n  wrong shape: " << s.name << " is " << shape_str(e->shape)
+        problems << sep() << "wrong shape: " << s.name << " is " << shape_str(e->shape)
                  << ", the config needs " << shape_str(s.shape);
     } else if (e->dtype != "BF16" && e->dtype != "F16" && e->dtype != "F32") {
       if (++n_problems <= kListedProblems)
-        problems << "\n  wrong dtype: " << s.name << " is " << e->dtype
+        problems << sep() << "wrong dtype: " << s.name << " is " << e->dtype
                  << ", expected BF16, F16 or F32";
     }
   }
   for (const auto& e : entries) {
     if (!expected.count(e.name)) {
       if (++n_problems <= kListedProblems)
-        problems << "\n  unexpected: " << e.name << " " << shape_str(e.shape);
+        problems << sep() << "unexpected: " << e.name << " " << shape_str(e.shape);
     }
   }
   if (n_problems > kListedProblems)
-    problems << "\n  and " << n_problems - kListedProblems << " more";
+    problems << sep() << "and " << n_problems - kListedProblems << " more";
   S3D_CHECK(n_problems == 0, what, against, " (", n_problems, " problem",
             n_problems == 1 ? "" : "s", "):", problems.str());
 }
@@ -275,9 +278,17 @@ void make_checkpoint(const ModelConfig& config, uint64_t seed, const std::string
                      DType dtype) {
   S3D_CHECK(dtype == DType::BF16 || dtype == DType::F32,
             "make-checkpoint: dtype must be bf16 or f32, got ", dtype_name(dtype));
+  // The file system's refusals (a file where a folder should be, a name too long, a
+  // read-only mount) are the caller's bad path: an Error naming it, not a filesystem_error.
   std::filesystem::path prefix(out_prefix);
-  const bool folder_existed = !prefix.has_parent_path() || std::filesystem::exists(prefix.parent_path());
-  if (prefix.has_parent_path()) std::filesystem::create_directories(prefix.parent_path());
+  std::error_code fs_error;
+  const bool folder_existed =
+      !prefix.has_parent_path() || std::filesystem::exists(prefix.parent_path(), fs_error);
+  if (prefix.has_parent_path() && !folder_existed) {
+    std::filesystem::create_directories(prefix.parent_path(), fs_error);
+    S3D_CHECK(!fs_error, "make-checkpoint: cannot create the folder ",
+              prefix.parent_path().string(), ": ", fs_error.message());
+  }
 
   std::vector<std::pair<std::string, Tensor>> tensors;
   for (const auto& s : param_specs(config)) {
@@ -290,7 +301,7 @@ void make_checkpoint(const ModelConfig& config, uint64_t seed, const std::string
   // Both files or neither: the .safetensors first, then the .json; a failure of the second
   // removes the first when this call created it.
   const std::string st = out_prefix + ".safetensors";
-  const bool existed = std::filesystem::exists(st);
+  const bool existed = std::filesystem::exists(st, fs_error);
   try {
     io::write_safetensors(st, tensors,
                           {{"format", "pt"}, {"generator", "sparse3d make-checkpoint"},

@@ -348,6 +348,7 @@ TEST_F(EngineApi, AStateDictInMemoryLoadsAsItsFile) {
     EXPECT_NE(m.find("missing: "), std::string::npos) << m;
     EXPECT_NE(m.find("unexpected: blocks.99.extra"), std::string::npos) << m;
     EXPECT_NE(m.find("wrong shape: " + bad.tensors[0].first), std::string::npos) << m;
+    EXPECT_EQ(m.find('\n'), std::string::npos) << "one line: " << m;
   }
   // Many problems: the first 30 listed, then how many more (not a message of megabytes).
   sparse3d::InMemoryCheckpoint empty = ck;

@@ -187,6 +187,19 @@ TEST_F(TinyFixture, StrictKeysNameEveryProblem) {
   EXPECT_NE(msg.find("missing: blocks.0.norm2.bias"), std::string::npos) << msg;
   EXPECT_NE(msg.find("wrong shape: blocks.1.mlp.mlp.0.bias is [100]"), std::string::npos) << msg;
   EXPECT_NE(msg.find("unexpected: blocks.0.extra.weight"), std::string::npos) << msg;
+  EXPECT_EQ(msg.find('\n'), std::string::npos) << "one line: " << msg;
+}
+
+// A prefix whose folder cannot be made (a file stands where a folder should be) is an Error
+// naming the folder, not a std::filesystem exception, and nothing is written.
+TEST_F(TinyFixture, ACheckpointUnderAFileIsAnErrorNamingTheFolder) {
+  std::FILE* f = std::fopen((dir + "/plain").c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  std::fclose(f);
+  const std::string msg =
+      error_of([&] { make_checkpoint(preset("tiny"), 7, dir + "/plain/sub/ck", DType::BF16); });
+  EXPECT_NE(msg.find("cannot create the folder " + dir + "/plain/sub"), std::string::npos) << msg;
+  EXPECT_TRUE(fs::is_regular_file(dir + "/plain"));
 }
 
 TEST_F(TinyFixture, BadRequestsAreRefusedWithTheirReason) {
