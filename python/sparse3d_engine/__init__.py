@@ -35,6 +35,7 @@ import os
 import sys
 import threading
 import weakref
+from collections.abc import Mapping
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from . import _loader
@@ -123,6 +124,36 @@ def _text(value, name, path=False):
             return text
     kind = "a str or an os.PathLike" if path else "a str"
     raise Error(f"{name} must be {kind}, got {value!r} ({type(value).__name__})")
+
+
+def _optional_text(value, name):
+    """None or a str, as it is (an execution path, a progress bar's name)."""
+    return None if value is None else _text(value, name)
+
+
+def _array(value, name, optional=False):
+    """`value` as it is when it is an array (a DLPack producer with a shape: a torch, NumPy,
+    CuPy or JAX array), or None when `optional`; else an Error naming `name`. A list, a dict
+    or a number is not an array: the engine reads its inputs in place, never converted."""
+    if value is None:
+        if optional:
+            return None
+        raise Error(f"{name} is required (an array), got None")
+    if hasattr(value, "shape") and (hasattr(type(value), "__dlpack__") or
+                                    _framework(value) is not None):
+        return value
+    raise Error(f"{name} must be an array (a torch, NumPy, CuPy or JAX array), got "
+                f"{type(value).__name__}")
+
+
+def _out_array(value, name):
+    """A caller's buffer for a result: None, or a writable array (the engine writes into it)."""
+    _array(value, name, optional=True)
+    flags = getattr(value, "flags", None)   # NumPy's (and CuPy's) writeable flag
+    if value is not None and flags is not None and getattr(flags, "writeable", True) is False:
+        raise Error(f"{name} is read-only (the engine writes the result into it); pass a "
+                    f"writable array")
+    return value
 
 
 def _engine_options(path, device, device_index, max_device_memory_gib, cache_dir,
@@ -285,6 +316,9 @@ class SamplerSettings:
                 "sigma_min": _real(self.sigma_min, "sampler: sigma_min")}
 
 
+# SamplerSettings' fields, read once (what torch.compile traces in _sampler() is a tuple).
+_SAMPLER_FIELDS = tuple(f.name for f in dataclasses.fields(SamplerSettings))
+
 # Named presets (sampler="..."), by their SamplerSettings constructor.
 SAMPLER_PRESETS = ("released", "released_sparse_structure", "protocol")
 
@@ -299,8 +333,8 @@ def _sampler(spec: SamplerSpec, family: str = SLAT) -> SamplerSettings:
     if isinstance(spec, SamplerSettings):
         return spec
     if isinstance(spec, dict):
-        names = {f.name for f in dataclasses.fields(SamplerSettings)}
-        unknown = sorted(set(spec) - names)
+        names = set(_SAMPLER_FIELDS)
+        unknown = sorted(str(k) for k in set(spec) - names)
         if unknown:
             raise Error(f"sampler: unknown setting(s) {', '.join(unknown)} "
                         f"(known: {', '.join(sorted(names))})")
@@ -353,7 +387,7 @@ def _stream(stream, tensors):
     """The CUDA stream handle the request runs on. None: the current stream of the inputs'
     framework (torch, CuPy) when they are on a GPU, else the engine's own stream."""
     if stream is not None:
-        if isinstance(stream, int):
+        if isinstance(stream, int) and not _is_bool(stream):
             handle = stream
         elif hasattr(stream, "cuda_stream"):   # torch.cuda.Stream
             handle = stream.cuda_stream
@@ -362,7 +396,7 @@ def _stream(stream, tensors):
         else:
             raise Error(f"stream must be an int handle, a torch.cuda.Stream or a "
                         f"cupy.cuda.Stream, got {type(stream).__name__}")
-        return handle or _CUDA_STREAM_LEGACY
+        return _integer(handle, "stream", *_UINT64) or _CUDA_STREAM_LEGACY
     for t in tensors:
         kind = _framework(t)
         if kind == "torch" and t.is_cuda:
@@ -429,9 +463,22 @@ class Engine:
         "args": {...}}). state_dict: name -> tensor (bf16 or f32, or f16, converted here to
         f32 exactly; any device). The names, shapes and values are checked as for a file."""
         if isinstance(config, dict):
-            config = json.dumps(config)
+            try:
+                config = json.dumps(config)
+            except (TypeError, ValueError) as e:
+                raise Error(f"from_state_dict: config is not JSON-serializable ({e})") from None
+        elif not isinstance(config, str):
+            raise Error(f"from_state_dict: config must be a dict or JSON text (a str), got "
+                        f"{type(config).__name__}")
+        if not isinstance(state_dict, Mapping):
+            raise Error(f"from_state_dict: state_dict must be a mapping of names to arrays "
+                        f"(a dict, a module's state_dict()), got {type(state_dict).__name__}")
         tensors = []
         for key, value in state_dict.items():
+            if not isinstance(key, str):
+                raise Error(f"from_state_dict: state_dict's names must be str, got {key!r} "
+                            f"({type(key).__name__})")
+            _array(value, f"from_state_dict: state_dict[{key!r}]")
             if _framework(value) == "torch":
                 value = value.detach()
                 if value.dtype == sys.modules["torch"].float16:
@@ -491,8 +538,17 @@ class Engine:
             raise Error("sample: pass the starting noise or a seed")
         if noise is not None and seed is not None:
             raise Error("sample: pass the starting noise or a seed, not both")
+        coords = _array(coords, "sample: coords", optional=True)
+        cond = _array(cond, "sample: cond")
+        noise = _array(noise, "sample: noise", optional=True)
+        concat_cond = _array(concat_cond, "sample: concat_cond", optional=True)
+        out = _out_array(out, "sample: out")
         seed = None if seed is None else _integer(seed, "sample: seed", *_UINT64)
         keep_first_forward = _flag(keep_first_forward, "sample: keep_first_forward")
+        path = _optional_text(path, "sample: path")
+        if callback is not None and not callable(callback):
+            raise Error(f"sample: callback must be a callable or None, got "
+                        f"{type(callback).__name__}")
         batch = self._batch("sample", coords, cond, noise, "noise", out)
         like = next(a for a in (coords, noise, cond) if a is not None)
         out = self._host_out(like, out, coords, batch)
@@ -542,9 +598,17 @@ class Engine:
                         f"with x a volume is for a {DENSE} only; this engine's model is a "
                         f"{self._family})")
         cond, concat_cond = _feats(cond), _feats(concat_cond)
+        feats = _array(feats, "forward: x.feats" if sparse else "forward: x")
+        coords = _array(coords, "forward: coords", optional=True)
+        cond = _array(cond, "forward: cond")
+        concat_cond = _array(concat_cond, "forward: concat_cond", optional=True)
+        out = _out_array(out, "forward: out")
+        path = _optional_text(path, "forward: path")
         batch = self._batch("forward", coords, cond, feats, "x", out)
         if isinstance(t, numbers.Number) or not hasattr(t, "shape"):   # one number for all
             t = _float_array([_real(t, "forward: t")] * batch, feats)
+        else:
+            t = _array(t, "forward: t")
         out = self._host_out(feats, out, coords, batch)
         with _routing(self._user_log):
             v = self._e.forward(feats, t, coords, cond, batch, concat_cond=concat_cond,
@@ -620,7 +684,8 @@ class Engine:
         that describe no request (a count below 1) are an Error, not an answer."""
         return self._e.fits(_integer(tokens, "fits: tokens", 1, _INT64[1]),
                             _integer(batch, "fits: batch", 1, _INT32[1]),
-                            _integer(cond_tokens, "fits: cond_tokens", 1, _INT32[1]), path)
+                            _integer(cond_tokens, "fits: cond_tokens", 1, _INT32[1]),
+                            _optional_text(path, "fits: path"))
 
     # -- state --
 

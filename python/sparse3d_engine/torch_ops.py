@@ -36,7 +36,8 @@ from typing import Optional, Union
 
 import torch
 
-from . import Engine, Error, SamplerSpec, _sampler, engine_by_id
+from . import (_INT64, Engine, Error, SamplerSpec, _integer, _optional_text, _real,
+               _sampler, engine_by_id)
 
 if not hasattr(torch.library, "custom_op"):  # pragma: no cover - depends on the torch
     raise ImportError(f"sparse3d_engine.torch_ops needs torch 2.4 or later "
@@ -138,7 +139,9 @@ def _sample_fake(engine, coords, cond, noise, seed, concat_cond, steps, rescale_
 
 def engine_id(engine: Union[Engine, int]) -> int:
     """The int the ops take for `engine` (its `id`); an int is returned as it is."""
-    return engine if isinstance(engine, int) else engine.id
+    if isinstance(engine, Engine):
+        return engine.id
+    return _integer(engine, "engine (an Engine or its id)", *_INT64)
 
 
 def forward(engine: Union[Engine, int], x: torch.Tensor, t: Union[float, torch.Tensor],
@@ -149,9 +152,9 @@ def forward(engine: Union[Engine, int], x: torch.Tensor, t: Union[float, torch.T
     asset ([B]) or one number. The result is float32, of x's shape."""
     if not isinstance(t, torch.Tensor):
         batch = cond.shape[0] if cond.dim() == 3 else 1
-        t = torch.full((batch,), float(t), dtype=torch.float32, device=x.device)
+        t = torch.full((batch,), _real(t, "forward: t"), dtype=torch.float32, device=x.device)
     return torch.ops.sparse3d_engine.forward(engine_id(engine), x, t, cond, coords,
-                                             concat_cond, path)
+                                             concat_cond, _optional_text(path, "forward: path"))
 
 
 def sample(engine: Union[Engine, int], coords: Optional[torch.Tensor] = None,
@@ -169,11 +172,15 @@ def sample(engine: Union[Engine, int], coords: Optional[torch.Tensor] = None,
     if sampler is None and family is None:
         raise Error("torch_ops.sample: with an engine id, pass sampler= (a preset name, a "
                     "dict or a SamplerSettings)")
-    s = _sampler(sampler, family or "")
-    lo, hi = s.guidance_interval
+    # The settings as Engine.sample takes them: each checked as it is (steps=2.7 is an Error
+    # naming it, never 2 steps). Python scalars, checked where torch.compile traces the call.
+    s = _sampler(sampler, family or "")._native()
+    # The op's int is torch's int64: a seed past its range is refused here, by name.
+    seed = None if seed is None else _integer(seed, "sample: seed", 0, _INT64[1])
+    path = _optional_text(path, "sample: path")
     desc = progress if isinstance(progress, str) else "Sampling"
     flag = None if progress is None else bool(progress)
     return torch.ops.sparse3d_engine.sample(
-        engine_id(engine), coords, cond, noise, seed, concat_cond, int(s.steps),
-        float(s.rescale_t), float(s.guidance), float(lo), float(hi),
-        float(s.guidance_rescale), float(s.sigma_min), path, flag, desc)
+        engine_id(engine), coords, cond, noise, seed, concat_cond, s["steps"], s["rescale_t"],
+        s["guidance"], s["interval_lo"], s["interval_hi"], s["guidance_rescale"],
+        s["sigma_min"], path, flag, desc)

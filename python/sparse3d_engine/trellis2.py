@@ -49,8 +49,8 @@ import types
 from collections import Counter
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
-from . import (DENSE, SLAT, Engine, Error, SamplerSettings, _framework, _integer, _real,
-               progress_enabled)
+from . import (DENSE, SLAT, Engine, Error, SamplerSettings, _engine_options, _flag, _framework,
+               _integer, _optional_text, _real, _text, progress_enabled)
 
 # The flow models of a TRELLIS.2 image-to-3D pipeline (pipeline.models keys): the dense
 # sparse-structure model, then the structured-latent ones.
@@ -778,8 +778,9 @@ def _device_tuple(device):
 def _checkpoint_for(name, module, checkpoints, pipeline_dir):
     """A NAME.json for model `name`, or None (then the module's state dict is used)."""
     if checkpoints and name in checkpoints:
-        return str(checkpoints[name])
+        return os.fspath(checkpoints[name])
     if pipeline_dir:
+        pipeline_dir = os.fspath(pipeline_dir)
         listing = os.path.join(pipeline_dir, "pipeline.json")
         if os.path.exists(listing):
             with open(listing) as f:
@@ -807,6 +808,65 @@ def _sampler_refusal(sampler: Any) -> Optional[str]:
     return None
 
 
+# The keyword arguments accelerate() passes on to each s3d.Engine it builds (the engine's
+# device is always the inputs': `device` and `device_index` are accepted, and replaced).
+ENGINE_OPTIONS = ("device", "device_index", "max_device_memory_gib", "cache_dir",
+                  "persist_qualification", "qualify_m", "log")
+
+
+def _names(value: Any, name: str) -> List[str]:
+    """A sequence of str (models, samplers, warm_up's list) as a list, or an Error naming it."""
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+        raise Error(f"accelerate: {name} must be a sequence of names (str), got {value!r}")
+    names = list(value)
+    for n in names:
+        if not isinstance(n, str):
+            raise Error(f"accelerate: {name} must hold names (str), got {n!r} "
+                        f"({type(n).__name__})")
+    return names
+
+
+def _check_arguments(path, models, samplers, checkpoints, pipeline_dir, release_on_cpu,
+                     warm_up, engine_options) -> None:
+    """Refuses what the caller got wrong, by name, before anything is replaced: an unknown
+    keyword (a TypeError, as any Python function's), a value of the wrong type (an Error).
+    What the drop-in cannot serve (the pipeline's own modules, configs and calls) is not a
+    mistake of the caller: a counted fallback, as documented."""
+    unknown = sorted(set(engine_options) - set(ENGINE_OPTIONS))
+    if unknown:
+        raise TypeError(f"accelerate() got an unexpected keyword argument {unknown[0]!r} "
+                        f"(engine options: {', '.join(ENGINE_OPTIONS)})")
+    log = engine_options.get("log")
+    if log is not None and not callable(log):
+        raise Error(f"accelerate: log must be a callable or None, got {type(log).__name__}")
+    try:
+        _engine_options(_optional_text(path, "path") or "",
+                        engine_options.get("device", "auto"),
+                        engine_options.get("device_index", 0),
+                        engine_options.get("max_device_memory_gib", 0.0),
+                        engine_options.get("cache_dir", ""),
+                        engine_options.get("persist_qualification", True),
+                        engine_options.get("qualify_m", ()))
+    except Error as e:
+        raise Error(f"accelerate: {e}") from None
+    _names(models, "models")
+    _names(samplers, "samplers")
+    if checkpoints is not None:
+        if not isinstance(checkpoints, Mapping):
+            raise Error(f"accelerate: checkpoints must be a mapping {{model name: NAME.json}} "
+                        f"or None, got {type(checkpoints).__name__}")
+        for key, value in checkpoints.items():
+            if not isinstance(key, str):
+                raise Error(f"accelerate: checkpoints' keys must be model names (str), got "
+                            f"{key!r} ({type(key).__name__})")
+            _text(value, f"accelerate: checkpoints[{key!r}]", path=True)
+    if pipeline_dir is not None:
+        _text(pipeline_dir, "accelerate: pipeline_dir", path=True)
+    _flag(release_on_cpu, "accelerate: release_on_cpu")
+    if not isinstance(warm_up, (bool, str)):
+        _names(warm_up, "warm_up")
+
+
 def accelerate(pipeline: Any, path: Optional[str] = None, models: Sequence[str] = FLOW_MODELS,
                samplers: Sequence[str] = FLOW_SAMPLERS,
                checkpoints: Optional[Mapping[str, str]] = None,
@@ -826,7 +886,13 @@ def accelerate(pipeline: Any, path: Optional[str] = None, models: Sequence[str] 
     GPU. warm_up: True builds every engine now on the pipeline's device and runs a small
     request on each (Acceleration.warm_up), so that the first pipeline.run() builds nothing;
     a list of model names warms up those only. engine_options go to s3d.Engine
-    (cache_dir, max_device_memory_gib, log, ...). Returns an Acceleration."""
+    (ENGINE_OPTIONS: cache_dir, max_device_memory_gib, log, ...). Returns an Acceleration.
+
+    The caller's mistakes raise before anything is replaced: an unknown keyword is a
+    TypeError, an argument of the wrong type an Error naming it. What the drop-in cannot
+    serve stays on PyTorch, counted (docs/PYTHON.md)."""
+    _check_arguments(path, models, samplers, checkpoints, pipeline_dir, release_on_cpu,
+                     warm_up, engine_options)
     acc = Acceleration(pipeline)
     table = getattr(pipeline, "models", None)
     if not isinstance(table, dict):
@@ -874,5 +940,5 @@ def accelerate(pipeline: Any, path: Optional[str] = None, models: Sequence[str] 
     return acc
 
 
-__all__ = ["accelerate", "Acceleration", "EngineFlowModel", "EngineSampler", "config_of_module",
+__all__ = ["accelerate", "Acceleration", "ENGINE_OPTIONS", "EngineFlowModel", "EngineSampler", "config_of_module",
            "family_of_module", "FLOW_MODELS", "FLOW_SAMPLERS", "COND_TOKENS", "WARM_UP_TOKENS"]

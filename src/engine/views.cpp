@@ -3,6 +3,7 @@
 
 #include "core/cuda_util.h"
 #include "core/error.h"
+#include "core/host_memory.h"
 #include "core/rng.h"
 #include "core/tensor.h"
 #include "engine/engine_impl.h"
@@ -30,6 +31,23 @@ const char* version() { return SPARSE3D_VERSION; }
 Array draw_noise(uint64_t seed, int64_t rows, int64_t cols, uint64_t offset) {
   S3D_CHECK(rows >= 0 && cols >= 0, "draw_noise: shape [", rows, ", ", cols,
             "] has a negative dimension");
+  // At most the elements of an int32-indexed layout (8 GiB of f32), and no more than the
+  // host has available; the range read of the seed's stream ends by element 2^63 (the stream
+  // is read in pairs counted as int64). Each is refused at once, before any allocation.
+  constexpr int64_t kMaxNoiseElements = INT32_MAX;
+  constexpr uint64_t kNoiseStreamEnd = uint64_t(1) << 63;
+  S3D_CHECK(cols == 0 || rows <= kMaxNoiseElements / cols, "draw_noise: rows x cols (", rows,
+            " x ", cols, ") is more than ", kMaxNoiseElements,
+            " elements (the most it draws at once)");
+  const uint64_t n = static_cast<uint64_t>(rows * cols);
+  S3D_CHECK(offset <= kNoiseStreamEnd && n <= kNoiseStreamEnd - offset, "draw_noise: offset ",
+            offset, " + ", n, " elements (rows x cols) ends past element 2^63 of the seed's stream");
+  if (const auto available = s3d::host_memory_available()) {
+    const uint64_t bytes = n * sizeof(float);
+    S3D_CHECK(bytes <= *available, "draw_noise: rows x cols (", rows, " x ", cols, ") needs ",
+              double(bytes) / double(1 << 30), " GiB of host memory, but only ",
+              double(*available) / double(1 << 30), " GiB are available");
+  }
   s3d::Tensor t = s3d::Tensor::empty({rows, cols}, DType::F32, Device::CPU);
   s3d::normal_fill(seed, offset, static_cast<uint64_t>(t.numel()), t.data_as<float>());
   return array_of(t);

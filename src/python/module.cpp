@@ -112,6 +112,58 @@ TensorView optional_view(const std::optional<A>& a, const char* what) {
   return a ? view_of(*a, what) : TensorView{};
 }
 
+// The arrays of a call are taken as Python objects and converted here, so that one of the
+// wrong kind is one error naming the argument (nanobind's own refusal lists the whole
+// signature over several lines and names none). The package checks them first; these are
+// what a direct caller of the native module sees.
+std::string type_of(nb::handle h) { return nb::cast<std::string>(h.type().attr("__name__")); }
+
+// An input: any DLPack producer (torch, NumPy, CuPy, JAX) or buffer, or None when optional.
+std::optional<AnyArray> input_array(nb::handle h, const char* what, bool optional = true) {
+  if (h.is_none()) {
+    if (optional) return std::nullopt;
+    throw sparse3d::Error(std::string(what) + ": required, got None");
+  }
+  AnyArray a;
+  if (!nb::try_cast<AnyArray>(h, a, false))
+    throw sparse3d::Error(std::string(what) + ": not an array (a DLPack producer such as a torch, "
+                          "NumPy, CuPy or JAX array), got " + type_of(h));
+  return a;
+}
+
+// The caller's buffer for a result: writable, or None.
+std::optional<OutArray> output_array(nb::handle h) {
+  if (h.is_none()) return std::nullopt;
+  OutArray a;
+  if (nb::try_cast<OutArray>(h, a, false)) return a;
+  AnyArray read_only;
+  if (nb::try_cast<AnyArray>(h, read_only, false))
+    throw sparse3d::Error("out: read-only; the engine writes the result into it: pass a "
+                          "writable array");
+  throw sparse3d::Error("out: not an array (a DLPack producer such as a torch, NumPy, CuPy or "
+                        "JAX array), got " + type_of(h));
+}
+
+// from_tensors()'s tensors: a sequence of (name, array) pairs.
+std::vector<std::pair<std::string, AnyArray>> named_arrays(nb::handle tensors) {
+  if (!nb::isinstance<nb::list>(tensors) && !nb::isinstance<nb::tuple>(tensors))
+    throw sparse3d::Error("tensors: not a list of (name, array) pairs, got " + type_of(tensors));
+  std::vector<std::pair<std::string, AnyArray>> out;
+  size_t i = 0;
+  for (nb::handle item : tensors) {
+    const bool pair = nb::isinstance<nb::tuple>(item) && nb::len(item) == 2 &&
+                      nb::isinstance<nb::str>(nb::borrow<nb::tuple>(item)[0]);
+    if (!pair)
+      throw sparse3d::Error("tensors: item " + std::to_string(i) +
+                            " is not a (name, array) pair, got " + type_of(item));
+    const nb::tuple t = nb::borrow<nb::tuple>(item);
+    const std::string name = nb::cast<std::string>(t[0]);
+    out.emplace_back(name, *input_array(t[1], name.c_str(), false));
+    ++i;
+  }
+  return out;
+}
+
 nb::dlpack::dtype dlpack_dtype(DType d) {
   switch (d) {
     case DType::F32: return nb::dtype<float>();
@@ -423,11 +475,16 @@ class PyEngine {
 
   // coords None: the dense model's volume mode (SampleRequest/ForwardRequest with empty
   // coords; the engine refuses it for a SLatFlowModel).
-  nb::dict sample(const std::optional<AnyArray>& coords, const AnyArray& cond, int batch,
-                  const std::optional<AnyArray>& noise, uint64_t seed,
-                  const std::optional<AnyArray>& concat_cond, const nb::dict& sampler,
-                  const std::optional<std::string>& path, const std::optional<OutArray>& out,
+  nb::dict sample(nb::handle coords_arg, nb::handle cond_arg, int batch, nb::handle noise_arg,
+                  uint64_t seed, nb::handle concat_cond_arg, const nb::dict& sampler,
+                  const std::optional<std::string>& path, nb::handle out_arg,
                   std::optional<nb::callable> callback, bool keep_first_forward, uintptr_t stream) {
+    // Converted first, and kept for the call: the request reads them in place.
+    const auto coords = input_array(coords_arg, "coords");
+    const auto cond = *input_array(cond_arg, "cond", false);
+    const auto noise = input_array(noise_arg, "noise");
+    const auto concat_cond = input_array(concat_cond_arg, "concat_cond");
+    const auto out = output_array(out_arg);
     sparse3d::SampleRequest r;
     r.coords = optional_view(coords, "coords");
     r.cond = view_of(cond, "cond");
@@ -470,10 +527,15 @@ class PyEngine {
     return d;
   }
 
-  nb::object forward(const AnyArray& x, const AnyArray& t, const std::optional<AnyArray>& coords,
-                     const AnyArray& cond, int batch, const std::optional<AnyArray>& concat_cond,
-                     const std::optional<std::string>& path, const std::optional<OutArray>& out,
-                     uintptr_t stream) {
+  nb::object forward(nb::handle x_arg, nb::handle t_arg, nb::handle coords_arg, nb::handle cond_arg,
+                     int batch, nb::handle concat_cond_arg, const std::optional<std::string>& path,
+                     nb::handle out_arg, uintptr_t stream) {
+    const auto x = *input_array(x_arg, "x", false);
+    const auto t = *input_array(t_arg, "t", false);
+    const auto coords = input_array(coords_arg, "coords");
+    const auto cond = *input_array(cond_arg, "cond", false);
+    const auto concat_cond = input_array(concat_cond_arg, "concat_cond");
+    const auto out = output_array(out_arg);
     sparse3d::ForwardRequest r;
     r.x = view_of(x, "x");
     r.t = view_of(t, "t");
@@ -619,11 +681,12 @@ static void bind_engine(nb::module_& m) {
            "qualify_m"_a = std::vector<int64_t>{}, "log"_a = nb::none())
       .def_static(
           "from_tensors",
-          [](const std::string& config_json, const std::vector<std::pair<std::string, AnyArray>>& tensors,
-             const std::string& name, const std::string& path, const std::string& device,
+          [](const std::string& config_json, nb::handle tensors_arg, const std::string& name,
+             const std::string& path, const std::string& device,
              int device_index, double max_device_memory_gib, const std::string& cache_dir,
              bool persist_qualification, const std::vector<int64_t>& qualify_m,
              std::optional<nb::callable> log) {
+            const auto tensors = named_arrays(tensors_arg);  // kept while the engine copies them
             auto sink = log_sink(log);
             auto options = engine_options(path, device, device_index, max_device_memory_gib,
                                           cache_dir, persist_qualification, qualify_m, sink);
@@ -633,12 +696,13 @@ static void bind_engine(nb::module_& m) {
           "device"_a = "auto", "device_index"_a = 0, "max_device_memory_gib"_a = 0.0,
           "cache_dir"_a = "", "persist_qualification"_a = true,
           "qualify_m"_a = std::vector<int64_t>{}, "log"_a = nb::none(), nb::rv_policy::take_ownership)
-      .def("sample", &PyEngine::sample, "coords"_a.none(), "cond"_a, "batch"_a, "noise"_a = nb::none(),
-           "seed"_a = 0, "concat_cond"_a = nb::none(), "sampler"_a = nb::dict(), "path"_a = nb::none(),
-           "out"_a = nb::none(), "callback"_a = nb::none(), "keep_first_forward"_a = false,
-           "stream"_a = 0)
-      .def("forward", &PyEngine::forward, "x"_a, "t"_a, "coords"_a.none(), "cond"_a, "batch"_a,
-           "concat_cond"_a = nb::none(), "path"_a = nb::none(), "out"_a = nb::none(), "stream"_a = 0)
+      .def("sample", &PyEngine::sample, "coords"_a.none(), "cond"_a.none(), "batch"_a, "noise"_a.none() = nb::none(),
+           "seed"_a = 0, "concat_cond"_a.none() = nb::none(), "sampler"_a = nb::dict(),
+           "path"_a = nb::none(), "out"_a.none() = nb::none(), "callback"_a = nb::none(),
+           "keep_first_forward"_a = false, "stream"_a = 0)
+      .def("forward", &PyEngine::forward, "x"_a.none(), "t"_a.none(), "coords"_a.none(),
+           "cond"_a.none(), "batch"_a, "concat_cond"_a.none() = nb::none(), "path"_a = nb::none(),
+           "out"_a.none() = nb::none(), "stream"_a = 0)
       .def("warm_up", &PyEngine::warm_up, "tokens"_a, "cond_tokens"_a)
       .def("fits", &PyEngine::fits, "tokens"_a, "batch"_a, "cond_tokens"_a, "path"_a = nb::none())
       // These wait for a request running on another thread (one request at a time per

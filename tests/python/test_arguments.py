@@ -245,3 +245,144 @@ def test_non_finite_forward_x_and_t_are_refused(engine, bad):
     # One number for every asset: refused before it becomes an array.
     with pytest.raises(s3d.Error, match=r"^forward: t must be finite"):
         engine.forward(good, float(bad), cond, coords=coords)
+
+
+# ---- arguments of the wrong kind: one line naming them, never nanobind's signature list --------
+
+def _one_line(e):
+    """The refusal is one line: not nanobind's "incompatible function arguments" listing."""
+    text = str(e.value)
+    assert "\n" not in text and "incompatible function arguments" not in text, text
+    return text
+
+
+def test_from_state_dict_refuses_a_config_or_state_dict_of_the_wrong_kind(tiny_config,
+                                                                          tiny_state_dict,
+                                                                          cache_dir):
+    options = dict(device="cpu", cache_dir=cache_dir)
+    for config, state_dict, message in [
+        ([], {}, "from_state_dict: config must be a dict or JSON text (a str), got list"),
+        (None, {}, "from_state_dict: config must be a dict or JSON text (a str), got NoneType"),
+        ({"name": object()}, {}, "from_state_dict: config is not JSON-serializable"),
+        (tiny_config, [1, 2], "from_state_dict: state_dict must be a mapping of names to "
+                              "arrays (a dict, a module's state_dict()), got list"),
+        (tiny_config, {"input_layer.weight": [1.0]},
+         "from_state_dict: state_dict['input_layer.weight'] must be an array (a torch, NumPy, "
+         "CuPy or JAX array), got list"),
+        (tiny_config, {3: np.zeros(3, np.float32)},
+         "from_state_dict: state_dict's names must be str, got 3 (int)"),
+    ]:
+        with pytest.raises(s3d.Error) as e:
+            s3d.Engine.from_state_dict(config, state_dict, **options)
+        assert _one_line(e).startswith(message), str(e.value)
+    # A values view of the right kind still loads.
+    assert s3d.Engine.from_state_dict(tiny_config, dict(tiny_state_dict), **options).device == "cpu"
+
+
+def test_sample_refuses_arrays_of_the_wrong_kind_by_name(engine):
+    coords, cond = _request()
+    read_only = np.empty((40, 32), np.float32)
+    read_only.flags.writeable = False
+    cases = [
+        (dict(coords=coords.tolist(), cond=cond, seed=1), "sample: coords must be an array (a "
+         "torch, NumPy, CuPy or JAX array), got list"),
+        (dict(coords=coords, cond=cond.tolist(), seed=1), "sample: cond must be an array"),
+        (dict(coords=coords, cond={"feats": cond}, seed=1), "sample: cond must be an array"),
+        (dict(coords=coords, cond=cond, noise=3.0), "sample: noise must be an array"),
+        (dict(coords=coords, cond=cond, seed=1, concat_cond=[0.0]),
+         "sample: concat_cond must be an array"),
+        (dict(coords=coords, cond=cond, seed=1, out=read_only),
+         "sample: out is read-only (the engine writes the result into it); pass a writable "
+         "array"),
+        (dict(coords=coords, cond=cond, seed=1, out=[0.0]), "sample: out must be an array"),
+        (dict(coords=coords, cond=cond, seed=1, path=5), "sample: path must be a str, got 5"),
+        (dict(coords=coords, cond=cond, seed=1, callback=3),
+         "sample: callback must be a callable or None, got int"),
+        (dict(coords=coords, cond=cond, seed=1, stream=-1),
+         "stream must be an integer in [0, 18446744073709551615], got -1"),
+        (dict(coords=coords, cond=cond, seed=1, stream=True),
+         "stream must be an int handle, a torch.cuda.Stream or a cupy.cuda.Stream, got bool"),
+    ]
+    for kwargs, message in cases:
+        with pytest.raises(s3d.Error) as e:
+            engine.sample(**kwargs, sampler=dict(QUICK), progress=False)
+        assert _one_line(e).startswith(message), str(e.value)
+    assert engine.counters()["requests"] == 0
+
+
+def test_forward_refuses_arrays_of_the_wrong_kind_by_name(engine):
+    coords, cond = _request()
+    noise = s3d.draw_noise(2, 40, 32)
+    read_only = noise.copy()
+    read_only.flags.writeable = False
+    from conftest import SparseTensor
+    cases = [
+        (({"feats": noise}, 500.0, cond), dict(coords=coords),
+         "forward: x must be an array (a torch, NumPy, CuPy or JAX array), got dict"),
+        ((SparseTensor(noise.tolist(), coords), 500.0, cond), {},
+         "forward: x.feats must be an array"),
+        ((noise, 500.0, cond.tolist()), dict(coords=coords), "forward: cond must be an array"),
+        ((noise, 500.0, cond), dict(coords=coords.tolist()), "forward: coords must be an array"),
+        ((noise, 500.0, cond), dict(coords=coords, path=["fast"]), "forward: path must be a str"),
+        ((noise, 500.0, cond), dict(coords=coords, out=read_only), "forward: out is read-only"),
+    ]
+    for args, kwargs, message in cases:
+        with pytest.raises(s3d.Error) as e:
+            engine.forward(*args, **kwargs)
+        assert _one_line(e).startswith(message), str(e.value)
+    with pytest.raises(s3d.Error) as e:
+        engine.fits(40, 1, 9, path=1)
+    assert _one_line(e) == "fits: path must be a str, got 1 (int)"
+    assert engine.counters()["requests"] == 0
+
+
+def test_the_native_module_names_an_argument_of_the_wrong_kind(engine):
+    """What a direct caller of the native module sees: one line naming the argument."""
+    coords, cond = _request()
+    read_only = np.empty((40, 32), np.float32)
+    read_only.flags.writeable = False
+    native = engine._e
+    for call, message in [
+        (lambda: native.sample(coords.tolist(), cond, 1), "coords: not an array (a DLPack "
+         "producer such as a torch, NumPy, CuPy or JAX array), got list"),
+        (lambda: native.sample(coords, None, 1), "cond: required, got None"),
+        (lambda: native.sample(coords, cond, 1, out=read_only), "out: read-only; the engine "
+         "writes the result into it: pass a writable array"),
+        (lambda: native.forward({}, cond, coords, cond, 1), "x: not an array"),
+        (lambda: native.forward(read_only, 5, coords, cond, 1), "t: not an array"),
+        (lambda: s3d._native.Engine.from_tensors("{}", {}), "tensors: not a list of (name, "
+         "array) pairs, got dict"),
+        (lambda: s3d._native.Engine.from_tensors("{}", [1]), "tensors: item 0 is not a "
+         "(name, array) pair, got int"),
+        (lambda: s3d._native.Engine.from_tensors("{}", [("w", [1.0])]), "w: not an array"),
+    ]:
+        with pytest.raises(s3d.Error) as e:
+            call()
+        assert _one_line(e).startswith(message), str(e.value)
+
+
+# ---- draw_noise: what it cannot draw is refused at once ----------------------------------------
+
+@pytest.mark.parametrize("args, message", [
+    ((1, 2**31, 2), "draw_noise: rows x cols (2147483648 x 2) is more than 2147483647 elements "
+                    "(the most it draws at once)"),
+    ((1, 2**40, 2**40), "draw_noise: rows x cols (1099511627776 x 1099511627776) is more than "
+                        "2147483647 elements"),
+    ((1, 4, 8, 2**64 - 1), "draw_noise: offset 18446744073709551615 + 32 elements (rows x "
+                           "cols) ends past element 2^63 of the seed's stream"),
+    ((1, 4, 8, 2**63 - 31), "draw_noise: offset 9223372036854775777 + 32 elements"),
+])
+def test_draw_noise_refuses_what_it_cannot_draw_at_once(args, message):
+    import time
+    t0 = time.perf_counter()
+    with pytest.raises(s3d.Error) as e:
+        s3d.draw_noise(*args)
+    assert time.perf_counter() - t0 < 0.5
+    assert _one_line(e).startswith(message), str(e.value)
+
+
+def test_draw_noise_up_to_the_end_of_the_stream_draws():
+    last = s3d.draw_noise(1, 4, 8, 2**63 - 32)
+    longer = s3d.draw_noise(1, 5, 8, 2**63 - 40)
+    np.testing.assert_array_equal(longer[1:], last)
+    assert np.isfinite(last).all()

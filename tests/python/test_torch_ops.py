@@ -245,3 +245,59 @@ def test_the_drop_in_models_forward_compiles_without_graph_breaks(tiny_config, t
     want = dense_step(noise, t, dcond)
     assert torch.equal(_compile(dense_step, "eager")(noise, t, dcond), want)
     assert acc.fallbacks() == []
+
+
+# ---- the sampler's settings and the numbers: taken as they are, compiled or not ----------------
+
+@pytest.mark.parametrize("settings, message", [
+    (dict(steps=2.7), "sampler: steps must be an integer, got 2.7 (float)"),
+    (dict(steps="2"), "sampler: steps must be an integer, got '2' (str)"),
+    (dict(steps=True), "sampler: steps must be an integer, got True (bool)"),
+    (dict(steps=2, rescale_t="3"), "sampler: rescale_t must be a real number, got '3' (str)"),
+    (dict(steps=2, guidance=float("nan")), "sampler: guidance must be finite, got nan"),
+])
+def test_the_sample_op_takes_settings_as_they_are(cache_dir, settings, message):
+    e = engine_on("cpu", cache_dir)
+    coords, cond, noise, _ = inputs("cpu")
+    sampler = dict(guidance_interval=(0.0, 1.0), **settings)
+    with pytest.raises(s3d.Error) as exc:
+        torch_ops.sample(e, coords, cond, noise=noise, sampler=sampler)
+    assert str(exc.value) == message
+    # The same check where torch.compile traces the call (Python scalars, at trace time).
+    for spec in (s3d.SamplerSettings(**sampler), sampler):
+        torch._dynamo.reset()
+        with pytest.raises(Exception) as exc:
+            _compile(Sampler(e, spec), "eager")(coords, cond, noise)
+        assert message in str(exc.value)
+    assert e.counters()["requests"] == 0   # nothing ran
+
+
+def test_the_ops_take_numbers_as_they_are(cache_dir):
+    e = engine_on("cpu", cache_dir)
+    coords, cond, x, _ = inputs("cpu")
+    with pytest.raises(s3d.Error, match=r"^sample: seed must be an integer, got 1\.5 \(float\)$"):
+        torch_ops.sample(e, coords, cond, seed=1.5, sampler=QUICK)
+    with pytest.raises(s3d.Error, match=r"^sample: seed must be an integer in \[0, "
+                                        r"9223372036854775807\], got 9223372036854775808$"):
+        torch_ops.sample(e, coords, cond, seed=2**63, sampler=QUICK)
+    with pytest.raises(s3d.Error, match=r"^forward: t must be a real number, got '500' \(str\)$"):
+        torch_ops.forward(e, x, "500", cond, coords=coords)
+    with pytest.raises(s3d.Error, match=r"^engine \(an Engine or its id\) must be an integer, "
+                                        r"got 1\.0 \(float\)$"):
+        torch_ops.forward(1.0, x, 500.0, cond, coords=coords)
+    with pytest.raises(s3d.Error, match=r"^sample: path must be a str, got 3 \(int\)$"):
+        torch_ops.sample(e, coords, cond, seed=1, sampler=QUICK, path=3)
+    # A NumPy integer is an integer: the same latent as the int's.
+    got = torch_ops.sample(e, coords, cond, seed=np.int64(4), sampler=dict(
+        steps=np.int32(2), guidance_interval=(0.0, 1.0)))
+    assert torch.equal(got, torch_ops.sample(e, coords, cond, seed=4, sampler=QUICK))
+    assert torch.equal(torch_ops.forward(e, x, np.float32(500.0), cond, coords=coords),
+                       torch_ops.forward(e, x, 500.0, cond, coords=coords))
+
+
+def test_a_dict_sampler_compiles_too(cache_dir):
+    e = engine_on("cpu", cache_dir)
+    coords, cond, noise, _ = inputs("cpu")
+    want = e.sample(coords, cond, noise=noise, sampler=QUICK, progress=False)
+    spec = dict(steps=2, guidance_interval=(0.0, 1.0))
+    assert torch.equal(_compile(Sampler(e, spec), "eager")(coords, cond, noise), want.sum(dim=1))

@@ -577,3 +577,56 @@ def test_list_features_run_on_the_original(pipeline, acc):
     assert ("forward", "x.feats is a list, not a tensor") in reasons
     assert ("sample", "the noise is a list, not a tensor") in reasons
     assert model.stats.calls.get("forward", 0) == 0
+
+
+# ---- the caller's mistakes raise; what the drop-in cannot serve is a counted fallback ----------
+
+def test_an_unknown_keyword_is_a_type_error(pipeline, cache_dir):
+    original = pipeline.models["shape_slat_flow_model_512"]
+    with pytest.raises(TypeError, match=r"^accelerate\(\) got an unexpected keyword argument "
+                                        r"'bogus' \(engine options: device, "):
+        t2.accelerate(pipeline, device="cpu", cache_dir=cache_dir, bogus=1)
+    # Nothing was replaced.
+    assert pipeline.models["shape_slat_flow_model_512"] is original
+    assert not isinstance(pipeline.shape_slat_sampler, t2.EngineSampler)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(checkpoints=[1]), "accelerate: checkpoints must be a mapping {model name: NAME.json} "
+                            "or None, got list"),
+    (dict(checkpoints={"shape_slat_flow_model_512": None}),
+     "accelerate: checkpoints['shape_slat_flow_model_512'] must be a str or an os.PathLike, "
+     "got None (NoneType)"),
+    (dict(checkpoints={1: "x.json"}), "accelerate: checkpoints' keys must be model names "
+                                      "(str), got 1 (int)"),
+    (dict(pipeline_dir=3), "accelerate: pipeline_dir must be a str or an os.PathLike, got 3"),
+    (dict(path=1), "accelerate: path must be a str, got 1 (int)"),
+    (dict(models="shape_slat_flow_model_512"), "accelerate: models must be a sequence of "
+                                               "names (str), got 'shape_slat_flow_model_512'"),
+    (dict(samplers=[None]), "accelerate: samplers must hold names (str), got None"),
+    (dict(release_on_cpu="no"), "accelerate: release_on_cpu must be True or False, got 'no'"),
+    (dict(warm_up=1), "accelerate: warm_up must be a sequence of names (str), got 1"),
+    (dict(cache_dir=None), "accelerate: cache_dir must be a str or an os.PathLike, got None"),
+    (dict(max_device_memory_gib="2"), "accelerate: max_device_memory_gib must be a real "
+                                      "number, got '2' (str)"),
+    (dict(log="yes"), "accelerate: log must be a callable or None, got str"),
+])
+def test_an_option_of_the_wrong_type_is_refused_by_name(pipeline, cache_dir, kwargs, message):
+    original = pipeline.models["shape_slat_flow_model_512"]
+    options = dict(device="cpu", cache_dir=cache_dir)
+    options.update(kwargs)
+    with pytest.raises(s3d.Error) as e:
+        t2.accelerate(pipeline, **options)
+    assert str(e.value).startswith(message), str(e.value)
+    assert "\n" not in str(e.value)
+    assert pipeline.models["shape_slat_flow_model_512"] is original
+
+
+def test_what_the_pipeline_holds_is_still_a_counted_fallback(pipeline, cache_dir, tmp_path):
+    """The caller's arguments right, the pipeline's content unservable: no error."""
+    listing = tmp_path / "list.json"
+    listing.write_text("[]")
+    acc = t2.accelerate(pipeline, checkpoints={"shape_slat_flow_model_512": listing},
+                        device="cpu", cache_dir=cache_dir)   # an os.PathLike is a path
+    assert "shape_slat_flow_model_512" in acc.skipped
+    assert set(t2.ENGINE_OPTIONS) >= {"cache_dir", "log", "max_device_memory_gib"}
