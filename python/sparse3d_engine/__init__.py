@@ -443,9 +443,11 @@ class Engine:
                 raise Error(f"log must be a callable or None, got {type(log).__name__}")
             options = _engine_options(path, device, device_index, max_device_memory_gib,
                                       cache_dir, persist_qualification, qualify_m)
+            checkpoint = _text(checkpoint, "checkpoint", path=True)
+            if not checkpoint:
+                raise Error("checkpoint must be the path of a NAME.json, got '' (an empty path)")
             with _routing(log):
-                self._e = _native.Engine(_text(checkpoint, "checkpoint", path=True), **options,
-                                         log=_engine_log(log))
+                self._e = _native.Engine(checkpoint, **options, log=_engine_log(log))
         self.last_request = None
         m = self._e.model
         self._family, self._resolution = m["family"], int(m["resolution"])

@@ -386,3 +386,9 @@ def test_draw_noise_up_to_the_end_of_the_stream_draws():
     longer = s3d.draw_noise(1, 5, 8, 2**63 - 40)
     np.testing.assert_array_equal(longer[1:], last)
     assert np.isfinite(last).all()
+
+
+def test_an_empty_checkpoint_path_is_named(cache_dir):
+    with pytest.raises(s3d.Error) as e:
+        s3d.Engine("", device="cpu", cache_dir=cache_dir)
+    assert str(e.value) == "checkpoint must be the path of a NAME.json, got '' (an empty path)"
