@@ -59,8 +59,10 @@ struct Engine::Impl {
   // qualified: the cached row (want_cache) and, in batched CFG, the slices.
   const s3d::model::NullContext& null_context(int cond_tokens, int64_t tokens, bool tuned_gemm,
                                               bool batched, bool want_cache);
-  // Refuses, before anything runs, a request whose activations cannot fit.
+  // Refuses, before anything runs, a request whose activations cannot fit, and on the CPU
+  // backend one of more than kCpuMaxTokens tokens.
   void check_memory(int64_t tokens, int batch, int cond_tokens, const FlagSet& flags) const;
+  static constexpr int64_t kCpuMaxTokens = int64_t{1} << 17;
   // Estimated activation bytes of a request with these flags, and what the device (or the
   // EngineOptions::max_device_memory_gib cap) has left for them.
   size_t memory_need(int64_t tokens, int batch, int cond_tokens, const FlagSet& flags) const;

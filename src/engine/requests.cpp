@@ -334,6 +334,13 @@ void Engine::Impl::check_memory(int64_t tokens, int batch, int cond_tokens,
             " (weights hold ", gib(model->weight_bytes()), " GiB); use fewer tokens",
             batched ? " or serial CFG" : "",
             flags.on(Flag::chunked_mlp) ? "" : " or the low_memory path", " (nothing was run)");
+  // The CPU backend is the reference oracle, not a product path: its attention is a plain
+  // loop, quadratic in the tokens, so a request that fits in memory could still run for
+  // hours without a way to stop it from Python. Past kCpuMaxTokens it is refused up front.
+  S3D_CHECK(device == Device::CUDA || tokens <= kCpuMaxTokens, tokens,
+            " tokens in one request on the CPU backend: it takes at most ", kCpuMaxTokens,
+            " (the CPU backend is the reference, with quadratic-time attention; run this on a "
+            "GPU) (nothing was run)");
 }
 
 const s3d::model::NullContext& Engine::Impl::null_context(int cond_tokens, int64_t tokens,

@@ -210,6 +210,20 @@ TEST_F(RequestValidation, OversizedRequestsAreRefusedBeforeAnyAllocation) {
   EXPECT_EQ(e.fits(61, 1, 9, e.plan().flags()), "");
 }
 
+// The CPU backend's attention is quadratic: a request that fits in memory but would run for
+// hours is refused by its token count before any work (one past the cap: some 0.5 GiB of
+// activations, which fits on any machine the tests run on).
+TEST_F(RequestValidation, TheCpuBackendRefusesMoreTokensThanItsCap) {
+  sparse3d::Engine e(kTiny, options());
+  make_inputs((int64_t{1} << 17) + 1);
+  sparse3d::SampleRequest r = request();
+  EXPECT_LT(refused([&] { e.sample(r); }, "131073 tokens in one request on the CPU backend"),
+            1.0);
+  EXPECT_NE(e.fits(int64_t{1} << 20, 1, 9, e.plan().flags()).find("at most 131072"),
+            std::string::npos);
+  EXPECT_EQ(e.counters().qualifications_run, 0u);
+}
+
 TEST_F(RequestValidation, MaxDeviceMemoryCapsTheCpuBackendsRequests) {
   sparse3d::EngineOptions o = options("pure_eager");
   o.max_device_memory_gib = 0.25;
