@@ -42,7 +42,7 @@ def main():
 
     with open(a.checkpoint) as f:
         args = json.load(f)["args"]
-    engine = s3d.Engine(a.checkpoint, device=a.device, cache_dir=None)
+    engine = s3d.Engine(a.checkpoint, device=a.device, cache_dir="")
     coords, cond = request(a.tokens, 17, args["cond_channels"], args["resolution"], 7, a.device)
     out_ch = args["out_channels"]
     noise = torch.randn(a.tokens, out_ch, generator=torch.Generator().manual_seed(3)).to(a.device)
