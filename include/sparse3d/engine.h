@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "sparse3d/flags.h"
+#include "sparse3d/sampler_settings.h"
 #include "sparse3d/types.h"
 
 namespace sparse3d {
@@ -44,29 +45,6 @@ struct EngineOptions {
   std::vector<int64_t> qualify_m;
   // Start-up lines (qualification reports, cache hits and refusals); empty: silent.
   std::function<void(const std::string&)> log;
-};
-
-// The sampler (TRELLIS.2's FlowEulerGuidanceIntervalSampler). Default: the released
-// shape-model settings.
-struct SamplerSettings {
-  int steps = 12;
-  double rescale_t = 3.0;
-  double guidance = 7.5;         // g; 1 = no unconditional forward
-  double interval_lo = 0.6;      // CFG only for t in [lo, hi]
-  double interval_hi = 1.0;
-  double guidance_rescale = 0.5;  // rho in [0, 1]
-  double sigma_min = 1e-5;
-
-  static SamplerSettings released() { return SamplerSettings{}; }
-  // The released pipeline's sparse-structure stage (docs/DENSE_MODEL.md): 12 steps,
-  // rescale_t 5, CFG 7.5 on t in [0.6, 1], guidance rescale 0.7.
-  static SamplerSettings released_sparse_structure() {
-    return SamplerSettings{12, 5.0, 7.5, 0.6, 1.0, 0.7, 1e-5};
-  }
-  // Throws Error naming the first setting out of range (what sample() would refuse).
-  void validate() const;
-  // The benchmark protocol: 15 steps, CFG 7.5 on every step, no rescale.
-  static SamplerSettings protocol() { return SamplerSettings{15, 3.0, 7.5, 0.0, 1.0, 0.0, 1e-5}; }
 };
 
 struct StepInfo {
@@ -293,5 +271,10 @@ Array draw_noise(uint64_t seed, int64_t rows, int64_t cols, uint64_t offset = 0)
 // The sampler's schedule t_0 = 1 > ... > t_steps = 0 (steps + 1 values), e.g. to know ahead
 // of a request on which steps CFG applies.
 std::vector<double> timesteps(const SamplerSettings& settings);
+
+// The environment fingerprint of this process and its default device, without an Engine
+// (what `sparse3d info` prints): the facts Engine::fingerprint() gives, as "key: value" lines
+// for people (json = false) or as one JSON object.
+std::string environment_report(bool json = false);
 
 }  // namespace sparse3d

@@ -6,7 +6,7 @@
 
 #include "apps/commands.h"
 #include "apps/engine_flags.h"
-#include "contract/fingerprint.h"
+#include "sparse3d/engine.h"
 
 namespace s3d::apps {
 
@@ -15,8 +15,7 @@ Command add_info(CLI::App& app) {
   auto json = std::make_shared<bool>(false);
   sub->add_flag("--json", *json, "Print it as JSON");
   return [json]() {
-    contract::Fingerprint f = contract::environment_fingerprint();
-    std::fputs(*json ? (f.to_json().dump(2) + "\n").c_str() : f.to_text().c_str(), stdout);
+    std::fputs(sparse3d::environment_report(*json).c_str(), stdout);
     return 0;
   };
 }

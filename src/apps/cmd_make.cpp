@@ -9,9 +9,8 @@
 #include "apps/commands.h"
 #include "core/error.h"
 #include "io/atomic_file.h"
-#include "model/checkpoint.h"
-#include "model/slat_flow_weights.h"
 #include "payload/generate.h"
+#include "sparse3d/synthetic.h"
 
 namespace s3d::apps {
 namespace {
@@ -75,7 +74,7 @@ Command add_make_checkpoint(CLI::App& app) {
     S3D_CHECK(!name.empty() && name != "." && name != "..", what,
               ": names a folder; give a prefix DIR/NAME (NAME.json and NAME.safetensors are "
               "written)");
-    model::ModelConfig c = model::preset(a->preset);
+    const int64_t parameters = sparse3d::synthetic_parameter_count(a->preset);  // known preset
     // Both files checked before the weights are made (a large preset takes a while).
     const std::string st = a->out + ".safetensors", json = a->out + ".json";
     io::check_output_file(st, what);
@@ -88,11 +87,12 @@ Command add_make_checkpoint(CLI::App& app) {
     if (!fs::exists(st, ec)) st_guard = io::RemoveOnSignal(st, io::RemoveOnSignal::Kind::File);
     if (!fs::exists(json, ec))
       json_guard = io::RemoveOnSignal(json, io::RemoveOnSignal::Kind::File);
-    model::make_checkpoint(c, a->seed, a->out, a->dtype == "f32" ? DType::F32 : DType::BF16);
+    sparse3d::make_synthetic_checkpoint(a->preset, a->seed, a->out,
+                                        a->dtype == "f32" ? DType::F32 : DType::BF16);
     folders.keep();
     std::printf("wrote %s.json and %s.safetensors (%s, %lld parameters, %s)\n", a->out.c_str(),
                 a->out.c_str(), a->preset.c_str(),
-                static_cast<long long>(model::parameter_count(c)), a->dtype.c_str());
+                static_cast<long long>(parameters), a->dtype.c_str());
     return 0;
   };
 }

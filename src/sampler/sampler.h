@@ -9,15 +9,15 @@
 
 #include "core/cuda_util.h"
 #include "core/tensor.h"
-#include "sparse3d/engine.h"
 #include "sparse3d/flags.h"
+#include "sparse3d/sampler_settings.h"
 #include "model/null_context.h"
 #include "model/slat_flow.h"
 
 namespace s3d::sampler {
 
 // The public sampler settings (steps, rescale_t, guidance, interval, guidance rescale,
-// sigma_min; include/sparse3d/engine.h) plus what a request's loop needs besides. Default:
+// sigma_min; include/sparse3d/sampler_settings.h) plus what a request's loop needs besides. Default:
 // the benchmark protocol.
 struct SamplerOptions : sparse3d::SamplerSettings {
   SamplerOptions() : sparse3d::SamplerSettings(sparse3d::SamplerSettings::protocol()) {}
