@@ -224,6 +224,39 @@ TEST_F(RequestValidation, TheCpuBackendRefusesMoreTokensThanItsCap) {
   EXPECT_EQ(e.counters().qualifications_run, 0u);
 }
 
+// Under a memory limit the engine drops cond_kv_cache, then batched_cfg, each a counted
+// fallback naming the sizes; a request that does not fit even without them is refused before
+// anything runs and counts nothing. The limit caps host memory on the CPU backend, so the
+// ladder is checked here without a GPU: the smallest limit (in 2% steps) that runs the
+// request runs it with both dropped (serial CFG needs some 20% less than batched here).
+TEST_F(RequestValidation, AMemoryLimitDropsTheCostlyFlagsInOrderBeforeRefusing) {
+  // Enough tokens that the activations, not the engine's fixed buffers, set the estimate.
+  make_inputs(3000);
+  double cap = 0.03;
+  for (int i = 0; i < 400; ++i, cap *= 1.02) {
+    sparse3d::EngineOptions o = options("beyond");
+    o.max_device_memory_gib = cap;
+    sparse3d::Engine e(kTiny, o);
+    try {
+      e.sample(request());
+    } catch (const sparse3d::Error& err) {
+      EXPECT_NE(std::string(err.what()).find("nothing was run"), std::string::npos) << err.what();
+      EXPECT_TRUE(e.counters().fallbacks.empty()) << "a refused request counted a fallback";
+      continue;
+    }
+    bool kv = false, batched = false;
+    for (const auto& f : e.counters().fallbacks) {
+      kv |= f.optimization == "cond_kv_cache" && f.reason.find("GiB available") != std::string::npos;
+      batched |=
+          f.optimization == "batched_cfg" && f.reason.find("GiB available") != std::string::npos;
+    }
+    EXPECT_TRUE(kv && batched) << "at " << cap << " GiB: " << e.counters().fallbacks.size()
+                               << " fallbacks";
+    return;
+  }
+  FAIL() << "no limit up to " << cap << " GiB ran the request";
+}
+
 TEST_F(RequestValidation, MaxDeviceMemoryCapsTheCpuBackendsRequests) {
   sparse3d::EngineOptions o = options("pure_eager");
   o.max_device_memory_gib = 0.25;
