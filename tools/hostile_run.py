@@ -861,8 +861,10 @@ def ck_json_variants():
         for label, v in [("-1", -1), ("0", 0), ("2.7", 2.7), ("2^64", 1 << 64), ("2^31", 1 << 31),
                          ("string", "2"), ("null", None)]:
             e = "invalid"
-            if key == "mlp_ratio" and label in ("2.7",):
-                e = "invalid"   # the weights no longer match
+            if key == "num_heads" and label == "null":
+                # Optional[int] in the original: null means absent, and the heads come from
+                # num_head_channels, as TRELLIS.2's own loader does.
+                e = "valid"
             args = dict(base["args"], **{key: v})
             out.append(("%s %s" % (key, label), json.dumps(dict(base, args=args)), e))
     for key, v in [("rope_freq", [1.0]), ("rope_freq", "x"), ("rope_freq", [float("nan"), 1.0]),

@@ -241,6 +241,8 @@ std::string Engine::fits(int64_t tokens, int batch, int cond_tokens, const FlagS
   S3D_CHECK(tokens >= 1, "fits: tokens must be >= 1, got ", tokens);
   S3D_CHECK(batch >= 1, "fits: batch must be >= 1, got ", batch);
   S3D_CHECK(cond_tokens >= 1, "fits: cond_tokens must be >= 1, got ", cond_tokens);
+  S3D_CHECK(tokens >= batch, "fits: ", batch, " assets need at least one token each, got ",
+            tokens, " tokens");
   EngineLock lock(*impl_, "fits", Access::Read);
   s3d::ContextScope scope(*impl_->context);
   try {

@@ -276,7 +276,10 @@ TEST_F(EngineReentrancy, FitsRefusesCountsThatDescribeNoRequest) {
   EXPECT_EQ(error_of([&] { e.fits(0, 1, 37, flags); }), "fits: tokens must be >= 1, got 0");
   EXPECT_EQ(error_of([&] { e.fits(40, 0, 37, flags); }), "fits: batch must be >= 1, got 0");
   EXPECT_EQ(error_of([&] { e.fits(40, 1, 0, flags); }), "fits: cond_tokens must be >= 1, got 0");
+  EXPECT_EQ(error_of([&] { e.fits(20, 21, 37, flags); }),
+            "fits: 21 assets need at least one token each, got 20 tokens");
   EXPECT_EQ(e.fits(40, 1, 37, flags), "");
+  EXPECT_EQ(e.fits(21, 21, 37, flags), "");
 }
 
 }  // namespace
