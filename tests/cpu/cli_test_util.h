@@ -16,7 +16,20 @@
 #include <string>
 #include <vector>
 
+#include "model/checkpoint.h"
+#include "model/config.h"
+#include "payload/generate.h"
+
 namespace s3d::test {
+
+// What the CLI tests run on: the tiny model (seed 3) as DIR/tiny.json + .safetensors, and the
+// small payload set with one default asset of `tokens` tokens in DIR/pl.
+inline void make_tiny_model_and_payloads(const std::string& dir, int64_t tokens) {
+  model::make_checkpoint(model::preset("tiny"), 3, dir + "/tiny", DType::BF16);
+  payload::GenerateOptions o = payload::GenerateOptions::small();
+  o.default_tokens = {tokens};
+  payload::generate_payloads(dir + "/pl", o);
+}
 
 struct CliResult {
   int code = -1;

@@ -28,10 +28,7 @@ struct Cli : ::testing::Test {
     // ctest runs each test in its own process, in parallel: one folder per process.
     dir = (fs::temp_directory_path() / ("sparse3d_cli_" + std::to_string(getpid()))).string();
     fs::remove_all(dir);
-    model::make_checkpoint(model::preset("tiny"), 3, dir + "/tiny", DType::BF16);
-    payload::GenerateOptions o = payload::GenerateOptions::small();
-    o.default_tokens = {40};
-    payload::generate_payloads(dir + "/pl", o);
+    test::make_tiny_model_and_payloads(dir, 40);
   }
   static void TearDownTestSuite() { fs::remove_all(dir); }
   static std::string dir;

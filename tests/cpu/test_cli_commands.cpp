@@ -142,10 +142,7 @@ struct CliRun : ::testing::Test {
     dir = (fs::temp_directory_path() / ("sparse3d_cli_commands_" + std::to_string(getpid())))
               .string();
     fs::remove_all(dir);
-    model::make_checkpoint(model::preset("tiny"), 3, dir + "/tiny", DType::BF16);
-    payload::GenerateOptions o = payload::GenerateOptions::small();
-    o.default_tokens = {24};
-    payload::generate_payloads(dir + "/pl", o);
+    test::make_tiny_model_and_payloads(dir, 24);
   }
   static void TearDownTestSuite() { fs::remove_all(dir); }
   static std::string dir;

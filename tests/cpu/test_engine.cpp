@@ -15,6 +15,7 @@
 
 #include "core/cuda_util.h"
 #include "io/safetensors.h"
+#include "engine_test_util.h"
 #include "sparse3d/sparse3d.h"
 #include "../model_inputs.h"
 
@@ -24,11 +25,8 @@ namespace fs = std::filesystem;
 using sparse3d::DType;
 using sparse3d::Device;
 
-const std::string kTiny = std::string(SPARSE3D_TEST_DATA) + "/golden/inputs/tiny.json";
-
-sparse3d::TensorView view(s3d::Tensor& t) {
-  return {t.data(), t.dtype(), t.device(), 0, t.shape()};
-}
+const std::string& kTiny = s3d::test::kTinyCheckpoint;
+using s3d::test::view;
 
 bool same_bytes(const sparse3d::Array& a, const sparse3d::Array& b) {
   return a.view.shape == b.view.shape && a.view.dtype == b.view.dtype &&
@@ -45,11 +43,7 @@ struct EngineApi : ::testing::Test {
   void TearDown() override { fs::remove_all(cache); }
 
   sparse3d::EngineOptions options(const std::string& path = "") const {
-    sparse3d::EngineOptions o;
-    o.device = sparse3d::DeviceChoice::CPU;
-    o.path = path;
-    o.cache_dir = cache;
-    return o;
+    return s3d::test::cpu_options(cache, path);
   }
   // A request over `in`'s host tensors (they must outlive it): 3 steps, CFG on every step.
   static sparse3d::SampleRequest request(s3d::sampler::Inputs& in, uint64_t seed) {

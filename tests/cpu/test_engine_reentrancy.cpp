@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "engine_test_util.h"
 #include "sparse3d/sparse3d.h"
 #include "../model_inputs.h"
 
@@ -30,11 +31,8 @@ namespace fs = std::filesystem;
 using sparse3d::DType;
 using sparse3d::Device;
 
-const std::string kTiny = std::string(SPARSE3D_TEST_DATA) + "/golden/inputs/tiny.json";
-
-sparse3d::TensorView view(s3d::Tensor& t) {
-  return {t.data(), t.dtype(), t.device(), 0, t.shape()};
-}
+const std::string& kTiny = s3d::test::kTinyCheckpoint;
+using s3d::test::view;
 
 // Runs fn on another thread and waits for it at most 60 s (a request here takes well under
 // a second). A thread blocked on a mutex cannot be ended, so on time-out the program exits:
@@ -84,11 +82,7 @@ struct EngineReentrancy : ::testing::Test {
   void TearDown() override { fs::remove_all(cache); }
 
   sparse3d::EngineOptions options(const std::string& path = "") const {
-    sparse3d::EngineOptions o;
-    o.device = sparse3d::DeviceChoice::CPU;
-    o.path = path;
-    o.cache_dir = cache;
-    return o;
+    return s3d::test::cpu_options(cache, path);
   }
   // 2 steps, CFG on both (so the null context is probed and qualified: log lines).
   sparse3d::SampleRequest request(uint64_t seed = 1) {

@@ -16,6 +16,7 @@
 #include "payload/generate.h"
 #include "payload/payload.h"
 #include "bench/flag_choice.h"
+#include "cli_test_util.h"
 #include "io_test_util.h"
 
 namespace s3d {
@@ -150,10 +151,7 @@ std::string run_cli(const std::string& args, int* code) {
 TEST(FlagChoice, RunPicksTheModePerAssetFromABenchResult) {
   const std::string dir =
       (fs::temp_directory_path() / ("sparse3d_flagchoice_" + std::to_string(getpid()))).string();
-  model::make_checkpoint(model::preset("tiny"), 3, dir + "/tiny", DType::BF16);
-  payload::GenerateOptions g = payload::GenerateOptions::small();
-  g.default_tokens = {40};
-  payload::generate_payloads(dir + "/pl", g);
+  test::make_tiny_model_and_payloads(dir, 40);
   const payload::Manifest man = payload::read_manifest(dir + "/pl/manifest.json");
   const std::string asset = man.assets[0].name;
   const std::string common = "run --device cpu --steps 2 --checkpoint " + dir +

@@ -20,6 +20,7 @@
 #include "core/host_memory.h"
 #include "model/checkpoint.h"
 #include "model/config.h"
+#include "engine_test_util.h"
 #include "sparse3d/sparse3d.h"
 
 namespace {
@@ -28,7 +29,7 @@ namespace fs = std::filesystem;
 using sparse3d::Device;
 using sparse3d::DType;
 
-const std::string kTiny = std::string(SPARSE3D_TEST_DATA) + "/golden/inputs/tiny.json";
+const std::string& kTiny = s3d::test::kTinyCheckpoint;
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
@@ -86,11 +87,7 @@ struct RequestValidation : ::testing::Test {
   }
 
   sparse3d::EngineOptions options(const std::string& path = "") const {
-    sparse3d::EngineOptions o;
-    o.device = sparse3d::DeviceChoice::CPU;
-    o.path = path;
-    o.cache_dir = cache;
-    return o;
+    return s3d::test::cpu_options(cache, path);
   }
 
   // One asset of the first `tokens` cells of a 64-wide grid (x fastest), L = 9 conditions.
