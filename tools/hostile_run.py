@@ -4,7 +4,7 @@ CPU backend, every case in a subprocess of its own, in a temporary folder of its
 every outcome classified mechanically against the case's declared expectation.
 
   python3 tools/hostile_run.py --build build --label before [--jobs 2] [--filter SUBSTR]
-                               [--timeout 20] [--out bench/results/DATE-hostile-LABEL]
+                               [--timeout 20] [--out bench/results/hostile-inputs/DATE-LABEL]
 
 Writes OUT.json (every case: name, family, expectation, outcome, flags, exit code, first
 line of stderr, seconds, peak RSS) and OUT.md (cases per class per family, then every case
@@ -1735,7 +1735,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--build", default="build", help="build folder (bin/sparse3d, python/)")
     ap.add_argument("--label", default="run", help="e.g. before / after")
-    ap.add_argument("--out", default=None, help="output stem (default bench/results/DATE-hostile-LABEL)")
+    ap.add_argument("--out", default=None, help="output stem (default bench/results/hostile-inputs/DATE-LABEL)")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--filter", default="", help="only cases whose family or name holds this")
     ap.add_argument("--timeout", type=float, default=20.0, help="per-case seconds")
@@ -1784,7 +1784,8 @@ def main():
     with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as ex:
         list(ex.map(one, range(len(cases))))
     seconds = time.monotonic() - t0
-    stem = args.out or os.path.join(REPO, "bench", "results", "%s-hostile-%s" % (
+    # Its own folder: a case table, not a timing result (bench/results/*.json are bench runs).
+    stem = args.out or os.path.join(REPO, "bench", "results", "hostile-inputs", "%s-%s" % (
         datetime.date.today().isoformat(), args.label))
     os.makedirs(os.path.dirname(os.path.abspath(stem)), exist_ok=True)
     doc = {"label": args.label, "build": os.path.abspath(args.build), "note": args.note,
