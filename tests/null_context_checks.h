@@ -51,13 +51,13 @@ inline model::NullContextOptions qualified_options(int L, std::vector<int64_t> t
 }
 
 // The reference run for a plan's CFG mode: pure_eager, plus batched_cfg if the plan has it.
-inline sampler::Output reference_run(const model::SLatFlowModel& m, const sampler::Inputs& in,
+inline sampler::Output reference_run(const model::Transformer& m, const sampler::Inputs& in,
                                      sampler::SamplerOptions base, bool batched) {
   base.flags.set(sparse3d::Flag::batched_cfg, batched);
   return sampler::sample(m, in, base, true);
 }
 
-inline void expect_same_bits_as(const sampler::Output& ref, const model::SLatFlowModel& m,
+inline void expect_same_bits_as(const sampler::Output& ref, const model::Transformer& m,
                                 const sampler::Inputs& in, sampler::SamplerOptions base,
                                 const std::string& spec, const model::NullContext* nc) {
   base.apply(sparse3d::ExecutionPlan::parse(spec));

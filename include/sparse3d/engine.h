@@ -153,8 +153,25 @@ struct ForwardRequest {
   RequestStats* stats = nullptr;
 };
 
+// A model family the engine runs, as its registry has it (docs/DESIGN.md, "Model families").
+struct FamilyInfo {
+  std::string name;            // the checkpoint config's "name": "SLatFlowModel", ...
+  std::string layout;          // "tokens" or "grid" (ModelInfo::layout)
+  std::string sampler_preset;  // the settings a request that names none gets
+  bool reads_rope_freq = true;  // false: the config's rope_freq is type-checked and ignored
+};
+// Every registered family, in registry order.
+std::vector<FamilyInfo> model_families();
+
 struct ModelInfo {
-  std::string family;      // "SLatFlowModel"
+  std::string family;      // the checkpoint config's "name": "SLatFlowModel", ...
+  // How the family's assets appear at this API: "tokens" (the caller names the voxels with
+  // coords [T, 4]; latents [T, C]) or "grid" (an asset is the whole resolution^3 grid: coords
+  // may be omitted, and latents are then volumes [B, C, R, R, R]).
+  std::string layout;
+  // The sampler settings a request gets from a client that names none ("released",
+  // "released_sparse_structure": SamplerSettings::preset).
+  std::string sampler_preset;
   std::string checkpoint;  // the NAME.json it was loaded from
   std::string content_hash;  // 16 hex digits over every tensor's name and bytes
   int resolution = 0, in_channels = 0, out_channels = 0, model_channels = 0;

@@ -4,6 +4,9 @@
 // the library may include. The Engine (engine.h) is above them and only its clients see it.
 #pragma once
 
+#include <string>
+#include <vector>
+
 namespace sparse3d {
 
 // The sampler (TRELLIS.2's FlowEulerGuidanceIntervalSampler). Default: the released
@@ -27,6 +30,10 @@ struct SamplerSettings {
   void validate() const;
   // The benchmark protocol: 15 steps, CFG 7.5 on every step, no rescale.
   static SamplerSettings protocol() { return SamplerSettings{15, 3.0, 7.5, 0.0, 1.0, 0.0, 1e-5}; }
+  // A preset by name: "released", "released_sparse_structure" or "protocol" (a model family's
+  // default is ModelInfo::sampler_preset). Throws Error naming the presets otherwise.
+  static SamplerSettings preset(const std::string& name);
+  static std::vector<std::string> preset_names();
 };
 
 }  // namespace sparse3d

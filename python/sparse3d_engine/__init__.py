@@ -49,7 +49,7 @@ except ImportError as e:  # pragma: no cover - depends on the machine
 Error = _native.Error
 __version__: str = _native.version()
 
-__all__ = ["Engine", "Error", "SamplerSettings", "SAMPLER_PRESETS", "SLAT", "DENSE",
+__all__ = ["Engine", "Error", "SamplerSettings", "SAMPLER_PRESETS", "SLAT", "DENSE", "model_families",
            "default_path", "paths", "flags", "draw_noise", "timesteps", "build_info",
            "engine_by_id", "set_progress", "progress_enabled", "synthetic_presets",
            "make_synthetic_checkpoint", "logger", "__version__"]
@@ -265,9 +265,18 @@ def engine_by_id(engine_id: int) -> "Engine":
         raise Error(f"no live sparse3d_engine.Engine has id {engine_id}")
     return engine
 
-# The model families (Engine.model["family"]).
+# The two families of TRELLIS.2 (Engine.model["family"]). The package reads what differs
+# between families from the engine's registry (model_families(), Engine.model's "layout" and
+# "sampler_preset"), never from these names.
 SLAT = "SLatFlowModel"
 DENSE = "SparseStructureFlowModel"
+
+
+def model_families() -> Dict[str, Dict[str, Any]]:
+    """The engine's model families by name: {name: {layout, sampler_preset, reads_rope_freq}}.
+    layout "tokens": the caller names the voxels (coords [T, 4]); "grid": an asset is the
+    whole R^3 grid, and coords=None takes volumes [B, C, R, R, R]."""
+    return {f["name"]: f for f in _native.model_families()}
 
 # cudaStreamLegacy: what a framework's "default stream" handle 0 means; the engine runs such
 # work on its own stream, ordered by events (docs/PYTHON.md, "Streams").
@@ -323,11 +332,11 @@ _SAMPLER_FIELDS = tuple(f.name for f in dataclasses.fields(SamplerSettings))
 SAMPLER_PRESETS = ("released", "released_sparse_structure", "protocol")
 
 
-def _sampler(spec: SamplerSpec, family: str = SLAT) -> SamplerSettings:
-    """SamplerSettings from a preset name, a dict or SamplerSettings; None: the released
-    settings of the model family."""
+def _sampler(spec: SamplerSpec, default: str = "released") -> SamplerSettings:
+    """SamplerSettings from a preset name, a dict or SamplerSettings; None: the preset
+    `default` (a model family's own: Engine.model["sampler_preset"])."""
     if spec is None:
-        spec = "released_sparse_structure" if family == DENSE else "released"
+        spec = default
     if isinstance(spec, str) and spec in SAMPLER_PRESETS:
         return getattr(SamplerSettings, spec)()
     if isinstance(spec, SamplerSettings):
@@ -451,6 +460,7 @@ class Engine:
         self.last_request = None
         m = self._e.model
         self._family, self._resolution = m["family"], int(m["resolution"])
+        self._grid, self._sampler_preset = m["layout"] == "grid", m["sampler_preset"]
         self._out_channels = int(m["out_channels"])
         self.id = next(_NEXT_ID)
         _ENGINES[self.id] = self
@@ -554,7 +564,7 @@ class Engine:
         batch = self._batch("sample", coords, cond, noise, "noise", out)
         like = next(a for a in (coords, noise, cond) if a is not None)
         out = self._host_out(like, out, coords, batch)
-        settings = _sampler(sampler, self._family)
+        settings = _sampler(sampler, self._sampler_preset)
         native_settings = settings._native()
         bar = _progress_bar(progress, native_settings["steps"])
         on_step = None
@@ -595,10 +605,10 @@ class Engine:
         feats = x.feats if sparse else x
         if coords is None and sparse:
             coords = x.coords
-        if coords is None and self._family != DENSE:
+        if coords is None and not self._grid:
             raise Error(f"forward: x has no .coords; pass coords= (int32 [T, 4]) (coords=None "
-                        f"with x a volume is for a {DENSE} only; this engine's model is a "
-                        f"{self._family})")
+                        f"with x a volume is for a model whose assets are whole grids, as a "
+                        f"{DENSE}'s; this engine's model is a {self._family})")
         cond, concat_cond = _feats(cond), _feats(concat_cond)
         feats = _array(feats, "forward: x.feats" if sparse else "forward: x")
         coords = _array(coords, "forward: coords", optional=True)
@@ -631,10 +641,11 @@ class Engine:
             batch = int(latent.shape[0])
         else:
             batch = 1
-        if self._family != DENSE:
+        if not self._grid:
             if coords is None:
                 raise Error(f"{what}: coords are required (int32 [T, 4]) for a {self._family}; "
-                            f"coords=None (volume mode) is for a {DENSE} only")
+                            f"coords=None (volume mode) is for a model whose assets are whole "
+                            f"grids, as a {DENSE}'s")
             return batch
         R, C = self._resolution, self._out_channels
         grid = f"[B, {C}, {R}, {R}, {R}]"
@@ -651,7 +662,7 @@ class Engine:
                             f"(volume mode), or token rows [T, {C}] with coords")
         rows = R ** 3
         if len(coords.shape) != 2 or int(coords.shape[0]) != batch * rows:
-            raise Error(f"{what}: coords has shape {list(shape(coords))}; a {DENSE} of "
+            raise Error(f"{what}: coords has shape {list(shape(coords))}; a {self._family} of "
                         f"resolution {R} takes coords=None with volumes {grid}, or coords of "
                         f"the full {R}^3 grid of each asset in raster order: [{batch * rows}, 4] "
                         f"for {batch} asset(s)")
@@ -741,6 +752,12 @@ class Engine:
         """The model family: "SLatFlowModel" or "SparseStructureFlowModel" (s3d.SLAT,
         s3d.DENSE)."""
         return self._family
+
+    @property
+    def sampler_preset(self) -> str:
+        """The sampler preset a request that names none gets: the model family's own
+        ("released", "released_sparse_structure")."""
+        return self._sampler_preset
 
     @property
     def device(self) -> str:

@@ -140,11 +140,11 @@ def read_inputs(path: str) -> Dict[str, np.ndarray]:
 def synthetic_request(model: Dict[str, Any], tokens: int, cond_tokens: int,
                       seed: int) -> Dict[str, np.ndarray]:
     """A request drawn with NumPy from `seed`: `tokens` distinct voxels of the model's grid in
-    raster order (none for the dense model, whose tokens are its whole grid), a normal
+    raster order (none for a grid-layout model, whose tokens are its whole grid), a normal
     condition [1, cond_tokens, C] and, for a texture model, a normal concat_cond."""
     rng = np.random.default_rng(seed)
     t: Dict[str, np.ndarray] = {}
-    if model["family"] != "SparseStructureFlowModel":
+    if model["layout"] != "grid":
         r = int(model["resolution"])
         if not 1 <= tokens <= r ** 3:
             raise UsageError(f"--tokens {tokens}: the model's grid has {r}^3 = {r ** 3} voxels")
@@ -192,14 +192,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     if request is None:
         request = synthetic_request(m, args.tokens, args.cond_tokens, args.seed)
     coords = request.get("coords")
-    if m["family"] == s3d.DENSE and coords is not None:
-        raise UsageError(f"{args.inputs}: has 'coords', but {args.checkpoint} is a {s3d.DENSE}, "
+    grid = m["layout"] == "grid"
+    if grid and coords is not None:
+        raise UsageError(f"{args.inputs}: has 'coords', but {args.checkpoint} is a {m['family']}, "
                          f"whose tokens are its whole grid: leave coords out")
-    if m["family"] != s3d.DENSE and coords is None:
+    if not grid and coords is None:
         raise UsageError(f"{args.inputs}: has no 'coords' tensor (int32 [N, 4]), which a "
                          f"{m['family']} needs")
 
-    sampler = s3d._sampler(args.sampler, engine.family)
+    sampler = s3d._sampler(args.sampler, engine.sampler_preset)
     if args.steps is not None:
         sampler.steps = args.steps
     noise = request.get("noise")

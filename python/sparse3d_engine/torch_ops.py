@@ -168,13 +168,13 @@ def sample(engine: Union[Engine, int], coords: Optional[torch.Tensor] = None,
     explicit sampler). progress: as Engine.sample's (a string names the bar)."""
     if cond is None:
         raise Error("sample: cond is required ([B, L, cond_channels])")
-    family = engine.family if isinstance(engine, Engine) else None
-    if sampler is None and family is None:
+    default = engine.sampler_preset if isinstance(engine, Engine) else None
+    if sampler is None and default is None:
         raise Error("torch_ops.sample: with an engine id, pass sampler= (a preset name, a "
                     "dict or a SamplerSettings)")
     # The settings as Engine.sample takes them: each checked as it is (steps=2.7 is an Error
     # naming it, never 2 steps). Python scalars, checked where torch.compile traces the call.
-    s = _sampler(sampler, family or "")._native()
+    s = _sampler(sampler, default or "released")._native()
     # The op's int is torch's int64: a seed past its range is refused here, by name.
     seed = None if seed is None else _integer(seed, "sample: seed", 0, _INT64[1])
     path = _optional_text(path, "sample: path")

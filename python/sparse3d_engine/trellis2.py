@@ -50,7 +50,7 @@ from collections import Counter
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import (DENSE, SLAT, Engine, Error, SamplerSettings, _engine_options, _flag, _framework,
-               _integer, _optional_text, _real, _text, progress_enabled)
+               _integer, _optional_text, _real, _text, model_families, progress_enabled)
 
 # The flow models of a TRELLIS.2 image-to-3D pipeline (pipeline.models keys): the dense
 # sparse-structure model, then the structured-latent ones.
@@ -108,8 +108,10 @@ def _check_config(config: Any, source: str) -> None:
     if not isinstance(config, dict):
         raise Error(f"{source}: the config is a {type(config).__name__}, not a JSON object "
                     f"{{\"name\": ..., \"args\": {{...}}}}")
-    if config.get("name") not in (SLAT, DENSE):
-        raise Error(f"model class {config.get('name')!r} is neither {SLAT} nor {DENSE}")
+    families = model_families()
+    if config.get("name") not in families:
+        raise Error(f"model class {config.get('name')!r} is not a model family of the engine "
+                    f"({', '.join(families)})")
     if not isinstance(config.get("args"), dict):
         raise Error(f"{source}: the config's \"args\" is not a JSON object")
 
@@ -145,13 +147,16 @@ def _dtype_name(dtype):
 def family_of_module(module: Any) -> str:
     """"SparseStructureFlowModel" or "SLatFlowModel" for a TRELLIS.2 flow module.
 
-    The rule: the dense family when a class of the module's type (its own or a base class)
-    is named SparseStructureFlowModel, or when the module has the dense model's position
-    buffer (`rope_phases` or `pos_emb`: SparseStructureFlowModel registers one of them at
-    construction, SLatFlowModel neither); otherwise SLatFlowModel. The call convention (a
-    dense tensor or a SparseTensor) is not known before the first call, so it is not used."""
-    if any(c.__name__ == DENSE for c in type(module).__mro__):
-        return DENSE
+    The rule: the family named as a class of the module's type (its own or a base class),
+    among the engine's families (model_families()); else the dense family when the module has
+    the dense model's position buffer (`rope_phases` or `pos_emb`: SparseStructureFlowModel
+    registers one of them at construction, SLatFlowModel neither); otherwise SLatFlowModel.
+    The call convention (a dense tensor or a SparseTensor) is not known before the first call,
+    so it is not used."""
+    families = model_families()
+    for c in type(module).__mro__:
+        if c.__name__ in families:
+            return c.__name__
     if _has_own(module, "rope_phases") or _has_own(module, "pos_emb"):
         return DENSE
     return SLAT
@@ -180,21 +185,17 @@ def config_of_module(module: Any) -> Tuple[Dict[str, Any], str]:
         value = getattr(module, a)
         args[a] = value.item() if hasattr(value, "item") else value
     source = "module attributes"
-    if family == DENSE:
-        # The dense model ignores rope_freq (docs/DENSE_MODEL.md): not passed.
-        dtype = _dtype_name(getattr(module, "dtype", None))
-        if dtype:
-            args["dtype"] = dtype
-        return {"name": DENSE, "args": args}, source
-    if hasattr(module, "rope_freq"):
+    # A family that ignores rope_freq (the dense one, docs/DENSE_MODEL.md) is not passed one.
+    reads_rope_freq = model_families()[family]["reads_rope_freq"]
+    if reads_rope_freq and hasattr(module, "rope_freq"):
         args["rope_freq"] = list(module.rope_freq)
-    elif args["pe_mode"] == "rope":
+    elif reads_rope_freq and args["pe_mode"] == "rope":
         args["rope_freq"] = [1.0, 10000.0]
-        source += " (rope_freq not kept by the module: SLatFlowModel's default [1.0, 10000.0])"
+        source += f" (rope_freq not kept by the module: {family}'s default [1.0, 10000.0])"
     dtype = _dtype_name(getattr(module, "dtype", None))
     if dtype:
         args["dtype"] = dtype
-    return {"name": SLAT, "args": args}, source
+    return {"name": family, "args": args}, source
 
 
 class EngineFlowModel(_module_base()):  # type: ignore[misc]  # torch.nn.Module where torch is
@@ -219,6 +220,10 @@ class EngineFlowModel(_module_base()):  # type: ignore[misc]  # torch.nn.Module 
         self.name = name
         self._config = config
         self.family = config.get("name", SLAT)
+        # How the family's assets are called: "grid" (a dense volume [B, C, R, R, R]) or
+        # "tokens" (a SparseTensor), from the engine's family registry.
+        family = model_families().get(self.family)
+        self._grid = family is not None and family["layout"] == "grid"
         self.config_source = config_source
         self._checkpoint = checkpoint
         self._path = path
@@ -320,7 +325,7 @@ class EngineFlowModel(_module_base()):  # type: ignore[misc]  # torch.nn.Module 
         seconds it took."""
         t0 = time.perf_counter()
         engine = self.engine(device)
-        if self.family == DENSE:
+        if self._grid:
             tokens = int(self._config["args"]["resolution"]) ** 3
         elif tokens is None:
             tokens = WARM_UP_TOKENS
@@ -369,9 +374,9 @@ class EngineFlowModel(_module_base()):  # type: ignore[misc]  # torch.nn.Module 
         if kwargs:
             return f"keyword arguments the engine does not take: {', '.join(sorted(kwargs))}"
         sparse = hasattr(x, "feats") and hasattr(x, "coords")
-        if self.family == DENSE:
+        if self._grid:
             if sparse:
-                return "x is a SparseTensor (the SparseStructureFlowModel takes a dense volume)"
+                return f"x is a SparseTensor (the {self.family} takes a dense volume)"
             if not _tensor_like(x) or len(x.shape) != 5:
                 return "x is not a dense volume [B, C, R, R, R]"
         elif not sparse:
@@ -394,7 +399,7 @@ class EngineFlowModel(_module_base()):  # type: ignore[misc]  # torch.nn.Module 
         return ("cpu", 0)
 
     def _serve(self, x, t, cond, concat_cond):
-        if self.family == DENSE:
+        if self._grid:
             return self._serve_dense(x, t, cond, concat_cond)
         feats = x.feats
         engine = self.engine(self._device_of(feats))
@@ -563,15 +568,16 @@ class EngineSampler:
         if not isinstance(model, EngineFlowModel):
             return "the model is not engine-backed", None, None
         sparse = hasattr(noise, "feats") and hasattr(noise, "coords")
-        if model.family == DENSE and sparse:
-            return ("the noise is a SparseTensor (the SparseStructureFlowModel samples a dense "
+        grid = model._grid
+        if grid and sparse:
+            return (f"the noise is a SparseTensor (the {model.family} samples a dense "
                     "volume)"), None, None
-        if model.family == DENSE and (not hasattr(noise, "shape") or len(noise.shape) != 5):
+        if grid and (not hasattr(noise, "shape") or len(noise.shape) != 5):
             return "the noise is not a dense volume [B, C, R, R, R]", None, None
-        if model.family != DENSE and not sparse:
+        if not grid and not sparse:
             return "the noise is not a SparseTensor (no .feats/.coords)", None, None
-        for what, value in (("the noise", noise if model.family == DENSE else noise.feats),
-                            ("the noise's coords", None if model.family == DENSE else noise.coords),
+        for what, value in (("the noise", noise if grid else noise.feats),
+                            ("the noise's coords", None if grid else noise.coords),
                             ("cond", _feats(a.get("cond")))):
             if value is not None and not _tensor_like(value):
                 return f"{what} is a {type(value).__name__}, not a tensor", None, None
@@ -606,9 +612,9 @@ class EngineSampler:
         return None, settings, concat
 
     def _serve(self, model, noise, cond, settings, concat, a):
-        dense = model.family == DENSE
+        dense = model._grid
         if dense and concat is not None:
-            raise Error("concat_cond given: the SparseStructureFlowModel takes none")
+            raise Error(f"concat_cond given: the {model.family} takes none")
         feats = noise if dense else noise.feats
         engine = model.engine(model._device_of(feats))
         coords = None if dense else noise.coords

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Device call (issues 4 and 5): the gemm_gelu_epilogue check over all 30 MLP layers on real
+# Device call: the gemm_gelu_epilogue check over all 30 MLP layers on real
 # payloads (EpilogueFullGpu), then `sparse3d bench` of the null-context paths against
 # pure_eager over the 10 default payloads (2 repeats, interleaved; the instrumented loop
 # runs 1 of the 15 steps, scaled: every step does the same work under the protocol).

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Device call (issues 4 and 5): the GPU suite (fused kernels included), the fused kernels'
+# Device call: the GPU suite (fused kernels included), the fused kernels'
 # bandwidth vs the copy bandwidth, `sparse3d profile` of one forward for pure_eager and
 # kernel_fusion, memcheck over the fused kernels' tests, the gemm_gelu_epilogue check over
 # all 30 MLP layers on real payloads, and the null-context paths bitwise over the full

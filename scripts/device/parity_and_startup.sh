@@ -3,9 +3,11 @@
 # path bit for bit against a reference build of the engine
 # (REF: build-before/bin/sparse3d, built from the commit before the library refactor) at the
 # smallest and largest benchmark payloads (3,664 and 30,227 tokens), serial and batched CFG,
-# STEPS protocol steps, plus `beyond` under the released sampler; (2) cold and warm start of
-# `sparse3d run` (process start to first latent) at 3,664 tokens with an empty and a filled
-# qualification cache. Prints a table last; logs and the parity lines go to $OUT.
+# STEPS protocol steps, plus `beyond` under the released sampler, and the same paths on the
+# dense trellis2-ss-16 over two 16^3 grids (DENSE_PATHS; empty: none); (2) cold and warm start
+# of `sparse3d run` (process start to first latent) at 3,664 tokens with an empty and a filled
+# qualification cache (START= empty: skipped). Prints a table last; logs and the parity lines
+# go to $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/device/env.sh
@@ -18,7 +20,7 @@ suite=
 if [ -n "${SUITE-1}" ]; then $BIN/sparse3d_gpu_tests > "$OUT/gpu_tests.log" 2>&1 & suite=$!; fi
 ARGS="--checkpoint $W/shape.json --manifest $W/pl/manifest.json"
 summary=()
-check() {  # name, old-args, new-args
+check() {  # name, old-args, new-args (ARGS: the checkpoint and manifest)
   local name=$1 old=$2 new=$3
   # Both builds at once (one GPU, plenty of memory): the bits do not depend on timing.
   ($REF run $ARGS $old --dump-first-forward --out $W/old/$name > "$OUT/old-$name.log" 2>&1 || echo "old $name exit $?" >> "$OUT/errors.txt") &
@@ -28,16 +30,30 @@ check() {  # name, old-args, new-args
   if python3 tools/same_bits.py $W/new/$name $W/old/$name >> "$OUT/parity.log" 2>&1; then
     summary+=("$name: bitwise"); else summary+=("$name: DIFFERS"); fi
 }
-PARITY_PATHS=${PARITY_PATHS-pure_eager kernel_fusion prior_exact_null canonical_cache_null canonical_cache_combined beyond}
+PARITY_PATHS=${PARITY_PATHS-pure_eager kernel_fusion prior_exact_null canonical_cache_null canonical_cache_combined beyond fast low_memory}
 for path in $PARITY_PATHS; do
   for mode in serial batched; do
-    if [ $path = beyond ]; then edit=$([ $mode = serial ] && echo "--disable batched_cfg" || echo "")
+    if [ $path = beyond ] || [ $path = fast ]; then edit=$([ $mode = serial ] && echo "--disable batched_cfg" || echo "")
     else edit=$([ $mode = batched ] && echo "--enable batched_cfg" || echo ""); fi
     common="--asset $SMALL --asset $LARGE --path $path $edit --sampler protocol --steps $STEPS"
     check "$path-$mode" "$common" "$common"
   done
 done
 [ -n "$PARITY_PATHS" ] && check "beyond-released" "--asset $SMALL --path beyond --sampler released" "--asset $SMALL"
+DENSE_PATHS=${DENSE_PATHS-$PARITY_PATHS}
+if [ -n "$DENSE_PATHS" ]; then
+  [ -f $W/ss.json ] || $REF make-checkpoint --preset trellis2-ss-16 --seed 1 --out $W/ss >> "$OUT/make.log" 2>&1
+  [ -f $W/dense/manifest.json ] || $REF make-payloads --set dense --out $W/dense >> "$OUT/make.log" 2>&1
+  ARGS_SHAPE=$ARGS; ARGS="--checkpoint $W/ss.json --manifest $W/dense/manifest.json"
+  for path in $DENSE_PATHS; do
+    for mode in serial batched; do
+      edit=$([ $mode = serial ] && echo "--disable batched_cfg" || echo "--enable batched_cfg")
+      common="--asset s00-grid16-4096 --asset s01-grid16-4096 --path $path $edit --sampler released_sparse_structure --steps $STEPS"
+      check "dense-$path-$mode" "$common" "$common"
+    done
+  done
+  ARGS=$ARGS_SHAPE
+fi
 # Start-up: process start to first latent, cold (empty qualification cache) then warm.
 start() {  # label [assets...]
   local label=$1; shift
@@ -54,13 +70,15 @@ start() {  # label [assets...]
 }
 [ -n "$suite" ] && wait $suite && summary+=("gpu suite: $(grep -E '^\[  PASSED  \]|^\[  FAILED  \]|tests ran' "$OUT/gpu_tests.log" | tr '\n' ' ')")
 # Start-up, alone on the GPU.
-rm -rf $W/cache-start
-start cold
-start warm
-start warm2
-SECOND=$(echo $DEFAULT_ASSETS | cut -d' ' -f2)
-start two-cold $SMALL $SECOND
-start two-warm $SMALL $SECOND
-[ -n "$suite" ] && grep -E 'FAILED|Failure' "$OUT/gpu_tests.log" | head -20
+if [ -n "${START-1}" ]; then
+  rm -rf $W/cache-start
+  start cold
+  start warm
+  start warm2
+  SECOND=$(echo $DEFAULT_ASSETS | cut -d' ' -f2)
+  start two-cold $SMALL $SECOND
+  start two-warm $SMALL $SECOND
+fi
+[ -f "$OUT/gpu_tests.log" ] && grep -E 'FAILED|Failure' "$OUT/gpu_tests.log" | head -20
 (cd "$OUT" && tar -czf logs.tgz *.log && rm -f *.log)
 printf '%s\n' "${summary[@]}"

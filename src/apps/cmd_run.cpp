@@ -37,7 +37,7 @@ struct RunArgs {
   std::vector<std::string> assets, inputs;
   uint64_t seed = 0;  // --inputs files without noise
   EngineFlags engine;
-  SamplerFlags sampler{"released"};
+  SamplerFlags sampler{""};  // the model family's preset unless --sampler names one
   bool dump_first = false;
   std::string cfg_choice, graph_choice;
 };
@@ -108,9 +108,9 @@ Tensor host_tensor(const sparse3d::Array& a) {
 }
 
 // The engine's noise for an asset of T tokens, [T, channels]: the seed's stream in token order,
-// or for the dense model in the volume's order [channels, T] transposed (docs/FORMATS.md).
+// or for a grid-layout model in the volume's order [channels, T] transposed (docs/FORMATS.md).
 Tensor initial_noise(const sparse3d::Engine& engine, uint64_t seed, int64_t T, int64_t channels) {
-  if (engine.model().family != "SparseStructureFlowModel")
+  if (engine.model().layout != "grid")
     return host_tensor(sparse3d::draw_noise(seed, T, channels));
   const std::vector<float> v = sparse3d::draw_noise(seed, channels, T).to_floats();
   std::vector<float> tokens(v.size());
@@ -222,7 +222,7 @@ int64_t run_job(sparse3d::Engine& engine, const RunArgs& a, Job& job,
                 const std::vector<AutoFlag>& autos, io::NewFolders& folders, Outputs& outputs) {
   const std::string& name = job.name;
   sparse3d::SampleRequest& r = job.request;
-  r.sampler = a.sampler.resolve();
+  r.sampler = a.sampler.resolve(engine.model().sampler_preset);
   r.flags = asset_flags(engine, autos, name, job.tokens, r.batch, job.cond_tokens);
   r.keep_first_forward = a.dump_first;
   r.on_step = [&](const sparse3d::StepInfo& s) {
@@ -336,7 +336,9 @@ Command add_run(CLI::App& app) {
 
   return [a]() {
     sparse3d::EngineOptions eo = a->engine.resolve();
-    const sparse3d::SamplerSettings settings = a->sampler.resolve();
+    // Checked now (a bad value is refused before anything loads); the preset a run without
+    // --sampler uses is the model family's, known once the checkpoint is loaded.
+    (void)a->sampler.resolve();
     // Every input is read and checked before the engine loads.
     payload::Manifest manifest;
     std::vector<const payload::ManifestEntry*> todo;
@@ -379,6 +381,7 @@ Command add_run(CLI::App& app) {
     if (inputs.empty()) a->engine.check_manifest(engine, manifest, a->manifest);
     for (const auto& in : inputs) check_inputs(in, engine.model());
     const std::vector<AutoFlag> autos = auto_flags(*a, engine.plan());
+    const sparse3d::SamplerSettings settings = a->sampler.resolve(engine.model().sampler_preset);
     std::printf("path %s; sampler: %d steps, rescale_t %g, cfg %g on t in [%g, %g], "
                 "rescale %g, %s CFG\n",
                 engine.plan().label().c_str(), settings.steps, settings.rescale_t, settings.guidance, settings.interval_lo,

@@ -137,7 +137,7 @@ InputsFile read_inputs(const std::string& path) {
 
 void check_inputs(const InputsFile& in, const sparse3d::ModelInfo& m) {
   const std::string what = "inputs " + in.path;
-  const bool dense = m.family == "SparseStructureFlowModel";
+  const bool dense = m.layout == "grid";  // the whole grid per asset: no coords
   if (dense) {
     S3D_CHECK(!in.coords.defined(), what, ": has 'coords', but ", m.checkpoint, " is a ",
               m.family, ", whose tokens are its whole ", m.resolution,

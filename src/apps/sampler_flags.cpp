@@ -9,12 +9,10 @@ namespace s3d::apps {
 
 namespace {
 
-// The presets, spelt as SamplerSettings' functions and the Python package spell them.
-const char* const kPresets[] = {"released", "released_sparse_structure", "protocol"};
-
-// --sampler's check: a preset's name, with the retired spelling named as such.
+// --sampler's check: a preset's name (SamplerSettings::preset_names), with the retired
+// spelling named as such.
 std::string check_preset(const std::string& value) {
-  for (const char* p : kPresets)
+  for (const std::string& p : sparse3d::SamplerSettings::preset_names())
     if (value == p) return "";
   if (value == "released-ss")
     return "'released-ss' is now spelt 'released_sparse_structure' (as in the C++ and Python "
@@ -25,14 +23,19 @@ std::string check_preset(const std::string& value) {
 }  // namespace
 
 void SamplerFlags::add_to(CLI::App* sub) {
-  sub->add_option("--sampler", preset,
-                  "released (12 steps, CFG 7.5 on t in [0.6, 1], rescale 0.5: TRELLIS.2's "
-                  "shape-model settings), released_sparse_structure (TRELLIS.2's "
-                  "sparse-structure stage: 12 steps, rescale_t 5, CFG 7.5 on t in [0.6, 1], "
-                  "rescale 0.7) or protocol (the benchmark: 15 steps, CFG 7.5 on every step)")
-      ->check(CLI::Validator(check_preset, "{released,released_sparse_structure,protocol}",
-                             "sampler preset"))
-      ->capture_default_str();
+  CLI::Option* o =
+      sub->add_option("--sampler", preset,
+                      "released (12 steps, CFG 7.5 on t in [0.6, 1], rescale 0.5: TRELLIS.2's "
+                      "shape-model settings), released_sparse_structure (TRELLIS.2's "
+                      "sparse-structure stage: 12 steps, rescale_t 5, CFG 7.5 on t in [0.6, 1], "
+                      "rescale 0.7) or protocol (the benchmark: 15 steps, CFG 7.5 on every "
+                      "step)" + std::string(preset.empty() ? "; default: the model family's "
+                                                             "(released or "
+                                                             "released_sparse_structure)"
+                                                           : ""))
+          ->check(CLI::Validator(check_preset, "{released,released_sparse_structure,protocol}",
+                                 "sampler preset"));
+  if (!preset.empty()) o->capture_default_str();
   // The form is checked here (decimal digits: CLI11 alone reads "010" as 8); the range is
   // SamplerSettings::validate's, in resolve().
   steps_given = sub->add_option("--steps", steps, "Euler steps (overrides the sampler preset)")
@@ -52,11 +55,8 @@ namespace {
 bool given(const CLI::Option* o) { return o != nullptr && o->count() > 0; }
 }  // namespace
 
-sparse3d::SamplerSettings SamplerFlags::resolve() const {
-  sparse3d::SamplerSettings o =
-      preset == "released"                    ? sparse3d::SamplerSettings::released()
-      : preset == "released_sparse_structure" ? sparse3d::SamplerSettings::released_sparse_structure()
-                                              : sparse3d::SamplerSettings::protocol();
+sparse3d::SamplerSettings SamplerFlags::resolve(const std::string& model_preset) const {
+  sparse3d::SamplerSettings o = sparse3d::SamplerSettings::preset(preset.empty() ? model_preset : preset);
   if (given(steps_given)) o.steps = steps;
   if (given(rescale_t_given)) o.rescale_t = rescale_t;
   if (given(cfg_given)) o.guidance = cfg;

@@ -15,8 +15,9 @@ namespace s3d::apps {
 
 struct SamplerFlags {
   explicit SamplerFlags(std::string default_preset) : preset(std::move(default_preset)) {}
-  // "released" (run's default: TRELLIS.2's shape-model settings), "released_sparse_structure"
-  // (TRELLIS.2's sparse-structure stage) or "protocol" (bench's default).
+  // "released" (TRELLIS.2's shape-model settings), "released_sparse_structure" (TRELLIS.2's
+  // sparse-structure stage) or "protocol" (bench's default); empty (run's default): the
+  // model family's own (ModelInfo::sampler_preset), given to resolve().
   std::string preset;
   int steps = 0;
   double rescale_t = 0, cfg = 0, rescale = 0;
@@ -29,7 +30,8 @@ struct SamplerFlags {
   void add_to(CLI::App* sub);
   // The preset with every given override applied; throws Error naming a value out of range
   // (--steps -1, --cfg nan), before anything is loaded.
-  sparse3d::SamplerSettings resolve() const;
+  // model_preset: the preset when none was given (the loaded model's family's).
+  sparse3d::SamplerSettings resolve(const std::string& model_preset = "released") const;
 };
 
 // "a, b, c": every execution path, every optimization flag (for --help texts).

@@ -1,4 +1,4 @@
-// The measurement behind `sparse3d bench` (DESIGN.md "Benchmark protocol"), a client of the
+// The measurement behind `sparse3d bench` (docs/BENCHMARK.md), a client of the
 // public Engine API (include/sparse3d/) like any other: the service protocol (each path on a
 // fresh engine with an empty qualification cache: one warm-up request at a token count
 // outside the asset set, then each asset's first request), then the repeated protocol (whole

@@ -84,7 +84,7 @@ void serve_path(Run& run, size_t pi, EngineSlot& slot) {
               eo.cache_dir, " (empty)"));
   slot.engine.emplace(run.o.checkpoint, eo);
   sparse3d::Engine& engine = *slot.engine;
-  if (engine.model().family == "SparseStructureFlowModel") run.warmup_tokens = 0;
+  if (engine.model().layout == "grid") run.warmup_tokens = 0;  // whole grids: no other count
   const WarmupRequest w = warmup_request(run, engine, pi);
   const TimedRequest warm = timed_request(engine, w.request);
   run.warmup_what = w.what;

@@ -15,8 +15,8 @@
 #include "io/safetensors.h"
 #include "model/checkpoint.h"
 #include "model/config.h"
-#include "model/models.h"
-#include "model/slat_flow_weights.h"
+#include "model/trunk/transformer.h"
+#include "model/trunk/weights.h"
 
 namespace sparse3d {
 namespace {
@@ -40,10 +40,18 @@ ExecutionPlan plan_of(const EngineOptions& o, Device device) {
   return plan;
 }
 
-ModelInfo model_info(const s3d::model::SLatFlowModel& m, const std::string& checkpoint) {
+FamilyInfo family_info(const s3d::model::Family& f) {
+  return FamilyInfo{f.name(), s3d::model::layout_name(f.layout()), f.sampler_preset(),
+                    f.reads_rope_freq()};
+}
+
+ModelInfo model_info(const s3d::model::Transformer& m, const std::string& checkpoint) {
   const auto& c = m.config();
   ModelInfo i;
   i.family = m.summary().family;
+  const FamilyInfo f = family_info(m.family());
+  i.layout = f.layout;
+  i.sampler_preset = f.sampler_preset;
   i.checkpoint = checkpoint;
   i.content_hash = s3d::hex16(m.weights_version());
   i.resolution = c.resolution;
@@ -85,6 +93,12 @@ s3d::model::Checkpoint read_while_cuda_starts(const std::function<s3d::model::Ch
 
 }  // namespace
 
+std::vector<FamilyInfo> model_families() {
+  std::vector<FamilyInfo> out;
+  for (const s3d::model::Family* f : s3d::model::families()) out.push_back(family_info(*f));
+  return out;
+}
+
 Engine::Impl::Impl(const std::string& checkpoint,
                    const std::function<s3d::model::Checkpoint()>& read, EngineOptions opts)
     : options(std::move(opts)),
@@ -114,7 +128,7 @@ Engine::Impl::Impl(const std::string& checkpoint,
     S3D_CUDA_CHECK(cudaStreamCreateWithFlags(&own_stream, cudaStreamNonBlocking));
     context->set_stream(own_stream);
   }
-  model = s3d::model::make_model(s3d::model::to_device(std::move(host), device));
+  model = std::make_unique<s3d::model::Transformer>(s3d::model::to_device(std::move(host), device));
   log(s3d::cat("checkpoint read and hashed in ", seconds(t1 - t0), " s (CUDA starting meanwhile), "
                "on the ", device == Device::CUDA ? "GPU" : "CPU", " in ",
                seconds(std::chrono::steady_clock::now() - t1), " s"));

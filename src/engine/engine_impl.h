@@ -17,7 +17,7 @@
 #include "engine/qualification_cache.h"
 #include "model/checkpoint.h"
 #include "model/null_context.h"
-#include "model/slat_flow.h"
+#include "model/trunk/transformer.h"
 #include "sampler/sampler.h"
 #include "sparse3d/engine.h"
 
@@ -29,7 +29,7 @@ struct Engine::Impl {
   ExecutionPlan plan;
   std::unique_ptr<s3d::Context> context;  // stream, allocator, counters, library state
   cudaStream_t own_stream = nullptr;
-  std::unique_ptr<s3d::model::SLatFlowModel> model;
+  std::unique_ptr<s3d::model::Transformer> model;
   ModelInfo info;
   s3d::engine::QualificationCache cache;
   // Null-context state per condition length L: the probe once, a qualification per token count.

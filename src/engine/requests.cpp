@@ -17,7 +17,8 @@
 #include "engine/engine_impl.h"
 #include "kernels/elementwise.h"
 #include "kernels/volume_layout.h"
-#include "model/dense/sparse_structure_flow.h"
+#include "model/family.h"
+#include "model/trunk/transformer.h"
 #include "sampler/step_plan.h"
 
 namespace sparse3d {
@@ -74,15 +75,25 @@ Tensor condition(const TensorView& view, int batch, int channels) {
 // mistake, refused by borrow()).
 bool absent(const TensorView& view) { return view.empty() && view.shape.empty(); }
 
+// Whether the model's assets are whole grids (AssetLayout::Grid): such a request may leave
+// coords out and give volumes [B, C, R, R, R] instead of tokens.
+bool grid_layout(const s3d::model::Transformer& m) {
+  return m.family().layout() == s3d::model::AssetLayout::Grid;
+}
+
+void require_coords(const s3d::model::Transformer& m) {
+  S3D_CHECK(grid_layout(m), "coords are required: a ", m.config().family,
+            " samples the voxels the coordinates name (only a model whose assets are whole "
+            "grids, as the SparseStructureFlowModel's, takes volumes without coords)");
+}
+
 // The request's token count from the shapes alone (nothing read, nothing allocated): the
-// coordinates' rows, or for the dense family without them (volume layout) B whole grids.
-int64_t request_tokens(const TensorView& coords, int batch, const s3d::model::ModelConfig& cfg) {
+// coordinates' rows, or for a grid-layout model without them (volume layout) B whole grids.
+int64_t request_tokens(const TensorView& coords, int batch, const s3d::model::Transformer& m) {
   int64_t tokens = 0;
   if (absent(coords)) {
-    S3D_CHECK(cfg.dense(), "coords are required: a ", s3d::model::family_name(cfg.family),
-              " samples the voxels the coordinates name (only a SparseStructureFlowModel, whose "
-              "tokens are a whole grid, takes volumes without coords)");
-    tokens = int64_t(batch) * cfg.grid_tokens();
+    require_coords(m);
+    tokens = int64_t(batch) * m.config().grid_tokens();
   } else {
     Tensor c = borrow(coords, "coords");
     s3d::check_tensor(c, "coords", DType::I32, {-1, 4});
@@ -93,17 +104,15 @@ int64_t request_tokens(const TensorView& coords, int batch, const s3d::model::Mo
   return tokens;
 }
 
-// The request's coordinates: the caller's (token layout), or for the dense family without
+// The request's coordinates: the caller's (token layout), or for a grid-layout model without
 // them (volume layout) the whole grid of each asset.
-Tensor request_coords(const TensorView& view, int batch, const s3d::model::ModelConfig& cfg) {
+Tensor request_coords(const TensorView& view, int batch, const s3d::model::Transformer& m) {
   if (!absent(view)) return host_coords(view);
-  S3D_CHECK(cfg.dense(), "coords are required: a ", s3d::model::family_name(cfg.family),
-            " samples the voxels the coordinates name (only a SparseStructureFlowModel, whose "
-            "tokens are a whole grid, takes volumes without coords)");
-  return s3d::model::SparseStructureFlowModel::grid_coords(batch, cfg.resolution);
+  require_coords(m);
+  return s3d::model::grid_coords(batch, m.config().resolution);
 }
 
-// The volume shape [B, channels, R, R, R] of the dense family.
+// The volume shape [B, channels, R, R, R] of a grid-layout model.
 s3d::Shape volume_shape(int batch, int channels, const s3d::model::ModelConfig& cfg) {
   return {batch, channels, cfg.resolution, cfg.resolution, cfg.resolution};
 }
@@ -127,12 +136,13 @@ Tensor to_volume(const Tensor& tokens, int batch, const s3d::model::ModelConfig&
   return volume;
 }
 
-// The engine's noise for `seed` (docs/FORMATS.md) as tokens [T, out] on the host. The dense
-// family's stream fills the volume [B, out, R, R, R] in row-major order, the order the
+// The engine's noise for `seed` (docs/FORMATS.md) as tokens [T, out] on the host. A grid-layout
+// model's stream fills the volume [B, out, R, R, R] in row-major order, the order the
 // original fills its noise, whichever layout the request uses.
-Tensor seeded_noise(uint64_t seed, int batch, int64_t tokens, const s3d::model::ModelConfig& cfg,
+Tensor seeded_noise(uint64_t seed, int batch, int64_t tokens, const s3d::model::Transformer& m,
                     Array& keep) {
-  if (!cfg.dense()) {
+  const s3d::model::ModelConfig& cfg = m.config();
+  if (!grid_layout(m)) {
     keep = draw_noise(seed, tokens, cfg.out_channels);
     return borrow(keep.view, "noise");
   }
@@ -414,10 +424,10 @@ SampleResult Engine::Impl::sample(const SampleRequest& r) {
   S3D_CHECK(r.batch >= 1, "batch must be >= 1, got ", r.batch);
   const FlagSet requested = flags_for(r.flags);
   sampler_options(r.sampler, requested);  // validates the settings
-  // Volume layout (the dense family without coords): noise, latent, `out` and the step
+  // Volume layout (a grid-layout model without coords): noise, latent, `out` and the step
   // latents are [B, out, R, R, R]; the loop itself runs on tokens.
-  const bool volume = absent(r.coords) && cfg.dense();
-  const int64_t T = request_tokens(r.coords, r.batch, cfg);
+  const bool volume = absent(r.coords) && grid_layout(*model);
+  const int64_t T = request_tokens(r.coords, r.batch, *model);
   s3d::sampler::Inputs in;
   in.batch = r.batch;
   in.cond = condition(r.cond, r.batch, cfg.cond_channels);
@@ -436,7 +446,7 @@ SampleResult Engine::Impl::sample(const SampleRequest& r) {
   if (!r.concat_cond.empty()) concat = borrow(r.concat_cond, "concat_cond");
   check_out(r.out, latent_shape);
   check_memory(T, r.batch, L, least_memory(requested));
-  in.coords = request_coords(r.coords, r.batch, cfg);
+  in.coords = request_coords(r.coords, r.batch, *model);
   model->check_request(in.coords, r.batch, L, concat);
   check_finite(in.cond, "cond");
   check_finite(concat, "concat_cond");
@@ -447,7 +457,7 @@ SampleResult Engine::Impl::sample(const SampleRequest& r) {
   if (noise_in.defined()) {
     in.noise = volume ? to_tokens(noise_in) : noise_in;
   } else {
-    in.noise = seeded_noise(r.seed, r.batch, T, cfg, drawn);
+    in.noise = seeded_noise(r.seed, r.batch, T, *model, drawn);
   }
   const FlagSet flags = fit_to_memory(T, r.batch, L, requested);
   // Searched cuBLASLt/cuDNN plans for this request's shapes, kept in the qualification cache.
@@ -522,8 +532,8 @@ Array Engine::Impl::forward(const ForwardRequest& r) {
   const auto& cfg = model->config();
   // As sample(): the shapes, then the memory they need, then the values, before any work.
   S3D_CHECK(r.batch >= 1, "batch must be >= 1, got ", r.batch);
-  const bool volume = absent(r.coords) && cfg.dense();
-  const int64_t T = request_tokens(r.coords, r.batch, cfg);
+  const bool volume = absent(r.coords) && grid_layout(*model);
+  const int64_t T = request_tokens(r.coords, r.batch, *model);
   Tensor cond_in = condition(r.cond, r.batch, cfg.cond_channels);
   const int L = static_cast<int>(cond_in.size(1));
   Tensor x_in = borrow(r.x, "x");
@@ -541,7 +551,7 @@ Array Engine::Impl::forward(const ForwardRequest& r) {
   FlagSet one_forward = flags;  // a forward is one batch, whatever the CFG mode
   one_forward.set(Flag::batched_cfg, false);
   check_memory(T, r.batch, L, one_forward);
-  Tensor coords = request_coords(r.coords, r.batch, cfg);
+  Tensor coords = request_coords(r.coords, r.batch, *model);
   model->check_request(coords, r.batch, L, concat_view);
   check_finite(cond_in, "cond");
   check_finite(x_in, "x");
@@ -606,17 +616,17 @@ Array Engine::Impl::forward(const ForwardRequest& r) {
 void Engine::Impl::warm_up(const std::vector<int64_t>& token_counts, int cond_tokens) {
   S3D_CHECK(cond_tokens >= 1, "warm_up: cond_tokens must be >= 1, got ", cond_tokens);
   const auto& cfg = model->config();
-  // Each count's batch: the dense family's requests are whole grids, so n tokens are n / R^3
+  // Each count's batch: a grid-layout model's requests are whole grids, so n tokens are n / R^3
   // assets; the others warm one asset of the first n voxels of the grid.
   const auto batch_of = [&](int64_t n) {
-    if (!cfg.dense()) {
+    if (!grid_layout(*model)) {
       const int64_t cells = int64_t(cfg.resolution) * cfg.resolution * cfg.resolution;
       S3D_CHECK(n >= 1 && n <= cells, "warm_up: token count ", n, " must be in [1, ", cells,
                 "] (the ", cfg.resolution, "^3 grid)");
       return 1;
     }
-    S3D_CHECK(n >= 1 && n % cfg.grid_tokens() == 0 && n <= INT32_MAX, "warm_up: the dense "
-              "model's token counts are whole ", cfg.resolution, "^3 grids (multiples of ",
+    S3D_CHECK(n >= 1 && n % cfg.grid_tokens() == 0 && n <= INT32_MAX, "warm_up: a ", cfg.family,
+              "'s token counts are whole ", cfg.resolution, "^3 grids (multiples of ",
               cfg.grid_tokens(), ", at most ", INT32_MAX, "), got ", n);
     return static_cast<int>(n / cfg.grid_tokens());
   };
@@ -631,8 +641,7 @@ void Engine::Impl::warm_up(const std::vector<int64_t>& token_counts, int cond_to
   }
   for (int64_t n : token_counts) {
     const int batch = batch_of(n);
-    using s3d::model::SparseStructureFlowModel;
-    const Tensor coords = cfg.dense() ? SparseStructureFlowModel::grid_coords(batch, cfg.resolution)
+    const Tensor coords = grid_layout(*model) ? s3d::model::grid_coords(batch, cfg.resolution)
                                       : raster_coords(n, cfg.resolution);
     Array cond = draw_noise(0x3a3a, int64_t(batch) * cond_tokens, cfg.cond_channels);
     SampleRequest r;

@@ -1,11 +1,11 @@
 // Engine residency: offload() frees the device memory an engine holds between requests and
 // reload() brings the weights back (include/sparse3d/engine.h, docs/API.md "Residency").
 //
-// What goes: the weights (moved to a host copy, pinned on a GPU: SLatFlowModel::
+// What goes: the weights (moved to a host copy, pinned on a GPU: Transformer::
 // offload_weights) and the allocator's cached blocks (returned to the driver). What stays:
 // everything on the host or tiny that a request would otherwise rebuild: cuBLASLt plans and
 // cuDNN graphs, the null-context probe, its v0 and cached rows and the qualifications, the
-// dense model's position tables, the counters. The weights come back to the same alignment
+// family's position tables (the dense family's), the counters. The weights come back to the same alignment
 // (so to the same library plans) with the same bits, so no result changes, but to another
 // address: nothing may keep a weight's address across requests (CUDA graphs are captured
 // per request, sampler/graph_runner.h; a graph kept longer would have to go on offload).

@@ -4,7 +4,7 @@
 #include "core/error.h"
 #include "model/checkpoint.h"
 #include "model/config.h"
-#include "model/slat_flow_weights.h"
+#include "model/trunk/weights.h"
 
 namespace sparse3d {
 
@@ -20,7 +20,7 @@ SyntheticCheckpoint make_synthetic_checkpoint(const std::string& preset, uint64_
   SyntheticCheckpoint out;
   out.json_path = out_prefix + ".json";
   out.safetensors_path = out_prefix + ".safetensors";
-  out.family = config.dense() ? "SparseStructureFlowModel" : "SLatFlowModel";
+  out.family = config.family;
   out.parameters = s3d::model::parameter_count(config);
   return out;
 }

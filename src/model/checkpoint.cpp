@@ -17,7 +17,7 @@
 #include "core/rng.h"
 #include "io/atomic_file.h"
 #include "io/safetensors.h"
-#include "model/slat_flow_weights.h"
+#include "model/trunk/weights.h"
 
 namespace s3d::model {
 namespace {

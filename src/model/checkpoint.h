@@ -43,7 +43,7 @@ struct TensorBytes {
 Checkpoint checkpoint_from_memory(const std::string& config_json, const std::string& what,
                                   const std::vector<TensorBytes>& tensors);
 
-// Writes OUT.json and OUT.safetensors with deterministic synthetic weights (slat_flow_weights.h),
+// Writes OUT.json and OUT.safetensors with deterministic synthetic weights (trunk/weights.h),
 // stored as `dtype` (bf16 like the released files, or f32).
 void make_checkpoint(const ModelConfig& config, uint64_t seed, const std::string& out_prefix,
                      DType dtype);

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "model/family.h"
 
 namespace s3d::model {
 namespace {
@@ -17,9 +18,9 @@ constexpr int64_t kMaxBlocks = 1024;
 // Parameters: 2^36 (69 billion; 137 GB of bf16) is more than any GPU holds. Estimated from
 // the config before anything is built, so a hostile config is refused in microseconds.
 constexpr double kMaxParameters = 68719476736.0;
-constexpr int kMaxDenseResolution = 64;
 
-// The keys of SLatFlowModel.__init__ that a released NAME.json may carry.
+// The keys of the original classes' __init__ (every family's) that a released NAME.json may
+// carry.
 const std::vector<std::string> kArgsKeys = {
     "resolution", "in_channels", "model_channels", "cond_channels", "out_channels",
     "num_blocks", "num_heads", "num_head_channels", "mlp_ratio", "pe_mode", "rope_freq",
@@ -47,10 +48,6 @@ bool present(const io::Json& args, const std::string& key) {
 }
 
 }  // namespace
-
-const char* family_name(ModelFamily f) {
-  return f == ModelFamily::SparseStructureFlow ? "SparseStructureFlowModel" : "SLatFlowModel";
-}
 
 void ModelConfig::validate() const {
   auto size_ok = [](const char* name, int64_t v) {
@@ -87,17 +84,6 @@ void ModelConfig::validate() const {
   S3D_CHECK(dtype == "bfloat16" || dtype == "float16" || dtype == "float32",
             "model config: dtype must be \"bfloat16\", \"float16\" or \"float32\", found \"",
             dtype, "\"");
-  if (dense()) {
-    // Every voxel of the volume is a token: R^3 per asset. 64^3 = 262,144 tokens is far above
-    // TRELLIS.2's 16^3 and keeps one asset's activations within a GPU.
-    S3D_CHECK(resolution <= kMaxDenseResolution, "model config: a dense (",
-              family_name(family), ") resolution of ", resolution, " means ", grid_tokens(),
-              " tokens per asset; at most ", kMaxDenseResolution, " (",
-              int64_t(kMaxDenseResolution) * kMaxDenseResolution * kMaxDenseResolution,
-              " tokens) is accepted");
-    S3D_CHECK(in_channels == out_channels, "model config: the dense model takes no concat_cond, "
-              "so in_channels (", in_channels, ") must equal out_channels (", out_channels, ")");
-  }
   S3D_CHECK(num_blocks <= kMaxBlocks, "model config: num_blocks = ", num_blocks,
             " is more than ", kMaxBlocks);
   // An upper bound on the parameter count, in floating point (no overflow): per block the
@@ -110,61 +96,45 @@ void ModelConfig::validate() const {
   S3D_CHECK(estimate <= kMaxParameters, "model config: about ", estimate, " parameters (",
             num_blocks, " blocks of ", model_channels, " channels) is more than the ",
             kMaxParameters, " any GPU holds");
+  find_family(family).check_config(*this);
 }
 
 ModelConfig preset(const std::string& name) {
-  ModelConfig c;  // the defaults are trellis2-shape-1024
-  if (name == "trellis2-shape-1024") return c;
-  if (name == "trellis2-tex-1024") {
-    c.in_channels = 64;  // noisy latent 32 + shape latent 32
-    return c;
-  }
-  if (name == "trellis2-ss-16") {  // the released sparse-structure flow model
-    c.family = ModelFamily::SparseStructureFlow;
-    c.resolution = 16;
-    c.in_channels = c.out_channels = 8;
-    return c;
-  }
-  if (name == "tiny-ss") {  // tiny's blocks over an 8^3 grid of 8 channels
-    c = preset("tiny");
-    c.family = ModelFamily::SparseStructureFlow;
-    c.resolution = 8;
-    c.in_channels = c.out_channels = 8;
-    return c;
-  }
-  if (name == "tiny") {
-    c.model_channels = 128;
-    c.num_blocks = 2;
-    c.num_heads = 2;
-    c.mlp_ratio = 4.0;
-    c.cond_channels = 64;
-    return c;
-  }
+  for (const Family* f : families())
+    for (const auto& [preset_name, config] : f->presets())
+      if (preset_name == name) return config;
   std::string list;
   for (const auto& n : preset_names()) list += (list.empty() ? "" : ", ") + n;
   fail("unknown model preset '", name, "' (known presets: ", list, ")");
 }
 
 std::vector<std::string> preset_names() {
-  return {"trellis2-shape-1024", "trellis2-tex-1024", "tiny", "trellis2-ss-16", "tiny-ss"};
+  std::vector<std::string> names;
+  for (const Family* f : families())
+    for (const auto& preset : f->presets()) names.push_back(preset.first);
+  return names;
 }
 
 ModelConfig config_from_json(const io::Json& j, const std::string& what) {
   io::check_known_keys(j, {"name", "args"}, what);
   std::string name = io::get_string(j, "name", what);
-  S3D_CHECK(name == "SLatFlowModel" || name == "SparseStructureFlowModel", what,
-            ": 'name' must be \"SLatFlowModel\" or \"SparseStructureFlowModel\", found \"", name,
-            "\"");
+  const Family* family = nullptr;
+  std::string known;
+  for (const Family* f : families()) {
+    if (f->name() == name) family = f;
+    known += (known.empty() ? "\"" : ", \"") + f->name() + "\"";
+  }
+  S3D_CHECK(family != nullptr, what, ": 'name' must be a model family (", known, "), found \"",
+            name, "\"");
   S3D_CHECK(j.contains("args"), what, ": 'args' is missing");
   const io::Json& args = j.at("args");
   const std::string where = what + " args";
   io::check_known_keys(args, kArgsKeys, where);
 
-  // Defaults for absent keys are those of the class's __init__, not the preset's (the two
-  // classes share their keys and defaults).
+  // Defaults for absent keys are those of the class's __init__, not the preset's (the
+  // families share their keys and defaults).
   ModelConfig c;
-  c.family = name == "SparseStructureFlowModel" ? ModelFamily::SparseStructureFlow
-                                                 : ModelFamily::SLatFlow;
+  c.family = name;
   c.resolution = get_size(args, "resolution", where);
   c.in_channels = get_size(args, "in_channels", where);
   c.model_channels = get_size(args, "model_channels", where);
@@ -198,8 +168,8 @@ ModelConfig config_from_json(const io::Json& j, const std::string& what) {
     c.rope_freq0 = positive(rf[0], "f0 (first entry)");
     c.rope_theta = positive(rf[1], "theta (second entry)");
   }
-  if (!args.contains("rope_freq") || c.dense()) {
-    // The dense model type-checks rope_freq and ignores it (docs/DENSE_MODEL.md).
+  if (!args.contains("rope_freq") || !family->reads_rope_freq()) {
+    // A family that ignores rope_freq still type-checks it (docs/DENSE_MODEL.md).
     c.rope_freq0 = 1.0;
     c.rope_theta = 10000.0;
   }
@@ -234,8 +204,8 @@ io::Json config_to_json(const ModelConfig& c) {
       {"initialization", c.initialization},
       {"dtype", c.dtype},
   };
-  if (!c.dense()) args["rope_freq"] = {c.rope_freq0, c.rope_theta};
-  return {{"name", family_name(c.family)}, {"args", args}};
+  if (find_family(c.family).reads_rope_freq()) args["rope_freq"] = {c.rope_freq0, c.rope_theta};
+  return {{"name", c.family}, {"args", args}};
 }
 
 ModelConfig read_config_file(const std::string& path) {

@@ -1,6 +1,7 @@
-// Model configuration: the "args" of a TRELLIS.2 checkpoint's NAME.json (SLatFlowModel or the
-// dense SparseStructureFlowModel, by its "name"), and the built-in presets. Unknown keys and
-// values of the wrong type or range are errors.
+// Model configuration: a TRELLIS.2 checkpoint's NAME.json, {"name": family, "args": {...}}, and
+// the built-in presets. "name" picks the model family (model/family.h: the registry decides
+// which names exist); the args are the trunk's, shared by every family. Unknown keys and values
+// of the wrong type or range are errors.
 #pragma once
 
 #include <cstdint>
@@ -11,13 +12,8 @@
 
 namespace s3d::model {
 
-// The model families the engine runs (docs/MODEL.md, docs/DENSE_MODEL.md): the checkpoint
-// config's "name".
-enum class ModelFamily { SLatFlow, SparseStructureFlow };
-const char* family_name(ModelFamily f);  // "SLatFlowModel", "SparseStructureFlowModel"
-
 struct ModelConfig {
-  ModelFamily family = ModelFamily::SLatFlow;
+  std::string family = "SLatFlowModel";  // a registered family's name (model/family.h)
   int resolution = 64;
   int in_channels = 32;
   int model_channels = 1536;
@@ -27,8 +23,8 @@ struct ModelConfig {
   int num_heads = 12;
   double mlp_ratio = 5.3334;
   std::string pe_mode = "rope";  // "rope" or "ape"
-  // The dense family ignores rope_freq (its table always uses 1 and 10000): these are then
-  // 1 and 10000 whatever the file says.
+  // A family that does not read rope_freq (Family::reads_rope_freq) has 1 and 10000 here,
+  // whatever the file says.
   double rope_freq0 = 1.0;
   double rope_theta = 10000.0;
   bool share_mod = true;
@@ -37,22 +33,22 @@ struct ModelConfig {
   std::string initialization = "scaled";
   std::string dtype = "bfloat16";  // run-time dtype of the blocks' Linear layers
 
-  bool dense() const { return family == ModelFamily::SparseStructureFlow; }
-  // Tokens of one asset of the dense family: resolution^3.
+  // Cells of the resolution^3 grid: the tokens of one asset of a grid-layout family.
   int64_t grid_tokens() const { return int64_t(resolution) * resolution * resolution; }
   int head_dim() const { return model_channels / num_heads; }
   int mlp_hidden() const { return static_cast<int>(model_channels * mlp_ratio); }
-  // Throws if the combination cannot run (heads not dividing channels, odd head dim, ...).
+  // Throws if the combination cannot run (heads not dividing channels, odd head dim, ...) or
+  // the family is unknown or refuses it (Family::check_config).
   void validate() const;
 };
 
-// "trellis2-shape-1024", "trellis2-tex-1024", "tiny" (SLatFlowModel); "trellis2-ss-16",
-// "tiny-ss" (SparseStructureFlowModel). Throws naming the known presets.
+// A preset of any registered family (Family::presets): "trellis2-shape-1024",
+// "trellis2-tex-1024", "tiny" (SLatFlowModel); "trellis2-ss-16", "tiny-ss"
+// (SparseStructureFlowModel). Throws naming the known presets.
 ModelConfig preset(const std::string& name);
 std::vector<std::string> preset_names();
 
-// {"name": "SLatFlowModel" | "SparseStructureFlowModel", "args": {...}} as in the released
-// NAME.json files.
+// {"name": family, "args": {...}} as in the released NAME.json files.
 ModelConfig config_from_json(const io::Json& j, const std::string& what);
 io::Json config_to_json(const ModelConfig& c);
 ModelConfig read_config_file(const std::string& path);

@@ -16,15 +16,15 @@ namespace s3d::model {
 namespace {
 
 // The condition-side transform of block i on the null condition (L zero rows).
-SLatFlowModel::CrossKV null_kv(const SLatFlowModel& m, int i, const NullContextOptions& o, int L) {
+Transformer::CrossKV null_kv(const Transformer& m, int i, const NullContextOptions& o, int L) {
   Tensor zeros = Tensor::zeros({L, m.config().cond_channels}, DType::BF16, m.device());
-  SLatFlowModel::CrossKV kv = m.condition_kv(i, zeros);
+  Transformer::CrossKV kv = m.condition_kv(i, zeros);
   if (o.condition_transform) o.condition_transform(i, kv.kv);
   return kv;
 }
 
 // v0 of block i: the first value row of its null condition, bf16 [1, C].
-Tensor first_value_row(const SLatFlowModel& m, const SLatFlowModel::CrossKV& kv) {
+Tensor first_value_row(const Transformer& m, const Transformer::CrossKV& kv) {
   const int64_t C = m.config().model_channels;
   Tensor v0 = Tensor::empty({1, C}, DType::BF16, m.device());
   RowView v0_view = RowView::of(v0);
@@ -32,7 +32,7 @@ Tensor first_value_row(const SLatFlowModel& m, const SLatFlowModel::CrossKV& kv)
   return v0;
 }
 
-Tensor value_row(const SLatFlowModel& m, int i, const NullContextOptions& o, int L) {
+Tensor value_row(const Transformer& m, int i, const NullContextOptions& o, int L) {
   return first_value_row(m, null_kv(m, i, o, L));
 }
 
@@ -40,12 +40,12 @@ Tensor value_row(const SLatFlowModel& m, int i, const NullContextOptions& o, int
 // the two checks into slots 2i (value rows vs v0) and 2i + 1 (the null cross-attention at
 // random queries vs v0) of `slots` (kernels/row_match.h: compared on the device, read back
 // once for all blocks), and returns v0 (bf16 [1, C]).
-Tensor probe_block(const SLatFlowModel& m, int i, const NullContextOptions& o, int L,
+Tensor probe_block(const Transformer& m, int i, const NullContextOptions& o, int L,
                    Tensor& slots) {
   const ModelConfig& c = m.config();
   const int64_t C = c.model_channels;
   const Device dev = m.device();
-  SLatFlowModel::CrossKV kv = null_kv(m, i, o, L);
+  Transformer::CrossKV kv = null_kv(m, i, o, L);
   Tensor v0 = first_value_row(m, kv);
   kernels::first_row_mismatch(RowView{kv.kv, C, L, C, 2 * C}, RowView::of(v0), slots, 2 * i);
 
@@ -149,7 +149,7 @@ std::string verdict_problem(const Applicability& v, const ModelConfig& c,
   return "its facts are not those of the probe that gave its reason";
 }
 
-NullContext NullContext::build(const SLatFlowModel& model, const NullContextOptions& o) {
+NullContext NullContext::build(const Transformer& model, const NullContextOptions& o) {
   S3D_CHECK(o.probe_queries >= 1, "null context: probe_queries must be >= 1, got ",
             o.probe_queries);
   NullContextFacts facts;
@@ -198,7 +198,7 @@ NullContext NullContext::build(const SLatFlowModel& model, const NullContextOpti
   return nc;
 }
 
-const CandidateRows& NullContext::candidates(const SLatFlowModel& model,
+const CandidateRows& NullContext::candidates(const Transformer& model,
                                             const QualificationOptions& o) {
   std::vector<int64_t> ms = o.candidate_m;
   std::sort(ms.begin(), ms.end());
@@ -220,7 +220,7 @@ void NullContext::add_qualification(int64_t tokens, bool batched, Qualification 
   by_tokens_[key] = std::move(q);
 }
 
-NullPath NullContext::path_for(const SLatFlowModel& model, bool want_cache, bool batched,
+NullPath NullContext::path_for(const Transformer& model, bool want_cache, bool batched,
                                int context_tokens, int64_t tokens) const {
   using sparse3d::Flag;
   const Flag opt = want_cache ? Flag::null_context_cache : Flag::null_context_exact;

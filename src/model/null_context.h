@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "model/null_context_qualify.h"
-#include "model/slat_flow.h"
+#include "model/trunk/transformer.h"
 
 namespace s3d::model {
 
@@ -75,7 +75,7 @@ struct NullContextOptions {
 
 class NullContext {
  public:
-  static NullContext build(const SLatFlowModel& model, const NullContextOptions& options);
+  static NullContext build(const Transformer& model, const NullContextOptions& options);
 
   const Applicability& applicability() const { return applicability_; }
   // The qualification build() ran (options.qualification's shapes), if any.
@@ -98,7 +98,7 @@ class NullContext {
 
   // The candidate rows for `o.candidate_m` under o's projection, made on first use and kept
   // (they depend on the weights and M only; a qualification per N reuses them).
-  const CandidateRows& candidates(const SLatFlowModel& model, const QualificationOptions& o);
+  const CandidateRows& candidates(const Transformer& model, const QualificationOptions& o);
   // The to_kv slice check (batched CFG) depends on L, not N: its outcome per L once taken
   // ("" when bitwise), or nullptr when not yet.
   const std::string* kv_slice(int64_t context_rows) const {
@@ -116,7 +116,7 @@ class NullContext {
   // refused exact path to the reference (mode Reference). Everything here (v0 included) was
   // read from the weights in one environment: another weights version or fingerprint
   // refuses both paths.
-  NullPath path_for(const SLatFlowModel& model, bool want_cache, bool batched,
+  NullPath path_for(const Transformer& model, bool want_cache, bool batched,
                     int context_tokens, int64_t tokens = -1) const;
 
   // Lines for `run`: the applicability facts and the qualification summary.

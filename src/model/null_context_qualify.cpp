@@ -253,7 +253,7 @@ void judge(const Checks& k, const Tensor& answers, int blocks, bool check_rows,
 
 }  // namespace
 
-CandidateRows make_candidate_rows(const SLatFlowModel& model,
+CandidateRows make_candidate_rows(const Transformer& model,
                                   const std::vector<Tensor>& value_rows,
                                   const QualificationOptions& o) {
   CandidateRows c;
@@ -296,7 +296,7 @@ Tensor canonical_row(const Projection& projection, const Tensor& v0, int64_t m,
   return row;
 }
 
-void restore_cached_rows(const SLatFlowModel& model, const std::vector<Tensor>& value_rows,
+void restore_cached_rows(const Transformer& model, const std::vector<Tensor>& value_rows,
                          Qualification& q) {
   q.cached_rows.clear();
   if (q.m == 0 || !q.rows_checked) return;
@@ -340,7 +340,7 @@ std::string Qualification::summary() const {
              "; failed: ", failed.empty() ? "none" : failed, ")");
 }
 
-Qualification qualify_null_context(const SLatFlowModel& model,
+Qualification qualify_null_context(const Transformer& model,
                                    const std::vector<Tensor>& value_rows,
                                    const QualificationOptions& o, bool check_rows,
                                    bool check_slices) {

@@ -22,7 +22,7 @@
 
 #include "contract/fingerprint.h"
 #include "core/tensor.h"
-#include "model/slat_flow.h"
+#include "model/trunk/transformer.h"
 
 namespace s3d::model {
 
@@ -88,20 +88,20 @@ struct Qualification {
 
 // Runs the checks. value_rows: v0 per block (null_context.h). check_rows: search M and build
 // the cache; check_slices: the batched-CFG slice checks (when options.batched).
-Qualification qualify_null_context(const SLatFlowModel& model,
+Qualification qualify_null_context(const Transformer& model,
                                    const std::vector<Tensor>& value_rows,
                                    const QualificationOptions& options, bool check_rows,
                                    bool check_slices);
 
 // The candidate rows for options.candidate_m (options.projection, tamper_cached_row apply).
-CandidateRows make_candidate_rows(const SLatFlowModel& model,
+CandidateRows make_candidate_rows(const Transformer& model,
                                   const std::vector<Tensor>& value_rows,
                                   const QualificationOptions& options);
 
 // A qualification taken earlier (the engine's cache stores what was decided, not tensors):
 // recomputes its cached rows, c_i = canonical_row(v0_i, q.m) per block with the production
 // projection, exactly as qualify_null_context made them.
-void restore_cached_rows(const SLatFlowModel& model, const std::vector<Tensor>& value_rows,
+void restore_cached_rows(const Transformer& model, const std::vector<Tensor>& value_rows,
                          Qualification& q);
 
 // The cached row: to_out applied to M rows all equal to v0, first row kept. bf16 [1, C].

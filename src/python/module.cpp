@@ -382,6 +382,8 @@ nb::dict counters_dict(const sparse3d::Counters& c) {
 nb::dict model_dict(const sparse3d::ModelInfo& m) {
   nb::dict d;
   d["family"] = m.family;
+  d["layout"] = m.layout;
+  d["sampler_preset"] = m.sampler_preset;
   d["checkpoint"] = m.checkpoint;
   d["content_hash"] = m.content_hash;
   d["resolution"] = m.resolution;
@@ -771,16 +773,24 @@ NB_MODULE(_native, m) {
   m.def("timesteps", [](const nb::dict& sampler) { return sparse3d::timesteps(sampler_settings(sampler)); },
         "sampler"_a);
   m.def("sampler_preset", [](const std::string& name) {
-        if (name == "released") return settings_dict(sparse3d::SamplerSettings::released());
-        if (name == "released_sparse_structure")
-          return settings_dict(sparse3d::SamplerSettings::released_sparse_structure());
-        if (name == "protocol") return settings_dict(sparse3d::SamplerSettings::protocol());
-        throw sparse3d::Error("sampler preset must be \"released\", \"released_sparse_structure\" "
-                              "or \"protocol\", got \"" + name + "\"");
+        return settings_dict(sparse3d::SamplerSettings::preset(name));
       }, "name"_a);
   m.def("set_message_sink", &set_python_message_sink, "sink"_a.none(),
         "Sends the engine's messages (fallbacks) to sink(level, kind, text, optimization, "
         "reason) instead of stderr; None: back to stderr.");
+  m.def("model_families", [] {
+        nb::list out;
+        for (const sparse3d::FamilyInfo& f : sparse3d::model_families()) {
+          nb::dict d;
+          d["name"] = f.name;
+          d["layout"] = f.layout;
+          d["sampler_preset"] = f.sampler_preset;
+          d["reads_rope_freq"] = f.reads_rope_freq;
+          out.append(d);
+        }
+        return out;
+      }, "Every model family of the engine's registry: [{name, layout, sampler_preset, "
+         "reads_rope_freq}].");
   m.def("synthetic_presets", &sparse3d::synthetic_presets);
   m.def("synthetic_parameter_count", &sparse3d::synthetic_parameter_count, "preset"_a);
   m.def("make_synthetic_checkpoint", &synthetic_checkpoint, "preset"_a, "seed"_a, "out_prefix"_a,

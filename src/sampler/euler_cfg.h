@@ -3,7 +3,7 @@
 // one's) and the flow Euler step x_{t_prev} = x_t - (t - t_prev) v.
 #pragma once
 
-#include "model/slat_flow.h"
+#include "model/trunk/transformer.h"
 #include "sampler/sampler.h"
 #include "sampler/step_forwards.h"
 #include "sampler/step_plan.h"

@@ -112,7 +112,7 @@ std::vector<double> timesteps(int steps, double rescale_t) {
 namespace {
 
 // Checks the inputs against the model before anything is uploaded.
-void check_inputs(const model::SLatFlowModel& model, const Inputs& in) {
+void check_inputs(const model::Transformer& model, const Inputs& in) {
   const auto& cfg = model.config();
   check_tensor(in.noise, "sampler noise", DType::F32, {in.coords.size(0), cfg.out_channels});
   S3D_CHECK(in.cond.defined() && in.cond.ndim() == 3 && in.cond.size(0) == in.batch &&
@@ -134,7 +134,7 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 
 }  // namespace
 
-Output sample(const model::SLatFlowModel& model, const Inputs& in,
+Output sample(const model::Transformer& model, const Inputs& in,
               const SamplerOptions& options, bool keep_first_forward,
               const StepCallback& on_step) {
   options.validate();

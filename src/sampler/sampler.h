@@ -12,7 +12,7 @@
 #include "sparse3d/flags.h"
 #include "sparse3d/sampler_settings.h"
 #include "model/null_context.h"
-#include "model/slat_flow.h"
+#include "model/trunk/transformer.h"
 
 namespace s3d::sampler {
 
@@ -29,8 +29,8 @@ struct SamplerOptions : sparse3d::SamplerSettings {
   // the fused kernels, which every forward of the request reads.
   sparse3d::FlagSet flags;
   const model::NullContext* null_context = nullptr;
-  // Guidance rescale's std (DenoiserSummary::unbiased_rescale_std): sample() sets it from the
-  // model, so that the dense family's sampler divides by N - 1 as the original does.
+  // Guidance rescale's std (ModelSummary::unbiased_rescale_std): sample() sets it from the
+  // model's family (the dense family divides by N - 1, as its original does).
   bool unbiased_rescale_std = false;
 
   // Sets `flags` from an execution plan.
@@ -98,7 +98,7 @@ using StepCallback = std::function<void(const StepRecord&, const Tensor& x)>;
 
 // Runs the denoise loop on the model's device. `keep_first_forward` returns the first
 // step's conditional and unconditional denoiser outputs (for comparisons with the oracle).
-Output sample(const model::SLatFlowModel& model, const Inputs& inputs,
+Output sample(const model::Transformer& model, const Inputs& inputs,
               const SamplerOptions& options, bool keep_first_forward = false,
               const StepCallback& on_step = nullptr);
 

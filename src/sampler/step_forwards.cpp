@@ -44,7 +44,7 @@ void stack_rows(const Tensor& a, const Tensor& b, Tensor& out) {
 
 }  // namespace
 
-StepForwards::StepForwards(const model::SLatFlowModel& model, const Inputs& in,
+StepForwards::StepForwards(const model::Transformer& model, const Inputs& in,
                            const SamplerOptions& o, const StepPlan& plan)
     : model_(model), o_(o), plan_(plan), batch_(in.batch), tokens_(in.coords.size(0)) {
   const int B = batch_;

@@ -4,7 +4,7 @@
 #pragma once
 
 #include "model/null_context.h"
-#include "model/slat_flow.h"
+#include "model/trunk/transformer.h"
 #include "sampler/sampler.h"
 #include "sampler/step_plan.h"
 
@@ -18,7 +18,7 @@ struct StepOut {
 
 class StepForwards {
  public:
-  StepForwards(const model::SLatFlowModel& model, const Inputs& in, const SamplerOptions& o,
+  StepForwards(const model::Transformer& model, const Inputs& in, const SamplerOptions& o,
                const StepPlan& plan);
 
   // x: [T, out]; t2: [2B] (the step's t per asset, both halves); mod_buffer: the step's
@@ -35,7 +35,7 @@ class StepForwards {
   void set_up_conditions(const Inputs& in);
   void set_up_kv_cache();
 
-  const model::SLatFlowModel& model_;
+  const model::Transformer& model_;
   const SamplerOptions& o_;
   const StepPlan& plan_;
   int batch_ = 0;

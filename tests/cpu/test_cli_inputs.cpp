@@ -188,6 +188,15 @@ TEST_F(CliInputs, TheDenseModelTakesVolumes) {
                  "--sampler released_sparse_structure --seed " + std::to_string(seed));
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_EQ(latent("dout", "volume_noise"), latent("dout2", "volume"));
+  // Without --sampler, run takes the family's own preset: released_sparse_structure here
+  // (rescale_t 5, guidance rescale 0.7), not the shape models' released.
+  r = run_inputs("tiny-ss", given, "dout3", "");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("rescale_t 5,"), std::string::npos) << r.output;
+  EXPECT_EQ(latent("dout3", "volume_noise"), latent("dout", "volume_noise"));
+  r = run_inputs("tiny-ss", given, "dout4", "--sampler released");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(latent("dout4", "volume_noise"), latent("dout", "volume_noise"));
 }
 
 // A texture model's concat_cond, f32 as the payload stores it (the payload path's latent) or

@@ -104,8 +104,8 @@ TEST(Config, NumHeadChannelsDerivesHeads) {
 
 TEST(Config, StructuralErrors) {
   EXPECT_ERROR(parse(R"({"name":"ElasticSLatFlowModel","args":{}})"),
-               "config c.json: 'name' must be \"SLatFlowModel\" or \"SparseStructureFlowModel\", "
-               "found \"ElasticSLatFlowModel\"");
+               "config c.json: 'name' must be a model family (\"SLatFlowModel\", "
+               "\"SparseStructureFlowModel\"), found \"ElasticSLatFlowModel\"");
   EXPECT_ERROR(parse(R"({"name":"SLatFlowModel"})"), "'args' is missing");
   EXPECT_ERROR(parse(R"({"args":{}})"), "'name' is missing");
   EXPECT_ERROR(parse(R"({"name":"SLatFlowModel","args":{},"extra":1})"), "unknown key 'extra'");

@@ -13,8 +13,8 @@
 #include "kernels/volume_layout.h"
 #include "model/checkpoint.h"
 #include "model/config.h"
-#include "model/dense/sparse_structure_flow.h"
-#include "model/models.h"
+#include "model/family.h"
+#include "model/trunk/transformer.h"
 #include "sparse3d/engine.h"
 #include "../test_numerics.h"
 #include "io_test_util.h"
@@ -33,7 +33,8 @@ io::Json dense_json(const std::string& extra_key = "", io::Json extra = nullptr)
 
 TEST(DenseConfig, ParsesTheFamilyAndIgnoresRopeFreq) {
   ModelConfig c = config_from_json(dense_json("rope_freq", {2.0, 500.0}), "test");
-  EXPECT_TRUE(c.dense());
+  EXPECT_EQ(c.family, "SparseStructureFlowModel");
+  EXPECT_EQ(find_family(c.family).layout(), AssetLayout::Grid);
   EXPECT_EQ(c.resolution, 8);
   EXPECT_EQ(c.grid_tokens(), 512);
   // The dense model builds its RoPE table with (1, 10000) whatever rope_freq says.
@@ -41,7 +42,7 @@ TEST(DenseConfig, ParsesTheFamilyAndIgnoresRopeFreq) {
   EXPECT_EQ(c.rope_theta, 10000.0);
   EXPECT_EQ(config_to_json(c)["name"].get<std::string>(), "SparseStructureFlowModel");
   EXPECT_FALSE(config_to_json(c)["args"].contains("rope_freq"));
-  EXPECT_FALSE(config_from_json(config_to_json(preset("tiny")), "t").dense());
+  EXPECT_EQ(config_from_json(config_to_json(preset("tiny")), "t").family, "SLatFlowModel");
 }
 
 TEST(DenseConfig, RefusesWhatCannotRun) {
@@ -123,12 +124,12 @@ std::unique_ptr<test::TempDir> DenseFixture::tmp;
 std::string DenseFixture::dir;
 
 TEST_F(DenseFixture, HostRopeTableHasTheGridPhases) {
-  auto m = make_model(load_checkpoint(dir + "/ss.json", Device::CPU));
-  const auto& ss = dynamic_cast<const SparseStructureFlowModel&>(*m);
-  EXPECT_TRUE(ss.summary().unbiased_rescale_std);
-  EXPECT_EQ(ss.summary().family, "SparseStructureFlowModel");
-  const Tensor& cs = ss.rope_cos_table();
-  const Tensor& sn = ss.rope_sin_table();
+  auto m = std::make_unique<Transformer>(load_checkpoint(dir + "/ss.json", Device::CPU));
+  EXPECT_TRUE(m->summary().unbiased_rescale_std);
+  EXPECT_EQ(m->summary().family, "SparseStructureFlowModel");
+  const Request one = m->prepare(grid_coords(1, 8), 1, 5);
+  const Tensor& cs = one.rope_cos;
+  const Tensor& sn = one.rope_sin;
   ASSERT_EQ(cs.shape(), Shape({512, 32}));  // R^3 x D / 2, D = 64
   // D = 64: freq_dim 10, pairs 0..29 rotate, 30 and 31 are padding (1, 0).
   const int fd = 10;
@@ -150,13 +151,13 @@ TEST_F(DenseFixture, HostRopeTableHasTheGridPhases) {
 }
 
 TEST_F(DenseFixture, PrepareTakesOnlyWholeGridsInRasterOrder) {
-  auto m = make_model(load_checkpoint(dir + "/ss.json", Device::CPU));
-  Tensor good = SparseStructureFlowModel::grid_coords(2, 8);
+  auto m = std::make_unique<Transformer>(load_checkpoint(dir + "/ss.json", Device::CPU));
+  Tensor good = grid_coords(2, 8);
   Request r = m->prepare(good, 2, 5);
   EXPECT_EQ(r.tokens, 1024);
   EXPECT_EQ(r.rope_cos.shape(), Shape({1024, 32}));
   EXPECT_TRUE(testing::bitwise_equal(r.rope_cos.rows(512, 1024),
-                                     dynamic_cast<const SparseStructureFlowModel&>(*m).rope_cos_table()));
+                                     m->prepare(grid_coords(1, 8), 1, 5).rope_cos));
   Tensor swapped = good.to(Device::CPU);
   swapped.data_as<int32_t>()[4 * 9 + 3] = 0;  // row 9 should be (0, 0, 1, 1)
   EXPECT_NE(error_of([&] { m->prepare(swapped, 2, 5); }).find("row 9 is (0, 0, 1, 0)"),
@@ -170,10 +171,10 @@ TEST_F(DenseFixture, ForwardIsTheBlocksOverTheGrid) {
   // (on the CPU both evaluate the phases with the same libm): same bits.
   Checkpoint dense = load_checkpoint(dir + "/ss.json", Device::CPU);
   Checkpoint slat = load_checkpoint(dir + "/ss.json", Device::CPU);
-  slat.config.family = ModelFamily::SLatFlow;
-  SparseStructureFlowModel d(std::move(dense));
-  SLatFlowModel s(std::move(slat));
-  Tensor coords = SparseStructureFlowModel::grid_coords(2, 8);
+  slat.config.family = "SLatFlowModel";
+  Transformer d(std::move(dense));
+  Transformer s(std::move(slat));
+  Tensor coords = grid_coords(2, 8);
   Tensor x = random_tensor({1024, 8}, DType::F32, 3);
   Tensor t = Tensor::from_floats({1000.0f, 437.5f}, {2}, DType::F32);
   Tensor cond = random_tensor({2, 5, 64}, DType::BF16, 4);
@@ -190,11 +191,11 @@ TEST_F(DenseFixture, ApeIsAddedBeforeTheInputRounding) {
   c.pe_mode = "ape";
   make_checkpoint(c, 9, dir + "/ape", DType::BF16);
   Checkpoint slat = load_checkpoint(dir + "/ape.json", Device::CPU);
-  slat.config.family = ModelFamily::SLatFlow;
-  SparseStructureFlowModel d(load_checkpoint(dir + "/ape.json", Device::CPU));
-  SLatFlowModel s(std::move(slat));
-  ASSERT_EQ(d.ape_table().shape(), Shape({512, 128}));
-  Tensor coords = SparseStructureFlowModel::grid_coords(1, 8);
+  slat.config.family = "SLatFlowModel";
+  Transformer d(load_checkpoint(dir + "/ape.json", Device::CPU));
+  Transformer s(std::move(slat));
+  Tensor coords = grid_coords(1, 8);
+  ASSERT_EQ(d.prepare(coords, 1, 5).position_f32.shape(), Shape({512, 128}));
   Tensor x = random_tensor({512, 8}, DType::F32, 13);
   Tensor t = Tensor::from_floats({800.0f}, {1}, DType::F32);
   Tensor cond = random_tensor({1, 5, 64}, DType::BF16, 14);
@@ -216,7 +217,7 @@ TEST_F(DenseFixture, EngineVolumeLayoutIsTheTokenLayoutTransposed) {
   EXPECT_EQ(e.model().family, "SparseStructureFlowModel");
   const int B = 2;
   Tensor cond = random_tensor({B, 5, 64}, DType::F32, 21);
-  Tensor coords = SparseStructureFlowModel::grid_coords(B, 8);
+  Tensor coords = grid_coords(B, 8);
   sparse3d::SamplerSettings s = sparse3d::SamplerSettings::released();
   s.steps = 3;
   s.guidance_rescale = 0.7;

@@ -2,7 +2,7 @@
 // H200 (tests/data/golden, made by scripts/device/gpu_check.sh golden). Same checkpoint,
 // payloads and noise; the oracle used cuDNN/cuBLAS in bf16, the CPU backend plain loops, so
 // the contract is a tolerance: relative L2 <= 1e-2 for the first forward and <= 3e-2 for
-// the latent after the last step (the bounds for engine vs oracle).
+// the latent after the last step (the engine-vs-oracle bounds of docs/CONTRACTS.md).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -13,8 +13,8 @@
 #include "io/json.h"
 #include "io/safetensors.h"
 #include "model/checkpoint.h"
-#include "model/models.h"
-#include "model/slat_flow.h"
+#include "model/trunk/transformer.h"
+#include "model/trunk/transformer.h"
 #include "payload/payload.h"
 #include "sampler/sampler.h"
 #include "../test_numerics.h"
@@ -31,7 +31,7 @@ std::vector<float> slice(const std::vector<float>& v, int64_t row0, int64_t rows
 }
 
 // The asset's initial noise into rows [row, row + n) of noise [T, out]: the seed's stream in
-// token order, or for the dense model over the volume [out, n] (docs/FORMATS.md), transposed.
+// token order, or for a grid-layout model over the volume [out, n] (docs/FORMATS.md), transposed.
 void fill_noise(uint64_t seed, int64_t n, int64_t out_ch, bool dense, float* rows) {
   if (!dense) {
     normal_fill(seed, 0, static_cast<uint64_t>(n * out_ch), rows);
@@ -48,9 +48,9 @@ void fill_noise(uint64_t seed, int64_t n, int64_t out_ch, bool dense, float* row
 int compare_with_golden(const std::string& name) {
   const std::string kGolden = kData + "/" + name;
   io::Json g = io::read_json_file(kGolden + "/golden.json");
-  std::unique_ptr<model::SLatFlowModel> model = model::make_model(
+  std::unique_ptr<model::Transformer> model = std::make_unique<model::Transformer>(
       model::load_checkpoint(kGolden + "/" + g["checkpoint"].get<std::string>(), Device::CPU));
-  const model::SLatFlowModel& m = *model;
+  const model::Transformer& m = *model;
   payload::Manifest manifest = payload::read_manifest(kGolden + "/" + g["manifest"].get<std::string>());
   std::vector<payload::Asset> assets;
   for (const auto& e : manifest.assets) assets.push_back(payload::read_asset(manifest, e));
@@ -95,7 +95,7 @@ int compare_with_golden(const std::string& name) {
         for (int64_t t = 0; t < n; ++t) in.coords.data_as<int32_t>()[4 * (row + t)] = b;
         std::vector<float> cond = a.cond.to_floats();
         std::memcpy(in.cond.data_as<float>() + int64_t(b) * L * Cc, cond.data(), cond.size() * 4);
-        fill_noise(a.noise_seed, n, out_ch, m.config().dense(),
+        fill_noise(a.noise_seed, n, out_ch, m.family().layout() == model::AssetLayout::Grid,
                    in.noise.data_as<float>() + row * out_ch);
         row += n;
       }

@@ -353,7 +353,7 @@ const std::vector<std::string>& bitwise_specs() {
 }
 
 TEST_F(FusedModelCpu, KernelFusionWithoutTheEpilogueIsBitwisePureEager) {
-  model::SLatFlowModel m(model::load_checkpoint(dir + "/tiny.json", Device::CPU));
+  model::Transformer m(model::load_checkpoint(dir + "/tiny.json", Device::CPU));
   auto in = testing::synthetic_inputs({17, 40, 5}, 6, m.config().cond_channels, 32, 5);
   sampler::SamplerOptions o;
   o.steps = 3;
@@ -367,7 +367,7 @@ TEST_F(FusedModelCpu, KernelFusionWithoutTheEpilogueIsBitwisePureEager) {
 }
 
 TEST_F(FusedModelCpu, CanonicalCacheCombinedWithoutTheEpilogueIsBitwisePureEager) {
-  model::SLatFlowModel m(model::load_checkpoint(dir + "/tiny.json", Device::CPU));
+  model::Transformer m(model::load_checkpoint(dir + "/tiny.json", Device::CPU));
   auto in = testing::synthetic_inputs({61}, 9, m.config().cond_channels, 32, 3);
   model::NullContext nc = model::NullContext::build(m, testing::qualified_options(9, {61}));
   sampler::SamplerOptions o;
@@ -384,7 +384,7 @@ TEST_F(FusedModelCpu, CanonicalCacheCombinedWithoutTheEpilogueIsBitwisePureEager
 // Model-level regression of the epilogue: final latent within relative L2 2e-2 of
 // pure_eager (tiny model, 3 steps), no NaN/Inf.
 TEST_F(FusedModelCpu, KernelFusionWithTheEpilogueStaysCloseToPureEager) {
-  model::SLatFlowModel m(model::load_checkpoint(dir + "/tiny.json", Device::CPU));
+  model::Transformer m(model::load_checkpoint(dir + "/tiny.json", Device::CPU));
   auto in = testing::synthetic_inputs({33, 7}, 6, m.config().cond_channels, 32, 11);
   sampler::SamplerOptions o;
   o.steps = 3;
@@ -406,7 +406,7 @@ TEST_F(FusedModelCpu, KernelFusionWithTheEpilogueStaysCloseToPureEager) {
 }
 
 TEST_F(FusedModelCpu, UnsupportedWidthsFallBackCountedAndStayBitwise) {
-  model::SLatFlowModel m(model::load_checkpoint(dir + "/odd.json", Device::CPU));
+  model::Transformer m(model::load_checkpoint(dir + "/odd.json", Device::CPU));
   auto in = testing::synthetic_inputs({9, 4}, 5, m.config().cond_channels, 32, 13);
   sampler::SamplerOptions o;
   o.steps = 2;

@@ -11,8 +11,8 @@
 #include "core/rng.h"
 #include "io/safetensors.h"
 #include "model/checkpoint.h"
-#include "model/slat_flow.h"
-#include "model/slat_flow_weights.h"
+#include "model/trunk/transformer.h"
+#include "model/trunk/weights.h"
 #include "payload/generate.h"
 #include "sampler/sampler.h"
 #include "../model_inputs.h"
@@ -49,7 +49,7 @@ struct TinyFixture : ::testing::Test {
 std::string TinyFixture::dir;
 
 TEST_F(TinyFixture, ForwardIsFiniteDeterministicAndNonTrivial) {
-  SLatFlowModel m(load_checkpoint(dir + "/tiny.json", Device::CPU));
+  Transformer m(load_checkpoint(dir + "/tiny.json", Device::CPU));
   auto in = inputs({57}, 11, 3);
   Request req = m.prepare(in.coords, 1, 11);
   Tensor t = Tensor::from_floats({1000.0f}, {1}, DType::F32);
@@ -78,13 +78,15 @@ TEST_F(TinyFixture, ForwardIsFiniteDeterministicAndNonTrivial) {
   EXPECT_GT(diff_d / a.size(), 1e-4);
 }
 
-// The sampler-facing interface: the summary is the config's, and a forward through it is
-// the model's own.
-TEST_F(TinyFixture, TheModelIsADenoiser) {
-  SLatFlowModel m(load_checkpoint(dir + "/tiny.json", Device::CPU));
-  const Denoiser& d = m;
-  const DenoiserSummary s = d.summary();
+// The sampler-facing summary is the config's and the family's, and a forward through a
+// reference to the model is the model's own.
+TEST_F(TinyFixture, TheSummaryIsTheConfigsAndTheFamilys) {
+  Transformer m(load_checkpoint(dir + "/tiny.json", Device::CPU));
+  const Transformer& d = m;
+  const ModelSummary s = d.summary();
   EXPECT_EQ(s.family, "SLatFlowModel");
+  EXPECT_EQ(&d.family(), &find_family("SLatFlowModel"));
+  EXPECT_FALSE(s.unbiased_rescale_std);
   EXPECT_EQ(s.in_channels, m.config().in_channels);
   EXPECT_EQ(s.out_channels, m.config().out_channels);
   EXPECT_EQ(s.cond_channels, m.config().cond_channels);
@@ -103,7 +105,7 @@ TEST_F(TinyFixture, TheModelIsADenoiser) {
 }
 
 TEST_F(TinyFixture, AssetsInOneBatchEqualAssetsRunAlone) {
-  SLatFlowModel m(load_checkpoint(dir + "/tiny.json", Device::CPU));
+  Transformer m(load_checkpoint(dir + "/tiny.json", Device::CPU));
   auto both = inputs({23, 41}, 9, 5);
   Request req = m.prepare(both.coords, 2, 9);
   Tensor t = Tensor::from_floats({700.0f, 300.0f}, {2}, DType::F32);
@@ -122,7 +124,7 @@ TEST_F(TinyFixture, AssetsInOneBatchEqualAssetsRunAlone) {
 TEST_F(TinyFixture, BatchedCfgEqualsSerialCfgOnTheCpu) {
   // The CPU backend computes every row and every asset independently, so both CFG modes
   // give identical bits; on the GPU they differ by GEMM shape (GPU tests bound that).
-  SLatFlowModel m(load_checkpoint(dir + "/tiny.json", Device::CPU));
+  Transformer m(load_checkpoint(dir + "/tiny.json", Device::CPU));
   auto in = inputs({31}, 8, 9);
   sampler::SamplerOptions o;
   o.steps = 3;
@@ -138,7 +140,7 @@ TEST_F(TinyFixture, BatchedCfgEqualsSerialCfgOnTheCpu) {
 }
 
 TEST_F(TinyFixture, GuidanceIntervalSkipsTheUnconditionalForward) {
-  SLatFlowModel m(load_checkpoint(dir + "/tiny.json", Device::CPU));
+  Transformer m(load_checkpoint(dir + "/tiny.json", Device::CPU));
   auto in = inputs({19}, 5, 11);
   sampler::SamplerOptions o = sampler::SamplerOptions::released();
   o.steps = 4;
@@ -154,8 +156,8 @@ TEST_F(TinyFixture, GuidanceIntervalSkipsTheUnconditionalForward) {
 
 TEST_F(TinyFixture, F32CheckpointLoadsAndAgreesWithBf16) {
   make_checkpoint(preset("tiny"), 7, dir + "/tiny32", DType::F32);
-  SLatFlowModel m16(load_checkpoint(dir + "/tiny.json", Device::CPU));
-  SLatFlowModel m32(load_checkpoint(dir + "/tiny32.json", Device::CPU));
+  Transformer m16(load_checkpoint(dir + "/tiny.json", Device::CPU));
+  Transformer m32(load_checkpoint(dir + "/tiny32.json", Device::CPU));
   EXPECT_NE(m16.weights_version(), m32.weights_version());
   auto in = inputs({29}, 7, 13);
   Request req = m16.prepare(in.coords, 1, 7);
@@ -203,7 +205,7 @@ TEST_F(TinyFixture, ACheckpointUnderAFileIsAnErrorNamingTheFolder) {
 }
 
 TEST_F(TinyFixture, BadRequestsAreRefusedWithTheirReason) {
-  SLatFlowModel m(load_checkpoint(dir + "/tiny.json", Device::CPU));
+  Transformer m(load_checkpoint(dir + "/tiny.json", Device::CPU));
   auto in = inputs({12, 9}, 4, 17);
   // Batch indices out of order.
   Tensor swapped = in.coords.to(Device::CPU);
@@ -230,7 +232,7 @@ TEST_F(TinyFixture, BadRequestsAreRefusedWithTheirReason) {
 TEST_F(TinyFixture, ResolutionIsNotABoundOnTheCoordinates) {
   Checkpoint ck = load_checkpoint(dir + "/tiny.json", Device::CPU);
   ck.config.resolution = 32;
-  SLatFlowModel m(std::move(ck));
+  Transformer m(std::move(ck));
   Tensor coords = Tensor::from_ints({0, 0, 0, 0, 0, 40, 63, 2, 0, 63, 63, 63}, {3, 4});
   EXPECT_EQ(m.prepare(coords, 1, 4).tokens, 3);
   Tensor negative = Tensor::from_ints({0, 0, -1, 0}, {1, 4});
@@ -243,7 +245,7 @@ TEST_F(TinyFixture, ChunkedMlpIsBitwiseOnTheCpuAtOddChunkSizes) {
   // Every op of the MLP is row-wise and the CPU GEMM sums each row alone, so chunks of any
   // size give the unchunked bits there; on the GPU the GEMMs' M changes (a tolerance flag,
   // bounded by the GPU tests). Chunk sizes that divide nothing, one row, and more than T.
-  SLatFlowModel m(load_checkpoint(dir + "/tiny.json", Device::CPU));
+  Transformer m(load_checkpoint(dir + "/tiny.json", Device::CPU));
   auto in = inputs({23, 41}, 9, 5);
   Request req = m.prepare(in.coords, 2, 9);
   Tensor t = Tensor::from_floats({700.0f, 300.0f}, {2}, DType::F32);
@@ -263,7 +265,7 @@ TEST_F(TinyFixture, ChunkedMlpIsBitwiseOnTheCpuAtOddChunkSizes) {
 TEST_F(TinyFixture, TheConditionKvCacheKeepsVAloneAndStaysBitwise) {
   // With K RMSNorm the cache holds the normalised K and V only ([BL, C] each, not to_kv's
   // [BL, 2C] as well): a third less memory, the same attention inputs.
-  SLatFlowModel m(load_checkpoint(dir + "/tiny.json", Device::CPU));
+  Transformer m(load_checkpoint(dir + "/tiny.json", Device::CPU));
   ASSERT_TRUE(m.config().qk_rms_norm_cross) << "the tiny preset exercises the K RMSNorm case";
   auto in = inputs({29}, 11, 3);
   sampler::SamplerOptions o;

@@ -60,7 +60,7 @@ TEST(MultiAsset, PackedSamplingGivesEachAssetItsOwnLatent) {
   const std::string dir =
       (std::filesystem::temp_directory_path() / ("sparse3d_multi_" + std::to_string(getpid()))).string();
   model::make_checkpoint(model::preset("tiny"), 7, dir + "/tiny", DType::BF16);
-  model::SLatFlowModel m(model::load_checkpoint(dir + "/tiny.json", Device::CPU));
+  model::Transformer m(model::load_checkpoint(dir + "/tiny.json", Device::CPU));
   const auto& c = m.config();
   const auto a = testing::synthetic_inputs({37}, 13, c.cond_channels, c.out_channels, 3);
   const auto b = testing::synthetic_inputs({61}, 13, c.cond_channels, c.out_channels, 4);

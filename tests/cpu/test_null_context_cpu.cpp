@@ -141,7 +141,7 @@ TEST(Applicability, EachRuleRefusesWithItsReason) {
 }
 
 TEST_F(NullContextCpu, ProbeFindsIdenticalValueRowsEqualToTheBias) {
-  SLatFlowModel m(load_checkpoint(dir + "/tiny.json", Device::CPU));
+  Transformer m(load_checkpoint(dir + "/tiny.json", Device::CPU));
   NullContextOptions o;
   o.context_tokens = 7;
   NullContext nc = NullContext::build(m, o);
@@ -160,7 +160,7 @@ TEST_F(NullContextCpu, ProbeFindsIdenticalValueRowsEqualToTheBias) {
 }
 
 TEST_F(NullContextCpu, ProbeRefusesAConditionSideTransformThatVariesByPosition) {
-  SLatFlowModel m(load_checkpoint(dir + "/tiny.json", Device::CPU));
+  Transformer m(load_checkpoint(dir + "/tiny.json", Device::CPU));
   NullContextOptions o = options(m_dependent_gemm(1), {1});
   // A positional term on the context: V row r gets r added to its first element.
   o.condition_transform = [](int, Tensor& kv) {
@@ -182,7 +182,7 @@ TEST_F(NullContextCpu, ProbeRefusesAConditionSideTransformThatVariesByPosition) 
 }
 
 TEST_F(NullContextCpu, ProbeRefusesNoContextAndModelFacts) {
-  SLatFlowModel m(load_checkpoint(dir + "/tiny.json", Device::CPU));
+  Transformer m(load_checkpoint(dir + "/tiny.json", Device::CPU));
   NullContextOptions o;
   o.context_tokens = 0;
   NullContext none = NullContext::build(m, o);
@@ -201,7 +201,7 @@ TEST_F(NullContextCpu, ProbeRefusesNoContextAndModelFacts) {
 }
 
 TEST_F(NullContextCpu, QualificationKeepsTheSmallestMThatReproducesTheReference) {
-  SLatFlowModel m(load_checkpoint(dir + "/tiny.json", Device::CPU));
+  Transformer m(load_checkpoint(dir + "/tiny.json", Device::CPU));
   NullContext nc = NullContext::build(m, options(m_dependent_gemm(256), {1, 64, 128, 256, 512}));
   const Qualification& q = nc.qualification();
   ASSERT_TRUE(q.ran);
@@ -233,7 +233,7 @@ TEST_F(NullContextCpu, QualificationKeepsTheSmallestMThatReproducesTheReference)
 }
 
 TEST_F(NullContextCpu, NoCandidatePassingFallsBackToTheExactPathCounted) {
-  SLatFlowModel m(load_checkpoint(dir + "/tiny.json", Device::CPU));
+  Transformer m(load_checkpoint(dir + "/tiny.json", Device::CPU));
   NullContext nc = NullContext::build(m, options(m_dependent_gemm(256), {1, 64, 128}));
   EXPECT_EQ(nc.qualification().m, 0);
   EXPECT_EQ(nc.qualification().summary(), "no M passed (passed: none; failed: 1, 64, 128)");
@@ -250,7 +250,7 @@ TEST_F(NullContextCpu, NoCandidatePassingFallsBackToTheExactPathCounted) {
 }
 
 TEST_F(NullContextCpu, ATamperedCachedRowFailsQualification) {
-  SLatFlowModel m(load_checkpoint(dir + "/tiny.json", Device::CPU));
+  Transformer m(load_checkpoint(dir + "/tiny.json", Device::CPU));
   NullContextOptions o = options(nullptr, {1, 256});
   o.qualification.tamper_cached_row = [](int block, Tensor& row) {
     if (block == 1) row.data_as<uint16_t>()[5] ^= 0x0100u;
@@ -264,7 +264,7 @@ TEST_F(NullContextCpu, ATamperedCachedRowFailsQualification) {
 }
 
 TEST_F(NullContextCpu, BatchedSliceMismatchRefusesBothNullPathsInBatchedCfgOnly) {
-  SLatFlowModel m(load_checkpoint(dir + "/tiny.json", Device::CPU));
+  Transformer m(load_checkpoint(dir + "/tiny.json", Device::CPU));
   // Perturbs every GEMM above M = 520: the [600] to_q (2 x 300) differs from the [300] one.
   NullContext nc = NullContext::build(m, options(m_dependent_gemm(1, 520), {1}));
   EXPECT_FALSE(nc.qualification().slices_ok);
@@ -279,8 +279,8 @@ TEST_F(NullContextCpu, BatchedSliceMismatchRefusesBothNullPathsInBatchedCfgOnly)
 }
 
 TEST_F(NullContextCpu, QualificationIsInvalidForOtherWeightsOrAnotherEnvironment) {
-  SLatFlowModel m(load_checkpoint(dir + "/tiny.json", Device::CPU));
-  SLatFlowModel other(load_checkpoint(dir + "/other.json", Device::CPU));
+  Transformer m(load_checkpoint(dir + "/tiny.json", Device::CPU));
+  Transformer other(load_checkpoint(dir + "/other.json", Device::CPU));
   ASSERT_NE(m.weights_version(), other.weights_version());
   NullContext nc = NullContext::build(m, options(nullptr, {1, 64}));
   const Qualification& q = nc.qualification();

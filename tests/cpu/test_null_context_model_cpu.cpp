@@ -40,7 +40,7 @@ struct NullModelCpu : ::testing::Test {
   }
 
   // Runs `spec` and pure_eager (+ the same CFG mode) and compares everything bitwise.
-  static void expect_same_as_pure_eager(const SLatFlowModel& m, const sampler::Inputs& in,
+  static void expect_same_as_pure_eager(const Transformer& m, const sampler::Inputs& in,
                                         const sampler::SamplerOptions& base,
                                         const std::string& spec, const NullContext* nc) {
     auto ref = testing::reference_run(m, in, base, testing::spec_is_batched(spec));
@@ -50,7 +50,7 @@ struct NullModelCpu : ::testing::Test {
 std::string NullModelCpu::dir;
 
 TEST_F(NullModelCpu, EveryPathIsBitwisePureEagerOneAsset) {
-  SLatFlowModel m(load_checkpoint(dir + "/tiny.json", Device::CPU));
+  Transformer m(load_checkpoint(dir + "/tiny.json", Device::CPU));
   auto in = testing::synthetic_inputs({61}, 9, m.config().cond_channels, 32, 3);
   NullContext nc = NullContext::build(m, options(9, {61}));
   ASSERT_TRUE(nc.applicability().ok) << nc.applicability().reason;
@@ -66,7 +66,7 @@ TEST_F(NullModelCpu, EveryPathIsBitwisePureEagerOneAsset) {
 TEST_F(NullModelCpu, EveryPathIsBitwisePureEagerThreeAssetsWithAnInterval) {
   // Several assets of different sizes (the conditional part's layouts), and the released
   // sampler: steps outside the guidance interval run the conditional forward alone.
-  SLatFlowModel m(load_checkpoint(dir + "/tiny.json", Device::CPU));
+  Transformer m(load_checkpoint(dir + "/tiny.json", Device::CPU));
   auto in = testing::synthetic_inputs({17, 40, 5}, 6, m.config().cond_channels, 32, 5);
   NullContext nc = NullContext::build(m, options(6, {62}));
   sampler::SamplerOptions o = sampler::SamplerOptions::released();
@@ -76,7 +76,7 @@ TEST_F(NullModelCpu, EveryPathIsBitwisePureEagerThreeAssetsWithAnInterval) {
 }
 
 TEST_F(NullModelCpu, SymbolicNullForwardEqualsTheZeroTensorForward) {
-  SLatFlowModel m(load_checkpoint(dir + "/tiny.json", Device::CPU));
+  Transformer m(load_checkpoint(dir + "/tiny.json", Device::CPU));
   auto in = testing::synthetic_inputs({23, 30}, 5, m.config().cond_channels, 32, 7);
   NullContext nc = NullContext::build(m, options(5, {53}));
   Request req = m.prepare(in.coords, 2, 5);
@@ -111,7 +111,7 @@ TEST_F(NullModelCpu, SymbolicNullForwardEqualsTheZeroTensorForward) {
 }
 
 TEST_F(NullModelCpu, ForcedQualificationFailureFallsBackCountedAndStaysBitwise) {
-  SLatFlowModel m(load_checkpoint(dir + "/tiny.json", Device::CPU));
+  Transformer m(load_checkpoint(dir + "/tiny.json", Device::CPU));
   auto in = testing::synthetic_inputs({44}, 7, m.config().cond_channels, 32, 9);
   NullContextOptions o = options(7, {44});
   o.qualification.tamper_cached_row = [](int, Tensor& row) { row.data_as<uint16_t>()[0] ^= 1u; };
@@ -129,7 +129,7 @@ TEST_F(NullModelCpu, ForcedQualificationFailureFallsBackCountedAndStaysBitwise) 
 }
 
 TEST_F(NullModelCpu, RefusedApplicabilityRunsTheReferenceCountedAndBitwise) {
-  SLatFlowModel m(load_checkpoint(dir + "/tiny.json", Device::CPU));
+  Transformer m(load_checkpoint(dir + "/tiny.json", Device::CPU));
   auto in = testing::synthetic_inputs({30}, 4, m.config().cond_channels, 32, 11);
   NullContextOptions o = options(4, {30});
   o.condition_transform = [](int block, Tensor& kv) {
@@ -146,7 +146,7 @@ TEST_F(NullModelCpu, RefusedApplicabilityRunsTheReferenceCountedAndBitwise) {
 }
 
 TEST_F(NullModelCpu, NullFlagsWithoutANullContextAreAnError) {
-  SLatFlowModel m(load_checkpoint(dir + "/tiny.json", Device::CPU));
+  Transformer m(load_checkpoint(dir + "/tiny.json", Device::CPU));
   auto in = testing::synthetic_inputs({10}, 3, m.config().cond_channels, 32, 1);
   sampler::SamplerOptions s;
   s.steps = 1;
@@ -156,7 +156,7 @@ TEST_F(NullModelCpu, NullFlagsWithoutANullContextAreAnError) {
 }
 
 TEST_F(NullModelCpu, CondKvCacheHoldsBlocksTimesRowsTimesTwoC) {
-  SLatFlowModel m(load_checkpoint(dir + "/tiny.json", Device::CPU));
+  Transformer m(load_checkpoint(dir + "/tiny.json", Device::CPU));
   auto in = testing::synthetic_inputs({10}, 3, m.config().cond_channels, 32, 1);
   CondKV kv = m.precompute_cond_kv(in.cond);
   const size_t C = m.config().model_channels;

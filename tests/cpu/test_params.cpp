@@ -4,7 +4,7 @@
 #include <set>
 
 #include "model/config.h"
-#include "model/slat_flow_weights.h"
+#include "model/trunk/weights.h"
 #include "../test_numerics.h"
 
 namespace s3d::model {
@@ -70,7 +70,7 @@ std::map<std::string, Tensor> tensors_for(const ModelConfig& c) {
 TEST(Params, BindWeightsPutsEachCheckpointTensorInItsField) {
   ModelConfig c = preset("tiny");
   const auto t = tensors_for(c);
-  const SLatFlowWeights w = bind_weights(c, t);
+  const TrunkWeights w = bind_weights(c, t);
   ASSERT_EQ(w.blocks.size(), static_cast<size_t>(c.num_blocks));
   // The fields share the checkpoint's storage (bound, not copied), each under its own name.
   auto same = [&](const Tensor& field, const std::string& name) {

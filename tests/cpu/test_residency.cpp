@@ -15,8 +15,8 @@
 #include "core/fault.h"
 #include "model/checkpoint.h"
 #include "model/config.h"
-#include "model/models.h"
-#include "model/slat_flow_weights.h"
+#include "model/trunk/transformer.h"
+#include "model/trunk/weights.h"
 #include "sparse3d/sparse3d.h"
 #include "../model_inputs.h"
 
@@ -229,9 +229,9 @@ TEST_F(Residency, AFailedMoveChangesNothing) {
 
 TEST(ModelResidency, TheWeightsMoveWithTheirBitsAndAForwardNeedsThemHome) {
   using namespace s3d::model;
-  std::unique_ptr<SLatFlowModel> m = make_model(load_checkpoint(kTiny, s3d::Device::CPU));
+  std::unique_ptr<Transformer> m = std::make_unique<Transformer>(load_checkpoint(kTiny, s3d::Device::CPU));
   const Checkpoint original = load_checkpoint(kTiny, s3d::Device::CPU);
-  const auto& qkv = [](const SLatFlowModel& model) -> const s3d::Tensor& {
+  const auto& qkv = [](const Transformer& model) -> const s3d::Tensor& {
     return model.weights().blocks[1].self_attn.to_qkv.weight;
   };
   const void* home = qkv(*m).data();

@@ -37,7 +37,7 @@ struct StepTablesCpu : ::testing::TestWithParam<bool> {  // param: share_mod
 };
 
 TEST_P(StepTablesCpu, EveryPathIsBitwiseTheForwardsOwnModulation) {
-  SLatFlowModel m(load_checkpoint(dir + "/tiny.json", Device::CPU));
+  Transformer m(load_checkpoint(dir + "/tiny.json", Device::CPU));
   ASSERT_EQ(m.config().share_mod, GetParam());
   const auto in = testing::synthetic_inputs({19, 7}, 5, m.config().cond_channels,
                                             m.config().out_channels, 31);
@@ -67,7 +67,7 @@ TEST_P(StepTablesCpu, EveryPathIsBitwiseTheForwardsOwnModulation) {
 }
 
 TEST_P(StepTablesCpu, AModulationThatDoesNotFitIsAnError) {
-  SLatFlowModel m(load_checkpoint(dir + "/tiny.json", Device::CPU));
+  Transformer m(load_checkpoint(dir + "/tiny.json", Device::CPU));
   const auto in = testing::synthetic_inputs({9}, 5, m.config().cond_channels,
                                             m.config().out_channels, 32);
   Request req = m.prepare(in.coords, 1, 5);
@@ -87,7 +87,7 @@ TEST_P(StepTablesCpu, AModulationThatDoesNotFitIsAnError) {
 // The table's layout: step k's buffer holds every block's modulation of that step, block by
 // block, and its views give the forward's own bits for B and for 2B rows.
 TEST_P(StepTablesCpu, TheTableHoldsEachStepsModulationBlockByBlock) {
-  SLatFlowModel m(load_checkpoint(dir + "/tiny.json", Device::CPU));
+  Transformer m(load_checkpoint(dir + "/tiny.json", Device::CPU));
   const std::vector<float> t = {1000.f, 1000.f, 1000.f, 1000.f, 812.5f, 812.5f, 812.5f, 812.5f,
                                 333.f,  333.f,  333.f,  333.f};
   const ModulationTable table = m.modulation_table(Tensor::from_floats(t, {3, 4}, DType::F32));
@@ -113,7 +113,7 @@ TEST_P(StepTablesCpu, TheTableHoldsEachStepsModulationBlockByBlock) {
 // The hoisted work is paid for: the request's set-up (here with the table) is timed apart
 // from the loop, and a request's time is both (what `sparse3d bench` records).
 TEST_P(StepTablesCpu, TheRequestsSetUpIsTimedApartFromItsLoop) {
-  SLatFlowModel m(load_checkpoint(dir + "/tiny.json", Device::CPU));
+  Transformer m(load_checkpoint(dir + "/tiny.json", Device::CPU));
   const auto in = testing::synthetic_inputs({13}, 5, m.config().cond_channels,
                                             m.config().out_channels, 34);
   sampler::SamplerOptions o;
@@ -128,7 +128,7 @@ TEST_P(StepTablesCpu, TheRequestsSetUpIsTimedApartFromItsLoop) {
 // cuda_graphs on the CPU backend: refused, counted once per request, and the eager forwards
 // run (bitwise).
 TEST_P(StepTablesCpu, CudaGraphsOnTheCpuFallBackCountedAndBitwise) {
-  SLatFlowModel m(load_checkpoint(dir + "/tiny.json", Device::CPU));
+  Transformer m(load_checkpoint(dir + "/tiny.json", Device::CPU));
   const auto in = testing::synthetic_inputs({11}, 5, m.config().cond_channels,
                                             m.config().out_channels, 33);
   sampler::SamplerOptions o;

@@ -73,7 +73,7 @@ struct CudaGraphsGpu : ::testing::Test {
 };
 
 // spec with and without +cuda_graphs: same bits, graphs captured, fewer launches.
-void expect_graphs_keep_the_bits(const model::SLatFlowModel& m, const sampler::Inputs& in,
+void expect_graphs_keep_the_bits(const model::Transformer& m, const sampler::Inputs& in,
                                  sampler::SamplerOptions o, const std::string& spec,
                                  const model::NullContext* nc) {
   SCOPED_TRACE(spec);
@@ -101,7 +101,7 @@ void expect_graphs_keep_the_bits(const model::SLatFlowModel& m, const sampler::I
 }
 
 TEST_F(CudaGraphsGpu, EveryPathKeepsItsBits) {
-  model::SLatFlowModel m(model::load_checkpoint(dir + "/tiny.json", Device::CUDA));
+  model::Transformer m(model::load_checkpoint(dir + "/tiny.json", Device::CUDA));
   const auto in = testing::synthetic_inputs({333, 7}, 13, m.config().cond_channels, 32, 61);
   model::NullContext nc = model::NullContext::build(m, testing::qualified_options(13, {340}));
   for (bool interval : {false, true}) {
@@ -125,7 +125,7 @@ TEST_F(CudaGraphsGpu, FullWidthBlocksKeepTheirBits) {
   model::ModelConfig c = model::preset("trellis2-shape-1024");
   c.num_blocks = 2;
   model::make_checkpoint(c, 13, dir + "/full2", DType::BF16);
-  model::SLatFlowModel m(model::load_checkpoint(dir + "/full2.json", Device::CUDA));
+  model::Transformer m(model::load_checkpoint(dir + "/full2.json", Device::CUDA));
   sampler::SamplerOptions o;
   o.steps = 3;
   for (int64_t tokens : {1001, 3664}) {

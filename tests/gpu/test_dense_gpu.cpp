@@ -13,7 +13,7 @@
 #include "kernels/volume_layout.h"
 #include "model/checkpoint.h"
 #include "model/config.h"
-#include "model/dense/sparse_structure_flow.h"
+#include "model/family.h"
 #include "sampler/sampler.h"
 #include "sparse3d/engine.h"
 #include "../test_numerics.h"
@@ -68,13 +68,14 @@ TEST_F(DenseGpu, UnbiasedStdMatchesTheCpu) {
 }
 
 TEST_F(DenseGpu, ForwardAndLoopMatchTheCpuBackend) {
-  SparseStructureFlowModel cpu(load_checkpoint(dir + "/ss.json", Device::CPU));
-  SparseStructureFlowModel gpu(load_checkpoint(dir + "/ss.json", Device::CUDA));
-  EXPECT_TRUE(testing::bitwise_equal(cpu.rope_cos_table(), gpu.rope_cos_table()));
+  Transformer cpu(load_checkpoint(dir + "/ss.json", Device::CPU));
+  Transformer gpu(load_checkpoint(dir + "/ss.json", Device::CUDA));
+  EXPECT_TRUE(testing::bitwise_equal(cpu.prepare(grid_coords(1, 8), 1, 19).rope_cos,
+                                     gpu.prepare(grid_coords(1, 8), 1, 19).rope_cos.to(Device::CPU)));
   const int B = 3;
   sampler::Inputs in;
   in.batch = B;
-  in.coords = SparseStructureFlowModel::grid_coords(B, 8);
+  in.coords = grid_coords(B, 8);
   in.cond = random_tensor({B, 19, 64}, DType::BF16, 3);
   in.noise = random_tensor({B * 512, 8}, DType::F32, 4);
   Tensor t = Tensor::from_floats({1000.0f, 640.0f, 10.0f}, {B}, DType::F32);
@@ -100,7 +101,7 @@ sparse3d::TensorView view_of(Tensor& t) {
 TEST_F(DenseGpu, EveryPathStaysWithinTheLatentToleranceOfPureEager) {
   const int B = 2;
   Tensor cond = random_tensor({B, 37, 64}, DType::BF16, 11);
-  Tensor coords = SparseStructureFlowModel::grid_coords(B, 8);
+  Tensor coords = grid_coords(B, 8);
   std::vector<float> reference;
   for (const auto& p : sparse3d::execution_paths()) {
     for (bool with_coords : {false, true}) {

@@ -37,7 +37,7 @@ TEST(EpilogueFullGpu, EveryMlpLayerOnRealPayloadsAndTheFinalLatent) {
   const testing::FullCheckpoint full = testing::full_checkpoint();
   if (!full.missing.empty()) GTEST_SKIP() << full.missing;
   contract::reset_fallbacks();
-  SLatFlowModel m(load_checkpoint(full.checkpoint, Device::CUDA));
+  Transformer m(load_checkpoint(full.checkpoint, Device::CUDA));
   const ModelConfig& c = m.config();
   payload::Manifest man = payload::read_manifest(full.manifest);
   const auto picked = testing::full_assets(man);

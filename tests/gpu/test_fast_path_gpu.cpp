@@ -10,7 +10,7 @@
 
 #include "core/cuda_util.h"
 #include "model/checkpoint.h"
-#include "model/slat_flow.h"
+#include "model/trunk/transformer.h"
 #include "sparse3d/sparse3d.h"
 #include "../model_inputs.h"
 #include "../test_numerics.h"
@@ -106,7 +106,7 @@ TEST_F(FastPathGpu, ChunkedMlpStaysWithinItsToleranceOfTheWholeMlp) {
   s3d::model::ModelConfig full = s3d::model::preset("trellis2-shape-1024");
   full.num_blocks = 2;
   s3d::model::make_checkpoint(full, 19, dir + "/full2", DType::BF16);
-  s3d::model::SLatFlowModel m(s3d::model::load_checkpoint(dir + "/full2.json", s3d::Device::CUDA));
+  s3d::model::Transformer m(s3d::model::load_checkpoint(dir + "/full2.json", s3d::Device::CUDA));
   auto in = s3d::testing::synthetic_inputs({1001, 2222}, 77, full.cond_channels,
                                            full.out_channels, 73);
   s3d::model::Request req = m.prepare(in.coords, 2, 77);

@@ -292,7 +292,7 @@ struct FusedModelGpu : ::testing::Test {
 };
 
 TEST_F(FusedModelGpu, KernelFusionWithoutTheEpilogueIsBitwisePureEager) {
-  model::SLatFlowModel m(model::load_checkpoint(dir + "/tiny.json", Device::CUDA));
+  model::Transformer m(model::load_checkpoint(dir + "/tiny.json", Device::CUDA));
   auto in = testing::synthetic_inputs({1, 7, 333}, 13, m.config().cond_channels, 32, 21);
   sampler::SamplerOptions o;
   o.steps = 3;
@@ -309,7 +309,7 @@ TEST_F(FusedModelGpu, KernelFusionWithoutTheEpilogueIsBitwisePureEager) {
 }
 
 TEST_F(FusedModelGpu, KernelFusionWithTheEpilogueStaysCloseToPureEager) {
-  model::SLatFlowModel m(model::load_checkpoint(dir + "/tiny.json", Device::CUDA));
+  model::Transformer m(model::load_checkpoint(dir + "/tiny.json", Device::CUDA));
   auto in = testing::synthetic_inputs({1, 7, 333}, 13, m.config().cond_channels, 32, 23);
   sampler::SamplerOptions o;
   o.steps = 3;
@@ -330,7 +330,7 @@ TEST_F(FusedModelGpu, KernelFusionWithTheEpilogueStaysCloseToPureEager) {
 
 // One conditional forward: the eager ops the fused kernels replace are gone.
 TEST_F(FusedModelGpu, ReplacedEagerLaunchesAreGone) {
-  model::SLatFlowModel m(model::load_checkpoint(dir + "/tiny.json", Device::CUDA));
+  model::Transformer m(model::load_checkpoint(dir + "/tiny.json", Device::CUDA));
   auto in = testing::synthetic_inputs({333}, 13, m.config().cond_channels, 32, 25);
   Tensor x = in.noise.to(Device::CUDA);
   Tensor t = Tensor::from_floats({500.0f}, {1}, DType::F32).to(Device::CUDA);

@@ -12,7 +12,7 @@
 #include "core/cuda_util.h"
 #include "core/rng.h"
 #include "model/checkpoint.h"
-#include "model/slat_flow.h"
+#include "model/trunk/transformer.h"
 #include "payload/generate.h"
 #include "sampler/sampler.h"
 #include "../model_inputs.h"
@@ -39,8 +39,8 @@ struct ModelGpu : ::testing::Test {
 };
 
 TEST_F(ModelGpu, ForwardMatchesTheCpuBackend) {
-  SLatFlowModel cpu(load_checkpoint(dir + "/tiny.json", Device::CPU));
-  SLatFlowModel gpu(load_checkpoint(dir + "/tiny.json", Device::CUDA));
+  Transformer cpu(load_checkpoint(dir + "/tiny.json", Device::CPU));
+  Transformer gpu(load_checkpoint(dir + "/tiny.json", Device::CUDA));
   auto in = make_inputs({1, 7, 333}, 13, 64, 21);
   Tensor t = Tensor::from_floats({1000.0f, 640.0f, 10.0f}, {3}, DType::F32);
   Request rc = cpu.prepare(in.coords, 3, 13);
@@ -54,8 +54,8 @@ TEST_F(ModelGpu, ForwardMatchesTheCpuBackend) {
 }
 
 TEST_F(ModelGpu, SamplerSerialAndBatchedMatchTheCpuBackend) {
-  SLatFlowModel cpu(load_checkpoint(dir + "/tiny.json", Device::CPU));
-  SLatFlowModel gpu(load_checkpoint(dir + "/tiny.json", Device::CUDA));
+  Transformer cpu(load_checkpoint(dir + "/tiny.json", Device::CPU));
+  Transformer gpu(load_checkpoint(dir + "/tiny.json", Device::CUDA));
   auto in = make_inputs({257}, 29, 64, 31);
   sampler::SamplerOptions o;
   o.steps = 4;
@@ -74,7 +74,7 @@ TEST_F(ModelGpu, SamplerSerialAndBatchedMatchTheCpuBackend) {
 }
 
 TEST_F(ModelGpu, ForwardLaunchesAreCountedAndRepeatable) {
-  SLatFlowModel gpu(load_checkpoint(dir + "/tiny.json", Device::CUDA));
+  Transformer gpu(load_checkpoint(dir + "/tiny.json", Device::CUDA));
   auto in = make_inputs({100}, 8, 64, 41);
   Request r = gpu.prepare(in.coords, 1, 8);
   Tensor t = Tensor::from_floats({500.0f}, {1}, DType::F32).to(Device::CUDA);
@@ -97,7 +97,7 @@ TEST_F(ModelGpu, ForwardLaunchesAreCountedAndRepeatable) {
 // alone. GEMMs see another M, so the contract is a tolerance (the CPU backend is bitwise:
 // tests/cpu/test_multi_asset.cpp): latent rel L2 <= 1e-2 per asset, no non-finite value.
 TEST_F(ModelGpu, PackedAssetsStayCloseToEachRunAlone) {
-  SLatFlowModel gpu(load_checkpoint(dir + "/tiny.json", Device::CUDA));
+  Transformer gpu(load_checkpoint(dir + "/tiny.json", Device::CUDA));
   const auto a = make_inputs({333}, 8, 64, 51), b = make_inputs({1001}, 8, 64, 52);
   for (bool batched : {false, true}) {
     sampler::SamplerOptions o;
@@ -135,7 +135,7 @@ TEST_F(ModelGpu, StepTablesStayWithinTheirToleranceOfTheForwardsModulation) {
   make_checkpoint(full, 17, dir + "/full2", DType::BF16);
   for (const char* name : {"tiny", "full2"}) {
     SCOPED_TRACE(name);
-    SLatFlowModel gpu(load_checkpoint(dir + "/" + name + ".json", Device::CUDA));
+    Transformer gpu(load_checkpoint(dir + "/" + name + ".json", Device::CUDA));
     const int steps = 15, rows = 4;  // 2B for B = 2
     std::vector<float> t;
     for (double v : sampler::timesteps(steps, 3.0)) {
@@ -181,7 +181,7 @@ TEST_F(ModelGpu, StepTablesLaunchLessAndKeepTheLatent) {
   ModelConfig full = preset("trellis2-shape-1024");
   full.num_blocks = 2;
   make_checkpoint(full, 17, dir + "/full2", DType::BF16);
-  SLatFlowModel gpu(load_checkpoint(dir + "/full2.json", Device::CUDA));
+  Transformer gpu(load_checkpoint(dir + "/full2.json", Device::CUDA));
   const auto in = testing::synthetic_inputs({1001, 77}, 64, full.cond_channels, full.out_channels, 53);
   for (bool batched : {false, true}) {
     sampler::SamplerOptions o;

@@ -48,7 +48,7 @@ NullContextOptions qualified(int L, std::vector<int64_t> tokens) {
 }
 
 // Runs every spec against pure_eager (per CFG mode) on the inputs, bitwise.
-void check_all_paths(const SLatFlowModel& m, const sampler::Inputs& in,
+void check_all_paths(const Transformer& m, const sampler::Inputs& in,
                      const sampler::SamplerOptions& o, const NullContext& nc,
                      const std::string& label) {
   sampler::Output ref[2] = {testing::reference_run(m, in, o, false),
@@ -96,7 +96,7 @@ TEST(NullContextGpu, TinyPresetEveryPathBitwise) {
   contract::reset_fallbacks();
   const std::string dir = work_dir();
   make_checkpoint(preset("tiny"), 5, dir + "/tiny", DType::BF16);
-  SLatFlowModel m(load_checkpoint(dir + "/tiny.json", Device::CUDA));
+  Transformer m(load_checkpoint(dir + "/tiny.json", Device::CUDA));
   auto in = testing::synthetic_inputs({257, 31}, 29, m.config().cond_channels, 32, 31);
   NullContext nc = NullContext::build(m, qualified(29, {288}));
   ASSERT_TRUE(nc.applicability().ok) << nc.applicability().reason;
@@ -108,7 +108,7 @@ TEST(NullContextGpu, TinyPresetEveryPathBitwise) {
   fs::remove_all(dir);
 }
 
-// Full-size blocks (the trellis2-shape-1024 block shapes), 2 of them, at the token
+// Full-size blocks (the trellis2-shape-1024 block shapes), 2 of them, at the benchmark's token
 // counts: the GEMM shapes qualification and the fast paths see on the full model.
 TEST(NullContextGpu, FullSizeBlocksAt3664And30227TokensBitwise) {
   S3D_REQUIRE_GPU();
@@ -117,7 +117,7 @@ TEST(NullContextGpu, FullSizeBlocksAt3664And30227TokensBitwise) {
   ModelConfig c = preset("trellis2-shape-1024");
   c.num_blocks = 2;
   make_checkpoint(c, 11, dir + "/full2", DType::BF16);
-  SLatFlowModel m(load_checkpoint(dir + "/full2.json", Device::CUDA));
+  Transformer m(load_checkpoint(dir + "/full2.json", Device::CUDA));
   const int L = 4101;
   NullContext nc = NullContext::build(m, qualified(L, {3664, 30227}));
   ASSERT_TRUE(nc.applicability().ok) << nc.applicability().reason;
@@ -139,7 +139,7 @@ TEST(NullContextGpu, FullCheckpointEveryPathBitwise) {
   const testing::FullCheckpoint full = testing::full_checkpoint();
   if (!full.missing.empty()) GTEST_SKIP() << full.missing;
   contract::reset_fallbacks();
-  SLatFlowModel m(load_checkpoint(full.checkpoint, Device::CUDA));
+  Transformer m(load_checkpoint(full.checkpoint, Device::CUDA));
   payload::Manifest man = payload::read_manifest(full.manifest);
   const auto picked = testing::full_assets(man);
   ASSERT_FALSE(picked.empty()) << full.manifest << " has no assets";
@@ -164,7 +164,7 @@ TEST(NullContextGpu, ForcedQualificationFailureFallsBackAndStaysBitwise) {
   ModelConfig c = preset("trellis2-shape-1024");
   c.num_blocks = 2;
   make_checkpoint(c, 13, dir + "/full2", DType::BF16);
-  SLatFlowModel m(load_checkpoint(dir + "/full2.json", Device::CUDA));
+  Transformer m(load_checkpoint(dir + "/full2.json", Device::CUDA));
   NullContextOptions opt = qualified(4101, {3664});
   opt.qualification.tamper_cached_row = [](int block, Tensor& row) {
     if (block != 1) return;

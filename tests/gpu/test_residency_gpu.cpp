@@ -20,7 +20,7 @@
 #include "core/fault.h"
 #include "model/checkpoint.h"
 #include "model/config.h"
-#include "model/models.h"
+#include "model/trunk/transformer.h"
 #include "sparse3d/sparse3d.h"
 #include "../model_inputs.h"
 #include "array_bytes.h"
@@ -165,8 +165,8 @@ TEST_F(ResidencyGpu, AFailedReloadLeavesTheEngineOffloadedAndUsable) {
 }
 
 TEST_F(ResidencyGpu, TheWeightsWaitInPinnedHostMemoryAndComeBackAligned) {
-  std::unique_ptr<s3d::model::SLatFlowModel> m =
-      s3d::model::make_model(s3d::model::load_checkpoint(checkpoint, s3d::Device::CUDA));
+  std::unique_ptr<s3d::model::Transformer> m =
+      std::make_unique<s3d::model::Transformer>(s3d::model::load_checkpoint(checkpoint, s3d::Device::CUDA));
   const auto where = [&](const s3d::Tensor& w) {
     cudaPointerAttributes a{};
     EXPECT_EQ(cudaPointerGetAttributes(&a, w.data()), cudaSuccess);

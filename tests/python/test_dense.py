@@ -20,6 +20,15 @@ def test_the_dense_engine_describes_itself(dense_engine):
     m = dense_engine.model
     assert m["family"] == "SparseStructureFlowModel" == s3d.DENSE
     assert dense_engine.family == s3d.DENSE
+    # What differs between families, from the engine's registry.
+    assert m["layout"] == "grid" and m["sampler_preset"] == "released_sparse_structure"
+    assert dense_engine.sampler_preset == "released_sparse_structure"
+    families = s3d.model_families()
+    assert families[s3d.DENSE] == {"name": s3d.DENSE, "layout": "grid",
+                                   "sampler_preset": "released_sparse_structure",
+                                   "reads_rope_freq": False}
+    assert families[s3d.SLAT] == {"name": s3d.SLAT, "layout": "tokens",
+                                  "sampler_preset": "released", "reads_rope_freq": True}
     assert (m["resolution"], m["in_channels"], m["out_channels"]) == (R, C, C)
     assert "tiny dense" in repr(dense_engine)
 
@@ -135,7 +144,7 @@ def test_a_slat_engine_refuses_coords_none(engine):
         engine.sample(None, cond, seed=1)
     with pytest.raises(s3d.Error, match="no .coords"):
         engine.forward(noise, 1000.0, cond)
-    # The engine itself refuses empty coords for a SLatFlowModel (the binding passes None on).
+    # The engine itself refuses empty coords for a Transformer (the binding passes None on).
     with pytest.raises(s3d.Error):
         engine._e.sample(None, cond, 1, noise=noise, sampler=QUICK._native())
     with pytest.raises(s3d.Error):

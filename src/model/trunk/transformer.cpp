@@ -1,4 +1,4 @@
-#include "model/slat_flow.h"
+#include "model/trunk/transformer.h"
 
 #include <algorithm>
 #include <cmath>
@@ -57,19 +57,29 @@ Tensor project(const Tensor& x, const Linear& l) {
 
 }  // namespace
 
-SLatFlowModel::SLatFlowModel(Checkpoint checkpoint) : ck_(std::move(checkpoint)) {
-  S3D_CHECK(!ck_.tensors.empty(), "SLatFlowModel: checkpoint ", ck_.path, " holds no tensors");
+Transformer::Transformer(Checkpoint checkpoint)
+    : ck_(std::move(checkpoint)), family_(&find_family(ck_.config.family)) {
+  S3D_CHECK(!ck_.tensors.empty(), "model: checkpoint ", ck_.path, " holds no tensors");
   device_ = ck_.tensors.begin()->second.device();
   weights_ = bind_weights(ck_.config, ck_.tensors);
+  positions_ = family_->positions(ck_.config, device_);
 }
 
-DenoiserSummary SLatFlowModel::summary() const {
+ModelSummary Transformer::summary() const {
   const ModelConfig& c = config();
-  return DenoiserSummary{"SLatFlowModel", c.in_channels, c.out_channels, c.cond_channels};
+  return ModelSummary{c.family, c.in_channels, c.out_channels, c.cond_channels,
+                      family_->unbiased_rescale_std()};
 }
 
-void SLatFlowModel::check_request(const Tensor& coords, int batch, int cond_tokens,
-                                  const Tensor& concat_cond) const {
+Tensor Transformer::forward(const Request& req, const Tensor& x, const Tensor& t1000,
+                            const Tensor& cond) const {
+  check_tensor(cond, "forward cond", DType::BF16,
+               {req.batch, req.cond_tokens, config().cond_channels});
+  return forward(req, x, t1000, Condition{cond, 0, nullptr});
+}
+
+void Transformer::check_request(const Tensor& coords, int batch, int cond_tokens,
+                                const Tensor& concat_cond) const {
   const ModelConfig& c = config();
   S3D_CHECK(batch >= 1, "request: needs at least one asset, got ", batch);
   S3D_CHECK(cond_tokens >= 1, "request: the condition needs at least one token, got ",
@@ -93,10 +103,11 @@ void SLatFlowModel::check_request(const Tensor& coords, int batch, int cond_toke
     S3D_CHECK(!concat_cond.defined(), "request: concat_cond given, but the model takes ",
               c.in_channels, " input channels = its ", c.out_channels, " output channels");
   }
+  family_->check_coords(c, coords, batch);
 }
 
-Request SLatFlowModel::prepare(const Tensor& coords, int batch, int cond_tokens,
-                               const Tensor& concat_cond, int null_assets) const {
+Request Transformer::prepare(const Tensor& coords, int batch, int cond_tokens,
+                             const Tensor& concat_cond, int null_assets) const {
   check_resident();
   const ModelConfig& c = config();
   check_request(coords, batch, cond_tokens, concat_cond);
@@ -131,24 +142,14 @@ Request SLatFlowModel::prepare(const Tensor& coords, int batch, int cond_tokens,
         attention::make_seq_layout(std::vector<int32_t>(conditional, cond_tokens), device_);
   }
 
-  position_tables(r);
+  positions_->apply(r);
   if (c.in_channels > c.out_channels) r.concat_cond = concat_cond.to(device_);
   return r;
 }
 
-void SLatFlowModel::position_tables(Request& r) const {
-  const ModelConfig& c = config();
-  if (c.pe_mode != "rope") return;  // APE is computed in the input layer
-  const int half = c.head_dim() / 2;
-  r.rope_cos = Tensor::empty({r.tokens, half}, DType::F32, device_);
-  r.rope_sin = Tensor::empty({r.tokens, half}, DType::F32, device_);
-  kernels::rope_phases(r.coords, c.head_dim(), static_cast<float>(c.rope_freq0),
-                       static_cast<float>(c.rope_theta), r.rope_cos, r.rope_sin);
-}
-
-void SLatFlowModel::check_forward_operands(const Request& req, const Tensor& x,
-                                           const Tensor& t1000, const Condition& cond,
-                                           const NullPath* null, const Modulation* mod) const {
+void Transformer::check_forward_operands(const Request& req, const Tensor& x,
+                                         const Tensor& t1000, const Condition& cond,
+                                         const NullPath* null, const Modulation* mod) const {
   const ModelConfig& c = config();
   const int64_t T = req.tokens, C = c.model_channels;
   const int B = req.batch;
@@ -191,9 +192,9 @@ void SLatFlowModel::check_forward_operands(const Request& req, const Tensor& x,
   }
 }
 
-Tensor SLatFlowModel::forward(const Request& req, const Tensor& x, const Tensor& t1000,
-                              const Condition& cond, const NullPath* null,
-                              const Modulation* mod) const {
+Tensor Transformer::forward(const Request& req, const Tensor& x, const Tensor& t1000,
+                            const Condition& cond, const NullPath* null,
+                            const Modulation* mod) const {
   check_resident();
   check_forward_operands(req, x, t1000, cond, null, mod);
   Tensor h = embed_input(req, x);
@@ -209,7 +210,7 @@ Tensor SLatFlowModel::forward(const Request& req, const Tensor& x, const Tensor&
   return output_layer(h);
 }
 
-Tensor SLatFlowModel::embed_input(const Request& req, const Tensor& x) const {
+Tensor Transformer::embed_input(const Request& req, const Tensor& x) const {
   const ModelConfig& c = config();
   const int64_t T = req.tokens, C = c.model_channels;
   const Device dev = device_;
@@ -243,7 +244,7 @@ Tensor SLatFlowModel::embed_input(const Request& req, const Tensor& x) const {
   return sum;
 }
 
-Tensor SLatFlowModel::output_layer(const Tensor& h) const {
+Tensor Transformer::output_layer(const Tensor& h) const {
   const ModelConfig& c = config();
   const int64_t T = h.size(0), C = c.model_channels;
   const Device dev = device_;
@@ -256,7 +257,7 @@ Tensor SLatFlowModel::output_layer(const Tensor& h) const {
   return v;
 }
 
-Modulation SLatFlowModel::modulation(const Tensor& t1000) const {
+Modulation Transformer::modulation(const Tensor& t1000) const {
   const ModelConfig& c = config();
   const int64_t C = c.model_channels;
   check_tensor(t1000, "modulation t", DType::F32, {t1000.numel()});
@@ -306,7 +307,7 @@ Modulation SLatFlowModel::modulation(const Tensor& t1000) const {
   return out;
 }
 
-ModulationTable SLatFlowModel::modulation_table(const Tensor& t1000) const {
+ModulationTable Transformer::modulation_table(const Tensor& t1000) const {
   S3D_CHECK(t1000.defined() && t1000.ndim() == 2 && t1000.dtype() == DType::F32 &&
                 t1000.size(0) >= 1 && t1000.size(1) >= 1,
             "modulation table: t must be f32 [steps, rows], got ", t1000.describe());
@@ -332,8 +333,8 @@ ModulationTable SLatFlowModel::modulation_table(const Tensor& t1000) const {
 // block is reused by later work on the same stream, in stream order), so a block holds at
 // most its input, the packed QKV and one [T, C] output at once, or with the MLP its input,
 // the hidden and one output. Nothing here changes a value.
-Tensor SLatFlowModel::block(int i, const Request& req, Tensor x, const Tensor& mod,
-                            const Condition& cond, const NullPath* null) const {
+Tensor Transformer::block(int i, const Request& req, Tensor x, const Tensor& mod,
+                          const Condition& cond, const NullPath* null) const {
   const BlockWeights& w = weights_.blocks[static_cast<size_t>(i)];
   Tensor h = self_attention(w, req, x, mod);
   x = Tensor();
@@ -341,8 +342,8 @@ Tensor SLatFlowModel::block(int i, const Request& req, Tensor x, const Tensor& m
   return mlp(i, w, req, h, mod);
 }
 
-Tensor SLatFlowModel::self_attention(const BlockWeights& w, const Request& req, const Tensor& x,
-                                     const Tensor& mod) const {
+Tensor Transformer::self_attention(const BlockWeights& w, const Request& req, const Tensor& x,
+                                   const Tensor& mod) const {
   const ModelConfig& c = config();
   const int64_t T = req.tokens, C = c.model_channels;
   const int H = c.num_heads, D = c.head_dim();
@@ -378,8 +379,8 @@ Tensor SLatFlowModel::self_attention(const BlockWeights& w, const Request& req, 
   return out;
 }
 
-Tensor SLatFlowModel::mlp(int i, const BlockWeights& w, const Request& req, const Tensor& x,
-                          const Tensor& mod) const {
+Tensor Transformer::mlp(int i, const BlockWeights& w, const Request& req, const Tensor& x,
+                        const Tensor& mod) const {
   const int64_t T = req.tokens;
   Tensor out = bf16_empty({T, config().model_channels}, device_);
   S3D_CHECK(req.mlp_chunk_tokens >= 1, "mlp: mlp_chunk_tokens must be >= 1, got ",
@@ -399,8 +400,8 @@ Tensor SLatFlowModel::mlp(int i, const BlockWeights& w, const Request& req, cons
   return out;
 }
 
-void SLatFlowModel::mlp_rows(int i, const BlockWeights& w, const Request& req, const Tensor& x,
-                             const Tensor& batch_index, const Tensor& mod, Tensor& out) const {
+void Transformer::mlp_rows(int i, const BlockWeights& w, const Request& req, const Tensor& x,
+                           const Tensor& batch_index, const Tensor& mod, Tensor& out) const {
   const ModelConfig& c = config();
   const int64_t T = x.size(0), C = c.model_channels;
   Tensor hm = bf16_empty({T, C}, device_);
@@ -418,24 +419,24 @@ void SLatFlowModel::mlp_rows(int i, const BlockWeights& w, const Request& req, c
                               req.flags.on(sparse3d::Flag::gated_residual_add), out);
 }
 
-size_t SLatFlowModel::weight_bytes() const {
+size_t Transformer::weight_bytes() const {
   size_t n = 0;
   for (const auto& [name, t] : ck_.tensors) n += t.nbytes();
   return n;
 }
 
-void SLatFlowModel::check_resident() const {
-  S3D_CHECK(resident_, "SLatFlowModel: the weights of ", ck_.path, " are offloaded to host "
+void Transformer::check_resident() const {
+  S3D_CHECK(resident_, "model: the weights of ", ck_.path, " are offloaded to host "
             "memory; reload them before a request (Engine::reload)");
 }
 
-void SLatFlowModel::bind(std::map<std::string, Tensor> tensors) {
-  SLatFlowWeights bound = bind_weights(ck_.config, tensors);
+void Transformer::bind(std::map<std::string, Tensor> tensors) {
+  TrunkWeights bound = bind_weights(ck_.config, tensors);
   ck_.tensors = std::move(tensors);
   weights_ = std::move(bound);
 }
 
-size_t SLatFlowModel::offload_weights() {
+size_t Transformer::offload_weights() {
   if (!resident_) return 0;
   size_t copied = 0;
   if (!host_copy_) {
@@ -450,7 +451,7 @@ size_t SLatFlowModel::offload_weights() {
   return copied;
 }
 
-size_t SLatFlowModel::reload_weights() {
+size_t Transformer::reload_weights() {
   if (resident_) return 0;
   auto [arena, tensors] = host_copy_->upload(device_);
   bind(std::move(tensors));
@@ -459,8 +460,8 @@ size_t SLatFlowModel::reload_weights() {
   return host_copy_->bytes();
 }
 
-size_t SLatFlowModel::activation_bytes(int64_t tokens, int batch, int cond_tokens,
-                                       const sparse3d::FlagSet& flags) const {
+size_t Transformer::activation_bytes(int64_t tokens, int batch, int cond_tokens,
+                                     const sparse3d::FlagSet& flags) const {
   using sparse3d::Flag;
   const ModelConfig& c = config();
   const auto T = static_cast<size_t>(tokens);

@@ -13,16 +13,16 @@
 #include "kernels/fused_qk.h"
 #include "kernels/layernorm.h"
 #include "kernels/qk_norm_rope.h"
-#include "model/slat_flow.h"
+#include "model/trunk/transformer.h"
 
 namespace s3d::model {
 namespace {
 
-constexpr float kBlockNormEps = 1e-6f;  // LayerNorm32 inside blocks (as slat_flow.cpp)
+constexpr float kBlockNormEps = 1e-6f;  // LayerNorm32 inside blocks (as transformer.cpp)
 
 }  // namespace
 
-SLatFlowModel::CrossKV SLatFlowModel::condition_kv(int block, const Tensor& cond2d) const {
+Transformer::CrossKV Transformer::condition_kv(int block, const Tensor& cond2d) const {
   const ModelConfig& c = config();
   const int64_t C = c.model_channels, BL = cond2d.size(0);
   const CrossAttentionWeights& w = weights_.blocks[static_cast<size_t>(block)].cross_attn;
@@ -37,7 +37,7 @@ SLatFlowModel::CrossKV SLatFlowModel::condition_kv(int block, const Tensor& cond
   return r;
 }
 
-CondKV SLatFlowModel::precompute_cond_kv(const Tensor& tokens) const {
+CondKV Transformer::precompute_cond_kv(const Tensor& tokens) const {
   const ModelConfig& c = config();
   S3D_CHECK(tokens.defined() && tokens.ndim() == 3 && tokens.dtype() == DType::BF16 &&
                 tokens.size(2) == c.cond_channels && tokens.device() == device_,
@@ -68,9 +68,9 @@ CondKV SLatFlowModel::precompute_cond_kv(const Tensor& tokens) const {
 // the to_q output; K keeps the reference op (its [BL, H, D] layout is the one the condition
 // K/V cache stores and the attention reads; normalising it in place inside to_kv's [BL, 2C]
 // output would change K's row stride, and with cond_kv_cache it runs once per request).
-void SLatFlowModel::attend_condition(int i, const Request& req, const Tensor& x,
-                                     const Condition& cond, const attention::SeqLayout& q_layout,
-                                     const attention::SeqLayout& kv_layout, Tensor& attn) const {
+void Transformer::attend_condition(int i, const Request& req, const Tensor& x,
+                                   const Condition& cond, const attention::SeqLayout& q_layout,
+                                   const attention::SeqLayout& kv_layout, Tensor& attn) const {
   const ModelConfig& c = config();
   const int64_t T = x.size(0), C = c.model_channels;
   const int H = c.num_heads, D = c.head_dim();
@@ -105,8 +105,8 @@ void SLatFlowModel::attend_condition(int i, const Request& req, const Tensor& x,
   attention::sdpa_varlen(cq, q_layout, ck, cv, kv_layout, H, D, scale, attn);
 }
 
-Tensor SLatFlowModel::cross_attention(int i, const Request& req, const Tensor& x,
-                                      const Condition& cond, const NullPath* null) const {
+Tensor Transformer::cross_attention(int i, const Request& req, const Tensor& x,
+                                    const Condition& cond, const NullPath* null) const {
   if (cond.null_assets > 0) return cross_attention_null(i, req, x, cond, *null);
   const int64_t T = req.tokens, C = config().model_channels;
   const Linear& to_out = weights_.blocks[static_cast<size_t>(i)].cross_attn.to_out;
@@ -122,8 +122,8 @@ Tensor SLatFlowModel::cross_attention(int i, const Request& req, const Tensor& x
 
 // Null assets are the last ones, so their tokens are rows [Tc, T): the conditional part
 // [0, Tc) runs as the reference (on its own assets' layouts), the null part is v0 or c.
-Tensor SLatFlowModel::cross_attention_null(int i, const Request& req, const Tensor& x,
-                                           const Condition& cond, const NullPath& null) const {
+Tensor Transformer::cross_attention_null(int i, const Request& req, const Tensor& x,
+                                         const Condition& cond, const NullPath& null) const {
   const int64_t T = req.tokens, C = config().model_channels;
   const bool all_null = cond.null_assets == req.batch;
   const int64_t Tc = all_null ? 0 : req.cond_part_tokens;

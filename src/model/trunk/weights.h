@@ -1,4 +1,4 @@
-// The weights of an SLatFlowModel as typed fields, and the one place that knows their
+// The weights of the trunk (every family shares them) as typed fields, and the one place that knows their
 // checkpoint names (the released TRELLIS.2 state-dict keys), shapes, run-time dtypes and
 // synthetic initialisation. param_specs (what the loader checks a checkpoint against and what
 // make-checkpoint writes) and bind_weights (the model's fields, bound once at load) walk the
@@ -72,7 +72,7 @@ struct BlockWeights {
   MlpWeights mlp;
 };
 
-struct SLatFlowWeights {
+struct TrunkWeights {
   Linear t_embedder_fc1;    // f32 [C, 256] on the sinusoidal timestep features
   Linear t_embedder_fc2;    // f32 [C, C], SiLU between
   Linear adaLN_modulation;  // share_mod: the shared adaLN, f32 [6C, C]; else undefined
@@ -88,7 +88,7 @@ int64_t parameter_count(const ModelConfig& config);
 
 // The typed weights of `config` from a loaded checkpoint's tensors (by name, shared, not
 // copied). Throws naming the first tensor that is missing or has another shape or dtype.
-SLatFlowWeights bind_weights(const ModelConfig& config,
+TrunkWeights bind_weights(const ModelConfig& config,
                              const std::map<std::string, Tensor>& tensors);
 
 // A host copy of a model's tensors in one buffer, for the engine's offload and reload

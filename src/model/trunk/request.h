@@ -1,9 +1,7 @@
-// The denoiser interface of the flow sampler, and the types one denoiser evaluation takes.
-// A model family (SLatFlowModel, slat_flow.h; TRELLIS.2's dense sparse-structure flow model,
-// model/dense/) implements Denoiser: its config summary, per-request preparation and the
-// forward.
-// The request, condition, null-context and modulation types are shared: every family of
-// TRELLIS.2 is an adaLN-modulated transformer with cross-attention to the condition tokens.
+// The types one evaluation of the trunk (model/trunk/transformer.h) takes: the request, the
+// condition, the null-context path and the modulation. They are family-neutral: every family
+// of TRELLIS.2 is an adaLN-modulated transformer with cross-attention to the condition tokens
+// (model/family.h says what differs).
 #pragma once
 
 #include <cstdint>
@@ -33,7 +31,8 @@ struct Request {
   int cond_tokens = 0;           // L
   Tensor rope_cos, rope_sin;     // f32 [T, D/2] (pe_mode "rope")
   // f32 [T, C]: a position embedding added to the input layer's fp32 output before its one
-  // bf16 rounding (the dense family's APE); undefined otherwise.
+  // bf16 rounding (a family's Positions may set it: the dense family's APE); undefined
+  // otherwise.
   Tensor position_f32;
   Tensor concat_cond;            // f32 [T, in - out] (texture models) or undefined
   // Symbolic null condition (null-context paths): the last `null_assets` assets of this
@@ -120,53 +119,15 @@ struct ModulationTable {
   }
 };
 
-// What a sampler needs to know of a denoiser without knowing its family.
-struct DenoiserSummary {
-  std::string family;     // "SLatFlowModel", the checkpoint config's "name"
+// What a sampler needs to know of a model without knowing its family.
+struct ModelSummary {
+  std::string family;     // the checkpoint config's "name" (model/family.h)
   int in_channels = 0;    // x's channels plus concat_cond's
   int out_channels = 0;   // x's and the velocity's channels
   int cond_channels = 0;  // channels of a condition token
-  // Guidance rescale's per-asset standard deviation: unbiased (N - 1, the dense family's
-  // Tensor.std) or population (N, the structured-latent samplers' formula).
+  // Guidance rescale's per-asset standard deviation: unbiased (N - 1) or population (N), the
+  // family's rule (Family::unbiased_rescale_std).
   bool unbiased_rescale_std = false;
-};
-
-class Denoiser {
- public:
-  virtual ~Denoiser() = default;
-
-  virtual DenoiserSummary summary() const = 0;
-  virtual Device device() const = 0;
-  // A content hash of the weights: results taken from them (null-context rows, qualification)
-  // are valid only for the same version.
-  virtual uint64_t weights_version() const = 0;
-
-  // The step-invariant part of a request. coords: i32 [T, 4] on the host, assets packed in
-  // batch order (validated: batch indices contiguous 0..B-1, coordinates in range).
-  // concat_cond: host f32 [T, in - out] where the model takes one, else undefined.
-  // null_assets: how many trailing assets the null-context paths will mark as null
-  // (Condition::null_assets); 0 for pure_eager.
-  virtual Request prepare(const Tensor& coords, int batch, int cond_tokens,
-                          const Tensor& concat_cond = Tensor(), int null_assets = 0) const = 0;
-  // prepare()'s checks alone: reads the coordinates and the shapes, allocates nothing and
-  // needs no resident weights, so that a caller can refuse a request before any work on its
-  // behalf (the engine runs it before the null-context probe and any allocation).
-  virtual void check_request(const Tensor& coords, int batch, int cond_tokens,
-                             const Tensor& concat_cond = Tensor()) const = 0;
-
-  // One denoiser evaluation. x: f32 [T, out] noisy latent; t1000: f32 [B] (1000 * t); all on
-  // the model's device. Returns the velocity, f32 [T, out]. Null assets need `null` (mode
-  // Exact or Cache) and either all assets null or null_assets == req.null_assets; with none
-  // this is pure_eager, except that cond.kv replaces the condition's K/V projection. mod: the
-  // blocks' modulation for t1000, or null to compute it in the forward.
-  virtual Tensor forward(const Request& req, const Tensor& x, const Tensor& t1000,
-                         const Condition& cond, const NullPath* null = nullptr,
-                         const Modulation* mod = nullptr) const = 0;
-
-  // The same with real condition tokens for every asset, bf16 [B, L, cond_channels] (the
-  // unconditional branch's zero tensor included, as the original passes it).
-  Tensor forward(const Request& req, const Tensor& x, const Tensor& t1000,
-                 const Tensor& cond) const;
 };
 
 }  // namespace s3d::model

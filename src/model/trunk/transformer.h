@@ -1,46 +1,73 @@
-// SLatFlowModel: the TRELLIS.2 structured-latent flow transformer (docs/MODEL.md), run as
-// the pure_eager path: one op per launch, in the order and at the rounding points of the
-// PyTorch original, with the fused kernels behind each op family's entry point
-// (kernels/fused_*.h, gemm/linear_gelu.h). The same code runs on the CPU backend (tensors on
-// the host) and on the GPU; only the device of the tensors differs.
+// Transformer: the trunk every model family runs (model/family.h), TRELLIS.2's flow
+// transformer (docs/MODEL.md): input layer, adaLN-modulated blocks of self-attention,
+// cross-attention to the condition and an MLP, output layer. It runs as the pure_eager path:
+// one op per launch, in the order and at the rounding points of the PyTorch original, with the
+// fused kernels behind each op family's entry point (kernels/fused_*.h, gemm/linear_gelu.h).
+// The same code runs on the CPU backend (tensors on the host) and on the GPU; only the device
+// of the tensors differs. What a family changes (its layout, position tables, config and
+// sampler rules) it says through its Family, which the trunk holds; the trunk has no branch on
+// a family's name.
 //
-// Files: slat_flow.cpp (request, forward, modulation, the self-attention and MLP branches),
+// Files: transformer.cpp (request, forward, modulation, the self-attention and MLP branches),
 // cross_attention.cpp (the cross-attention branch, reference and null-context forms, and the
-// condition's K/V), slat_flow_weights.{h,cpp} (the weights and their checkpoint names).
+// condition's K/V), weights.{h,cpp} (the weights and their checkpoint names), request.{h,cpp}
+// (the types one forward takes).
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 
 #include "core/tensor.h"
 #include "model/checkpoint.h"
 #include "model/config.h"
-#include "model/denoiser.h"
-#include "model/slat_flow_weights.h"
+#include "model/family.h"
+#include "model/trunk/request.h"
+#include "model/trunk/weights.h"
 
 namespace s3d::model {
 
-class SLatFlowModel : public Denoiser {
+class Transformer {
  public:
-  // Binds the checkpoint's tensors to the model's weight fields once (slat_flow_weights.h).
-  explicit SLatFlowModel(Checkpoint checkpoint);
+  // Binds the checkpoint's tensors to the model's weight fields once (weights.h) and builds
+  // the family's position tables (the family is the checkpoint config's "name").
+  explicit Transformer(Checkpoint checkpoint);
 
   const ModelConfig& config() const { return ck_.config; }
-  const SLatFlowWeights& weights() const { return weights_; }
+  const Family& family() const { return *family_; }
+  const TrunkWeights& weights() const { return weights_; }
 
-  // Denoiser (denoiser.h). prepare validates coordinates against the config's resolution;
-  // concat_cond is the texture models' shape latent.
-  DenoiserSummary summary() const override;
-  Device device() const override { return device_; }
-  uint64_t weights_version() const override { return ck_.version; }
+  ModelSummary summary() const;
+  Device device() const { return device_; }
+  // A content hash of the weights: results taken from them (null-context rows, qualification)
+  // are valid only for the same version.
+  uint64_t weights_version() const { return ck_.version; }
+
+  // The step-invariant part of a request. coords: i32 [T, 4] on the host, assets packed in
+  // batch order (validated: batch indices contiguous 0..B-1, coordinates in range, and the
+  // family's own rule). concat_cond: host f32 [T, in - out] where the model takes one (the
+  // texture models' shape latent), else undefined. null_assets: how many trailing assets the
+  // null-context paths will mark as null (Condition::null_assets); 0 for pure_eager.
   Request prepare(const Tensor& coords, int batch, int cond_tokens,
-                  const Tensor& concat_cond = Tensor(), int null_assets = 0) const override;
+                  const Tensor& concat_cond = Tensor(), int null_assets = 0) const;
+  // prepare()'s checks alone: reads the coordinates and the shapes, allocates nothing and
+  // needs no resident weights, so that a caller can refuse a request before any work on its
+  // behalf (the engine runs it before the null-context probe and any allocation).
   void check_request(const Tensor& coords, int batch, int cond_tokens,
-                     const Tensor& concat_cond = Tensor()) const override;
-  using Denoiser::forward;
+                     const Tensor& concat_cond = Tensor()) const;
+
+  // One evaluation. x: f32 [T, out] noisy latent; t1000: f32 [B] (1000 * t); all on the
+  // model's device. Returns the velocity, f32 [T, out]. Null assets need `null` (mode Exact or
+  // Cache) and either all assets null or null_assets == req.null_assets; with none this is
+  // pure_eager, except that cond.kv replaces the condition's K/V projection. mod: the blocks'
+  // modulation for t1000, or null to compute it in the forward.
   Tensor forward(const Request& req, const Tensor& x, const Tensor& t1000, const Condition& cond,
-                 const NullPath* null = nullptr, const Modulation* mod = nullptr) const override;
+                 const NullPath* null = nullptr, const Modulation* mod = nullptr) const;
+  // The same with real condition tokens for every asset, bf16 [B, L, cond_channels] (the
+  // unconditional branch's zero tensor included, as the original passes it).
+  Tensor forward(const Request& req, const Tensor& x, const Tensor& t1000,
+                 const Tensor& cond) const;
 
   // The t-only part of a forward over B = t1000.numel() assets: timestep embedding, the
   // t_embedder MLP, the shared adaLN (or each block's) and every block's modulation, with the
@@ -79,12 +106,6 @@ class SLatFlowModel : public Denoiser {
   size_t reload_weights();
   bool weights_resident() const { return resident_; }
   size_t host_copy_bytes() const { return host_copy_ ? host_copy_->bytes() : 0; }
-
- protected:
-  // The request's position tables from its coordinates (prepare's last step): the RoPE
-  // cos/sin on the model's device (pe_mode "rope"; nothing for "ape", which the input layer
-  // computes). The dense family overrides it with tables computed once on the host.
-  virtual void position_tables(Request& r) const;
 
  private:
   // Throws unless the forward's operands fit the request, the config and each other.
@@ -125,7 +146,9 @@ class SLatFlowModel : public Denoiser {
   void bind(std::map<std::string, Tensor> tensors);
 
   Checkpoint ck_;
-  SLatFlowWeights weights_;
+  const Family* family_;
+  std::unique_ptr<Positions> positions_;
+  TrunkWeights weights_;
   Device device_;
   std::optional<HostWeights> host_copy_;
   bool resident_ = true;

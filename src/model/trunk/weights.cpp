@@ -1,4 +1,4 @@
-#include "model/slat_flow_weights.h"
+#include "model/trunk/weights.h"
 
 #include <cuda_runtime.h>
 
@@ -76,7 +76,7 @@ void walk_block(const ModelConfig& c, int i, BlockWeights& w, Walk& walk) {
 
 // Every parameter of `c` in the checkpoint's order, each with the field of `w` it binds to
 // (w.blocks is sized here).
-void walk_parameters(const ModelConfig& c, SLatFlowWeights& w, const Visit& visit) {
+void walk_parameters(const ModelConfig& c, TrunkWeights& w, const Visit& visit) {
   c.validate();
   const int64_t C = c.model_channels;
   const float small_std = static_cast<float>(0.5 / std::sqrt(static_cast<double>(C)));
@@ -96,7 +96,7 @@ void walk_parameters(const ModelConfig& c, SLatFlowWeights& w, const Visit& visi
 
 std::vector<ParamSpec> param_specs(const ModelConfig& config) {
   std::vector<ParamSpec> specs;
-  SLatFlowWeights unused;
+  TrunkWeights unused;
   walk_parameters(config, unused, [&](const ParamSpec& s, Tensor&) { specs.push_back(s); });
   return specs;
 }
@@ -107,14 +107,14 @@ int64_t parameter_count(const ModelConfig& config) {
   return n;
 }
 
-SLatFlowWeights bind_weights(const ModelConfig& config,
+TrunkWeights bind_weights(const ModelConfig& config,
                              const std::map<std::string, Tensor>& tensors) {
-  SLatFlowWeights w;
+  TrunkWeights w;
   walk_parameters(config, w, [&](const ParamSpec& s, Tensor& field) {
     auto it = tensors.find(s.name);
-    S3D_CHECK(it != tensors.end(), "SLatFlowModel: parameter ", s.name, " is not loaded");
+    S3D_CHECK(it != tensors.end(), "model: parameter ", s.name, " is not loaded");
     const Tensor& t = it->second;
-    S3D_CHECK(t.shape() == s.shape && t.dtype() == s.runtime_dtype, "SLatFlowModel: parameter ",
+    S3D_CHECK(t.shape() == s.shape && t.dtype() == s.runtime_dtype, "model: parameter ",
               s.name, " is ", t.describe(), ", the config needs ", dtype_name(s.runtime_dtype),
               " ", shape_str(s.shape));
     field = t;

@@ -1,15 +1,8 @@
-#include "model/denoiser.h"
+#include "model/trunk/request.h"
 
 #include "core/error.h"
 
 namespace s3d::model {
-
-Tensor Denoiser::forward(const Request& req, const Tensor& x, const Tensor& t1000,
-                         const Tensor& cond) const {
-  check_tensor(cond, "forward cond", DType::BF16,
-               {req.batch, req.cond_tokens, summary().cond_channels});
-  return forward(req, x, t1000, Condition{cond, 0, nullptr});
-}
 
 size_t CondKV::bytes() const {
   size_t n = 0;
