@@ -1,6 +1,5 @@
 #include "apps/engine_flags.h"
 
-#include <cstdio>
 #include <filesystem>
 #include <string_view>
 
@@ -66,16 +65,6 @@ void EngineFlags::check_manifest(const sparse3d::Engine& engine, const payload::
   S3D_CHECK(m.concat_channels == mi.in_channels - mi.out_channels, "manifest ", path, " has ",
             m.concat_channels, " concat channels per token, but the checkpoint takes ",
             mi.in_channels, " input channels for ", mi.out_channels, " latent channels");
-}
-
-void EngineFlags::warn_unvalidated(const sparse3d::Engine& engine) {
-  if (engine.device() != sparse3d::Device::CUDA || engine.plan().unvalidated().empty()) return;
-  std::string flags;
-  for (auto f : engine.plan().unvalidated()) flags += (flags.empty() ? "" : ", ") + std::string(sparse3d::name(f));
-  std::fprintf(stderr,
-               "warning: path %s uses flags whose GPU kernels have not been validated on a GPU "
-               "yet (%s); their contracts are tested on the CPU backend only\n",
-               engine.plan().label().c_str(), flags.c_str());
 }
 
 std::string paths_and_flags_help() {

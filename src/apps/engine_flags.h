@@ -31,8 +31,6 @@ struct EngineFlags {
   // The manifest's conditions and concat channels must match the model.
   static void check_manifest(const sparse3d::Engine& engine, const payload::Manifest& m,
                              const std::string& path);
-  // A warning on stderr when a GPU run uses flags not yet validated on a GPU.
-  static void warn_unvalidated(const sparse3d::Engine& engine);
 };
 
 // Every execution path (a line of what it is, a line of its flags), then every optimization
