@@ -21,10 +21,7 @@ void EngineFlags::add_to(CLI::App* sub) {
       ->check(kNonEmptyValue);
   sub->add_option("--enable", enable, "Turn an optimization flag on (e.g. batched_cfg)");
   sub->add_option("--disable", disable, "Turn an optimization flag off");
-  sub->add_option("--qualify-m", qualify_m,
-                  "Null-context qualification: candidate canonical M (default 1 64 128 256 512 "
-                  "1024)")
-      ->transform(integer_in(1, 1 << 20));
+  add_qualify_m(sub, qualify_m);
   sub->add_option("--max-device-memory", max_device_memory_gib,
                   "Use at most this many GiB of device memory (0 = all)")
       ->check(number_in(0, 1 << 20));
@@ -34,6 +31,13 @@ void EngineFlags::add_to(CLI::App* sub) {
       ->check(kNonEmptyPath);
   sub->add_flag("--no-qualification-cache", no_cache,
                 "Qualify in memory only: neither read nor write the cache file");
+}
+
+void EngineFlags::add_qualify_m(CLI::App* sub, std::vector<int64_t>& qualify_m) {
+  sub->add_option("--qualify-m", qualify_m,
+                  "Null-context qualification: candidate canonical M (default 1 64 128 256 512 "
+                  "1024)")
+      ->transform(integer_in(1, 1 << 20));
 }
 
 sparse3d::EngineOptions EngineFlags::resolve() const {
