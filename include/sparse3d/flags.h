@@ -52,7 +52,6 @@ struct FlagInfo {
   std::string_view help;      // one line: what it does
   std::string_view contract;  // "bitwise" or the tolerance it is held to
   int calls_per_step = 0;     // calls per denoise step it changes (full preset), 0 = n/a
-  bool gpu_validated = true;  // its GPU tests have passed on a GPU
 };
 
 // Every flag, in declaration order.
@@ -116,8 +115,6 @@ class ExecutionPlan {
   // Canonical spelling: the path, then "+flag" for each flag the path lacks and "-flag" for
   // each it has that is off. parse(label()) gives the same plan.
   std::string label() const;
-  // Enabled flags whose GPU versions have not been validated on a GPU yet.
-  std::vector<Flag> unvalidated() const;
 
  private:
   std::string path_;

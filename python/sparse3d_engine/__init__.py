@@ -784,7 +784,7 @@ def paths() -> List[Dict[str, Any]]:
 
 
 def flags() -> List[Dict[str, Any]]:
-    """Every optimization flag: [{name, help, contract, gpu_validated}]."""
+    """Every optimization flag: [{name, help, contract}]."""
     return _native.flags()
 
 

@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "apps/commands.h"
+#include "apps/engine_flags.h"
 #include "apps/sampler_flags.h"
 #include "bench/environment.h"
 #include "bench/kernel_bandwidth.h"
@@ -153,10 +154,7 @@ Command add_bench(CLI::App& app) {
                   "Null-context qualification: tokens per CFG branch qualified ahead of the "
                   "warm-up (the engine qualifies every asset's own on its first request)")
       ->transform(integer_in(1, int64_t{1} << 30));
-  sub->add_option("--qualify-m", a->o.qualify_m,
-                  "Null-context qualification: candidate canonical M (default 1 64 128 256 512 "
-                  "1024)")
-      ->transform(integer_in(1, 1 << 20));
+  EngineFlags::add_qualify_m(sub, a->o.qualify_m);
   add_baseline_options(sub, *a);
   sub->add_option("--out", a->out, "Folder for the report files")
       ->check(kNonEmptyPath)

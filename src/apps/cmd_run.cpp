@@ -388,7 +388,6 @@ Command add_run(CLI::App& app) {
                 settings.interval_hi, settings.guidance_rescale,
                 !a->cfg_choice.empty() ? "per-asset (--cfg-choice)"
                 : engine.plan().on(sparse3d::Flag::batched_cfg) ? "batched" : "serial");
-    a->engine.warn_unvalidated(engine);
     int failures = 0;
     uint64_t fallbacks = 0;
     std::string fallback_lines;

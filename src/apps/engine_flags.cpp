@@ -1,6 +1,5 @@
 #include "apps/engine_flags.h"
 
-#include <cstdio>
 #include <filesystem>
 #include <string_view>
 
@@ -22,10 +21,7 @@ void EngineFlags::add_to(CLI::App* sub) {
       ->check(kNonEmptyValue);
   sub->add_option("--enable", enable, "Turn an optimization flag on (e.g. batched_cfg)");
   sub->add_option("--disable", disable, "Turn an optimization flag off");
-  sub->add_option("--qualify-m", qualify_m,
-                  "Null-context qualification: candidate canonical M (default 1 64 128 256 512 "
-                  "1024)")
-      ->transform(integer_in(1, 1 << 20));
+  add_qualify_m(sub, qualify_m);
   sub->add_option("--max-device-memory", max_device_memory_gib,
                   "Use at most this many GiB of device memory (0 = all)")
       ->check(number_in(0, 1 << 20));
@@ -35,6 +31,13 @@ void EngineFlags::add_to(CLI::App* sub) {
       ->check(kNonEmptyPath);
   sub->add_flag("--no-qualification-cache", no_cache,
                 "Qualify in memory only: neither read nor write the cache file");
+}
+
+void EngineFlags::add_qualify_m(CLI::App* sub, std::vector<int64_t>& qualify_m) {
+  sub->add_option("--qualify-m", qualify_m,
+                  "Null-context qualification: candidate canonical M (default 1 64 128 256 512 "
+                  "1024)")
+      ->transform(integer_in(1, 1 << 20));
 }
 
 sparse3d::EngineOptions EngineFlags::resolve() const {
@@ -66,16 +69,6 @@ void EngineFlags::check_manifest(const sparse3d::Engine& engine, const payload::
   S3D_CHECK(m.concat_channels == mi.in_channels - mi.out_channels, "manifest ", path, " has ",
             m.concat_channels, " concat channels per token, but the checkpoint takes ",
             mi.in_channels, " input channels for ", mi.out_channels, " latent channels");
-}
-
-void EngineFlags::warn_unvalidated(const sparse3d::Engine& engine) {
-  if (engine.device() != sparse3d::Device::CUDA || engine.plan().unvalidated().empty()) return;
-  std::string flags;
-  for (auto f : engine.plan().unvalidated()) flags += (flags.empty() ? "" : ", ") + std::string(sparse3d::name(f));
-  std::fprintf(stderr,
-               "warning: path %s uses flags whose GPU kernels have not been validated on a GPU "
-               "yet (%s); their contracts are tested on the CPU backend only\n",
-               engine.plan().label().c_str(), flags.c_str());
 }
 
 std::string paths_and_flags_help() {

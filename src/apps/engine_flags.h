@@ -1,5 +1,6 @@
-// The Engine's options as command-line flags, registered once for `run`, `bench` and
-// `profile` (the flags and paths themselves come from include/sparse3d/flags.h).
+// The Engine's options as command-line flags: all of them for `run`, and --qualify-m for
+// `bench` too, whose other engine options have help of their own in cmd_bench.cpp (the
+// flags and paths themselves come from include/sparse3d/flags.h).
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -25,14 +26,16 @@ struct EngineFlags {
   void add_to(CLI::App* sub);
   sparse3d::EngineOptions resolve() const;
 
+  // --qualify-m into `qualify_m` (EngineOptions::qualify_m). add_to registers it; `bench`,
+  // which keeps its engine options in BenchOptions, registers the same option with this.
+  static void add_qualify_m(CLI::App* sub, std::vector<int64_t>& qualify_m);
+
   // Before anything is loaded: `folder` is a folder this process can write in, or one it
   // can make (the folder itself is made only when there is a file to write into it).
   static void check_output_folder(const std::string& folder);
   // The manifest's conditions and concat channels must match the model.
   static void check_manifest(const sparse3d::Engine& engine, const payload::Manifest& m,
                              const std::string& path);
-  // A warning on stderr when a GPU run uses flags not yet validated on a GPU.
-  static void warn_unvalidated(const sparse3d::Engine& engine);
 };
 
 // Every execution path (a line of what it is, a line of its flags), then every optimization

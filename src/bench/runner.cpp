@@ -92,11 +92,6 @@ void make_plans(Run& run) {
     return r.paths.back();
   };
   for (const auto& spec : run.o.paths) add_plan(ExecutionPlan::parse(spec), true);
-  for (const auto& p : run.plans)
-    if (!p.unvalidated().empty())
-      run.log(cat("warning: path ", p.label(), " uses flags not yet validated on a GPU: ",
-                  p.unvalidated().size(), " of them (", sparse3d::name(p.unvalidated().front()),
-                  ", ...)"));
   if (!run.o.ablate) return;
   const ExecutionPlan ref = run.plans.back();
   r.ablation.reference_path = r.paths.back();

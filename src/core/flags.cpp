@@ -20,10 +20,8 @@ static_assert(std::size(kFlagNames) == kFlagCount);
 
 constexpr std::string_view kBitwise = "bitwise";
 
-FlagInfo entry(Flag f, std::string_view help, std::string_view contract, int calls_per_step,
-               bool gpu_validated = true) {
-  return FlagInfo{f, kFlagNames[static_cast<int>(f)], help, contract, calls_per_step,
-                  gpu_validated};
+FlagInfo entry(Flag f, std::string_view help, std::string_view contract, int calls_per_step) {
+  return FlagInfo{f, kFlagNames[static_cast<int>(f)], help, contract, calls_per_step};
 }
 
 // The fp64-golden rule of the tolerance kernels (docs/CONTRACTS.md, "Tolerance kernels").
@@ -288,13 +286,6 @@ std::string ExecutionPlan::label() const {
     s += f.name;
   }
   return s;
-}
-
-std::vector<Flag> ExecutionPlan::unvalidated() const {
-  std::vector<Flag> v;
-  for (const FlagInfo& f : flag_infos())
-    if (!f.gpu_validated && on(f.flag)) v.push_back(f.flag);
-  return v;
 }
 
 }  // namespace sparse3d

@@ -1,11 +1,13 @@
 // Device helpers shared by the reference-path CUDA kernels: bf16 <-> fp32 element access
 // (bf16 travels as its raw uint16_t bits, converted with core/bf16.h exactly as the CPU
-// oracle converts), 16-byte chunk loads, a deterministic block reduction, dtype dispatch.
+// oracle converts), 16-byte chunk loads, a deterministic block reduction, dtype dispatch,
+// the range check of a row index read on the device.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdio>
 
 #include "core/bf16.h"
 #include "core/tensor.h"
@@ -60,6 +62,25 @@ __device__ __forceinline__ void store_chunk(float* p, const float (&v)[kChunk]) 
 }
 
 using detail::aligned16;
+
+// `value`, entry `row` of the index array `name` (a token's batch_index, the source of a
+// gathered row), when it lies in [0, range). Never clamp: a row of the wrong asset would be
+// silently wrong. The model validates batch indices once per request, so a value outside is
+// a bug: the threads where `print` holds print "op: name[row] = value is outside [0, range)"
+// (most kernels pick one thread per row, so the line is not repeated) and every thread that
+// read it traps, which kills the CUDA context. The trap can end the context before the printf
+// buffer reaches the host, so the line may not show; compute-sanitizer names the kernel,
+// block and thread of the trap either way.
+__device__ __forceinline__ int64_t checked_index(int64_t value, int64_t row, int64_t range,
+                                                 const char* op, const char* name, bool print) {
+  if (value < 0 || value >= range) {
+    if (print)
+      printf("%s: %s[%lld] = %lld is outside [0, %lld)\n", op, name, static_cast<long long>(row),
+             static_cast<long long>(value), static_cast<long long>(range));
+    __trap();
+  }
+  return value;
+}
 
 // Sum over the block, in a fixed order (so repeated runs agree bitwise); the result is
 // returned to every thread. blockDim.x must be a multiple of 32 and every thread must call.

@@ -1,7 +1,6 @@
 // CUDA kernels of the elementwise ops. The maps run through elementwise_kernels.cuh; the
 // arithmetic is reference_math.h's, shared with the CPU oracle.
 #include <algorithm>
-#include <cstdio>
 
 #include "core/cuda_util.h"
 #include "kernels/cuda_common.cuh"
@@ -49,18 +48,8 @@ __global__ void copy_rows_kernel(const Word* src, int64_t src_stride, int64_t sr
                                  int64_t words_per_row) {
   const int64_t r = blockIdx.x;
   int64_t s = r;
-  if (index != nullptr) {
-    s = index[r];
-    if (s < 0 || s >= src_rows) {
-      // Never clamp: a wrong row would be silently wrong. The model validates batch
-      // indices per request, so reaching this is a bug; it kills the CUDA context.
-      if (threadIdx.x == 0)
-        printf("gather_rows: index[%lld] = %lld is outside [0, %lld)\n",
-               static_cast<long long>(r), static_cast<long long>(s),
-               static_cast<long long>(src_rows));
-      __trap();
-    }
-  }
+  if (index != nullptr)
+    s = checked_index(index[r], r, src_rows, "gather_rows", "index", threadIdx.x == 0);
   const Word* from = src + s * src_stride;
   Word* to = dst + r * dst_stride;
   for (int64_t w = threadIdx.x; w < words_per_row; w += blockDim.x) to[w] = from[w];

@@ -11,7 +11,6 @@
 // Lane layouts and formulas: fast_norm_math.h, shared with the CPU version.
 #include <cuda_bf16.h>
 
-#include <cstdio>
 #include <cstring>
 
 #include "core/cuda_util.h"
@@ -80,14 +79,7 @@ fast_modulated_ln_kernel(const uint16_t* x, const uint16_t* shift, const uint16_
 #pragma unroll
   for (int k = 0; k < kN; ++k)
     if (k * 32 + lane < chunks) xv[k] = xr[k * 32 + lane];
-  if (b < 0 || b >= mod_rows) {
-    // Never clamp (a wrong asset's modulation would be silently wrong); as gather_rows.
-    if (lane == 0)
-      printf("fast modulated_layer_norm: batch_index[%lld] = %lld is outside [0, %lld)\n",
-             static_cast<long long>(row), static_cast<long long>(b),
-             static_cast<long long>(mod_rows));
-    __trap();
-  }
+  checked_index(b, row, mod_rows, "fast modulated_layer_norm", "batch_index", lane == 0);
   const uint4* sc = reinterpret_cast<const uint4*>(scale + b * mod_stride);
   const uint4* sh = reinterpret_cast<const uint4*>(shift + b * mod_stride);
   // The modulation rows (shared by all of an asset's tokens, so L2 hits) are loaded up front

@@ -5,7 +5,6 @@
 //   h = bf16((x - mean) * rstd); s = bf16(scale[b] + 1); m = bf16(h * s); out = bf16(m + shift[b])
 // The row is read three times (sum, squares, apply) like layer_norm; the second and third
 // reads hit L1/L2 (one row of C = 1536 is 3 KB).
-#include <cstdio>
 
 #include "core/cuda_util.h"
 #include "kernels/cuda_common.cuh"
@@ -24,15 +23,8 @@ __global__ void modulated_layer_norm_kernel(const uint16_t* x, const uint16_t* s
   const int64_t row = blockIdx.x;
   const uint16_t* xr = x + row * C;
   uint16_t* yr = y + row * C;
-  const int64_t b = batch_index[row];
-  if (b < 0 || b >= mod_rows) {
-    // Never clamp (a wrong asset's modulation would be silently wrong); as gather_rows.
-    if (threadIdx.x == 0)
-      printf("modulated_layer_norm: batch_index[%lld] = %lld is outside [0, %lld)\n",
-             static_cast<long long>(row), static_cast<long long>(b),
-             static_cast<long long>(mod_rows));
-    __trap();
-  }
+  const int64_t b = checked_index(batch_index[row], row, mod_rows, "modulated_layer_norm",
+                                  "batch_index", threadIdx.x == 0);
   const uint16_t* sh = shift + b * mod_stride;
   const uint16_t* sc = scale + b * mod_stride;
 

@@ -2,7 +2,6 @@
 // a chunk never crosses a row); the thread reads its token's asset b and the matching gate
 // chunk (gate rows are B x C: L1/L2 resident). Rounding points per element, those of the
 // eager chain (math::gated_residual_chain): m = bf16(h * gate[b]); out = bf16(x + m).
-#include <cstdio>
 
 #include "core/cuda_util.h"
 #include "kernels/cuda_common.cuh"
@@ -21,13 +20,8 @@ __global__ void gated_residual_add_kernel(const uint16_t* x, const uint16_t* h,
   const int64_t i0 = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * kChunk;
   if (i0 >= n) return;
   const int64_t t = i0 / C, c = i0 % C;
-  const int64_t b = batch_index[t];
-  if (b < 0 || b >= gate_rows) {
-    printf("gated_residual_add: batch_index[%lld] = %lld is outside [0, %lld)\n",
-           static_cast<long long>(t), static_cast<long long>(b),
-           static_cast<long long>(gate_rows));
-    __trap();
-  }
+  const int64_t b = checked_index(batch_index[t], t, gate_rows, "gated_residual_add",
+                                  "batch_index", true);
   float xv[kChunk], hv[kChunk], gv[kChunk];
   load_chunk(x + i0, xv);
   load_chunk(h + i0, hv);

@@ -71,14 +71,8 @@ __global__ void guidance_rescale_kernel(const float* x0, int64_t T, int64_t C,
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= T * C) return;
   const int64_t t = i / C;
-  const int64_t b = batch_index[t];
-  if (b < 0 || b >= B) {
-    // Never clamp (see gather_rows): batch indices are validated once per request.
-    if (i % C == 0)
-      printf("guidance_rescale: batch_index[%lld] = %lld is outside [0, %lld)\n",
-           static_cast<long long>(t), static_cast<long long>(b), static_cast<long long>(B));
-    __trap();
-  }
+  const int64_t b =
+      checked_index(batch_index[t], t, B, "guidance_rescale", "batch_index", i % C == 0);
   out[i] = math::guidance_rescale(x0[i], std_pos[b] / std_cfg[b], rho, one_minus_rho);
 }
 

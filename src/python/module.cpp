@@ -760,7 +760,6 @@ NB_MODULE(_native, m) {
       d["name"] = std::string(f.name);
       d["help"] = std::string(f.help);
       d["contract"] = std::string(f.contract);
-      d["gpu_validated"] = f.gpu_validated;
       out.append(d);
     }
     return out;

@@ -112,27 +112,7 @@ TEST(ExecutionPlan, PathsFlagsAndLabels) {
   EXPECT_TRUE(beyond.on(sparse3d::Flag::cuda_graphs) && beyond.on(sparse3d::Flag::batched_cfg) &&
               beyond.on(sparse3d::Flag::cond_kv_cache));
   EXPECT_TRUE(beyond.on(sparse3d::Flag::step_tables));
-  EXPECT_TRUE(beyond.unvalidated().empty());
 }
 
 }  // namespace
 }  // namespace s3d::bench
-
-namespace s3d::model {
-namespace {
-
-// A path lists exactly its enabled flags that have not been validated on a GPU.
-TEST(ExecutionPlanValidation, UnvalidatedListsTheEnabledFlagsNotYetRunOnAGpu) {
-  for (const auto& info : sparse3d::execution_paths()) {
-    sparse3d::ExecutionPlan p = sparse3d::ExecutionPlan::of_path(info.name);
-    for (const auto& f : sparse3d::flag_infos()) p.enable(f.flag);
-    std::vector<sparse3d::Flag> want;
-    for (const auto& f : sparse3d::flag_infos())
-      if (!f.gpu_validated) want.push_back(f.flag);
-    EXPECT_EQ(p.unvalidated(), want) << info.name;
-    EXPECT_TRUE(sparse3d::ExecutionPlan::of_path("pure_eager").unvalidated().empty());
-  }
-}
-
-}  // namespace
-}  // namespace s3d::model
