@@ -361,7 +361,10 @@ Qualification qualify_null_context(const Transformer& model,
   q.kv_checked = q.slices_checked && !o.context_rows.empty();
 
   const std::vector<int64_t> ms = sorted_candidates(o);
-  for (int64_t m : ms) q.candidates.push_back(CandidateResult{m, true, ""});
+  // Without the rows checked (the exact path's qualification of batched CFG: its slices
+  // alone) no candidate M has a verdict, so none is listed and none is chosen.
+  if (check_rows)
+    for (int64_t m : ms) q.candidates.push_back(CandidateResult{m, true, ""});
   CandidateRows made;
   const CandidateRows* rows = o.candidates;
   if (check_rows && (rows == nullptr || rows->ms != ms)) {

@@ -243,6 +243,20 @@ TEST_F(EngineApi, ANewTokenCountAfterOthersGivesTheBitsOfAFreshEngine) {
   }
 }
 
+// The exact null path under batched CFG qualifies the batched slices alone (no cached row,
+// so no candidate M): it used to pick an M from a candidate table it never made and crash.
+TEST_F(EngineApi, TheExactNullPathWithBatchedCfgQualifiesItsSlicesOnly) {
+  auto in = inputs({61, 40}, 25);
+  sparse3d::Engine exact(kTiny, options("prior_exact_null+batched_cfg"));
+  const sparse3d::SampleResult got = exact.sample(request(in, 7));
+  EXPECT_EQ(exact.counters().qualifications_run, 1u);
+  sparse3d::Engine reference(kTiny, options("pure_eager+batched_cfg"));
+  const sparse3d::SampleResult want = reference.sample(request(in, 7));
+  // null_context_exact is bitwise: where its slices hold it gives the reference's bits, and
+  // where they do not it runs the reference, counted.
+  EXPECT_TRUE(same_bytes(got.latent, want.latent));
+}
+
 TEST_F(EngineApi, ARequestWithoutTheUnconditionalBranchQualifiesNothing) {
   auto in = inputs({61}, 24);
   for (const char* path : {"canonical_cache_null", "beyond", "fast", "prior_exact_null"}) {
