@@ -23,12 +23,15 @@ summary=()
 check() {  # name, old-args, new-args (ARGS: the checkpoint and manifest)
   local name=$1 old=$2 new=$3
   # Both builds at once (one GPU, plenty of memory): the bits do not depend on timing.
-  ($REF run $ARGS $old --dump-first-forward --out $W/old/$name > "$OUT/old-$name.log" 2>&1 || echo "old $name exit $?" >> "$OUT/errors.txt") &
-  $BIN/sparse3d run $ARGS $new --cache-dir $W/cache --dump-first-forward --out $W/new/$name > "$OUT/new-$name.log" 2>&1 || echo "new $name exit $?" >> "$OUT/errors.txt"
+  # Each run's log in $W/runs (tarred into $OUT at the end): $OUT holds few files, so that
+  # what a call returns when it runs out of time is the parity lines, not some logs.
+  mkdir -p $W/runs
+  ($REF run $ARGS $old --dump-first-forward --out $W/old/$name > "$W/runs/old-$name.log" 2>&1 || echo "old $name exit $?" >> "$OUT/errors.txt") &
+  $BIN/sparse3d run $ARGS $new --cache-dir $W/cache --dump-first-forward --out $W/new/$name > "$W/runs/new-$name.log" 2>&1 || echo "new $name exit $?" >> "$OUT/errors.txt"
   wait $!
   echo "== $name" >> "$OUT/parity.log"
   if python3 tools/same_bits.py $W/new/$name $W/old/$name >> "$OUT/parity.log" 2>&1; then
-    summary+=("$name: bitwise"); else summary+=("$name: DIFFERS"); fi
+    summary+=("$name: bitwise"); echo "$name: bitwise"; else summary+=("$name: DIFFERS"); echo "$name: DIFFERS"; fi
 }
 PARITY_PATHS=${PARITY_PATHS-pure_eager kernel_fusion prior_exact_null canonical_cache_null canonical_cache_combined beyond fast low_memory}
 for path in $PARITY_PATHS; do
@@ -81,4 +84,5 @@ if [ -n "${START-1}" ]; then
 fi
 [ -f "$OUT/gpu_tests.log" ] && grep -E 'FAILED|Failure' "$OUT/gpu_tests.log" | head -20
 (cd "$OUT" && tar -czf logs.tgz *.log && rm -f *.log)
+[ -d $W/runs ] && tar -czf "$OUT/runs.tgz" -C $W runs
 printf '%s\n' "${summary[@]}"
