@@ -51,24 +51,19 @@ void walk_block(const ModelConfig& c, int i, BlockWeights& w, Walk& walk) {
   } else {
     walk.linear(w.adaLN_modulation, b + ".adaLN_modulation.1", 6 * C, C, bf16, small_std);
   }
+  // An attention's per-head RMSNorm gammas of Q and K, f32 [H, D].
+  const auto qk_gammas = [&](auto& attn, const std::string& prefix) {
+    walk.tensor(attn.q_rms_gamma, prefix + ".q_rms_norm.gamma", {H, D}, f32, 1.0f, kGammaStd);
+    walk.tensor(attn.k_rms_gamma, prefix + ".k_rms_norm.gamma", {H, D}, f32, 1.0f, kGammaStd);
+  };
   walk.linear(w.self_attn.to_qkv, b + ".self_attn.to_qkv", 3 * C, C, bf16, linear_std);
-  if (c.qk_rms_norm) {
-    walk.tensor(w.self_attn.q_rms_gamma, b + ".self_attn.q_rms_norm.gamma", {H, D}, f32, 1.0f,
-                kGammaStd);
-    walk.tensor(w.self_attn.k_rms_gamma, b + ".self_attn.k_rms_norm.gamma", {H, D}, f32, 1.0f,
-                kGammaStd);
-  }
+  if (c.qk_rms_norm) qk_gammas(w.self_attn, b + ".self_attn");
   walk.linear(w.self_attn.to_out, b + ".self_attn.to_out", C, C, bf16, out_proj_std);
   walk.tensor(w.norm2.weight, b + ".norm2.weight", {C}, f32, 1.0f, kGammaStd);
   walk.tensor(w.norm2.bias, b + ".norm2.bias", {C}, f32, 0.0f, kBiasStd);
   walk.linear(w.cross_attn.to_q, b + ".cross_attn.to_q", C, C, bf16, linear_std);
   walk.linear(w.cross_attn.to_kv, b + ".cross_attn.to_kv", 2 * C, Cc, bf16, linear_std);
-  if (c.qk_rms_norm_cross) {
-    walk.tensor(w.cross_attn.q_rms_gamma, b + ".cross_attn.q_rms_norm.gamma", {H, D}, f32, 1.0f,
-                kGammaStd);
-    walk.tensor(w.cross_attn.k_rms_gamma, b + ".cross_attn.k_rms_norm.gamma", {H, D}, f32, 1.0f,
-                kGammaStd);
-  }
+  if (c.qk_rms_norm_cross) qk_gammas(w.cross_attn, b + ".cross_attn");
   walk.linear(w.cross_attn.to_out, b + ".cross_attn.to_out", C, C, bf16, out_proj_std);
   walk.linear(w.mlp.fc1, b + ".mlp.mlp.0", hidden, C, bf16, linear_std);
   walk.linear(w.mlp.fc2, b + ".mlp.mlp.2", C, hidden, bf16, out_proj_std);
