@@ -66,10 +66,14 @@ fi
 
 # The library sources the parsers need, compiled once with coverage instrumentation: the
 # two bottom layers whole (core and io, CMakeLists.txt's sparse3d_core and sparse3d_io), so
-# that a new file there needs no edit here, and the two parsers above them (the model config
-# and the payload manifest), which use only core and io. include/: core's headers include
-# the public sparse3d/types.h.
-SOURCES=(src/core/*.cpp src/io/*.cpp src/model/config.cpp src/payload/payload.cpp)
+# that a new file there needs no edit here, and the two parsers above them: the model config
+# with the family registry it checks a config against (model/family.cpp and every family's
+# folder), and the payload manifest. The families' position tables call the kernels layer,
+# linked from the CMake build ($BUILD_DIR, default build) uninstrumented. include/: core's
+# headers include the public sparse3d/types.h.
+SOURCES=(src/core/*.cpp src/io/*.cpp src/model/config.cpp src/model/family.cpp
+         src/model/*/*_family.cpp src/payload/payload.cpp)
+KERNELS_LIB="${BUILD_DIR:-build}/libsparse3d_kernels.a"
 # fuzz_cli: the command registrations (src/apps but main.cpp), instrumented, linked with the
 # engine's static libraries from the CMake build ($BUILD_DIR, default build: scripts/build.sh
 # first); the commands themselves never run.
@@ -125,7 +129,8 @@ for target in "${TARGETS[@]}"; do
     extra+=(-Wl,--start-group $libs -Wl,--end-group "-L$CUDA/lib" -lcublasLt -lcudnn -lnvrtc
             -lgomp "-Wl,-rpath,$CUDA/lib")
   else
-    extra+=("${OBJS[@]}")
+    [ -f "$KERNELS_LIB" ] || { echo "== $target: skipped: no $KERNELS_LIB (run scripts/build.sh)" >&2; status=1; continue; }
+    extra+=("${OBJS[@]}" "$KERNELS_LIB" -lgomp)
   fi
   "$CXX" "${CXXFLAGS[@]}" -fsanitize=fuzzer,address,undefined "fuzz/$target.cpp" \
     "${extra[@]}" "-L$CUDA/lib64" -lcudart "-Wl,-rpath,$CUDA/lib64" -o "$BUILD/$target"
