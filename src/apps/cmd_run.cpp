@@ -283,6 +283,49 @@ int64_t run_job(sparse3d::Engine& engine, const RunArgs& a, Job& job,
   return non_finite;
 }
 
+// A run's inputs: the manifest's selected assets, or the --inputs files.
+struct RunInputs {
+  payload::Manifest manifest;
+  std::vector<const payload::ManifestEntry*> todo;
+  std::vector<InputsFile> inputs;
+};
+
+// Every input read and checked, and every output path, before the engine loads: a bad asset
+// or a path that cannot be written is refused before the checkpoint loads and before any
+// output is written.
+RunInputs read_run_inputs(const RunArgs& a) {
+  RunInputs r;
+  if (a.inputs.empty()) {
+    r.manifest = payload::read_manifest(a.manifest);
+    r.todo = selected(r.manifest, a);
+    // Each asset is read and checked once now, so that a bad one is refused before the
+    // checkpoint loads and before any output is written; it is read again when it runs
+    // (only one asset's tensors are held at a time).
+    for (const auto* e : r.todo) (void)payload::read_asset(r.manifest, *e);
+  } else {
+    std::map<std::string, std::string> names;
+    for (const auto& path : a.inputs) {
+      r.inputs.push_back(read_inputs(path));
+      const auto [seen, fresh] = names.emplace(r.inputs.back().name, path);
+      S3D_CHECK(fresh, "--inputs ", path, " and ", seen->second, " would both be written to ",
+                output_path(a, seen->first), " (output names come from the file names)");
+    }
+  }
+  // The output folder and every output's name are checked before anything is loaded; the
+  // folder itself is made only when the first output is written.
+  a.engine.check_output_folder(a.out);
+  for (const auto* e : r.todo) {
+    io::check_output_file(output_path(a, e->name), "--out " + a.out);
+    check_not_overwritten(output_path(a, e->name),
+                          (std::filesystem::path(r.manifest.dir) / e->file).string());
+  }
+  for (const auto& in : r.inputs) {
+    io::check_output_file(output_path(a, in.name), "--out " + a.out);
+    check_not_overwritten(output_path(a, in.name), in.path);
+  }
+  return r;
+}
+
 }  // namespace
 
 // The --inputs layout, for --help (docs/CLI.md has it in full).
@@ -340,37 +383,10 @@ Command add_run(CLI::App& app) {
     // --sampler uses is the model family's, known once the checkpoint is loaded.
     (void)a->sampler.resolve();
     // Every input is read and checked before the engine loads.
-    payload::Manifest manifest;
-    std::vector<const payload::ManifestEntry*> todo;
-    std::vector<InputsFile> inputs;
-    if (a->inputs.empty()) {
-      manifest = payload::read_manifest(a->manifest);
-      todo = selected(manifest, *a);
-      // Each asset is read and checked once now, so that a bad one is refused before the
-      // checkpoint loads and before any output is written; it is read again when it runs
-      // (only one asset's tensors are held at a time).
-      for (const auto* e : todo) (void)payload::read_asset(manifest, *e);
-    } else {
-      std::map<std::string, std::string> names;
-      for (const auto& path : a->inputs) {
-        inputs.push_back(read_inputs(path));
-        const auto [seen, fresh] = names.emplace(inputs.back().name, path);
-        S3D_CHECK(fresh, "--inputs ", path, " and ", seen->second, " would both be written to ",
-                  output_path(*a, seen->first), " (output names come from the file names)");
-      }
-    }
-    // The output folder and every output's name are checked before anything is loaded; the
-    // folder itself is made only when the first output is written.
-    a->engine.check_output_folder(a->out);
-    for (const auto* e : todo) {
-      io::check_output_file(output_path(*a, e->name), "--out " + a->out);
-      check_not_overwritten(output_path(*a, e->name),
-                            (std::filesystem::path(manifest.dir) / e->file).string());
-    }
-    for (const auto& in : inputs) {
-      io::check_output_file(output_path(*a, in.name), "--out " + a->out);
-      check_not_overwritten(output_path(*a, in.name), in.path);
-    }
+    const RunInputs given = read_run_inputs(*a);
+    const payload::Manifest& manifest = given.manifest;
+    const std::vector<const payload::ManifestEntry*>& todo = given.todo;
+    const std::vector<InputsFile>& inputs = given.inputs;
     eo.log = [](const std::string& line) { std::printf("%s\n", line.c_str()); };
     const auto t0 = std::chrono::steady_clock::now();
     sparse3d::Engine engine(a->engine.checkpoint, eo);
