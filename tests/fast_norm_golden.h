@@ -40,7 +40,7 @@ inline double bf16_bits_value(uint16_t b) { return static_cast<double>(bf16_to_f
 
 // Modulated LayerNorm in fp64: x host bf16 [T, C]; shift, scale host bf16 views; batch_index
 // host i32 [T]. y = (x - mean) / sqrt(var + eps) * (1 + scale[b]) + shift[b].
-inline Golden golden_modulated_layer_norm(const Tensor& x, const RowView& shift,
+inline Golden golden_modulated_layernorm(const Tensor& x, const RowView& shift,
                                           const RowView& scale, const Tensor& batch_index,
                                           float eps) {
   const int64_t T = x.size(0), C = x.size(1);

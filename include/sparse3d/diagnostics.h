@@ -1,6 +1,7 @@
 // sparse3d public API: measurements of the GPU the engine runs on, for benchmark reports
-// (`sparse3d bench` computes its ideal time from them). GPU only: each throws an Error on an
-// engine without one.
+// (`sparse3d bench` computes its ideal time from them). measure_library_peaks needs a GPU and
+// throws an Error on an engine without one. (The per-kernel bandwidths of `sparse3d
+// bench-kernels` are the op registry's, not part of this API: docs/DESIGN.md, "Ops".)
 #pragma once
 
 #include <cstdint>
@@ -19,20 +20,6 @@ struct LibraryPeaks {
   std::string gemm_shape, attention_shape;
 };
 LibraryPeaks measure_library_peaks(Engine& engine, int64_t tokens);
-
-// Each fused kernel's achieved bandwidth (compulsory bytes over time) at the engine model's
-// shapes, next to the reference op it replaces, against a 1 GiB device-to-device copy
-// measured in the same call; inputs rotate past L2.
-struct KernelBandwidthRow {
-  std::string kernel, role;  // role: "fused" or "reference"
-  int64_t tokens = 0;
-  double bytes = 0, seconds = 0;  // per call
-};
-struct KernelBandwidth {
-  double copy_bytes = 0, copy_seconds = 0;
-  std::vector<KernelBandwidthRow> rows;
-};
-KernelBandwidth measure_kernel_bandwidth(Engine& engine, const std::vector<int64_t>& tokens);
 
 // The cuBLASLt and cuDNN shapes this engine chose a searched plan for (flags tuned_gemm and
 // tuned_attention; docs/CONTRACTS.md, "Searched plans"), in the order first seen: timed now

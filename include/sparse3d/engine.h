@@ -176,6 +176,7 @@ struct ModelInfo {
   std::string content_hash;  // 16 hex digits over every tensor's name and bytes
   int resolution = 0, in_channels = 0, out_channels = 0, model_channels = 0;
   int cond_channels = 0, num_blocks = 0, num_heads = 0;
+  int mlp_hidden = 0;  // the MLP's hidden width (model_channels * mlp_ratio)
   int64_t parameters = 0;
 };
 

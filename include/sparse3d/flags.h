@@ -29,7 +29,7 @@ namespace sparse3d {
   X(gemm_gelu_epilogue)          \
   X(fast_modulated_layernorm)    \
   X(fast_qk_rmsnorm_rope)        \
-  X(fast_head_rmsnorm)           \
+  X(fast_qk_rmsnorm_cross)       \
   X(tuned_gemm)                  \
   X(tuned_attention)             \
   X(chunked_mlp)
@@ -58,7 +58,8 @@ struct FlagInfo {
 const std::vector<FlagInfo>& flag_infos();
 const FlagInfo& info(Flag flag);
 std::string_view name(Flag flag);
-// Throws Error naming the known flags when `name` is not one.
+// Throws Error naming the known flags when `name` is not one. An earlier spelling is read
+// as the flag's name now (fast_head_rmsnorm: fast_qk_rmsnorm_cross).
 Flag parse_flag(std::string_view name);
 
 class FlagSet {

@@ -68,7 +68,7 @@ fi
 if has ablate; then
   timeout 200 $BIN/sparse3d bench --protocol repeated --checkpoint $W/shape.json --manifest $W/pl/manifest.json \
     --assets $SMALL $MID --paths fast --repeats 1 --warmup 1 --instrument-steps 1 --ablate \
-    --ablate-flags fast_modulated_layernorm fast_qk_rmsnorm_rope fast_head_rmsnorm tuned_gemm tuned_attention \
+    --ablate-flags fast_modulated_layernorm fast_qk_rmsnorm_rope fast_qk_rmsnorm_cross tuned_gemm tuned_attention \
     --no-torch --out $R --stem fast-ablate > $R/ablate.log 2>&1
   summary+=("leave-one-out exit $?")
   pack

@@ -381,7 +381,7 @@ Command add_bench_kernels(CLI::App& app) {
     bench::KernelBandwidthReport k;
     k.date = bench::utc_now();
     k.fingerprint = bench::fingerprint_json(engine);
-    k.measured = sparse3d::measure_kernel_bandwidth(engine, a->tokens);
+    k.measured = bench::measure_kernel_bandwidth(engine.model(), a->tokens);
     const std::string stem = a->stem.empty() ? "kernels-" + k.date.substr(0, 10) : a->stem;
     std::filesystem::create_directories(a->out);
     const std::string md = bench::to_markdown(k);

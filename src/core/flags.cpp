@@ -116,7 +116,7 @@ std::vector<FlagInfo> kernel_flags() {
             "per element (the bitwise qk_rmsnorm_rope_inplace keeps fp64 sums and two "
             "roundings)",
             kGoldenRule, 60),
-      entry(F::fast_head_rmsnorm,
+      entry(F::fast_qk_rmsnorm_cross,
             "cross-attention q RMSNorm in place with the fast kernel (fp32 sum of squares, "
             "one rounding); the condition's K keeps the reference op",
             kGoldenRule, 60),
@@ -182,7 +182,7 @@ std::vector<PathInfo> make_paths() {
   // nothing measurable over the libraries' heuristics (leave-one-out, 2026-11-30) and a search
   // costs a request its first sight of every new shape (docs/CONTRACTS.md, "First requests").
   const FlagSet fast_kernels = {F::fast_modulated_layernorm, F::fast_qk_rmsnorm_rope,
-                                F::fast_head_rmsnorm};
+                                F::fast_qk_rmsnorm_cross};
   return {
       {"pure_eager", "every op its own kernel, at the rounding points of the PyTorch original",
        {}},
@@ -233,6 +233,8 @@ std::string_view name(Flag flag) { return info(flag).name; }
 Flag parse_flag(std::string_view name) {
   for (const FlagInfo& f : flag_infos())
     if (f.name == name) return f.flag;
+  // Earlier spellings, read in result files written before a flag took its op's name.
+  if (name == "fast_head_rmsnorm") return Flag::fast_qk_rmsnorm_cross;
   s3d::fail("unknown optimization flag '", name, "' (known: ",
             join_names(flag_infos(), [](const FlagInfo& f) { return f.name; }), ")");
 }

@@ -61,6 +61,7 @@ ModelInfo model_info(const s3d::model::Transformer& m, const std::string& checkp
   i.cond_channels = c.cond_channels;
   i.num_blocks = c.num_blocks;
   i.num_heads = c.num_heads;
+  i.mlp_hidden = static_cast<int>(c.mlp_hidden());
   i.parameters = s3d::model::parameter_count(c);
   return i;
 }

@@ -564,7 +564,7 @@ Array Engine::Impl::forward(const ForwardRequest& r) {
                                      &cache);
   if (device == Device::CUDA) s3d::DeviceAllocator::current().reset_peak();
   s3d::model::Request req = model->prepare(coords, r.batch, L, concat);
-  req.flags = flags;
+  req.use_flags(flags);
   Tensor x = Tensor::empty(x_shape, DType::F32, device);
   if (x_in.dtype() == DType::F32) {
     x.copy_from(x_in);

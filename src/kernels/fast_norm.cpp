@@ -1,16 +1,13 @@
-// Tolerance kernels: the entry points (fast kernel or the bitwise entry point, counted), the
-// support rules, argument checks and device dispatch, and the CPU versions, which add in the
+// Tolerance kernels: the support rules, argument checks and device dispatch, and the CPU versions, which add in the
 // GPU kernels' lane order (fast_norm_math.h) and round once per element.
 #include "kernels/fast_norm.h"
 
 #include <cstdint>
 
 #include "core/error.h"
-#include "core/fallback.h"
 #include "kernels/fast_norm_cuda.h"
 #include "kernels/fast_norm_math.h"
-#include "kernels/fused_norm.h"
-#include "kernels/fused_qk.h"
+#include "kernels/modulated_layernorm.h"
 #include "kernels/kernel_checks.h"
 #include "kernels/reference_math.h"
 
@@ -26,7 +23,7 @@ namespace cpu {
 
 // Per row: the 32 lanes' partial sums over their chunks (lane l: chunks l, l + 32, ...),
 // the butterfly, then the same for the squared deviations; one rounding per element.
-void fast_modulated_layer_norm(const Tensor& x, const RowView& shift, const RowView& scale,
+void fast_modulated_layernorm(const Tensor& x, const RowView& shift, const RowView& scale,
                                const Tensor& batch_index, float eps, Tensor& out) {
   const int64_t T = x.size(0), C = x.size(1), chunks = C / 8;
   const int per_lane = fm::ln_chunks_per_lane(C);
@@ -36,7 +33,7 @@ void fast_modulated_layer_norm(const Tensor& x, const RowView& shift, const RowV
   const int32_t* bidx = batch_index.data_as<int32_t>();
   uint16_t* yp = out.data_as<uint16_t>();
   for (int64_t t = 0; t < T; ++t) {
-    S3D_CHECK(bidx[t] >= 0 && bidx[t] < shift.rows, "fast modulated_layer_norm: batch_index[",
+    S3D_CHECK(bidx[t] >= 0 && bidx[t] < shift.rows, "fast modulated_layernorm: batch_index[",
               t, "] = ", bidx[t], " is outside [0, ", shift.rows, ")");
   }
 #pragma omp parallel for schedule(static)
@@ -119,11 +116,11 @@ void fast_qk_inplace(Tensor& x, int64_t row_stride, int slots, int heads, int he
 
 namespace fast {
 
-std::string modulated_layer_norm_unsupported(const Tensor& x, const RowView& shift,
+std::string modulated_layernorm_unsupported(const Tensor& x, const RowView& shift,
                                              const RowView& scale, const Tensor& out) {
   // The bitwise kernel's rule (dtypes, 16-byte chunks and alignment), and a row that fits in
   // one warp's registers.
-  const std::string why = fused::modulated_layer_norm_unsupported(x, shift, scale, out);
+  const std::string why = fused::modulated_layernorm_unsupported(x, shift, scale, out);
   if (!why.empty()) return why;
   const int64_t C = x.ndim() == 2 ? x.size(1) : 0;
   if (C > fm::kLnMaxC)
@@ -132,19 +129,19 @@ std::string modulated_layer_norm_unsupported(const Tensor& x, const RowView& shi
   return "";
 }
 
-void modulated_layer_norm(const Tensor& x, const RowView& shift, const RowView& scale,
+void modulated_layernorm(const Tensor& x, const RowView& shift, const RowView& scale,
                           const Tensor& batch_index, float eps, Tensor& out) {
-  const char* op = "fast modulated_layer_norm";
+  const char* op = "fast modulated_layernorm";
   detail::check_modulated_norm_operands(op, x, shift, scale, batch_index, eps, out);
   const int64_t T = x.size(0);
-  const std::string why = modulated_layer_norm_unsupported(x, shift, scale, out);
+  const std::string why = modulated_layernorm_unsupported(x, shift, scale, out);
   S3D_CHECK(why.empty(), op, ": unsupported shape: ", why, " (x ", x.describe(),
-            "); the caller runs the bitwise entry point");
+            "); the op (ops/) runs its next candidate instead");
   if (T == 0) return;
   if (x.is_cuda()) {
-    cuda::fast_modulated_layer_norm(x, shift, scale, batch_index, eps, out);
+    cuda::fast_modulated_layernorm(x, shift, scale, batch_index, eps, out);
   } else {
-    cpu::fast_modulated_layer_norm(x, shift, scale, batch_index, eps, out);
+    cpu::fast_modulated_layernorm(x, shift, scale, batch_index, eps, out);
   }
 }
 
@@ -181,7 +178,7 @@ void fast_qk_checked(const char* op, Tensor& x, int slots, int heads, int head_d
   const std::string why =
       fast::qk_unsupported(x, x.size(1), heads, head_dim, gamma0, gamma1, cos, sin);
   S3D_CHECK(why.empty(), op, ": unsupported shape: ", why, " (x ", x.describe(),
-            "); the caller runs the bitwise entry point");
+            "); the op (ops/) runs its next candidate instead");
   if (T == 0) return;
   const float scale = math::head_rmsnorm_scale(head_dim);
   const detail::QkPointers ptr = detail::qk_pointers(gamma0, gamma1, cos, sin);
@@ -198,58 +195,20 @@ void fast_qk_checked(const char* op, Tensor& x, int slots, int heads, int head_d
 
 namespace fast {
 
-void qk_rmsnorm_rope_inplace(Tensor& qkv, int heads, int head_dim, const Tensor* q_gamma,
-                             const Tensor* k_gamma, const Tensor* cos, const Tensor* sin) {
-  const char* op = "fast qk_rmsnorm_rope_inplace";
+void qk_rmsnorm_rope(Tensor& qkv, int heads, int head_dim, const Tensor* q_gamma,
+                     const Tensor* k_gamma, const Tensor* cos, const Tensor* sin) {
+  const char* op = "fast qk_rmsnorm_rope";
   detail::check_packed_qkv(op, qkv, heads, head_dim, q_gamma, k_gamma);
   // q and k are the first 2C columns of each 3C row; v is never touched.
   fast_qk_checked(op, qkv, 2, heads, head_dim, q_gamma, k_gamma, cos, sin);
 }
 
-void head_rmsnorm_inplace(Tensor& x, const Tensor& gamma, int heads, int head_dim) {
-  const char* op = "fast head_rmsnorm_inplace";
+void qk_rmsnorm_cross(Tensor& x, const Tensor& gamma, int heads, int head_dim) {
+  const char* op = "fast qk_rmsnorm_cross";
   detail::check_heads_row(op, x, heads, head_dim);
   fast_qk_checked(op, x, 1, heads, head_dim, &gamma, nullptr, nullptr, nullptr);
 }
 
 }  // namespace fast
-
-void modulated_layer_norm_fast_or(const Tensor& x, const RowView& shift, const RowView& scale,
-                                  const Tensor& batch_index, float eps, bool fused_fallback,
-                                  Tensor& out) {
-  const std::string why = fast::modulated_layer_norm_unsupported(x, shift, scale, out);
-  if (why.empty()) {
-    fast::modulated_layer_norm(x, shift, scale, batch_index, eps, out);
-    return;
-  }
-  record_fallback(sparse3d::Flag::fast_modulated_layernorm, why);
-  modulated_layer_norm(x, shift, scale, batch_index, eps, fused_fallback, out);
-}
-
-Tensor qk_rmsnorm_rope_fast_or(Tensor& qkv, int heads, int head_dim, const Tensor* q_gamma,
-                               const Tensor* k_gamma, const Tensor* cos, const Tensor* sin,
-                               bool fused_fallback) {
-  if (q_gamma == nullptr && cos == nullptr) return qkv;  // no qk_rms_norm, no RoPE
-  const std::string why = fast::qk_unsupported(qkv, 3 * int64_t{heads} * head_dim, heads,
-                                               head_dim, q_gamma, k_gamma, cos, sin);
-  if (why.empty()) {
-    fast::qk_rmsnorm_rope_inplace(qkv, heads, head_dim, q_gamma, k_gamma, cos, sin);
-    return qkv;
-  }
-  record_fallback(sparse3d::Flag::fast_qk_rmsnorm_rope, why);
-  return qk_rmsnorm_rope(qkv, heads, head_dim, q_gamma, k_gamma, cos, sin, fused_fallback);
-}
-
-Tensor cross_q_rmsnorm_fast_or(Tensor& q, const Tensor& gamma, int heads, int head_dim,
-                               bool fused_fallback) {
-  const std::string why = fast::qk_unsupported(q, int64_t{heads} * head_dim, heads, head_dim,
-                                               &gamma, nullptr, nullptr, nullptr);
-  if (why.empty()) {
-    fast::head_rmsnorm_inplace(q, gamma, heads, head_dim);
-    return q;
-  }
-  record_fallback(sparse3d::Flag::fast_head_rmsnorm, why);
-  return cross_q_rmsnorm(q, gamma, heads, head_dim, fused_fallback);
-}
 
 }  // namespace s3d::kernels

@@ -79,7 +79,7 @@ fast_modulated_ln_kernel(const uint16_t* x, const uint16_t* shift, const uint16_
 #pragma unroll
   for (int k = 0; k < kN; ++k)
     if (k * 32 + lane < chunks) xv[k] = xr[k * 32 + lane];
-  checked_index(b, row, mod_rows, "fast modulated_layer_norm", "batch_index", lane == 0);
+  checked_index(b, row, mod_rows, "fast modulated_layernorm", "batch_index", lane == 0);
   const uint4* sc = reinterpret_cast<const uint4*>(scale + b * mod_stride);
   const uint4* sh = reinterpret_cast<const uint4*>(shift + b * mod_stride);
   // The modulation rows (shared by all of an asset's tokens, so L2 hits) are loaded up front
@@ -227,7 +227,7 @@ void launch_qk(bool norm, bool rope, uint16_t* x, int64_t stride, int64_t items,
 
 }  // namespace
 
-void fast_modulated_layer_norm(const Tensor& x, const RowView& shift, const RowView& scale,
+void fast_modulated_layernorm(const Tensor& x, const RowView& shift, const RowView& scale,
                                const Tensor& batch_index, float eps, Tensor& out) {
   const int64_t rows = x.size(0);
   const int C = static_cast<int>(x.size(1));
@@ -247,7 +247,7 @@ void fast_modulated_layer_norm(const Tensor& x, const RowView& shift, const RowV
   else if (need <= 8) run(fast_modulated_ln_kernel<8>);
   else if (need <= 12) run(fast_modulated_ln_kernel<12>);
   else run(fast_modulated_ln_kernel<fm::kLnMaxChunks>);  // the support rule caps C at 4096
-  after_launch("fast_modulated_layer_norm");
+  after_launch("fast_modulated_layernorm");
 }
 
 void fast_qk_inplace(Tensor& x, int64_t row_stride, int slots, int heads, int head_dim,
@@ -268,8 +268,8 @@ void fast_qk_inplace(Tensor& x, int64_t row_stride, int slots, int heads, int he
     launch_qk<fm::kQkMaxChunks>(norm, rope, xp, row_stride, items, slots, heads, head_dim,
                                 gamma0, gamma1, scale, cos, sin);
   }
-  after_launch(norm && rope ? "fast_qk_rmsnorm_rope_inplace"
-               : norm       ? "fast_head_rmsnorm_inplace"
+  after_launch(norm && rope ? "fast_qk_rmsnorm_rope"
+               : norm       ? "fast_qk_rmsnorm_cross"
                             : "fast_rope_inplace");
 }
 

@@ -1,8 +1,9 @@
-// Tolerance kernels: the block's normalisations written for bandwidth
-// instead of for bits. Each is a flag beside its bitwise twin:
-//   fast_modulated_layernorm  beside modulated_layernorm       (fused_norm.h)
-//   fast_qk_rmsnorm_rope      beside qk_rmsnorm_rope_inplace   (fused_qk.h)
-//   fast_head_rmsnorm         beside qk_rmsnorm_cross_inplace  (fused_qk.h)
+// Tolerance kernels: the block's normalisations written for bandwidth instead of for bits,
+// the first candidate of three ops (ops/), each a flag beside its op's bitwise candidate:
+//   fast::modulated_layernorm  flag fast_modulated_layernorm  (bitwise: modulated_layernorm.h)
+//   fast::qk_rmsnorm_rope      flag fast_qk_rmsnorm_rope      (bitwise: qk_rmsnorm.h)
+//   fast::qk_rmsnorm_cross     flag fast_qk_rmsnorm_cross     (bitwise: qk_rmsnorm.h)
+// One file for the three: they share the lane layout and the per-element formulas.
 // The bitwise twins keep the reference chain's fp64 sums in its lane order and every
 // intermediate bf16 store; these kernels read each row or head once into registers, reduce
 // in fp32 (LayerNorm: two passes over the registers, mean then squared deviations) and round
@@ -19,9 +20,8 @@
 // one bf16 ulp of g plus the fp32 evaluation's error (tests/fast_norm_golden.h).
 //
 // Support: each kernel has a fast::*_unsupported(...) rule ("" = supported), the same on both
-// backends; the fast:: kernels throw on a shape their rule refuses; the *_fast_or entry
-// points check the rule per call and, on a refused shape, count a fallback of their flag
-// (core/fallback.h) and run the bitwise entry point (with its own `fused` choice).
+// backends; the fast:: kernels throw on a shape their rule refuses (the op's ladder, ops/op.h,
+// asks the rule first and counts a fallback when it refuses).
 #pragma once
 
 #include <string>
@@ -30,45 +30,21 @@
 
 namespace s3d::kernels {
 
-// ---- entry points (what the model calls when the flag is on) ----
-
-// out = bf16((x - mean) * rstd * (1 + scale[b]) + shift[b]), b = batch_index[t]; mean and
-// rstd of the row x[t] (LayerNorm without affine, eps), all in fp32. Operands as
-// kernels::modulated_layer_norm (fused_norm.h). A shape fast::modulated_layer_norm_unsupported
-// refuses counts a fast_modulated_layernorm fallback and runs
-// kernels::modulated_layer_norm(..., fused_fallback, out).
-void modulated_layer_norm_fast_or(const Tensor& x, const RowView& shift, const RowView& scale,
-                                  const Tensor& batch_index, float eps, bool fused_fallback,
-                                  Tensor& out);
-
-// q/k RMSNorm and RoPE in place in the packed qkv bf16 [T, 3 * H * D] (v untouched), the
-// semantics of kernels::qk_rmsnorm_rope (fused_qk.h: gammas both or neither, cos/sin both or
-// neither) with one rounding: y = x / max(||x||, 1e-12) * gamma * sqrt(D), then the pairs
-// (2p, 2p+1) rotated by (cos, sin)[t, p], in fp32, rounded once. Returns qkv when the fast
-// kernel ran or there is nothing to do; a refused shape counts a fast_qk_rmsnorm_rope
-// fallback and returns kernels::qk_rmsnorm_rope(..., fused_fallback).
-Tensor qk_rmsnorm_rope_fast_or(Tensor& qkv, int heads, int head_dim, const Tensor* q_gamma,
-                               const Tensor* k_gamma, const Tensor* cos, const Tensor* sin,
-                               bool fused_fallback);
-
-// The cross-attention's q bf16 [T, H * D] RMSNormed per head in place (the fast kernel with
-// one slot and no RoPE). Returns q when the fast kernel ran; a refused shape counts a
-// fast_head_rmsnorm fallback and returns kernels::cross_q_rmsnorm(..., fused_fallback).
-Tensor cross_q_rmsnorm_fast_or(Tensor& q, const Tensor& gamma, int heads, int head_dim,
-                               bool fused_fallback);
-
 namespace fast {
 
 // Why the fast modulated LayerNorm cannot run, or "": bf16 operands, C a multiple of 8 and
 // at most 4096 (the row lives in one warp's registers), the modulation's row stride a
 // multiple of 8, x, out, shift and scale 16-byte aligned.
-std::string modulated_layer_norm_unsupported(const Tensor& x, const RowView& shift,
+std::string modulated_layernorm_unsupported(const Tensor& x, const RowView& shift,
                                              const RowView& scale, const Tensor& out);
 
 // The fast kernel (out may be x: each row is read whole before it is written). Throws on a
 // shape the rule refuses; a batch index outside [0, B) throws on the CPU and traps on the GPU.
-void modulated_layer_norm(const Tensor& x, const RowView& shift, const RowView& scale,
-                          const Tensor& batch_index, float eps, Tensor& out);
+// out = bf16((x - mean) * rstd * (1 + scale[b]) + shift[b]), b = batch_index[t]; mean and
+// rstd of the row x[t] (LayerNorm without affine, eps), all in fp32. Operands as
+// reference::modulated_layernorm (modulated_layernorm.h).
+void modulated_layernorm(const Tensor& x, const RowView& shift, const RowView& scale,
+                         const Tensor& batch_index, float eps, Tensor& out);
 
 // Why the fast q/k kernels cannot run on x (bf16, rows of `row_stride` elements), or "":
 // head_dim a multiple of 8 and at most 256 (a head lives in 8 lanes' registers), row_stride
@@ -77,13 +53,17 @@ std::string qk_unsupported(const Tensor& x, int64_t row_stride, int heads, int h
                            const Tensor* gamma0, const Tensor* gamma1, const Tensor* cos,
                            const Tensor* sin);
 
-// q and k of the packed qkv normalised and/or rotated in place; v untouched. Throws on a
-// shape qk_unsupported refuses, or when there is nothing to do.
-void qk_rmsnorm_rope_inplace(Tensor& qkv, int heads, int head_dim, const Tensor* q_gamma,
-                             const Tensor* k_gamma, const Tensor* cos, const Tensor* sin);
+// q/k RMSNorm and RoPE in place in the packed qkv bf16 [T, 3 * H * D] (v untouched), the
+// semantics of reference::qk_rmsnorm_rope (qk_rmsnorm.h) with one rounding:
+// y = x / max(||x||, 1e-12) * gamma * sqrt(D), then the pairs (2p, 2p+1) rotated by
+// (cos, sin)[t, p], in fp32, rounded once. Throws on a shape qk_unsupported refuses, or when
+// there is nothing to do.
+void qk_rmsnorm_rope(Tensor& qkv, int heads, int head_dim, const Tensor* q_gamma,
+                     const Tensor* k_gamma, const Tensor* cos, const Tensor* sin);
 
-// x bf16 [T, H * D] normalised per head in place.
-void head_rmsnorm_inplace(Tensor& x, const Tensor& gamma, int heads, int head_dim);
+// The cross-attention's q, bf16 [T, H * D], RMSNormed per head in place (the kernel above
+// with one slot and no RoPE).
+void qk_rmsnorm_cross(Tensor& x, const Tensor& gamma, int heads, int head_dim);
 
 }  // namespace fast
 }  // namespace s3d::kernels

@@ -6,7 +6,7 @@
 
 namespace s3d::kernels::cuda {
 
-void fast_modulated_layer_norm(const Tensor& x, const RowView& shift, const RowView& scale,
+void fast_modulated_layernorm(const Tensor& x, const RowView& shift, const RowView& scale,
                                const Tensor& batch_index, float eps, Tensor& out);
 
 // `slots` C-wide slots (C = heads * head_dim) at the start of each row of x (row_stride

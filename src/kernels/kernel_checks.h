@@ -75,7 +75,7 @@ inline void store_f32(void* p, DType dtype, int64_t i, float v) {
   }
 }
 
-// The operands of a modulated LayerNorm (fused_norm.h, fast_norm.h): x bf16 [T, C]; shift and
+// The operands of a modulated LayerNorm (modulated_layernorm.h, fast_norm.h): x bf16 [T, C]; shift and
 // scale bf16 views of the same B >= 1 rows of C with one row stride; batch_index i32 [T];
 // out bf16 like x; eps >= 0; all on one device.
 inline void check_modulated_norm_operands(const char* op, const Tensor& x, const RowView& shift,
@@ -103,7 +103,7 @@ inline void check_modulated_norm_operands(const char* op, const Tensor& x, const
   S3D_CHECK(eps >= 0.0f, op, ": eps must be >= 0, got ", eps);
 }
 
-// The operands of the in-place per-head q/k ops (fused_qk.h, fast_norm.h): x bf16 [T, >=
+// The operands of the in-place per-head q/k ops (qk_rmsnorm.h, fast_norm.h): x bf16 [T, >=
 // slots * H * D], D even; gammas f32 [H, D] (either may be null); cos and sin f32 [T, D / 2],
 // both or neither; at least a gamma or the RoPE tables; all on x's device.
 inline void check_qk_operands(const char* op, const Tensor& x, int slots, int heads,

@@ -1,5 +1,5 @@
 // The row statistics of the LayerNorm kernel, shared by layer_norm (layernorm.cu) and the
-// fused modulated LayerNorm (fused_norm.cu) so that both reduce in the same order and get
+// fused modulated LayerNorm (modulated_layernorm.cu) so that both reduce in the same order and get
 // the same mean and rstd bits: pass 1 sums the row, pass 2 the squared deviations from the
 // mean (both in double, each thread over its elements in order, then block_sum's fixed
 // order); mean and rstd are rounded to fp32 once. Thread i owns the elements (or 16-byte

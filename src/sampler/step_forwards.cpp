@@ -50,7 +50,7 @@ StepForwards::StepForwards(const model::Transformer& model, const Inputs& in,
   const int B = batch_;
   const int L = static_cast<int>(in.cond.size(1));
   req_ = model.prepare(in.coords, B, L, in.concat_cond);
-  req_.flags = o.flags;
+  req_.use_flags(o.flags);
   // The null-context path, decided once per request (refusals are counted fallbacks).
   if (o.flags.on(Flag::null_context_exact) || o.flags.on(Flag::null_context_cache)) {
     S3D_CHECK(o.null_context, "sampler: null_context_exact/null_context_cache need a "
@@ -62,7 +62,7 @@ StepForwards::StepForwards(const model::Transformer& model, const Inputs& in,
   if (o.flags.on(Flag::batched_cfg)) {
     req2_ = model.prepare(doubled_coords(in.coords, B), 2 * B, L, doubled_rows(in.concat_cond),
                           symbolic_null_ ? B : 0);
-    req2_.flags = o.flags;
+    req2_.use_flags(o.flags);
   }
   set_up_conditions(in);
   set_up_kv_cache();

@@ -1,26 +1,35 @@
 // Tolerance kernels (src/kernels/fast_norm.h) on the CPU backend: each
-// *_fast_or entry point against the fp64 golden under the fp64-golden rule, r being the
-// bitwise entry point's output (the reference chain), on random non-zero inputs: token
-// counts 1, 3, 37, 1001, widths 8, 24, 1536, 1544, head dims 8, 24, 64, 128, several assets
+// op (ops/), run with its tolerance candidate on, against the fp64 golden under the fp64-golden
+// rule, r being the bitwise entry point's output (the reference chain), on random non-zero inputs:
+// token counts 1, 3, 37, 1001, widths 8, 24, 1536, 1544, head dims 8, 24, 64, 128, several assets
 // with random batch indices, gamma and the modulation far from trivial; poisoned outputs;
 // the support rules (refused shape: fallback counted, the bitwise entry point's bits).
 #include <gtest/gtest.h>
 
 #include <string>
 
+#include "../fast_norm_golden.h"
+#include "../ops_plan.h"
+#include "../test_numerics.h"
 #include "bench/kernel_bandwidth.h"
 #include "contract/fallback.h"
 #include "kernel_test_util.h"
 #include "kernels/elementwise.h"
 #include "kernels/fast_norm.h"
-#include "kernels/fused_norm.h"
-#include "kernels/fused_qk.h"
+#include "kernels/modulated_layernorm.h"
 #include "kernels/qk_norm_rope.h"
-#include "../fast_norm_golden.h"
-#include "../test_numerics.h"
+#include "kernels/qk_rmsnorm.h"
+#include "ops/gated_residual_add.h"
+#include "ops/linear_gelu.h"
+#include "ops/modulated_layernorm.h"
+#include "ops/qk_rmsnorm_cross.h"
+#include "ops/qk_rmsnorm_rope.h"
 
 namespace s3d {
 namespace {
+
+using test::plan_if;
+using test::plan_of;
 
 using test::random_tensor;
 using test::throws_error;
@@ -40,23 +49,25 @@ struct FastNormCpu : ::testing::Test {
 // ---- modulated LayerNorm ----
 
 void check_modulated(int64_t T, int64_t C, int B, uint64_t seed) {
-  const std::string what = cat("fast modulated_layer_norm T ", T, " C ", C, " B ", B);
+  const std::string what = cat("fast modulated_layernorm T ", T, " C ", C, " B ", B);
   Tensor x = random_tensor({T, C}, DType::BF16, seed, 2.0f, 0.5f);
   Tensor mod = random_tensor({B, 6 * C}, DType::BF16, seed + 1, 0.5f);
   Tensor bidx = test::random_ints({T}, seed + 2, 0, B);
   const RowView shift = RowView::columns(mod, 3 * C, C), scale = RowView::columns(mod, 4 * C, C);
   Tensor ref = poisoned({T, C});
-  kernels::modulated_layer_norm(x, shift, scale, bidx, 1e-6f, false, ref);
-  ASSERT_EQ(kernels::fast::modulated_layer_norm_unsupported(x, shift, scale, ref), "") << what;
+  ops::modulated_layernorm(plan_of({}), x, shift, scale, bidx, 1e-6f, ref);
+  ASSERT_EQ(kernels::fast::modulated_layernorm_unsupported(x, shift, scale, ref), "") << what;
   Tensor got = poisoned({T, C});
-  kernels::modulated_layer_norm_fast_or(x, shift, scale, bidx, 1e-6f, true, got);
+  ops::modulated_layernorm(
+      plan_of({sparse3d::Flag::fast_modulated_layernorm, sparse3d::Flag::modulated_layernorm}), x,
+      shift, scale, bidx, 1e-6f, got);
   EXPECT_EQ(count_poisoned(ref), 0) << what;
   EXPECT_EQ(count_poisoned(got), 0) << what;
-  const Golden g = testing::golden_modulated_layer_norm(x, shift, scale, bidx, 1e-6f);
+  const Golden g = testing::golden_modulated_layernorm(x, shift, scale, bidx, 1e-6f);
   EXPECT_TRUE(testing::meets_golden_rule(g, ref.to_floats(), got.to_floats(), what));
   // In place (out = x) gives the same bits: each row is read whole before it is written.
   Tensor xi = copy_of(x);
-  kernels::fast::modulated_layer_norm(xi, shift, scale, bidx, 1e-6f, xi);
+  kernels::fast::modulated_layernorm(xi, shift, scale, bidx, 1e-6f, xi);
   EXPECT_TRUE(testing::bitwise_equal(xi, got)) << what << ": in place";
 }
 
@@ -81,9 +92,10 @@ TEST_F(FastNormCpu, ModulatedLayerNormKeepsTheRuleOnAnOffsetRow) {
   Tensor bidx = test::random_ints({T}, 1052, 0, 2);
   const RowView shift = RowView::columns(mod, 0, C), scale = RowView::columns(mod, C, C);
   Tensor ref = poisoned({T, C}), got = poisoned({T, C});
-  kernels::modulated_layer_norm(x, shift, scale, bidx, 1e-6f, false, ref);
-  kernels::modulated_layer_norm_fast_or(x, shift, scale, bidx, 1e-6f, false, got);
-  const Golden g = testing::golden_modulated_layer_norm(x, shift, scale, bidx, 1e-6f);
+  ops::modulated_layernorm(plan_of({}), x, shift, scale, bidx, 1e-6f, ref);
+  ops::modulated_layernorm(plan_of({sparse3d::Flag::fast_modulated_layernorm}), x, shift, scale,
+                           bidx, 1e-6f, got);
+  const Golden g = testing::golden_modulated_layernorm(x, shift, scale, bidx, 1e-6f);
   EXPECT_TRUE(testing::meets_golden_rule(g, ref.to_floats(), got.to_floats(), "offset rows"));
 }
 
@@ -98,22 +110,26 @@ TEST_F(FastNormCpu, ModulatedLayerNormRefusesUnsupportedWidthsAndFallsBack) {
     Tensor bidx = test::random_ints({3}, 1102, 0, 2);
     const RowView shift = RowView::columns(mod, 0, C), scale = RowView::columns(mod, C, C);
     Tensor out = poisoned({3, C});
-    const std::string why = kernels::fast::modulated_layer_norm_unsupported(x, shift, scale, out);
+    const std::string why = kernels::fast::modulated_layernorm_unsupported(x, shift, scale, out);
     EXPECT_NE(why.find(reason), std::string::npos) << why;
-    EXPECT_TRUE(throws_error(
-        [&] { kernels::fast::modulated_layer_norm(x, shift, scale, bidx, 1e-6f, out); },
-        {"fast modulated_layer_norm", "unsupported", reason}));
+    EXPECT_TRUE(
+        throws_error([&] { kernels::fast::modulated_layernorm(x, shift, scale, bidx, 1e-6f, out); },
+                     {"fast modulated_layernorm", "unsupported", reason}));
     EXPECT_EQ(count_poisoned(out), 3 * C) << "a refused call writes nothing";
     for (bool fused : {false, true}) {
       Tensor want = poisoned({3, C});
-      kernels::modulated_layer_norm(x, shift, scale, bidx, 1e-6f, fused, want);
+      ops::modulated_layernorm(plan_if(fused, sparse3d::Flag::modulated_layernorm), x, shift, scale,
+                               bidx, 1e-6f, want);
       Tensor got = poisoned({3, C});
-      kernels::modulated_layer_norm_fast_or(x, shift, scale, bidx, 1e-6f, fused, got);
+      ops::modulated_layernorm((fused ? plan_of({sparse3d::Flag::fast_modulated_layernorm,
+                                                 sparse3d::Flag::modulated_layernorm})
+                                      : plan_of({sparse3d::Flag::fast_modulated_layernorm})),
+                               x, shift, scale, bidx, 1e-6f, got);
       EXPECT_EQ(count_poisoned(got), 0);
       EXPECT_TRUE(testing::bitwise_equal(got, want)) << "C " << C << " fused " << fused;
     }
     EXPECT_EQ(fallbacks_of("fast_modulated_layernorm"), 2u) << C;
-    // The bitwise twin's own refusal is counted under its own flag (once by the fast_or call
+    // The bitwise twin's own refusal is counted under its own flag (once by the op's ladder
     // with fused = true, once by the direct call).
     EXPECT_EQ(fallbacks_of("modulated_layernorm"), twin_falls_back ? 2u : 0u) << C;
     for (const auto& c : contract::fallback_counts()) {
@@ -131,8 +147,12 @@ TEST_F(FastNormCpu, ModulatedLayerNormRejectsABadBatchIndex) {
   Tensor bidx = Tensor::from_ints({0, 1, 2}, {3});
   const RowView shift = RowView::columns(mod, 0, 16), scale = RowView::columns(mod, 16, 16);
   EXPECT_TRUE(throws_error(
-      [&] { kernels::modulated_layer_norm_fast_or(x, shift, scale, bidx, 1e-6f, true, out); },
-      {"fast modulated_layer_norm: batch_index[2] = 2", "outside [0, 2)"}));
+      [&] {
+        ops::modulated_layernorm(plan_of({sparse3d::Flag::fast_modulated_layernorm,
+                                          sparse3d::Flag::modulated_layernorm}),
+                                 x, shift, scale, bidx, 1e-6f, out);
+      },
+      {"fast modulated_layernorm: batch_index[2] = 2", "outside [0, 2)"}));
 }
 
 // ---- q/k RMSNorm + RoPE ----
@@ -147,10 +167,12 @@ void check_qk(int64_t T, int H, int D, bool norm, bool rope, uint64_t seed) {
   const Tensor* c = rope ? &cos : nullptr;
   const Tensor* s = rope ? &sin : nullptr;
   Tensor ref_in = copy_of(qkv);
-  const Tensor ref = kernels::qk_rmsnorm_rope(ref_in, H, D, g0, g1, c, s, false);
+  const Tensor ref = ops::qk_rmsnorm_rope(plan_of({}), ref_in, H, D, g0, g1, c, s);
   ASSERT_EQ(kernels::fast::qk_unsupported(qkv, 3 * C, H, D, g0, g1, c, s), "") << what;
   Tensor got_in = copy_of(qkv);
-  const Tensor got = kernels::qk_rmsnorm_rope_fast_or(got_in, H, D, g0, g1, c, s, true);
+  const Tensor got = ops::qk_rmsnorm_rope(
+      plan_of({sparse3d::Flag::fast_qk_rmsnorm_rope, sparse3d::Flag::qk_rmsnorm_rope_inplace}),
+      got_in, H, D, g0, g1, c, s);
   EXPECT_EQ(got.data(), got_in.data()) << what << ": in place";
   const Golden g = testing::golden_qk(qkv, 2, H, D, g0, g1, c, s);
   EXPECT_TRUE(testing::meets_golden_rule(g, testing::leading_columns(ref, 2 * C),
@@ -182,12 +204,14 @@ TEST_F(FastNormCpu, QkRmsNormRopeMeetsTheGoldenRule) {
 TEST_F(FastNormCpu, QkRmsNormRopeWithNothingToDoReturnsItsInput) {
   Tensor qkv = random_tensor({3, 3 * 16}, DType::BF16, 2950);
   const Tensor before = copy_of(qkv);
-  Tensor got = kernels::qk_rmsnorm_rope_fast_or(qkv, 2, 8, nullptr, nullptr, nullptr, nullptr, true);
+  Tensor got = ops::qk_rmsnorm_rope(
+      plan_of({sparse3d::Flag::fast_qk_rmsnorm_rope, sparse3d::Flag::qk_rmsnorm_rope_inplace}), qkv,
+      2, 8, nullptr, nullptr, nullptr, nullptr);
   EXPECT_EQ(got.data(), qkv.data());
   EXPECT_TRUE(testing::bitwise_equal(qkv, before));
   EXPECT_TRUE(throws_error(
-      [&] { kernels::fast::qk_rmsnorm_rope_inplace(qkv, 2, 8, nullptr, nullptr, nullptr, nullptr); },
-      {"fast qk_rmsnorm_rope_inplace", "nothing to do"}));
+      [&] { kernels::fast::qk_rmsnorm_rope(qkv, 2, 8, nullptr, nullptr, nullptr, nullptr); },
+      {"fast qk_rmsnorm_rope", "nothing to do"}));
   EXPECT_TRUE(contract::fallback_counts().empty());
 }
 
@@ -198,9 +222,11 @@ TEST_F(FastNormCpu, CrossQRmsNormMeetsTheGoldenRule) {
       Tensor q = random_tensor({T, int64_t{H} * D}, DType::BF16, 3000 + T + D, 2.0f, -0.2f);
       Tensor gm = random_tensor({H, D}, DType::F32, 3100 + D, 0.3f, 1.0f);
       Tensor ref_in = copy_of(q);
-      const Tensor ref = kernels::cross_q_rmsnorm(ref_in, gm, H, D, false);
+      const Tensor ref = ops::qk_rmsnorm_cross(plan_of({}), ref_in, gm, H, D);
       Tensor got_in = copy_of(q);
-      const Tensor got = kernels::cross_q_rmsnorm_fast_or(got_in, gm, H, D, true);
+      const Tensor got = ops::qk_rmsnorm_cross(plan_of({sparse3d::Flag::fast_qk_rmsnorm_cross,
+                                                        sparse3d::Flag::qk_rmsnorm_cross_inplace}),
+                                               got_in, gm, H, D);
       EXPECT_EQ(got.data(), got_in.data()) << what << ": in place";
       const Golden g = testing::golden_qk(q, 1, H, D, &gm, nullptr, nullptr, nullptr);
       EXPECT_TRUE(testing::meets_golden_rule(g, ref.to_floats(), got.to_floats(), what));
@@ -226,15 +252,20 @@ TEST_F(FastNormCpu, QkKernelsRefuseUnsupportedShapesAndTheEntryPointsFallBack) {
     const std::string why = kernels::fast::qk_unsupported(qkv, 3 * C, H, D, &qg, &kg, &cos, &sin);
     EXPECT_NE(why.find(reason), std::string::npos) << why;
     Tensor untouched = copy_of(qkv);
-    EXPECT_TRUE(throws_error(
-        [&] { kernels::fast::qk_rmsnorm_rope_inplace(untouched, H, D, &qg, &kg, &cos, &sin); },
-        {"fast qk_rmsnorm_rope_inplace", "unsupported", reason}));
+    EXPECT_TRUE(
+        throws_error([&] { kernels::fast::qk_rmsnorm_rope(untouched, H, D, &qg, &kg, &cos, &sin); },
+                     {"fast qk_rmsnorm_rope", "unsupported", reason}));
     EXPECT_TRUE(testing::bitwise_equal(untouched, qkv)) << "a refused call writes nothing";
     for (bool fused : {false, true}) {
       Tensor want_in = copy_of(qkv), got_in = copy_of(qkv);
-      const Tensor want = kernels::qk_rmsnorm_rope(want_in, H, D, &qg, &kg, &cos, &sin, fused);
+      const Tensor want =
+          ops::qk_rmsnorm_rope(plan_if(fused, sparse3d::Flag::qk_rmsnorm_rope_inplace), want_in, H,
+                               D, &qg, &kg, &cos, &sin);
       const Tensor got =
-          kernels::qk_rmsnorm_rope_fast_or(got_in, H, D, &qg, &kg, &cos, &sin, fused);
+          ops::qk_rmsnorm_rope((fused ? plan_of({sparse3d::Flag::fast_qk_rmsnorm_rope,
+                                                 sparse3d::Flag::qk_rmsnorm_rope_inplace})
+                                      : plan_of({sparse3d::Flag::fast_qk_rmsnorm_rope})),
+                               got_in, H, D, &qg, &kg, &cos, &sin);
       EXPECT_TRUE(testing::bitwise_equal(got, want)) << "D " << D << " fused " << fused;
     }
     EXPECT_EQ(fallbacks_of("fast_qk_rmsnorm_rope"), 2u) << D;
@@ -244,39 +275,51 @@ TEST_F(FastNormCpu, QkKernelsRefuseUnsupportedShapesAndTheEntryPointsFallBack) {
     Tensor q = random_tensor({T, C}, DType::BF16, 3204 + D, 2.0f);
     for (bool fused : {false, true}) {
       Tensor want_in = copy_of(q), got_in = copy_of(q);
-      const Tensor want = kernels::cross_q_rmsnorm(want_in, qg, H, D, fused);
-      const Tensor got = kernels::cross_q_rmsnorm_fast_or(got_in, qg, H, D, fused);
+      const Tensor want = ops::qk_rmsnorm_cross(
+          plan_if(fused, sparse3d::Flag::qk_rmsnorm_cross_inplace), want_in, qg, H, D);
+      const Tensor got =
+          ops::qk_rmsnorm_cross((fused ? plan_of({sparse3d::Flag::fast_qk_rmsnorm_cross,
+                                                  sparse3d::Flag::qk_rmsnorm_cross_inplace})
+                                       : plan_of({sparse3d::Flag::fast_qk_rmsnorm_cross})),
+                                got_in, qg, H, D);
       EXPECT_TRUE(testing::bitwise_equal(got, want)) << "cross D " << D << " fused " << fused;
     }
-    EXPECT_EQ(fallbacks_of("fast_head_rmsnorm"), 2u) << D;
-    EXPECT_TRUE(throws_error([&] { kernels::fast::head_rmsnorm_inplace(q, qg, H, D); },
-                             {"fast head_rmsnorm_inplace", "unsupported", reason}));
+    EXPECT_EQ(fallbacks_of("fast_qk_rmsnorm_cross"), 2u) << D;
+    EXPECT_TRUE(throws_error([&] { kernels::fast::qk_rmsnorm_cross(q, qg, H, D); },
+                             {"fast qk_rmsnorm_cross", "unsupported", reason}));
   }
   // A view starting 2 bytes into its storage: not 16-byte aligned.
   Tensor big = random_tensor({4 * 64 + 1}, DType::BF16, 3300);
   Tensor odd = big.rows(1, 4 * 64 + 1).reshape({4, 64});
   Tensor g64 = random_tensor({1, 64}, DType::F32, 3301);
   EXPECT_NE(kernels::fast::qk_unsupported(odd, 64, 1, 64, &g64, nullptr, nullptr, nullptr), "");
-  EXPECT_TRUE(throws_error([&] { kernels::fast::head_rmsnorm_inplace(odd, g64, 1, 64); },
-                           {"fast head_rmsnorm_inplace", "16-byte"}));
+  EXPECT_TRUE(throws_error([&] { kernels::fast::qk_rmsnorm_cross(odd, g64, 1, 64); },
+                           {"fast qk_rmsnorm_cross", "16-byte"}));
 }
 
-// bench-kernels states the tolerance rows' target with them (the rows come from
-// sparse3d::measure_kernel_bandwidth on a GPU).
+// bench-kernels states the tolerance rows' target with them, and a refused candidate as
+// refused (the rows come from ops::measure_bandwidth on a GPU).
 TEST_F(FastNormCpu, BenchKernelsReportNamesTheToleranceTarget) {
   bench::KernelBandwidthReport r;
   r.date = "2026-11-30T00:00:00Z";
   r.measured.copy_bytes = 2e9;
   r.measured.copy_seconds = 5e-4;
-  r.measured.rows.push_back({"modulated_layer_norm", "fused", 30227, 1.9e8, 1.7e-4});
+  r.measured.rows.push_back(
+      {"modulated_layernorm", "modulated_layernorm", "bitwise", 30227, 1.9e8, 1.7e-4, ""});
   EXPECT_EQ(bench::to_markdown(r).find("Role \"tolerance\""), std::string::npos);
   r.measured.rows.push_back(
-      {"fast modulated_layer_norm (fast_modulated_layernorm)", "tolerance", 30227, 1.9e8, 5e-5});
+      {"modulated_layernorm", "fast_modulated_layernorm", "tolerance", 30227, 1.9e8, 5e-5, ""});
+  r.measured.rows.push_back({"qk_rmsnorm_rope", "fast_qk_rmsnorm_rope", "tolerance", 30227, 1.9e8,
+                             0, "head_dim 264 exceeds 256"});
   const std::string md = bench::to_markdown(r);
-  EXPECT_NE(md.find("| fast modulated_layer_norm (fast_modulated_layernorm) | tolerance | 30,227 |"),
+  EXPECT_NE(md.find("| modulated_layernorm | fast_modulated_layernorm | tolerance | 30,227 |"),
             std::string::npos)
       << md;
   EXPECT_NE(md.find("target >= 80% of the copy bandwidth at 30,227 tokens"), std::string::npos);
+  EXPECT_NE(md.find("refused: head_dim 264 exceeds 256"), std::string::npos) << md;
+  const io::Json j = bench::to_json(r);
+  EXPECT_EQ(j["rows"][2]["skipped"], "head_dim 264 exceeds 256");
+  EXPECT_EQ(j["rows"][1]["candidate"], "fast_modulated_layernorm");
 }
 
 }  // namespace

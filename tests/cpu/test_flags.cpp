@@ -22,7 +22,7 @@ const char* const kKnownFlags =
     "batched_cfg, null_context_exact, null_context_cache, cond_kv_cache, step_tables, "
     "cuda_graphs, qk_rmsnorm_rope_inplace, modulated_layernorm, gated_residual_add, "
     "qk_rmsnorm_cross_inplace, gelu_tanh, gemm_gelu_epilogue, fast_modulated_layernorm, "
-    "fast_qk_rmsnorm_rope, fast_head_rmsnorm, tuned_gemm, tuned_attention, chunked_mlp";
+    "fast_qk_rmsnorm_rope, fast_qk_rmsnorm_cross, tuned_gemm, tuned_attention, chunked_mlp";
 const char* const kKnownPaths =
     "pure_eager, kernel_fusion, prior_exact_null, canonical_cache_null, "
     "canonical_cache_combined, beyond, fast, low_memory";
@@ -52,12 +52,20 @@ TEST(Flags, EveryNameRoundTripsThroughParseFlag) {
   }
 }
 
+// A flag renamed after its op keeps its earlier spelling readable (old result files).
+TEST(Flags, AnEarlierSpellingParsesAsTheFlagsNameNow) {
+  EXPECT_EQ(sparse3d::parse_flag("fast_head_rmsnorm"), Flag::fast_qk_rmsnorm_cross);
+  EXPECT_EQ(sparse3d::name(Flag::fast_qk_rmsnorm_cross), "fast_qk_rmsnorm_cross");
+  EXPECT_EQ(sparse3d::ExecutionPlan::parse("kernel_fusion+fast_head_rmsnorm").label(),
+            "kernel_fusion+fast_qk_rmsnorm_cross");
+}
+
 TEST(Flags, ContractsAreTheDocumentedOnes) {
   for (const auto& f : sparse3d::flag_infos()) {
     const bool tolerance =
         f.flag == Flag::batched_cfg || f.flag == Flag::step_tables ||
         f.flag == Flag::gemm_gelu_epilogue || f.flag == Flag::fast_modulated_layernorm ||
-        f.flag == Flag::fast_qk_rmsnorm_rope || f.flag == Flag::fast_head_rmsnorm ||
+        f.flag == Flag::fast_qk_rmsnorm_rope || f.flag == Flag::fast_qk_rmsnorm_cross ||
         f.flag == Flag::tuned_gemm || f.flag == Flag::tuned_attention ||
         f.flag == Flag::chunked_mlp;
     EXPECT_EQ(f.contract != "bitwise", tolerance) << f.name << ": " << f.contract;
@@ -93,7 +101,7 @@ TEST(Flags, PathsCarryTheirFlags) {
                              .set(Flag::step_tables)
                              .set(Flag::cuda_graphs);
   const FlagSet tolerance = {Flag::fast_modulated_layernorm, Flag::fast_qk_rmsnorm_rope,
-                             Flag::fast_head_rmsnorm};
+                             Flag::fast_qk_rmsnorm_cross};
   const std::vector<std::pair<std::string, FlagSet>> want = {
       {"pure_eager", {}},
       {"kernel_fusion", fusion},

@@ -12,27 +12,35 @@
 #include <iostream>
 #include <map>
 
-#include "contract/fallback.h"
-#include "gemm/linear.h"
-#include "gemm/linear_gelu.h"
-#include "kernel_test_util.h"
-#include "kernels/elementwise.h"
-#include "kernels/fused_gelu.h"
-#include "kernels/fused_norm.h"
-#include "kernels/fused_qk.h"
-#include "kernels/fused_residual.h"
-#include "kernels/qk_norm_rope.h"
-#include "model/checkpoint.h"
-#include "sparse3d/flags.h"
-#include "model/null_context.h"
-#include "sampler/sampler.h"
 #include "../gelu_epilogue_contract.h"
 #include "../model_inputs.h"
 #include "../null_context_checks.h"
+#include "../ops_plan.h"
 #include "../test_numerics.h"
+#include "contract/fallback.h"
+#include "gemm/linear.h"
+#include "kernel_test_util.h"
+#include "kernels/elementwise.h"
+#include "kernels/gated_residual_add.h"
+#include "kernels/gelu_tanh.h"
+#include "kernels/modulated_layernorm.h"
+#include "kernels/qk_norm_rope.h"
+#include "kernels/qk_rmsnorm.h"
+#include "model/checkpoint.h"
+#include "model/null_context.h"
+#include "ops/gated_residual_add.h"
+#include "ops/linear_gelu.h"
+#include "ops/modulated_layernorm.h"
+#include "ops/qk_rmsnorm_cross.h"
+#include "ops/qk_rmsnorm_rope.h"
+#include "sampler/sampler.h"
+#include "sparse3d/flags.h"
 
 namespace s3d {
 namespace {
+
+using test::plan_if;
+using test::plan_of;
 
 using test::random_tensor;
 using test::throws_error;
@@ -69,13 +77,14 @@ void check_qk(int64_t T, int H, int D, bool norm, bool rope, uint64_t seed) {
   const std::string what = cat("T ", T, " H ", H, " D ", D, " norm ", norm, " rope ", rope);
   // The reference chain restacks into a new tensor and leaves its input alone.
   Tensor ref_in = copy_of(qkv);
-  Tensor want = kernels::qk_rmsnorm_rope(ref_in, H, D, g0, g1, c, s, false);
+  Tensor want = ops::qk_rmsnorm_rope(plan_of({}), ref_in, H, D, g0, g1, c, s);
   EXPECT_NE(want.data(), ref_in.data()) << what;
   EXPECT_TRUE(same_bits(ref_in, qkv, "reference input")) << what;
   // The fused kernel works in place.
   ASSERT_EQ(kernels::fused::qk_unsupported(qkv, 3 * C, H, D, c, s), "");
   Tensor got_in = copy_of(qkv);
-  Tensor got = kernels::qk_rmsnorm_rope(got_in, H, D, g0, g1, c, s, true);
+  Tensor got = ops::qk_rmsnorm_rope(plan_of({sparse3d::Flag::qk_rmsnorm_rope_inplace}), got_in, H,
+                                    D, g0, g1, c, s);
   EXPECT_EQ(got.data(), got_in.data()) << what;
   EXPECT_TRUE(same_bits(got, want, "qk_rmsnorm_rope")) << what;
   // v is the input's either way.
@@ -104,7 +113,8 @@ TEST_F(FusedKernelsCpu, QkRmsNormRopeFusedIsTheReferenceChainBitwise) {
 TEST_F(FusedKernelsCpu, QkRmsNormRopeWithNothingToDoReturnsItsInput) {
   Tensor qkv = random_tensor({3, 3 * 16}, DType::BF16, 61);
   for (bool fused : {false, true}) {
-    Tensor got = kernels::qk_rmsnorm_rope(qkv, 2, 8, nullptr, nullptr, nullptr, nullptr, fused);
+    Tensor got = ops::qk_rmsnorm_rope(plan_if(fused, sparse3d::Flag::qk_rmsnorm_rope_inplace), qkv,
+                                      2, 8, nullptr, nullptr, nullptr, nullptr);
     EXPECT_EQ(got.data(), qkv.data());
   }
   EXPECT_TRUE(contract::fallback_counts().empty());
@@ -116,11 +126,12 @@ TEST_F(FusedKernelsCpu, CrossQRmsNormFusedIsTheReferenceBitwise) {
       Tensor q = random_tensor({T, int64_t{H} * D}, DType::BF16, 70 + T + D, 2.0f, -0.2f);
       Tensor g = random_tensor({H, D}, DType::F32, 80 + D, 0.3f, 1.0f);
       Tensor ref_in = copy_of(q);
-      Tensor want = kernels::cross_q_rmsnorm(ref_in, g, H, D, false);
+      Tensor want = ops::qk_rmsnorm_cross(plan_of({}), ref_in, g, H, D);
       EXPECT_NE(want.data(), ref_in.data());
       EXPECT_TRUE(same_bits(ref_in, q, "reference input"));
       Tensor got_in = copy_of(q);
-      Tensor got = kernels::cross_q_rmsnorm(got_in, g, H, D, true);
+      Tensor got = ops::qk_rmsnorm_cross(plan_of({sparse3d::Flag::qk_rmsnorm_cross_inplace}),
+                                         got_in, g, H, D);
       EXPECT_EQ(got.data(), got_in.data());
       EXPECT_TRUE(same_bits(got, want, "cross_q_rmsnorm")) << "T " << T << " D " << D;
     }
@@ -138,8 +149,9 @@ TEST_F(FusedKernelsCpu, QkKernelsRefuseUnsupportedShapesAndTheEntryPointsFallBac
       [&] { kernels::fused::qk_rmsnorm_rope_inplace(qkv, 2, 10, &g, &g, nullptr, nullptr); },
       {"qk_rmsnorm_rope_inplace", "unsupported", "head_dim 10"}));
   // ... and the entry point runs the reference chain, counted with the reason.
-  Tensor want = kernels::qk_rmsnorm_rope(qkv, 2, 10, &g, &g, nullptr, nullptr, false);
-  Tensor got = kernels::qk_rmsnorm_rope(qkv, 2, 10, &g, &g, nullptr, nullptr, true);
+  Tensor want = ops::qk_rmsnorm_rope(plan_of({}), qkv, 2, 10, &g, &g, nullptr, nullptr);
+  Tensor got = ops::qk_rmsnorm_rope(plan_of({sparse3d::Flag::qk_rmsnorm_rope_inplace}), qkv, 2, 10,
+                                    &g, &g, nullptr, nullptr);
   EXPECT_TRUE(same_bits(got, want, "qk_rmsnorm_rope fallback"));
   ASSERT_EQ(contract::fallback_counts().size(), 1u);
   EXPECT_EQ(contract::fallback_counts()[0].optimization, "qk_rmsnorm_rope_inplace");
@@ -149,15 +161,16 @@ TEST_F(FusedKernelsCpu, QkKernelsRefuseUnsupportedShapesAndTheEntryPointsFallBac
   Tensor odd = big.reshape({4 * 64 + 1}).rows(1, 4 * 64 + 1).reshape({4, 64});
   EXPECT_NE(kernels::fused::qk_unsupported(odd, 64, 1, 64, nullptr, nullptr), "");
   Tensor g64 = random_tensor({1, 64}, DType::F32, 93);
-  EXPECT_TRUE(throws_error([&] { kernels::fused::head_rmsnorm_inplace(odd, g64, 1, 64); },
-                           {"head_rmsnorm_inplace", "16-byte"}));
-  Tensor q_want = kernels::cross_q_rmsnorm(odd, g64, 1, 64, false);
-  Tensor q_got = kernels::cross_q_rmsnorm(odd, g64, 1, 64, true);
+  EXPECT_TRUE(throws_error([&] { kernels::fused::qk_rmsnorm_cross_inplace(odd, g64, 1, 64); },
+                           {"qk_rmsnorm_cross_inplace", "16-byte"}));
+  Tensor q_want = ops::qk_rmsnorm_cross(plan_of({}), odd, g64, 1, 64);
+  Tensor q_got =
+      ops::qk_rmsnorm_cross(plan_of({sparse3d::Flag::qk_rmsnorm_cross_inplace}), odd, g64, 1, 64);
   EXPECT_TRUE(same_bits(q_got, q_want, "cross_q_rmsnorm fallback"));
   EXPECT_EQ(fallbacks_of("qk_rmsnorm_cross_inplace"), 1u);
 }
 
-// ---- modulated_layer_norm ----
+// ---- modulated_layernorm ----
 
 void check_modulated(int64_t T, int64_t C, int B, uint64_t seed) {
   Tensor x = random_tensor({T, C}, DType::BF16, seed, 2.0f, 0.5f);
@@ -165,13 +178,14 @@ void check_modulated(int64_t T, int64_t C, int B, uint64_t seed) {
   Tensor bidx = batch_runs(T, B);
   const RowView shift = RowView::columns(mod, 3 * C, C), scale = RowView::columns(mod, 4 * C, C);
   Tensor want = poisoned({T, C});
-  kernels::modulated_layer_norm(x, shift, scale, bidx, 1e-6f, false, want);
+  ops::modulated_layernorm(plan_of({}), x, shift, scale, bidx, 1e-6f, want);
   Tensor got = poisoned({T, C});
-  ASSERT_EQ(kernels::fused::modulated_layer_norm_unsupported(x, shift, scale, got), "");
-  kernels::modulated_layer_norm(x, shift, scale, bidx, 1e-6f, true, got);
+  ASSERT_EQ(kernels::fused::modulated_layernorm_unsupported(x, shift, scale, got), "");
+  ops::modulated_layernorm(plan_of({sparse3d::Flag::modulated_layernorm}), x, shift, scale, bidx,
+                           1e-6f, got);
   EXPECT_EQ(count_poisoned(want), 0);
   EXPECT_EQ(count_poisoned(got), 0);
-  EXPECT_TRUE(same_bits(got, want, "modulated_layer_norm")) << "T " << T << " C " << C << " B " << B;
+  EXPECT_TRUE(same_bits(got, want, "modulated_layernorm")) << "T " << T << " C " << C << " B " << B;
 }
 
 TEST_F(FusedKernelsCpu, ModulatedLayerNormFusedIsTheReferenceChainBitwise) {
@@ -189,15 +203,16 @@ TEST_F(FusedKernelsCpu, ModulatedLayerNormRefusesOddWidthsAndFallsBack) {
     Tensor mod = random_tensor({1, 6 * C}, DType::BF16, 131);
     Tensor out = poisoned({3, C});
     const RowView shift = RowView::columns(mod, 0, C), scale = RowView::columns(mod, C, C);
-    EXPECT_NE(kernels::fused::modulated_layer_norm_unsupported(x, shift, scale, out), "") << C;
+    EXPECT_NE(kernels::fused::modulated_layernorm_unsupported(x, shift, scale, out), "") << C;
     EXPECT_TRUE(throws_error(
-        [&] { kernels::fused::modulated_layer_norm(x, shift, scale, batch_runs(3, 1), 1e-6f, out); },
-        {"modulated_layer_norm", "unsupported", "multiple of 8"}));
+        [&] { kernels::fused::modulated_layernorm(x, shift, scale, batch_runs(3, 1), 1e-6f, out); },
+        {"modulated_layernorm", "unsupported", "multiple of 8"}));
     Tensor want = poisoned({3, C});
-    kernels::modulated_layer_norm(x, shift, scale, batch_runs(3, 1), 1e-6f, false, want);
-    kernels::modulated_layer_norm(x, shift, scale, batch_runs(3, 1), 1e-6f, true, out);
+    ops::modulated_layernorm(plan_of({}), x, shift, scale, batch_runs(3, 1), 1e-6f, want);
+    ops::modulated_layernorm(plan_of({sparse3d::Flag::modulated_layernorm}), x, shift, scale,
+                             batch_runs(3, 1), 1e-6f, out);
     EXPECT_EQ(count_poisoned(out), 0);
-    EXPECT_TRUE(same_bits(out, want, "modulated_layer_norm fallback")) << C;
+    EXPECT_TRUE(same_bits(out, want, "modulated_layernorm fallback")) << C;
   }
   EXPECT_EQ(fallbacks_of("modulated_layernorm"), 2u);
 }
@@ -209,10 +224,13 @@ TEST_F(FusedKernelsCpu, ModulatedLayerNormRejectsABadBatchIndex) {
   Tensor bidx = Tensor::from_ints({0, 1, 2}, {3});
   const RowView shift = RowView::columns(mod, 0, 16), scale = RowView::columns(mod, 16, 16);
   EXPECT_TRUE(throws_error(
-      [&] { kernels::modulated_layer_norm(x, shift, scale, bidx, 1e-6f, true, out); },
-      {"modulated_layer_norm: batch_index[2] = 2", "outside [0, 2)"}));
+      [&] {
+        ops::modulated_layernorm(plan_of({sparse3d::Flag::modulated_layernorm}), x, shift, scale,
+                                 bidx, 1e-6f, out);
+      },
+      {"modulated_layernorm: batch_index[2] = 2", "outside [0, 2)"}));
   EXPECT_TRUE(throws_error(
-      [&] { kernels::modulated_layer_norm(x, shift, scale, bidx, 1e-6f, false, out); },
+      [&] { ops::modulated_layernorm(plan_of({}), x, shift, scale, bidx, 1e-6f, out); },
       {"gather_rows: index[2] = 2", "outside [0, 2)"}));
 }
 
@@ -228,15 +246,17 @@ TEST_F(FusedKernelsCpu, GatedResidualAddFusedIsTheReferenceChainBitwise) {
         Tensor bidx = batch_runs(T, B);
         const RowView gate = RowView::columns(mod, 5 * C, C);
         Tensor want = poisoned({T, C});
-        kernels::gated_residual_add(x, h, gate, bidx, false, want);
+        ops::gated_residual_add(plan_of({}), x, h, gate, bidx, want);
         Tensor got = poisoned({T, C});
-        kernels::gated_residual_add(x, h, gate, bidx, true, got);
+        ops::gated_residual_add(plan_of({sparse3d::Flag::gated_residual_add}), x, h, gate, bidx,
+                                got);
         EXPECT_EQ(count_poisoned(want), 0);
         EXPECT_EQ(count_poisoned(got), 0);
         EXPECT_TRUE(same_bits(got, want, "gated_residual_add")) << "T " << T << " C " << C;
         // The fused kernel in place into x gives the same bits.
         Tensor xi = copy_of(x);
-        kernels::gated_residual_add(xi, h, gate, bidx, true, xi);
+        ops::gated_residual_add(plan_of({sparse3d::Flag::gated_residual_add}), xi, h, gate, bidx,
+                                xi);
         EXPECT_TRUE(same_bits(xi, want, "gated_residual_add in place"));
       }
     }
@@ -254,8 +274,9 @@ TEST_F(FusedKernelsCpu, GatedResidualAddRefusesOddWidthsAndFallsBack) {
       [&] { kernels::fused::gated_residual_add(x, x, gate, batch_runs(3, 1), out); },
       {"gated_residual_add", "unsupported"}));
   Tensor want = poisoned({3, 12});
-  kernels::gated_residual_add(x, x, gate, batch_runs(3, 1), false, want);
-  kernels::gated_residual_add(x, x, gate, batch_runs(3, 1), true, out);
+  ops::gated_residual_add(plan_of({}), x, x, gate, batch_runs(3, 1), want);
+  ops::gated_residual_add(plan_of({sparse3d::Flag::gated_residual_add}), x, x, gate,
+                          batch_runs(3, 1), out);
   EXPECT_EQ(count_poisoned(out), 0);
   EXPECT_TRUE(same_bits(out, want, "gated_residual_add fallback"));
   EXPECT_EQ(fallbacks_of("gated_residual_add"), 1u);
@@ -267,9 +288,9 @@ TEST_F(FusedKernelsCpu, MlpGeluWideIsTheReferenceBitwise) {
   for (int64_t n : {1, 7, 33 * 17 + 3}) {
     Tensor x = random_tensor({n}, DType::BF16, 190 + n, 3.0f);
     Tensor want = poisoned({n});
-    kernels::mlp_gelu(x, false, want);
+    kernels::gelu_tanh(x, want);
     Tensor got = poisoned({n});
-    kernels::mlp_gelu(x, true, got);
+    kernels::fused::gelu_tanh(x, got);
     EXPECT_EQ(count_poisoned(want), 0);
     EXPECT_EQ(count_poisoned(got), 0);
     EXPECT_TRUE(same_bits(got, want, "mlp_gelu")) << n;
@@ -287,12 +308,12 @@ TEST_F(FusedKernelsCpu, GemmGeluEpilogueMeetsItsTolerance) {
     Tensor u = Tensor::empty({T, N}, DType::BF16, Device::CPU);
     gemm::linear(x, w, &b, u);
     Tensor ref = poisoned({T, N});
-    gemm::linear_gelu(x, w, &b, false, false, ref);
+    ops::linear_gelu(plan_of({}), x, w, &b, ref);
     Tensor ref_wide = poisoned({T, N});
-    gemm::linear_gelu(x, w, &b, false, true, ref_wide);
+    ops::linear_gelu(plan_of({sparse3d::Flag::gelu_tanh}), x, w, &b, ref_wide);
     EXPECT_TRUE(same_bits(ref_wide, ref, "linear_gelu with the wide GELU"));
     Tensor fused = poisoned({T, N});
-    gemm::linear_gelu(x, w, &b, true, false, fused);
+    ops::linear_gelu(plan_of({sparse3d::Flag::gemm_gelu_epilogue}), x, w, &b, fused);
     EXPECT_EQ(count_poisoned(ref), 0);
     EXPECT_EQ(count_poisoned(fused), 0);
     EXPECT_TRUE(testing::meets_gelu_epilogue_contract(u, ref, fused, cat("T ", T)));

@@ -250,7 +250,7 @@ TEST_F(TinyFixture, ChunkedMlpIsBitwiseOnTheCpuAtOddChunkSizes) {
   Request req = m.prepare(in.coords, 2, 9);
   Tensor t = Tensor::from_floats({700.0f, 300.0f}, {2}, DType::F32);
   const auto whole = m.forward(req, in.noise, t, in.cond).to_floats();
-  req.flags.set(sparse3d::Flag::chunked_mlp, true);
+  req.use_flags(sparse3d::FlagSet{sparse3d::Flag::chunked_mlp});
   for (int64_t chunk : {1, 7, 37, 63, 64, 1000}) {
     req.mlp_chunk_tokens = chunk;
     const auto parts = m.forward(req, in.noise, t, in.cond).to_floats();

@@ -11,22 +11,30 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "../ops_plan.h"
 #include "contract/fallback.h"
 #include "core/cuda_util.h"
+#include "epilogue_error.h"
+#include "full_checkpoint.h"
+#include "gelu_epilogue_contract.h"
 #include "gemm/linear.h"
-#include "gemm/linear_gelu.h"
 #include "gpu_test_util.h"
 #include "model/checkpoint.h"
 #include "model/null_context.h"
-#include "sparse3d/flags.h"
-#include "full_checkpoint.h"
-#include "epilogue_error.h"
-#include "gelu_epilogue_contract.h"
 #include "null_context_checks.h"
+#include "ops/gated_residual_add.h"
+#include "ops/linear_gelu.h"
+#include "ops/modulated_layernorm.h"
+#include "ops/qk_rmsnorm_cross.h"
+#include "ops/qk_rmsnorm_rope.h"
+#include "sparse3d/flags.h"
 #include "test_numerics.h"
 
 namespace s3d::model {
 namespace {
+
+using test::plan_if;
+using test::plan_of;
 
 // The model-level tolerance of the epilogue paths: relative L2 of the final latent against
 // pure_eager's (the tiny-model test in test_kernels_fused_gpu.cpp states the same bound).
@@ -62,9 +70,10 @@ TEST(EpilogueFullGpu, EveryMlpLayerOnRealPayloadsAndTheFinalLatent) {
       Tensor u = Tensor::empty({T, N}, DType::BF16, Device::CUDA);
       gemm::linear(hm, fc1.weight, &fc1.bias, u);
       Tensor ref = test::poisoned({T, N}, DType::BF16, Device::CUDA);
-      gemm::linear_gelu(hm, fc1.weight, &fc1.bias, false, false, ref);
+      ops::linear_gelu(plan_of({}), hm, fc1.weight, &fc1.bias, ref);
       Tensor fused = test::poisoned({T, N}, DType::BF16, Device::CUDA);
-      gemm::linear_gelu(hm, fc1.weight, &fc1.bias, true, false, fused);
+      ops::linear_gelu(plan_of({sparse3d::Flag::gemm_gelu_epilogue}), hm, fc1.weight, &fc1.bias,
+                       fused);
       const testing::EpilogueError err = testing::gelu_epilogue_error_gpu(u, ref, fused);
       std::printf("| %d | %.4g | %.3e | %.3f | %lld | %lld |\n", block, err.max_abs, err.rel_l2,
                   err.worst_excess, static_cast<long long>(err.outside),

@@ -1,5 +1,5 @@
-// Tolerance kernels (src/kernels/fast_norm.h) on the GPU. Each *_fast_or
-// entry point against the fp64 golden (computed on the host from the same inputs) under the
+// Tolerance kernels (src/kernels/fast_norm.h) on the GPU. Each op (ops/), its tolerance
+// candidate on, against the fp64 golden (computed on the host from the same inputs) under the
 // fp64-golden rule, r being the GPU's bitwise fused kernel (bitwise to the GPU reference
 // chain), and against the fast kernel's CPU version (rel L2 <= 1e-3; the number of elements
 // that differ at all is printed: the CPU adds in the GPU's lane order, so it is expected to
@@ -11,18 +11,27 @@
 
 #include <iostream>
 
+#include "../ops_plan.h"
 #include "contract/fallback.h"
 #include "core/cuda_util.h"
+#include "fast_norm_golden.h"
 #include "gpu_test_util.h"
 #include "kernels/fast_norm.h"
-#include "kernels/fused_norm.h"
-#include "kernels/fused_qk.h"
+#include "kernels/modulated_layernorm.h"
 #include "kernels/qk_norm_rope.h"
-#include "fast_norm_golden.h"
+#include "kernels/qk_rmsnorm.h"
+#include "ops/gated_residual_add.h"
+#include "ops/linear_gelu.h"
+#include "ops/modulated_layernorm.h"
+#include "ops/qk_rmsnorm_cross.h"
+#include "ops/qk_rmsnorm_rope.h"
 #include "test_numerics.h"
 
 namespace s3d {
 namespace {
+
+using test::plan_if;
+using test::plan_of;
 
 using test::on_gpu;
 using test::random_tensor;
@@ -50,7 +59,7 @@ const std::vector<int64_t> kModelTokens = {3664, 30227};
 // ---- modulated LayerNorm ----
 
 void check_modulated(int64_t T, int64_t C, int B, uint64_t seed) {
-  const std::string what = cat("fast modulated_layer_norm T ", T, " C ", C, " B ", B);
+  const std::string what = cat("fast modulated_layernorm T ", T, " C ", C, " B ", B);
   Tensor x = random_tensor({T, C}, DType::BF16, seed, 2.0f, 0.5f);
   Tensor mod = random_tensor({B, 6 * C}, DType::BF16, seed + 1, 0.5f);
   Tensor bidx = test::random_ints({T}, seed + 2, 0, B);
@@ -59,21 +68,24 @@ void check_modulated(int64_t T, int64_t C, int B, uint64_t seed) {
   const RowView sh_d = RowView::columns(mod_d, 3 * C, C), sc_d = RowView::columns(mod_d, 4 * C, C);
   // r: the GPU's bitwise fused kernel.
   Tensor ref_d = test::poisoned({T, C}, DType::BF16, Device::CUDA);
-  kernels::modulated_layer_norm(x_d, sh_d, sc_d, bidx_d, 1e-6f, true, ref_d);
-  ASSERT_EQ(kernels::fast::modulated_layer_norm_unsupported(x_d, sh_d, sc_d, ref_d), "") << what;
+  ops::modulated_layernorm(plan_of({sparse3d::Flag::modulated_layernorm}), x_d, sh_d, sc_d, bidx_d,
+                           1e-6f, ref_d);
+  ASSERT_EQ(kernels::fast::modulated_layernorm_unsupported(x_d, sh_d, sc_d, ref_d), "") << what;
   Tensor got_d = test::poisoned({T, C}, DType::BF16, Device::CUDA);
-  kernels::modulated_layer_norm_fast_or(x_d, sh_d, sc_d, bidx_d, 1e-6f, true, got_d);
+  ops::modulated_layernorm(
+      plan_of({sparse3d::Flag::fast_modulated_layernorm, sparse3d::Flag::modulated_layernorm}), x_d,
+      sh_d, sc_d, bidx_d, 1e-6f, got_d);
   EXPECT_EQ(count_poisoned(ref_d), 0) << what;
   EXPECT_EQ(count_poisoned(got_d), 0) << what;
-  const Golden g = testing::golden_modulated_layer_norm(x, sh, sc, bidx, 1e-6f);
+  const Golden g = testing::golden_modulated_layernorm(x, sh, sc, bidx, 1e-6f);
   const std::vector<float> got = got_d.to(Device::CPU).to_floats();
   EXPECT_TRUE(testing::meets_golden_rule(g, ref_d.to(Device::CPU).to_floats(), got, what));
   Tensor got_h = test::poisoned({T, C}, DType::BF16, Device::CPU);
-  kernels::fast::modulated_layer_norm(x, sh, sc, bidx, 1e-6f, got_h);
+  kernels::fast::modulated_layernorm(x, sh, sc, bidx, 1e-6f, got_h);
   EXPECT_TRUE(close_to_cpu(got, got_h.to_floats(), what));
   // In place gives the same bits.
   Tensor xi_d = on_gpu(x);
-  kernels::fast::modulated_layer_norm(xi_d, sh_d, sc_d, bidx_d, 1e-6f, xi_d);
+  kernels::fast::modulated_layernorm(xi_d, sh_d, sc_d, bidx_d, 1e-6f, xi_d);
   EXPECT_TRUE(testing::bitwise_equal(xi_d, got_d)) << what << ": in place";
 }
 
@@ -103,22 +115,24 @@ void check_qk(int64_t T, int H, int D, bool norm, bool rope, uint64_t seed) {
   auto ptr = [](bool on, const Tensor& t) { return on ? &t : nullptr; };
 
   Tensor ref_d = on_gpu(qkv);
-  kernels::qk_rmsnorm_rope(ref_d, H, D, ptr(norm, qg_d), ptr(norm, kg_d), ptr(rope, cos_d),
-                           ptr(rope, sin_d), true);  // r: the bitwise fused kernel, in place
+  ops::qk_rmsnorm_rope(plan_of({sparse3d::Flag::qk_rmsnorm_rope_inplace}), ref_d, H, D,
+                       ptr(norm, qg_d), ptr(norm, kg_d), ptr(rope, cos_d),
+                       ptr(rope, sin_d));  // r: the bitwise fused kernel, in place
   ASSERT_EQ(kernels::fast::qk_unsupported(ref_d, 3 * C, H, D, ptr(norm, qg_d), ptr(norm, kg_d),
                                           ptr(rope, cos_d), ptr(rope, sin_d)),
             "");
   Tensor qkv_d = on_gpu(qkv);
-  Tensor got_d = kernels::qk_rmsnorm_rope_fast_or(qkv_d, H, D, ptr(norm, qg_d), ptr(norm, kg_d),
-                                                  ptr(rope, cos_d), ptr(rope, sin_d), true);
+  Tensor got_d = ops::qk_rmsnorm_rope(
+      plan_of({sparse3d::Flag::fast_qk_rmsnorm_rope, sparse3d::Flag::qk_rmsnorm_rope_inplace}),
+      qkv_d, H, D, ptr(norm, qg_d), ptr(norm, kg_d), ptr(rope, cos_d), ptr(rope, sin_d));
   EXPECT_EQ(got_d.data(), qkv_d.data()) << what << ": in place";
   const Golden g = testing::golden_qk(qkv, 2, H, D, ptr(norm, qg), ptr(norm, kg), ptr(rope, cos),
                                       ptr(rope, sin));
   const std::vector<float> got = testing::leading_columns(got_d, 2 * C);
   EXPECT_TRUE(testing::meets_golden_rule(g, testing::leading_columns(ref_d, 2 * C), got, what));
   Tensor qkv_h = copy_of(qkv);
-  kernels::fast::qk_rmsnorm_rope_inplace(qkv_h, H, D, ptr(norm, qg), ptr(norm, kg),
-                                         ptr(rope, cos), ptr(rope, sin));
+  kernels::fast::qk_rmsnorm_rope(qkv_h, H, D, ptr(norm, qg), ptr(norm, kg), ptr(rope, cos),
+                                 ptr(rope, sin));
   EXPECT_TRUE(close_to_cpu(got, testing::leading_columns(qkv_h, 2 * C), what));
   // v untouched.
   const Tensor all = got_d.to(Device::CPU);
@@ -159,15 +173,18 @@ TEST(FastNormGpu, CrossQRmsNorm) {
     Tensor gm = random_tensor({H, D}, DType::F32, seed + 1, 0.3f, 1.0f);
     Tensor gm_d = on_gpu(gm);
     Tensor ref_d = on_gpu(q);
-    kernels::cross_q_rmsnorm(ref_d, gm_d, H, D, true);  // r: the bitwise fused kernel
+    ops::qk_rmsnorm_cross(plan_of({sparse3d::Flag::qk_rmsnorm_cross_inplace}), ref_d, gm_d, H,
+                          D);  // r: the bitwise fused kernel
     Tensor q_d = on_gpu(q);
-    Tensor got_d = kernels::cross_q_rmsnorm_fast_or(q_d, gm_d, H, D, true);
+    Tensor got_d = ops::qk_rmsnorm_cross(
+        plan_of({sparse3d::Flag::fast_qk_rmsnorm_cross, sparse3d::Flag::qk_rmsnorm_cross_inplace}),
+        q_d, gm_d, H, D);
     EXPECT_EQ(got_d.data(), q_d.data()) << what << ": in place";
     const Golden g = testing::golden_qk(q, 1, H, D, &gm, nullptr, nullptr, nullptr);
     const std::vector<float> got = got_d.to(Device::CPU).to_floats();
     EXPECT_TRUE(testing::meets_golden_rule(g, ref_d.to(Device::CPU).to_floats(), got, what));
     Tensor q_h = copy_of(q);
-    kernels::fast::head_rmsnorm_inplace(q_h, gm, H, D);
+    kernels::fast::qk_rmsnorm_cross(q_h, gm, H, D);
     EXPECT_TRUE(close_to_cpu(got, q_h.to_floats(), what));
   };
   for (int64_t T : kSmallTokens)
@@ -187,16 +204,22 @@ TEST(FastNormGpu, RefusedShapesFallBack) {
   Tensor bidx_d = on_gpu(test::random_ints({T}, 6202, 0, 2));
   const RowView sh_d = RowView::columns(mod_d, 0, C), sc_d = RowView::columns(mod_d, C, C);
   Tensor want_d = test::poisoned({T, C}, DType::BF16, Device::CUDA);
-  kernels::modulated_layer_norm(x_d, sh_d, sc_d, bidx_d, 1e-6f, true, want_d);
+  ops::modulated_layernorm(plan_of({sparse3d::Flag::modulated_layernorm}), x_d, sh_d, sc_d, bidx_d,
+                           1e-6f, want_d);
   Tensor got_d = test::poisoned({T, C}, DType::BF16, Device::CUDA);
-  kernels::modulated_layer_norm_fast_or(x_d, sh_d, sc_d, bidx_d, 1e-6f, true, got_d);
+  ops::modulated_layernorm(
+      plan_of({sparse3d::Flag::fast_modulated_layernorm, sparse3d::Flag::modulated_layernorm}), x_d,
+      sh_d, sc_d, bidx_d, 1e-6f, got_d);
   EXPECT_TRUE(testing::bitwise_equal(got_d, want_d));
   const int H = 2, D = 264;  // wider than 8 lanes' registers
   Tensor qkv = random_tensor({T, 3 * int64_t{H} * D}, DType::BF16, 6203, 1.5f);
   Tensor qg_d = on_gpu(random_tensor({H, D}, DType::F32, 6204, 0.3f, 1.0f));
   Tensor want_in = on_gpu(qkv), got_in = on_gpu(qkv);
-  const Tensor want = kernels::qk_rmsnorm_rope(want_in, H, D, &qg_d, &qg_d, nullptr, nullptr, true);
-  const Tensor got = kernels::qk_rmsnorm_rope_fast_or(got_in, H, D, &qg_d, &qg_d, nullptr, nullptr, true);
+  const Tensor want = ops::qk_rmsnorm_rope(plan_of({sparse3d::Flag::qk_rmsnorm_rope_inplace}),
+                                           want_in, H, D, &qg_d, &qg_d, nullptr, nullptr);
+  const Tensor got = ops::qk_rmsnorm_rope(
+      plan_of({sparse3d::Flag::fast_qk_rmsnorm_rope, sparse3d::Flag::qk_rmsnorm_rope_inplace}),
+      got_in, H, D, &qg_d, &qg_d, nullptr, nullptr);
   EXPECT_TRUE(testing::bitwise_equal(got, want));
   const auto counts = contract::fallback_counts();
   ASSERT_EQ(counts.size(), 2u);

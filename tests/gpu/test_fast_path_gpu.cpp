@@ -114,9 +114,9 @@ TEST_F(FastPathGpu, ChunkedMlpStaysWithinItsToleranceOfTheWholeMlp) {
   const s3d::Tensor t =
       s3d::Tensor::from_floats({640.0f, 210.0f}, {2}, DType::F32).to(s3d::Device::CUDA);
   const s3d::Tensor cond = in.cond.to(s3d::Device::CUDA);
-  req.flags = sparse3d::ExecutionPlan::parse("kernel_fusion").flags();
+  req.use_flags(sparse3d::ExecutionPlan::parse("kernel_fusion").flags());
   const std::vector<float> whole = m.forward(req, x, t, cond).to_floats();
-  req.flags.set(sparse3d::Flag::chunked_mlp, true);
+  req.use_flags(sparse3d::ExecutionPlan::parse("kernel_fusion+chunked_mlp").flags());
   for (int64_t chunk : {37, 1024, 3000}) {
     req.mlp_chunk_tokens = chunk;
     const std::vector<float> parts = m.forward(req, x, t, cond).to_floats();

@@ -16,30 +16,38 @@
 #include <filesystem>
 #include <iostream>
 
+#include "../ops_plan.h"
 #include "contract/fallback.h"
 #include "core/bf16.h"
 #include "core/cuda_util.h"
-#include "gemm/linear.h"
-#include "gemm/linear_gelu.h"
-#include "gpu_test_util.h"
-#include "kernels/elementwise.h"
-#include "kernels/fused_gelu.h"
-#include "kernels/fused_norm.h"
-#include "kernels/fused_qk.h"
-#include "kernels/fused_residual.h"
-#include "kernels/layernorm.h"
-#include "kernels/qk_norm_rope.h"
-#include "model/checkpoint.h"
-#include "sparse3d/flags.h"
-#include "sampler/sampler.h"
 #include "epilogue_error.h"
 #include "gelu_epilogue_contract.h"
+#include "gemm/linear.h"
+#include "gpu_test_util.h"
+#include "kernels/elementwise.h"
+#include "kernels/gated_residual_add.h"
+#include "kernels/gelu_tanh.h"
+#include "kernels/layernorm.h"
+#include "kernels/modulated_layernorm.h"
+#include "kernels/qk_norm_rope.h"
+#include "kernels/qk_rmsnorm.h"
+#include "model/checkpoint.h"
 #include "model_inputs.h"
 #include "null_context_checks.h"
+#include "ops/gated_residual_add.h"
+#include "ops/linear_gelu.h"
+#include "ops/modulated_layernorm.h"
+#include "ops/qk_rmsnorm_cross.h"
+#include "ops/qk_rmsnorm_rope.h"
+#include "sampler/sampler.h"
+#include "sparse3d/flags.h"
 #include "test_numerics.h"
 
 namespace s3d {
 namespace {
+
+using test::plan_if;
+using test::plan_of;
 
 using test::Contract;
 using test::meets;
@@ -71,15 +79,16 @@ TEST(FusedGpu, QkRmsNormRopeInPlace) {
       auto ptr = [](bool on, const Tensor& t) { return on ? &t : nullptr; };
 
       Tensor ref_in_d = on_gpu(qkv);
-      Tensor ref_d = kernels::qk_rmsnorm_rope(ref_in_d, kH, kD, ptr(norm, qg_d), ptr(norm, kg_d),
-                                              ptr(rope, cos_d), ptr(rope, sin_d), false);
+      Tensor ref_d = ops::qk_rmsnorm_rope(plan_of({}), ref_in_d, kH, kD, ptr(norm, qg_d),
+                                          ptr(norm, kg_d), ptr(rope, cos_d), ptr(rope, sin_d));
       EXPECT_TRUE(meets(ref_in_d, qkv, Contract::Bitwise, what + ": reference input untouched"));
       ASSERT_EQ(kernels::fused::qk_unsupported(ref_in_d, 3 * kC, kH, kD, ptr(rope, cos_d),
                                                ptr(rope, sin_d)),
                 "");
       Tensor qkv_d = on_gpu(qkv);
-      Tensor got_d = kernels::qk_rmsnorm_rope(qkv_d, kH, kD, ptr(norm, qg_d), ptr(norm, kg_d),
-                                              ptr(rope, cos_d), ptr(rope, sin_d), true);
+      Tensor got_d = ops::qk_rmsnorm_rope(plan_of({sparse3d::Flag::qk_rmsnorm_rope_inplace}), qkv_d,
+                                          kH, kD, ptr(norm, qg_d), ptr(norm, kg_d),
+                                          ptr(rope, cos_d), ptr(rope, sin_d));
       EXPECT_EQ(got_d.data(), qkv_d.data()) << what << ": the fused kernel works in place";
       EXPECT_TRUE(meets(got_d, ref_d, Contract::Bitwise, what + " vs GPU reference chain"));
 
@@ -93,7 +102,7 @@ TEST(FusedGpu, QkRmsNormRopeInPlace) {
       std::vector<float> y;
       if (norm && rope) {
         Tensor norm_in = copy_of(qkv);
-        y = kernels::qk_rmsnorm_rope(norm_in, kH, kD, &qg, &kg, nullptr, nullptr, false)
+        y = ops::qk_rmsnorm_rope(plan_of({}), norm_in, kH, kD, &qg, &kg, nullptr, nullptr)
                 .to_floats();
       }
       EXPECT_TRUE(meets(got_d, qkv_h, norm ? Contract::Close : Contract::Bitwise,
@@ -119,13 +128,14 @@ TEST(FusedGpu, CrossQRmsNormInPlace) {
     Tensor g = random_tensor({kH, kD}, DType::F32, 311, 0.3f, 1.0f);
     Tensor g_d = on_gpu(g);
     Tensor ref_in_d = on_gpu(q);
-    Tensor ref_d = kernels::cross_q_rmsnorm(ref_in_d, g_d, kH, kD, false);
+    Tensor ref_d = ops::qk_rmsnorm_cross(plan_of({}), ref_in_d, g_d, kH, kD);
     Tensor q_d = on_gpu(q);
-    Tensor got_d = kernels::cross_q_rmsnorm(q_d, g_d, kH, kD, true);
+    Tensor got_d = ops::qk_rmsnorm_cross(plan_of({sparse3d::Flag::qk_rmsnorm_cross_inplace}), q_d,
+                                         g_d, kH, kD);
     EXPECT_EQ(got_d.data(), q_d.data()) << what << ": the fused kernel works in place";
     EXPECT_TRUE(meets(got_d, ref_d, Contract::Bitwise, what + " vs GPU reference"));
     Tensor q_h = copy_of(q);
-    kernels::fused::head_rmsnorm_inplace(q_h, g, kH, kD);
+    kernels::fused::qk_rmsnorm_cross_inplace(q_h, g, kH, kD);
     EXPECT_TRUE(meets(got_d, q_h, Contract::Close, what + " vs CPU version"));
   }
   EXPECT_TRUE(contract::fallback_counts().empty());
@@ -136,22 +146,23 @@ TEST(FusedGpu, ModulatedLayerNorm) {
   contract::reset_fallbacks();
   for (int64_t T : kTokens) {
     for (int B : {1, 3}) {
-      const std::string what = cat("modulated_layer_norm T ", T, " B ", B);
+      const std::string what = cat("modulated_layernorm T ", T, " B ", B);
       Tensor x = random_tensor({T, kC}, DType::BF16, 320 + T, 2.0f, 0.5f);
       Tensor mod = random_tensor({B, 6 * kC}, DType::BF16, 321 + B, 0.5f);
       Tensor bidx = batch_runs(T, B);
       Tensor x_d = on_gpu(x), mod_d = on_gpu(mod), bidx_d = on_gpu(bidx);
       const RowView sh_d = RowView::columns(mod_d, 3 * kC, kC), sc_d = RowView::columns(mod_d, 4 * kC, kC);
       Tensor ref_d = test::poisoned({T, kC}, DType::BF16, Device::CUDA);
-      kernels::modulated_layer_norm(x_d, sh_d, sc_d, bidx_d, 1e-6f, false, ref_d);
+      ops::modulated_layernorm(plan_of({}), x_d, sh_d, sc_d, bidx_d, 1e-6f, ref_d);
       Tensor got_d = test::poisoned({T, kC}, DType::BF16, Device::CUDA);
-      kernels::modulated_layer_norm(x_d, sh_d, sc_d, bidx_d, 1e-6f, true, got_d);
+      ops::modulated_layernorm(plan_of({sparse3d::Flag::modulated_layernorm}), x_d, sh_d, sc_d,
+                               bidx_d, 1e-6f, got_d);
       EXPECT_EQ(count_poisoned(ref_d), 0) << what;
       EXPECT_EQ(count_poisoned(got_d), 0) << what;
       EXPECT_TRUE(meets(got_d, ref_d, Contract::Bitwise, what + " vs GPU reference chain"));
       Tensor got_h = Tensor::empty({T, kC}, DType::BF16, Device::CPU);
       const RowView sh = RowView::columns(mod, 3 * kC, kC), sc = RowView::columns(mod, 4 * kC, kC);
-      kernels::fused::modulated_layer_norm(x, sh, sc, bidx, 1e-6f, got_h);
+      kernels::fused::modulated_layernorm(x, sh, sc, bidx, 1e-6f, got_h);
       // layer_norm is a 1-ulp op between the backends: h may differ by 1 ulp, m = bf16(h s)
       // then by up to 2 ulps of m, and out = m + shift carries that absolute difference
       // (however small out is), plus out's own rounding.
@@ -185,9 +196,10 @@ TEST(FusedGpu, GatedResidualAdd) {
       Tensor x_d = on_gpu(x), h_d = on_gpu(h), mod_d = on_gpu(mod), bidx_d = on_gpu(bidx);
       const RowView gate_d = RowView::columns(mod_d, 5 * kC, kC);
       Tensor ref_d = test::poisoned({T, kC}, DType::BF16, Device::CUDA);
-      kernels::gated_residual_add(x_d, h_d, gate_d, bidx_d, false, ref_d);
+      ops::gated_residual_add(plan_of({}), x_d, h_d, gate_d, bidx_d, ref_d);
       Tensor got_d = test::poisoned({T, kC}, DType::BF16, Device::CUDA);
-      kernels::gated_residual_add(x_d, h_d, gate_d, bidx_d, true, got_d);
+      ops::gated_residual_add(plan_of({sparse3d::Flag::gated_residual_add}), x_d, h_d, gate_d,
+                              bidx_d, got_d);
       EXPECT_EQ(count_poisoned(ref_d), 0) << what;
       EXPECT_EQ(count_poisoned(got_d), 0) << what;
       EXPECT_TRUE(meets(got_d, ref_d, Contract::Bitwise, what + " vs GPU reference chain"));
@@ -207,9 +219,9 @@ TEST(FusedGpu, GeluTanhWide) {
     Tensor x = random_tensor({T, hidden}, DType::BF16, 340 + T, 3.0f);
     Tensor x_d = on_gpu(x);
     Tensor ref_d = test::poisoned({T, hidden}, DType::BF16, Device::CUDA);
-    kernels::mlp_gelu(x_d, false, ref_d);
+    kernels::gelu_tanh(x_d, ref_d);
     Tensor got_d = test::poisoned({T, hidden}, DType::BF16, Device::CUDA);
-    kernels::mlp_gelu(x_d, true, got_d);
+    kernels::fused::gelu_tanh(x_d, got_d);
     EXPECT_EQ(count_poisoned(got_d), 0) << what;
     EXPECT_TRUE(meets(got_d, ref_d, Contract::Bitwise, what + " vs GPU reference"));
   }
@@ -218,8 +230,8 @@ TEST(FusedGpu, GeluTanhWide) {
   Tensor x_d = on_gpu(x);
   Tensor ref_d = test::poisoned(x.shape(), DType::BF16, Device::CUDA);
   Tensor got_d = test::poisoned(x.shape(), DType::BF16, Device::CUDA);
-  kernels::mlp_gelu(x_d, false, ref_d);
-  kernels::mlp_gelu(x_d, true, got_d);
+  kernels::gelu_tanh(x_d, ref_d);
+  kernels::fused::gelu_tanh(x_d, got_d);
   EXPECT_TRUE(meets(got_d, ref_d, Contract::Bitwise, "mlp_gelu tail"));
 }
 
@@ -237,9 +249,9 @@ TEST(FusedGpu, GemmGeluEpilogueTolerance) {
     Tensor u_d = Tensor::empty({T, N}, DType::BF16, Device::CUDA);
     gemm::linear(x_d, w_d, &b_d, u_d);
     Tensor ref_d = test::poisoned({T, N}, DType::BF16, Device::CUDA);
-    gemm::linear_gelu(x_d, w_d, &b_d, false, false, ref_d);
+    ops::linear_gelu(plan_of({}), x_d, w_d, &b_d, ref_d);
     Tensor got_d = test::poisoned({T, N}, DType::BF16, Device::CUDA);
-    gemm::linear_gelu(x_d, w_d, &b_d, true, false, got_d);
+    ops::linear_gelu(plan_of({sparse3d::Flag::gemm_gelu_epilogue}), x_d, w_d, &b_d, got_d);
     EXPECT_EQ(count_poisoned(ref_d), 0) << what;
     EXPECT_EQ(count_poisoned(got_d), 0) << what;
     EXPECT_TRUE(testing::meets_gelu_epilogue_contract(u_d, ref_d, got_d, what));
@@ -337,7 +349,7 @@ TEST_F(FusedModelGpu, ReplacedEagerLaunchesAreGone) {
   Tensor cond = in.cond.to(Device::CUDA);
   auto count = [&](const std::string& spec) {
     model::Request req = m.prepare(in.coords, 1, 13);
-    req.flags = sparse3d::ExecutionPlan::parse(spec).flags();
+    req.use_flags(sparse3d::ExecutionPlan::parse(spec).flags());
     m.forward(req, x, t, cond);  // warm-up
     synchronize();
     reset_launch_counts();
@@ -361,8 +373,8 @@ TEST_F(FusedModelGpu, ReplacedEagerLaunchesAreGone) {
   EXPECT_EQ(get(fused, "gelu_tanh"), 0u);
   EXPECT_EQ(get(fused, "head_rmsnorm"), uint64_t(blocks));  // the cross-attention K only
   EXPECT_EQ(get(fused, "qk_rmsnorm_rope_inplace"), uint64_t(blocks));
-  EXPECT_EQ(get(fused, "head_rmsnorm_inplace"), uint64_t(blocks));
-  EXPECT_EQ(get(fused, "modulated_layer_norm"), uint64_t(2 * blocks));
+  EXPECT_EQ(get(fused, "qk_rmsnorm_cross_inplace"), uint64_t(blocks));
+  EXPECT_EQ(get(fused, "modulated_layernorm"), uint64_t(2 * blocks));
   EXPECT_EQ(get(fused, "gated_residual_add"), uint64_t(2 * blocks));
   EXPECT_LT(fused.total, eager.total);
 }

@@ -9,11 +9,10 @@
 #include "core/error.h"
 #include "gemm/linear.h"
 #include "kernels/elementwise.h"
-#include "kernels/fast_norm.h"
-#include "kernels/fused_qk.h"
 #include "kernels/layernorm.h"
 #include "kernels/qk_norm_rope.h"
 #include "model/trunk/transformer.h"
+#include "ops/qk_rmsnorm_cross.h"
 
 namespace s3d::model {
 namespace {
@@ -64,8 +63,8 @@ CondKV Transformer::precompute_cond_kv(const Tensor& tokens) const {
 
 // Conditional rows [0, rows) of the branch up to the attention output: norm2, to_q, the
 // condition's K/V (cached or projected), q/k RMSNorm, SDPA over the given layouts.
-// Writes attn (bf16 [rows, C]). With qk_rmsnorm_cross_inplace, q's RMSNorm runs in place in
-// the to_q output; K keeps the reference op (its [BL, H, D] layout is the one the condition
+// Writes attn (bf16 [rows, C]). q's RMSNorm is the op qk_rmsnorm_cross (in place in the to_q
+// output with its candidates); K keeps the reference op (its [BL, H, D] layout is the one the condition
 // K/V cache stores and the attention reads; normalising it in place inside to_kv's [BL, 2C]
 // output would change K's row stride, and with cond_kv_cache it runs once per request).
 void Transformer::attend_condition(int i, const Request& req, const Tensor& x,
@@ -93,10 +92,7 @@ void Transformer::attend_condition(int i, const Request& req, const Tensor& x,
   if (cond.kv && c.qk_rms_norm_cross) cv = RowView::of(kv.kv);  // the cache keeps V alone
   Tensor qn;
   if (c.qk_rms_norm_cross) {
-    const bool fused = req.flags.on(sparse3d::Flag::qk_rmsnorm_cross_inplace);
-    qn = req.flags.on(sparse3d::Flag::fast_head_rmsnorm)
-             ? kernels::cross_q_rmsnorm_fast_or(q, w.cross_attn.q_rms_gamma, H, D, fused)
-             : kernels::cross_q_rmsnorm(q, w.cross_attn.q_rms_gamma, H, D, fused);
+    qn = ops::qk_rmsnorm_cross(req.ops, q, w.cross_attn.q_rms_gamma, H, D);
     cq = RowView::of(qn);
     ck = RowView::of(kv.k_normed.reshape({BL, C}));
     q = Tensor();  // qn holds its storage when the norm ran in place

@@ -11,6 +11,7 @@
 
 #include "attention/attention.h"
 #include "core/tensor.h"
+#include "ops/op.h"
 #include "sparse3d/flags.h"
 
 namespace s3d::model {
@@ -42,11 +43,16 @@ struct Request {
   int64_t cond_part_tokens = 0;                 // tokens of the conditional part
   attention::SeqLayout cond_part_tokens_layout;
   attention::SeqLayout cond_part_cond_layout;
-  // The optimization flags of this request; the forward reads the fused-kernel ones (none on
-  // = pure_eager). A fused op that is on but cannot take the shape at hand runs the reference
-  // chain and counts a fallback. Set by the caller after prepare (the sampler copies
-  // SamplerOptions::flags).
+  // The optimization flags of this request (none on = pure_eager) and the op plan resolved
+  // from them once (ops/op.h): which candidates each op of the forward may try. Set both
+  // with use_flags() after prepare (the sampler passes SamplerOptions::flags); the forward
+  // refuses a request whose plan was resolved from other flags.
   sparse3d::FlagSet flags;
+  ops::OpPlan ops;
+  void use_flags(const sparse3d::FlagSet& f) {
+    flags = f;
+    ops = ops::OpPlan::resolve(f);
+  }
   // Rows per MLP chunk with chunked_mlp: the hidden [rows, 4C] of one chunk is 72 MiB at
   // C = 1536, and fc1/fc2 at M = 8192 still run near the GEMM peak. Tests set it small.
   int64_t mlp_chunk_tokens = kDefaultMlpChunkTokens;

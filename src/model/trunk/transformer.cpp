@@ -6,15 +6,13 @@
 
 #include "core/error.h"
 #include "gemm/linear.h"
-#include "gemm/linear_gelu.h"
 #include "kernels/elementwise.h"
 #include "kernels/embedding.h"
-#include "kernels/fast_norm.h"
-#include "kernels/fused_norm.h"
-#include "kernels/fused_qk.h"
-#include "kernels/fused_residual.h"
 #include "kernels/layernorm.h"
-#include "kernels/qk_norm_rope.h"
+#include "ops/gated_residual_add.h"
+#include "ops/linear_gelu.h"
+#include "ops/modulated_layernorm.h"
+#include "ops/qk_rmsnorm_rope.h"
 #include "payload/payload.h"
 
 namespace s3d::model {
@@ -34,19 +32,6 @@ RowView chunk(const Tensor& mod, ModulationChunk k, int64_t C) {
 }
 
 Tensor bf16_empty(Shape s, Device dev) { return Tensor::empty(s, DType::BF16, dev); }
-
-// The modulated LayerNorm of the request's path: the tolerance kernel
-// (fast_modulated_layernorm, falling back to the next choice, counted), the bitwise fused
-// kernel (modulated_layernorm) or the reference chain.
-void modulated_norm(const Request& req, const Tensor& x, const RowView& shift,
-                    const RowView& scale, const Tensor& batch_index, float eps, Tensor& out) {
-  const bool fused = req.flags.on(sparse3d::Flag::modulated_layernorm);
-  if (req.flags.on(sparse3d::Flag::fast_modulated_layernorm)) {
-    kernels::modulated_layer_norm_fast_or(x, shift, scale, batch_index, eps, fused, out);
-  } else {
-    kernels::modulated_layer_norm(x, shift, scale, batch_index, eps, fused, out);
-  }
-}
 
 // y = x W^T + b in bf16, [rows of x, out_features of W].
 Tensor project(const Tensor& x, const Linear& l) {
@@ -155,6 +140,8 @@ void Transformer::check_forward_operands(const Request& req, const Tensor& x,
   const int B = req.batch;
   check_tensor(x, "forward x", DType::F32, {T, c.out_channels});
   check_tensor(t1000, "forward t", DType::F32, {B});
+  S3D_CHECK(req.ops.flags() == req.flags, "forward: the request's op plan was resolved from "
+            "other flags than its own; set them with Request::use_flags");
   const int n_null = cond.null_assets;
   S3D_CHECK(n_null >= 0 && n_null <= B, "forward: condition marks ", n_null,
             " null assets of ", B);
@@ -348,8 +335,8 @@ Tensor Transformer::self_attention(const BlockWeights& w, const Request& req, co
   const int64_t T = req.tokens, C = c.model_channels;
   const int H = c.num_heads, D = c.head_dim();
   Tensor hm = bf16_empty({T, C}, device_);
-  modulated_norm(req, x, chunk(mod, kShiftMsa, C), chunk(mod, kScaleMsa, C), req.batch_index,
-                 kBlockNormEps, hm);
+  ops::modulated_layernorm(req.ops, x, chunk(mod, kShiftMsa, C), chunk(mod, kScaleMsa, C),
+                           req.batch_index, kBlockNormEps, hm);
   Tensor qkv = project(hm, w.self_attn.to_qkv);
   hm = Tensor();
   const bool rope = c.pe_mode == "rope";
@@ -359,11 +346,7 @@ Tensor Transformer::self_attention(const BlockWeights& w, const Request& req, co
   // reference chain's restack.
   const Tensor* cos = rope ? &req.rope_cos : nullptr;
   const Tensor* sin = rope ? &req.rope_sin : nullptr;
-  const bool fused = req.flags.on(sparse3d::Flag::qk_rmsnorm_rope_inplace);
-  Tensor attn_in =
-      req.flags.on(sparse3d::Flag::fast_qk_rmsnorm_rope)
-          ? kernels::qk_rmsnorm_rope_fast_or(qkv, H, D, q_gamma, k_gamma, cos, sin, fused)
-          : kernels::qk_rmsnorm_rope(qkv, H, D, q_gamma, k_gamma, cos, sin, fused);
+  Tensor attn_in = ops::qk_rmsnorm_rope(req.ops, qkv, H, D, q_gamma, k_gamma, cos, sin);
   Tensor attn = bf16_empty({T, C}, device_);
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
   attention::sdpa_varlen(RowView{attn_in, 0, T, C, 3 * C}, req.tokens_layout,
@@ -374,8 +357,7 @@ Tensor Transformer::self_attention(const BlockWeights& w, const Request& req, co
   Tensor sa = project(attn, w.self_attn.to_out);
   attn = Tensor();
   Tensor out = bf16_empty({T, C}, device_);
-  kernels::gated_residual_add(x, sa, chunk(mod, kGateMsa, C), req.batch_index,
-                              req.flags.on(sparse3d::Flag::gated_residual_add), out);
+  ops::gated_residual_add(req.ops, x, sa, chunk(mod, kGateMsa, C), req.batch_index, out);
   return out;
 }
 
@@ -405,18 +387,15 @@ void Transformer::mlp_rows(int i, const BlockWeights& w, const Request& req, con
   const ModelConfig& c = config();
   const int64_t T = x.size(0), C = c.model_channels;
   Tensor hm = bf16_empty({T, C}, device_);
-  modulated_norm(req, x, chunk(mod, kShiftMlp, C), chunk(mod, kScaleMlp, C), batch_index,
-                 kBlockNormEps, hm);
+  ops::modulated_layernorm(req.ops, x, chunk(mod, kShiftMlp, C), chunk(mod, kScaleMlp, C),
+                           batch_index, kBlockNormEps, hm);
   if (req.mlp_probe) req.mlp_probe(i, hm);
   Tensor ug = bf16_empty({T, c.mlp_hidden()}, device_);
-  gemm::linear_gelu(hm, w.mlp.fc1.weight, w.mlp.fc1.bias_or_null(),
-                    req.flags.on(sparse3d::Flag::gemm_gelu_epilogue),
-                    req.flags.on(sparse3d::Flag::gelu_tanh), ug);
+  ops::linear_gelu(req.ops, hm, w.mlp.fc1.weight, w.mlp.fc1.bias_or_null(), ug);
   hm = Tensor();
   Tensor mo = project(ug, w.mlp.fc2);
   ug = Tensor();
-  kernels::gated_residual_add(x, mo, chunk(mod, kGateMlp, C), batch_index,
-                              req.flags.on(sparse3d::Flag::gated_residual_add), out);
+  ops::gated_residual_add(req.ops, x, mo, chunk(mod, kGateMlp, C), batch_index, out);
 }
 
 size_t Transformer::weight_bytes() const {

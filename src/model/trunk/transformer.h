@@ -2,7 +2,7 @@
 // transformer (docs/MODEL.md): input layer, adaLN-modulated blocks of self-attention,
 // cross-attention to the condition and an MLP, output layer. It runs as the pure_eager path:
 // one op per launch, in the order and at the rounding points of the PyTorch original, with the
-// fused kernels behind each op family's entry point (kernels/fused_*.h, gemm/linear_gelu.h).
+// ops of the block that have faster candidates called through the op registry (ops/op.h).
 // The same code runs on the CPU backend (tensors on the host) and on the GPU; only the device
 // of the tensors differs. What a family changes (its layout, position tables, config and
 // sampler rules) it says through its Family, which the trunk holds; the trunk has no branch on

@@ -1,11 +1,10 @@
-// Gated residual add: the entry point (the reference chain or the fused kernel), the fused
+// Gated residual add: the reference chain, the fused
 // kernel's support rule, argument checks and device dispatch, and its CPU version.
-#include "kernels/fused_residual.h"
+#include "kernels/gated_residual_add.h"
 
-#include "core/fallback.h"
 #include "core/error.h"
 #include "kernels/elementwise.h"
-#include "kernels/fused_residual_cuda.h"
+#include "kernels/gated_residual_add_cuda.h"
 #include "kernels/kernel_checks.h"
 #include "kernels/reference_math.h"
 
@@ -79,7 +78,7 @@ void gated_residual_add(const Tensor& x, const Tensor& h, const RowView& gate,
                                  {"batch_index", &batch_index}, {"out", &out}});
   const std::string why = gated_residual_add_unsupported(x, h, gate, out);
   S3D_CHECK(why.empty(), op, ": unsupported shape: ", why, " (x ", x.describe(),
-            "); the caller runs the reference chain");
+            "); the op (ops/) runs its next candidate instead");
   if (T == 0) return;
   if (x.is_cuda()) {
     cuda::gated_residual_add(x, h, gate, batch_index, out);
@@ -90,17 +89,11 @@ void gated_residual_add(const Tensor& x, const Tensor& h, const RowView& gate,
 
 }  // namespace fused
 
+namespace reference {
+
+// pure_eager's chain: the gate gathered per token, then mul and add, each rounded to bf16.
 void gated_residual_add(const Tensor& x, const Tensor& h, const RowView& gate,
-                        const Tensor& batch_index, bool fused, Tensor& out) {
-  if (fused) {
-    const std::string why = fused::gated_residual_add_unsupported(x, h, gate, out);
-    if (why.empty()) {
-      fused::gated_residual_add(x, h, gate, batch_index, out);
-      return;
-    }
-    record_fallback(sparse3d::Flag::gated_residual_add, why);
-  }
-  // pure_eager's chain: the gate gathered per token, then mul and add, each rounded to bf16.
+                        const Tensor& batch_index, Tensor& out) {
   Tensor g = Tensor::empty(x.shape(), DType::BF16, x.device());
   gather_rows(gate, batch_index, g);
   Tensor gh = Tensor::empty(x.shape(), DType::BF16, x.device());
@@ -108,4 +101,5 @@ void gated_residual_add(const Tensor& x, const Tensor& h, const RowView& gate,
   add(x, gh, out);
 }
 
+}  // namespace reference
 }  // namespace s3d::kernels

@@ -1,4 +1,4 @@
-// CUDA launcher of gelu_tanh_wide (fused_gelu.cu).
+// CUDA launcher of gelu_tanh_wide (gelu_tanh.cu).
 #pragma once
 
 #include "core/tensor.h"

@@ -5,7 +5,7 @@
 
 #include "core/cuda_util.h"
 #include "kernels/cuda_common.cuh"
-#include "kernels/fused_residual_cuda.h"
+#include "kernels/gated_residual_add_cuda.h"
 #include "kernels/reference_math.h"
 
 namespace s3d::kernels::cuda {

@@ -14,7 +14,7 @@
 // are xor 8/4/2/1 between groups' lanes, applied to a and b alike, and its xor 1 is a + b.
 #include "core/cuda_util.h"
 #include "kernels/cuda_common.cuh"
-#include "kernels/fused_qk_cuda.h"
+#include "kernels/qk_rmsnorm_cuda.h"
 #include "kernels/reference_math.h"
 
 namespace s3d::kernels::cuda {
@@ -122,7 +122,7 @@ void qk_inplace(Tensor& x, int64_t row_stride, int slots, int heads, int head_di
   kernel<<<grid_for(threads_total, kThreads), kThreads, 0, current_stream()>>>(
       x.data_as<uint16_t>(), row_stride, T, slots, heads, head_dim, gamma0, gamma1, scale, cos,
       sin);
-  after_launch(norm && rope ? "qk_rmsnorm_rope_inplace" : norm ? "head_rmsnorm_inplace"
+  after_launch(norm && rope ? "qk_rmsnorm_rope_inplace" : norm ? "qk_rmsnorm_cross_inplace"
                                                                : "rope_inplace");
 }
 

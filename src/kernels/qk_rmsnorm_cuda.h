@@ -1,4 +1,4 @@
-// CUDA launcher of the fused q/k ops (fused_qk.cu); called by fused_qk.cpp after validation.
+// CUDA launcher of the fused q/k ops (qk_rmsnorm.cu); called by qk_rmsnorm.cpp after validation.
 #pragma once
 
 #include "core/tensor.h"

@@ -1,15 +1,14 @@
-// q/k preparation: the entry points (the reference chains or the fused kernels), the fused
+// q/k preparation: the reference chains, the fused
 // kernels' support rule, argument checks and device dispatch, and their CPU version (the
 // reference chain's arithmetic, element by element, written back in place).
-#include "kernels/fused_qk.h"
+#include "kernels/qk_rmsnorm.h"
 
 #include <cstdint>
 #include <vector>
 
-#include "core/fallback.h"
 #include "core/error.h"
 #include "kernels/elementwise.h"
-#include "kernels/fused_qk_cuda.h"
+#include "kernels/qk_rmsnorm_cuda.h"
 #include "kernels/kernel_checks.h"
 #include "kernels/qk_norm_rope.h"
 #include "kernels/reference_math.h"
@@ -94,7 +93,7 @@ void qk_inplace_checked(const char* op, Tensor& x, int slots, int heads, int hea
   const int64_t T = x.size(0);
   const std::string why = fused::qk_unsupported(x, x.size(1), heads, head_dim, cos, sin);
   S3D_CHECK(why.empty(), op, ": unsupported shape: ", why, " (x ", x.describe(),
-            "); the caller runs the reference chain");
+            "); the op (ops/) runs its next candidate instead");
   if (T == 0) return;
   const float scale = math::head_rmsnorm_scale(head_dim);
   const detail::QkPointers ptr = detail::qk_pointers(gamma0, gamma1, cos, sin);
@@ -118,8 +117,8 @@ void qk_rmsnorm_rope_inplace(Tensor& qkv, int heads, int head_dim, const Tensor*
   qk_inplace_checked(op, qkv, 2, heads, head_dim, q_gamma, k_gamma, cos, sin);
 }
 
-void head_rmsnorm_inplace(Tensor& x, const Tensor& gamma, int heads, int head_dim) {
-  const char* op = "head_rmsnorm_inplace";
+void qk_rmsnorm_cross_inplace(Tensor& x, const Tensor& gamma, int heads, int head_dim) {
+  const char* op = "qk_rmsnorm_cross_inplace";
   detail::check_heads_row(op, x, heads, head_dim);
   qk_inplace_checked(op, x, 1, heads, head_dim, &gamma, nullptr, nullptr, nullptr);
 }
@@ -165,35 +164,20 @@ Tensor qk_rmsnorm_rope_chain(const Tensor& qkv, int heads, int head_dim, const T
 
 }  // namespace
 
-Tensor qk_rmsnorm_rope(Tensor& qkv, int heads, int head_dim, const Tensor* q_gamma,
-                       const Tensor* k_gamma, const Tensor* cos, const Tensor* sin, bool fused) {
-  if (q_gamma == nullptr && cos == nullptr) return qkv;  // no qk_rms_norm, no RoPE
-  if (fused) {
-    const std::string why =
-        fused::qk_unsupported(qkv, 3 * int64_t{heads} * head_dim, heads, head_dim, cos, sin);
-    if (why.empty()) {
-      fused::qk_rmsnorm_rope_inplace(qkv, heads, head_dim, q_gamma, k_gamma, cos, sin);
-      return qkv;
-    }
-    record_fallback(sparse3d::Flag::qk_rmsnorm_rope_inplace, why);
-  }
+namespace reference {
+
+Tensor qk_rmsnorm_rope(const Tensor& qkv, int heads, int head_dim, const Tensor* q_gamma,
+                       const Tensor* k_gamma, const Tensor* cos, const Tensor* sin) {
   return qk_rmsnorm_rope_chain(qkv, heads, head_dim, q_gamma, k_gamma, cos, sin);
 }
 
-Tensor cross_q_rmsnorm(Tensor& q, const Tensor& gamma, int heads, int head_dim, bool fused) {
-  const int64_t C = int64_t{heads} * head_dim;
-  if (fused) {
-    const std::string why = fused::qk_unsupported(q, C, heads, head_dim, nullptr, nullptr);
-    if (why.empty()) {
-      fused::head_rmsnorm_inplace(q, gamma, heads, head_dim);
-      return q;
-    }
-    record_fallback(sparse3d::Flag::qk_rmsnorm_cross_inplace, why);
-  }
+Tensor qk_rmsnorm_cross(const Tensor& q, const Tensor& gamma, int heads, int head_dim) {
   // pure_eager: head_rmsnorm into a new [T, H, D], read as [T, C].
+  const int64_t C = int64_t{heads} * head_dim;
   Tensor qn = Tensor::empty({q.size(0), heads, head_dim}, DType::BF16, q.device());
   head_rmsnorm(RowView::of(q), gamma, heads, head_dim, qn);
   return qn.reshape({q.size(0), C});
 }
 
+}  // namespace reference
 }  // namespace s3d::kernels

@@ -1,17 +1,17 @@
-// The MLP's GELU: the entry point, and the wide kernel's argument checks and dispatch (its CPU
+// The wide GELU: the kernel's argument checks and dispatch (its CPU
 // version is the reference op's loop).
-#include "kernels/fused_gelu.h"
+#include "kernels/gelu_tanh.h"
 
 #include "kernels/elementwise.h"
-#include "kernels/fused_gelu_cuda.h"
+#include "kernels/gelu_tanh_cuda.h"
 #include "kernels/kernel_checks.h"
 
 namespace s3d::kernels {
 
 namespace fused {
 
-void gelu_tanh_wide(const Tensor& x, Tensor& out) {
-  const char* op = "gelu_tanh_wide";
+void gelu_tanh(const Tensor& x, Tensor& out) {
+  const char* op = "fused gelu_tanh";
   detail::check_dtype(x, DType::BF16, op, "x");
   detail::check_dtype(out, DType::BF16, op, "out");
   detail::check_same_shape(out, x, op, "out", "x");
@@ -20,18 +20,10 @@ void gelu_tanh_wide(const Tensor& x, Tensor& out) {
   if (x.is_cuda()) {
     cuda::gelu_tanh_wide(x, out);
   } else {
-    gelu_tanh(x, out);  // the CPU has one GELU loop: the reference op's
+    kernels::gelu_tanh(x, out);  // the CPU has one GELU loop: the reference op's
   }
 }
 
 }  // namespace fused
-
-void mlp_gelu(const Tensor& x, bool fused, Tensor& out) {
-  if (fused) {
-    fused::gelu_tanh_wide(x, out);
-  } else {
-    gelu_tanh(x, out);
-  }
-}
 
 }  // namespace s3d::kernels

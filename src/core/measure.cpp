@@ -1,4 +1,4 @@
-#include "engine/measure.h"
+#include "core/measure.h"
 
 #include <cuda_runtime.h>
 
@@ -8,7 +8,7 @@
 #include "core/error.h"
 #include "core/rng.h"
 
-namespace s3d::engine {
+namespace s3d {
 
 double time_calls(const std::function<void(int)>& fn, int warmup, int calls) {
   S3D_CHECK(calls >= 1, "time_calls: calls must be >= 1, got ", calls);
@@ -35,4 +35,18 @@ Tensor random_device(const Shape& shape, DType dtype, uint64_t seed, float scale
   return Tensor::from_floats(v, shape, dtype).to(Device::CUDA);
 }
 
-}  // namespace s3d::engine
+void measure_copy_rate(double& bytes, double& seconds) {
+  const size_t n = size_t(1) << 30;
+  void *src = nullptr, *dst = nullptr;
+  S3D_CUDA_CHECK(cudaMalloc(&src, n));
+  S3D_CUDA_CHECK(cudaMalloc(&dst, n));
+  S3D_CUDA_CHECK(cudaMemsetAsync(src, 1, n, current_stream()));
+  seconds = time_calls([&](int) {
+    S3D_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, current_stream()));
+  }, 1, 20);
+  bytes = 2.0 * static_cast<double>(n);
+  cudaFree(src);
+  cudaFree(dst);
+}
+
+}  // namespace s3d

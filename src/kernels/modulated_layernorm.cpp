@@ -1,12 +1,10 @@
-// Modulated LayerNorm: the entry point (the reference chain or the fused kernel), the fused
-// kernel's support rule, argument checks and device dispatch, and its CPU version
+// Modulated LayerNorm: the reference chain, the fused kernel's support rule, argument checks and device dispatch, and its CPU version
 // (cpu::layer_norm's row statistics, then math::modulate_chain per element).
-#include "kernels/fused_norm.h"
+#include "kernels/modulated_layernorm.h"
 
-#include "core/fallback.h"
 #include "core/error.h"
 #include "kernels/elementwise.h"
-#include "kernels/fused_norm_cuda.h"
+#include "kernels/modulated_layernorm_cuda.h"
 #include "kernels/kernel_checks.h"
 #include "kernels/layernorm.h"
 #include "kernels/reference_math.h"
@@ -20,7 +18,7 @@ using detail::aligned16;
 
 namespace cpu {
 
-void modulated_layer_norm(const Tensor& x, const RowView& shift, const RowView& scale,
+void modulated_layernorm(const Tensor& x, const RowView& shift, const RowView& scale,
                           const Tensor& batch_index, float eps, Tensor& out) {
   const int64_t T = x.size(0), C = x.size(1);
   const uint16_t* xp = x.data_as<uint16_t>();
@@ -29,7 +27,7 @@ void modulated_layer_norm(const Tensor& x, const RowView& shift, const RowView& 
   const int32_t* bidx = batch_index.data_as<int32_t>();
   uint16_t* yp = out.data_as<uint16_t>();
   for (int64_t t = 0; t < T; ++t) {
-    S3D_CHECK(bidx[t] >= 0 && bidx[t] < shift.rows, "modulated_layer_norm: batch_index[", t,
+    S3D_CHECK(bidx[t] >= 0 && bidx[t] < shift.rows, "modulated_layernorm: batch_index[", t,
               "] = ", bidx[t], " is outside [0, ", shift.rows, ")");
   }
 #pragma omp parallel for schedule(static)
@@ -61,7 +59,7 @@ void modulated_layer_norm(const Tensor& x, const RowView& shift, const RowView& 
 
 namespace fused {
 
-std::string modulated_layer_norm_unsupported(const Tensor& x, const RowView& shift,
+std::string modulated_layernorm_unsupported(const Tensor& x, const RowView& shift,
                                              const RowView& scale, const Tensor& out) {
   if (x.dtype() != DType::BF16) return cat("x is ", x.describe(), ", not bf16");
   if (out.dtype() != DType::BF16 || shift.dtype() != DType::BF16 || scale.dtype() != DType::BF16)
@@ -76,29 +74,29 @@ std::string modulated_layer_norm_unsupported(const Tensor& x, const RowView& shi
   return "";
 }
 
-void modulated_layer_norm(const Tensor& x, const RowView& shift, const RowView& scale,
+void modulated_layernorm(const Tensor& x, const RowView& shift, const RowView& scale,
                           const Tensor& batch_index, float eps, Tensor& out) {
-  const char* op = "modulated_layer_norm";
+  const char* op = "modulated_layernorm";
   detail::check_modulated_norm_operands(op, x, shift, scale, batch_index, eps, out);
   const int64_t T = x.size(0);
-  const std::string why = modulated_layer_norm_unsupported(x, shift, scale, out);
+  const std::string why = modulated_layernorm_unsupported(x, shift, scale, out);
   S3D_CHECK(why.empty(), op, ": unsupported shape: ", why, " (x ", x.describe(),
-            "); the caller runs the reference chain");
+            "); the op (ops/) runs its next candidate instead");
   if (T == 0) return;
   if (x.is_cuda()) {
-    cuda::modulated_layer_norm(x, shift, scale, batch_index, eps, out);
+    cuda::modulated_layernorm(x, shift, scale, batch_index, eps, out);
   } else {
-    cpu::modulated_layer_norm(x, shift, scale, batch_index, eps, out);
+    cpu::modulated_layernorm(x, shift, scale, batch_index, eps, out);
   }
 }
 
 }  // namespace fused
 
-namespace {
+namespace reference {
 
 // pure_eager's chain, one op per launch at the original's rounding points.
-void modulated_layer_norm_chain(const Tensor& x, const RowView& shift, const RowView& scale,
-                                const Tensor& batch_index, float eps, Tensor& out) {
+void modulated_layernorm(const Tensor& x, const RowView& shift, const RowView& scale,
+                         const Tensor& batch_index, float eps, Tensor& out) {
   const int64_t T = x.size(0), C = x.size(1), B = scale.rows;
   const Device dev = x.device();
   auto bf16 = [&](Shape s) { return Tensor::empty(s, DType::BF16, dev); };
@@ -114,19 +112,5 @@ void modulated_layer_norm_chain(const Tensor& x, const RowView& shift, const Row
   add(scaled, g, out);
 }
 
-}  // namespace
-
-void modulated_layer_norm(const Tensor& x, const RowView& shift, const RowView& scale,
-                          const Tensor& batch_index, float eps, bool fused, Tensor& out) {
-  if (fused) {
-    const std::string why = fused::modulated_layer_norm_unsupported(x, shift, scale, out);
-    if (why.empty()) {
-      fused::modulated_layer_norm(x, shift, scale, batch_index, eps, out);
-      return;
-    }
-    record_fallback(sparse3d::Flag::modulated_layernorm, why);
-  }
-  modulated_layer_norm_chain(x, shift, scale, batch_index, eps, out);
-}
-
+}  // namespace reference
 }  // namespace s3d::kernels

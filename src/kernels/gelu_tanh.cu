@@ -3,7 +3,7 @@
 // Scalar code for a misaligned tensor and for the tail past the last whole chunk.
 #include "core/cuda_util.h"
 #include "kernels/cuda_common.cuh"
-#include "kernels/fused_gelu_cuda.h"
+#include "kernels/gelu_tanh_cuda.h"
 #include "kernels/reference_math.h"
 
 namespace s3d::kernels::cuda {

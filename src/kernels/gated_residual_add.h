@@ -1,11 +1,12 @@
-// Gated residual add (article "sparse_batch_mul_add"), the end of a block's
-// attention and MLP branches: out = x + gate[b] * h with b the token's asset and gate read by
-// batch index from the [B, 6C] modulation.
+// Gated residual add (article "sparse_batch_mul_add"), the end of a block's attention and MLP
+// branches: out = x + gate[b] * h with b the token's asset and gate read by batch index from
+// the [B, 6C] modulation.
 //
-// One entry point, gated_residual_add(..., fused, ...), runs either the reference chain
-// (pure_eager: gather_rows -> [T, C], mul -> bf16, add -> bf16) or the fused kernel (fused::,
-// flag gated_residual_add). Contract: the two are bitwise equal on either backend (no
-// reduction, no transcendental): out = bf16(x + bf16(h * gate[b])) (math::gated_residual_chain).
+// Two implementations of the op gated_residual_add (ops/gated_residual_add.h chooses):
+// reference:: is pure_eager's chain (gather_rows -> [T, C], mul -> bf16, add -> bf16),
+// fused:: the candidate of flag gated_residual_add. Contract: the two are bitwise equal on
+// either backend (no reduction, no transcendental): out = bf16(x + bf16(h * gate[b]))
+// (math::gated_residual_chain).
 #pragma once
 
 #include <string>
@@ -14,12 +15,14 @@
 
 namespace s3d::kernels {
 
+namespace reference {
+
 // x, h: bf16 [T, C]; gate: bf16 view of B rows of C; batch_index: i32 [T] in [0, B);
-// out: bf16 [T, C]. fused: run the fused kernel where fused::gated_residual_add_unsupported
-// allows it; a refused shape runs the reference chain and counts a gated_residual_add
-// fallback (contract/fallback.h).
+// out: bf16 [T, C]. Every shape.
 void gated_residual_add(const Tensor& x, const Tensor& h, const RowView& gate,
-                        const Tensor& batch_index, bool fused, Tensor& out);
+                        const Tensor& batch_index, Tensor& out);
+
+}  // namespace reference
 
 namespace fused {
 

@@ -1,4 +1,4 @@
-// CUDA launcher of gated_residual_add (fused_residual.cu); called by fused_residual.cpp
+// CUDA launcher of gated_residual_add (gated_residual_add.cu); called by gated_residual_add.cpp
 // after validation (vector path only).
 #pragma once
 

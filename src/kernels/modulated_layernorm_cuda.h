@@ -1,4 +1,4 @@
-// CUDA launcher of modulated_layer_norm (fused_norm.cu); called by fused_norm.cpp after
+// CUDA launcher of modulated_layernorm (modulated_layernorm.cu); called by modulated_layernorm.cpp after
 // validation (vector path only: the support rule guarantees 16-byte rows).
 #pragma once
 
@@ -6,7 +6,7 @@
 
 namespace s3d::kernels::cuda {
 
-void modulated_layer_norm(const Tensor& x, const RowView& shift, const RowView& scale,
+void modulated_layernorm(const Tensor& x, const RowView& shift, const RowView& scale,
                           const Tensor& batch_index, float eps, Tensor& out);
 
 }  // namespace s3d::kernels::cuda

@@ -8,14 +8,14 @@
 
 #include "core/cuda_util.h"
 #include "kernels/cuda_common.cuh"
-#include "kernels/fused_norm_cuda.h"
+#include "kernels/modulated_layernorm_cuda.h"
 #include "kernels/layernorm_row.cuh"
 #include "kernels/reference_math.h"
 
 namespace s3d::kernels::cuda {
 namespace {
 
-__global__ void modulated_layer_norm_kernel(const uint16_t* x, const uint16_t* shift,
+__global__ void modulated_layernorm_kernel(const uint16_t* x, const uint16_t* shift,
                                             const uint16_t* scale, int64_t mod_stride,
                                             int64_t mod_rows, const int32_t* batch_index,
                                             int64_t C, float eps, uint16_t* y) {
@@ -23,7 +23,7 @@ __global__ void modulated_layer_norm_kernel(const uint16_t* x, const uint16_t* s
   const int64_t row = blockIdx.x;
   const uint16_t* xr = x + row * C;
   uint16_t* yr = y + row * C;
-  const int64_t b = checked_index(batch_index[row], row, mod_rows, "modulated_layer_norm",
+  const int64_t b = checked_index(batch_index[row], row, mod_rows, "modulated_layernorm",
                                   "batch_index", threadIdx.x == 0);
   const uint16_t* sh = shift + b * mod_stride;
   const uint16_t* sc = scale + b * mod_stride;
@@ -46,19 +46,19 @@ __global__ void modulated_layer_norm_kernel(const uint16_t* x, const uint16_t* s
 
 }  // namespace
 
-void modulated_layer_norm(const Tensor& x, const RowView& shift, const RowView& scale,
+void modulated_layernorm(const Tensor& x, const RowView& shift, const RowView& scale,
                           const Tensor& batch_index, float eps, Tensor& out) {
   const int64_t C = x.size(1), rows = x.size(0);
-  S3D_CHECK(rows < (int64_t{1} << 31), "modulated_layer_norm: ", rows,
+  S3D_CHECK(rows < (int64_t{1} << 31), "modulated_layernorm: ", rows,
             " rows exceed the grid limit");
   // The layer_norm op on the same row takes its vector path (C % 8 == 0, aligned), so the
   // same blockDim gives the same statistics.
   const int threads = layer_norm_threads(C, true);
-  modulated_layer_norm_kernel<<<static_cast<unsigned>(rows), threads, 0, current_stream()>>>(
+  modulated_layernorm_kernel<<<static_cast<unsigned>(rows), threads, 0, current_stream()>>>(
       x.data_as<uint16_t>(), static_cast<const uint16_t*>(shift.data()),
       static_cast<const uint16_t*>(scale.data()), shift.stride, shift.rows,
       batch_index.data_as<int32_t>(), C, eps, out.data_as<uint16_t>());
-  after_launch("modulated_layer_norm");
+  after_launch("modulated_layernorm");
 }
 
 }  // namespace s3d::kernels::cuda

@@ -1,0 +1,86 @@
+#include "ops/linear_gelu.h"
+
+#include "gemm/linear.h"
+#include "kernels/elementwise.h"
+#include "kernels/gelu_tanh.h"
+
+namespace s3d::ops {
+namespace {
+
+struct Args {
+  const Tensor& x;
+  const Tensor& weight;
+  const Tensor* bias;
+  Tensor& out;
+};
+
+// The GEMM with its bias, rounded to a bf16 temporary of out's shape.
+Tensor rounded_gemm(const Args& a) {
+  Tensor u = Tensor::empty(a.out.shape(), a.out.dtype(), a.out.device());
+  gemm::linear(a.x, a.weight, a.bias, u);
+  return u;
+}
+
+const std::array<Impl<Args>, 2> kImpls = {{
+    {[](const Args& a) -> std::string {
+       if (a.bias == nullptr) return "the layer has no bias (the GELU epilogue applies one)";
+       return "";
+     },
+     [](Args& a) { gemm::linear(a.x, a.weight, a.bias, a.out, gemm::Epilogue::BiasGelu); }},
+    {[](const Args&) { return std::string(); },
+     [](Args& a) { kernels::fused::gelu_tanh(rounded_gemm(a), a.out); }},
+}};
+
+void reference(Args& a) { kernels::gelu_tanh(rounded_gemm(a), a.out); }
+
+// Random x, weight and bias of an MLP's fc1 at width `hidden`.
+class Case : public CaseOf<Args, 2> {
+ public:
+  Case(const OpShape& s, Device dev, uint64_t seed)
+      : CaseOf(kImpls, &reference),
+        x_(random_tensor({s.tokens, s.channels()}, DType::BF16, dev, seed, 1.0f)),
+        weight_(random_tensor({s.hidden, s.channels()}, DType::BF16, dev, seed + 1,
+                              1.0f / static_cast<float>(s.channels()))),
+        bias_(random_tensor({s.hidden}, DType::BF16, dev, seed + 2, 0.5f)),
+        out_(Tensor::empty({s.tokens, s.hidden}, DType::BF16, dev)) {}
+
+ private:
+  Args operands() override { return Args{x_, weight_, &bias_, out_}; }
+  void reset() override { out_.poison(); }
+  Tensor output(const Args&) const override { return out_; }
+  Tensor call_op(const OpPlan& plan, Args& a) override {
+    linear_gelu(plan, a.x, a.weight, a.bias, a.out);
+    return out_;
+  }
+  Tensor x_, weight_, bias_, out_;
+};
+
+}  // namespace
+
+void linear_gelu(const OpPlan& plan, const Tensor& x, const Tensor& weight, const Tensor* bias,
+                 Tensor& out) {
+  Args a{x, weight, bias, out};
+  run_ladder(OpId::linear_gelu, plan, kImpls, &reference, a);
+}
+
+OpInfo linear_gelu_row() {
+  using sparse3d::Flag;
+  return OpInfo{
+      OpId::linear_gelu,
+      "linear_gelu",
+      "GELU-tanh(x W^T + b), the MLP's fc1 and its activation",
+      "the GEMM rounded to a bf16 [M, N] temporary, then the GELU map",
+      {{Flag::gemm_gelu_epilogue, Contract::Tolerance, 1e-2,
+        "gemm::linear(..., Epilogue::BiasGelu)"},
+       {Flag::gelu_tanh, Contract::Bitwise, 0, "kernels::fused::gelu_tanh"}},
+      [](const OpShape& s) {
+        const double C = double(s.channels()), N = double(s.hidden), T = double(s.tokens);
+        return 2 * (T * C + N * C + N + T * N);
+      },
+      {{37, 3, 16, 1, 72}, {1, 2, 24, 1, 40}, {129, 2, 8, 1, 100}},
+      [](const OpShape& s, Device dev, uint64_t seed) -> std::unique_ptr<OpCase> {
+        return std::make_unique<Case>(s, dev, seed);
+      }};
+}
+
+}  // namespace s3d::ops

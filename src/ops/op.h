@@ -1,0 +1,201 @@
+// The op registry: every op of the block that has more than one implementation, one row each
+// (docs/DESIGN.md, "Ops"). A row names the op, its reference (pure_eager's chain), its
+// candidates in the order they are tried (each with its flag, its contract and, in the op's
+// file, its support rule and kernel), its byte model and its test shapes. The model calls the
+// op (ops::modulated_layernorm(...)), never a kernel; an OpPlan resolved once per request from
+// its flags says which candidates the op may try; run_ladder() below is the one place that
+// tries them, counts each refusal as a fallback of the refused candidate's flag and runs the
+// reference when every candidate refused. The tests (tests/ops/) and `sparse3d bench-kernels`
+// iterate the same table.
+//
+// Names: an op NAME is the function ops::NAME in src/ops/NAME.{h,cpp}; its reference is
+// kernels::reference::NAME; a candidate is named by its flag, and its kernel is
+// kernels::fused::FLAG (bitwise) or kernels::fast::NAME (tolerance).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/fallback.h"
+#include "core/tensor.h"
+#include "sparse3d/flags.h"
+
+namespace s3d::ops {
+
+// The ops, in table order.
+enum class OpId : uint8_t {
+  modulated_layernorm,
+  qk_rmsnorm_rope,
+  qk_rmsnorm_cross,
+  gated_residual_add,
+  linear_gelu,
+};
+inline constexpr int kOpCount = 5;
+// The most candidates one op has (besides its reference).
+inline constexpr int kMaxCandidates = 2;
+
+// What a candidate promises against the op's reference on the same backend.
+enum class Contract : uint8_t {
+  Bitwise,    // the same bits
+  Tolerance,  // within `tolerance` relative L2 (and the op's own finer rule, docs/CONTRACTS.md)
+};
+
+struct CandidateInfo {
+  sparse3d::Flag flag;     // the candidate's name is its flag's
+  Contract contract = Contract::Bitwise;
+  double tolerance = 0;    // relative L2 against the reference; 0 for bitwise
+  std::string_view kernel; // the function that implements it, e.g. "kernels::fused::..."
+};
+
+// The model dimensions one call of an op is built at (tests, the kernel bench).
+struct OpShape {
+  int64_t tokens = 0;
+  int heads = 0, head_dim = 0;
+  int batch = 1;           // assets (rows of the modulation)
+  int64_t hidden = 0;      // the MLP width (linear_gelu)
+  int64_t channels() const { return int64_t{heads} * head_dim; }
+};
+
+// One call's operands, owning its tensors, random and reproducible from (shape, seed) on
+// either device: what the tests and the kernel bench run the candidates on.
+class OpCase {
+ public:
+  static constexpr int kReference = -1;
+  virtual ~OpCase() = default;
+  // Why candidate k (an index into OpInfo::candidates) refuses these operands, or "".
+  virtual std::string unsupported(int k) = 0;
+  // Resets the inputs an in-place candidate overwrote and poisons the output, then runs
+  // candidate k alone (kReference: the reference), no ladder, no counting.
+  virtual void run(int k) = 0;
+  // Runs candidate k again without the reset (in-place candidates work on what the last run
+  // left): what the kernel bench times, so that no restore copy is counted.
+  virtual void rerun(int k) = 0;
+  // Resets and poisons as run(), then calls the op itself (its ladder) under `plan`.
+  virtual void run_op(const class OpPlan& plan) = 0;
+  // The last run's result (the tensor the op returns or writes).
+  virtual Tensor result() const = 0;
+};
+
+struct OpInfo {
+  OpId id;
+  std::string_view name;       // = the function ops::NAME and the file src/ops/NAME.cpp
+  std::string_view summary;    // one line: what the op computes
+  std::string_view reference;  // what the reference runs (pure_eager's chain)
+  std::vector<CandidateInfo> candidates;  // tried in this order: the fastest first
+  // Compulsory bytes of one call (every input read once, every output written once).
+  double (*bytes)(const OpShape&) = nullptr;
+  // The shapes every candidate is tested at (odd token counts, widths some candidate
+  // refuses, so that each rung of the ladder runs).
+  std::vector<OpShape> test_shapes;
+  std::unique_ptr<OpCase> (*make_case)(const OpShape&, Device, uint64_t seed) = nullptr;
+};
+
+// Every op, in OpId order.
+const std::vector<OpInfo>& op_table();
+const OpInfo& op_info(OpId id);
+// The row whose name is `name`; throws naming the known ops.
+const OpInfo& find_op(std::string_view name);
+
+// The candidates each op may try under a set of flags, in try order: resolved once per
+// request (model::Request::use_flags) and read by every call of the op.
+class OpPlan {
+ public:
+  OpPlan() = default;  // every op runs its reference
+  static OpPlan resolve(const sparse3d::FlagSet& flags);
+  const sparse3d::FlagSet& flags() const { return flags_; }
+  // The indices into op_info(id).candidates of the candidates this plan lets the op try.
+  int count(OpId id) const { return count_[static_cast<int>(id)]; }
+  int candidate(OpId id, int i) const { return order_[static_cast<int>(id)][i]; }
+
+ private:
+  sparse3d::FlagSet flags_;
+  std::array<std::array<uint8_t, kMaxCandidates>, kOpCount> order_{};
+  std::array<uint8_t, kOpCount> count_{};
+};
+
+// One candidate of an op whose call operands are A: its support rule and its kernel.
+template <class A>
+struct Impl {
+  std::string (*unsupported)(const A&);
+  void (*run)(A&);
+};
+
+// The ladder: the plan's candidates of `id` in order; the first whose rule accepts the
+// operands runs; each that refuses counts one fallback of its flag (core/fallback.h), with
+// the rule's reason; the reference runs when none ran. `impls` is indexed like
+// op_info(id).candidates.
+template <class A, size_t N>
+void run_ladder(OpId id, const OpPlan& plan, const std::array<Impl<A>, N>& impls,
+                void (*reference)(A&), A& a) {
+  for (int i = 0; i < plan.count(id); ++i) {
+    const int k = plan.candidate(id, i);
+    const std::string why = impls[static_cast<size_t>(k)].unsupported(a);
+    if (why.empty()) {
+      impls[static_cast<size_t>(k)].run(a);
+      return;
+    }
+    record_fallback(op_info(id).candidates[static_cast<size_t>(k)].flag, why);
+  }
+  reference(a);
+}
+
+// An OpCase over the op's own candidates (impls, reference) and operand type A: a case
+// supplies its operands, the reset before each run, the result and the call of the op.
+template <class A, size_t N>
+class CaseOf : public OpCase {
+ public:
+  CaseOf(const std::array<Impl<A>, N>& impls, void (*reference)(A&))
+      : impls_(impls), reference_(reference) {}
+  std::string unsupported(int k) override {
+    A a = operands();
+    return impls_[static_cast<size_t>(k)].unsupported(a);
+  }
+  void run(int k) override {
+    reset();
+    rerun(k);
+  }
+  void rerun(int k) override {
+    A a = operands();
+    if (k == kReference) {
+      reference_(a);
+    } else {
+      impls_[static_cast<size_t>(k)].run(a);
+    }
+    result_ = output(a);
+  }
+  void run_op(const OpPlan& plan) override {
+    reset();
+    A a = operands();
+    result_ = call_op(plan, a);
+  }
+  Tensor result() const override { return result_; }
+
+ protected:
+  virtual A operands() = 0;
+  // Restores what an in-place candidate overwrote; poisons what a candidate writes.
+  virtual void reset() = 0;
+  // The result of a run on operands a.
+  virtual Tensor output(const A& a) const = 0;
+  // Calls the op's entry point (ops::NAME) on a; returns its result.
+  virtual Tensor call_op(const OpPlan& plan, A& a) = 0;
+
+ private:
+  const std::array<Impl<A>, N>& impls_;
+  void (*reference_)(A&);
+  Tensor result_;
+};
+
+// i32 [tokens]: token t belongs to asset t * batch / tokens (the assets in order, as a packed
+// request holds them).
+Tensor spread_batch_index(int64_t tokens, int batch, Device device);
+
+// A host-generated tensor of N(0, 1) * scale + offset values (counter-based, so the same
+// (shape, seed) gives the same values on either device), moved to `device`.
+Tensor random_tensor(const Shape& shape, DType dtype, Device device, uint64_t seed,
+                     float scale = 1.0f, float offset = 0.0f);
+
+}  // namespace s3d::ops

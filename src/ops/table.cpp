@@ -1,0 +1,85 @@
+// The op table (one row per op, each defined in its op's file), the per-request plan and the
+// random operands of the tests and the kernel bench.
+#include <algorithm>
+#include <vector>
+
+#include "core/error.h"
+#include "core/rng.h"
+#include "ops/op.h"
+
+namespace s3d::ops {
+
+// Each op's row, defined beside its ladder in src/ops/NAME.cpp.
+OpInfo modulated_layernorm_row();
+OpInfo qk_rmsnorm_rope_row();
+OpInfo qk_rmsnorm_cross_row();
+OpInfo gated_residual_add_row();
+OpInfo linear_gelu_row();
+
+namespace {
+
+std::vector<OpInfo> make_table() {
+  std::vector<OpInfo> t;
+  t.push_back(modulated_layernorm_row());
+  t.push_back(qk_rmsnorm_rope_row());
+  t.push_back(qk_rmsnorm_cross_row());
+  t.push_back(gated_residual_add_row());
+  t.push_back(linear_gelu_row());
+  for (size_t i = 0; i < t.size(); ++i) {
+    // The rows are indexed by OpId, and a flag names one candidate of one op.
+    S3D_CHECK(static_cast<size_t>(t[i].id) == i, "op table: row ", i, " (", t[i].name,
+              ") is out of OpId order");
+    S3D_CHECK(!t[i].candidates.empty() && t[i].candidates.size() <= kMaxCandidates,
+              "op table: ", t[i].name, " has ", t[i].candidates.size(), " candidates");
+  }
+  S3D_CHECK(t.size() == kOpCount, "op table: ", t.size(), " rows for ", kOpCount, " ops");
+  return t;
+}
+
+}  // namespace
+
+const std::vector<OpInfo>& op_table() {
+  static const std::vector<OpInfo> table = make_table();
+  return table;
+}
+
+const OpInfo& op_info(OpId id) { return op_table()[static_cast<size_t>(id)]; }
+
+const OpInfo& find_op(std::string_view name) {
+  std::string known;
+  for (const OpInfo& op : op_table()) {
+    if (op.name == name) return op;
+    known += cat(known.empty() ? "" : ", ", op.name);
+  }
+  fail("unknown op '", name, "' (known: ", known, ")");
+}
+
+OpPlan OpPlan::resolve(const sparse3d::FlagSet& flags) {
+  OpPlan p;
+  p.flags_ = flags;
+  for (const OpInfo& op : op_table()) {
+    const auto o = static_cast<size_t>(op.id);
+    for (size_t k = 0; k < op.candidates.size(); ++k) {
+      if (!flags.on(op.candidates[k].flag)) continue;
+      p.order_[o][p.count_[o]++] = static_cast<uint8_t>(k);
+    }
+  }
+  return p;
+}
+
+Tensor spread_batch_index(int64_t tokens, int batch, Device device) {
+  std::vector<int32_t> b(static_cast<size_t>(tokens));
+  for (int64_t t = 0; t < tokens; ++t)
+    b[static_cast<size_t>(t)] = static_cast<int32_t>(t * batch / tokens);
+  return Tensor::from_ints(b, {tokens}).to(device);
+}
+
+Tensor random_tensor(const Shape& shape, DType dtype, Device device, uint64_t seed, float scale,
+                     float offset) {
+  std::vector<float> v(static_cast<size_t>(shape_numel(shape)));
+  normal_fill(seed, 0, v.size(), v.data());
+  for (float& x : v) x = x * scale + offset;
+  return Tensor::from_floats(v, shape, dtype).to(device);
+}
+
+}  // namespace s3d::ops
