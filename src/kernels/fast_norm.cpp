@@ -9,6 +9,7 @@
 #include "kernels/fast_norm_math.h"
 #include "kernels/modulated_layernorm.h"
 #include "kernels/kernel_checks.h"
+#include "kernels/qk_inplace.h"
 #include "kernels/reference_math.h"
 
 namespace s3d::kernels {
@@ -133,16 +134,10 @@ void modulated_layernorm(const Tensor& x, const RowView& shift, const RowView& s
                           const Tensor& batch_index, float eps, Tensor& out) {
   const char* op = "fast modulated_layernorm";
   detail::check_modulated_norm_operands(op, x, shift, scale, batch_index, eps, out);
-  const int64_t T = x.size(0);
-  const std::string why = modulated_layernorm_unsupported(x, shift, scale, out);
-  S3D_CHECK(why.empty(), op, ": unsupported shape: ", why, " (x ", x.describe(),
-            "); the op (ops/) runs its next candidate instead");
-  if (T == 0) return;
-  if (x.is_cuda()) {
-    cuda::fast_modulated_layernorm(x, shift, scale, batch_index, eps, out);
-  } else {
-    cpu::fast_modulated_layernorm(x, shift, scale, batch_index, eps, out);
-  }
+  detail::run_supported(
+      op, modulated_layernorm_unsupported(x, shift, scale, out), x,
+      [&] { cpu::fast_modulated_layernorm(x, shift, scale, batch_index, eps, out); },
+      [&] { cuda::fast_modulated_layernorm(x, shift, scale, batch_index, eps, out); });
 }
 
 std::string qk_unsupported(const Tensor& x, int64_t row_stride, int heads, int head_dim,
@@ -166,47 +161,21 @@ std::string qk_unsupported(const Tensor& x, int64_t row_stride, int heads, int h
 
 }  // namespace fast
 
+namespace fast {
 namespace {
 
-// Validates and runs the fast q/k kernel on the first `slots` C-wide slots of each row of x
-// (the row holds x.size(1) >= slots * C elements; a third, untouched slot for the packed QKV).
-void fast_qk_checked(const char* op, Tensor& x, int slots, int heads, int head_dim,
-                     const Tensor* gamma0, const Tensor* gamma1, const Tensor* cos,
-                     const Tensor* sin) {
-  detail::check_qk_operands(op, x, slots, heads, head_dim, gamma0, gamma1, cos, sin);
-  const int64_t T = x.size(0);
-  const std::string why =
-      fast::qk_unsupported(x, x.size(1), heads, head_dim, gamma0, gamma1, cos, sin);
-  S3D_CHECK(why.empty(), op, ": unsupported shape: ", why, " (x ", x.describe(),
-            "); the op (ops/) runs its next candidate instead");
-  if (T == 0) return;
-  const float scale = math::head_rmsnorm_scale(head_dim);
-  const detail::QkPointers ptr = detail::qk_pointers(gamma0, gamma1, cos, sin);
-  if (x.is_cuda()) {
-    cuda::fast_qk_inplace(x, x.size(1), slots, heads, head_dim, ptr.gammas[0], ptr.gammas[1],
-                          scale, ptr.cos, ptr.sin);
-  } else {
-    cpu::fast_qk_inplace(x, x.size(1), slots, heads, head_dim, ptr.gammas, scale, ptr.cos,
-                         ptr.sin);
-  }
-}
+const detail::QkKernels kQk{&qk_unsupported, &cpu::fast_qk_inplace, &cuda::fast_qk_inplace};
 
 }  // namespace
 
-namespace fast {
-
 void qk_rmsnorm_rope(Tensor& qkv, int heads, int head_dim, const Tensor* q_gamma,
                      const Tensor* k_gamma, const Tensor* cos, const Tensor* sin) {
-  const char* op = "fast qk_rmsnorm_rope";
-  detail::check_packed_qkv(op, qkv, heads, head_dim, q_gamma, k_gamma);
-  // q and k are the first 2C columns of each 3C row; v is never touched.
-  fast_qk_checked(op, qkv, 2, heads, head_dim, q_gamma, k_gamma, cos, sin);
+  detail::qk_packed_inplace("fast qk_rmsnorm_rope", kQk, qkv, heads, head_dim, q_gamma, k_gamma,
+                            cos, sin);
 }
 
 void qk_rmsnorm_cross(Tensor& x, const Tensor& gamma, int heads, int head_dim) {
-  const char* op = "fast qk_rmsnorm_cross";
-  detail::check_heads_row(op, x, heads, head_dim);
-  fast_qk_checked(op, x, 1, heads, head_dim, &gamma, nullptr, nullptr, nullptr);
+  detail::qk_heads_inplace("fast qk_rmsnorm_cross", kQk, x, gamma, heads, head_dim);
 }
 
 }  // namespace fast

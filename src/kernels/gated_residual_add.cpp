@@ -76,15 +76,10 @@ void gated_residual_add(const Tensor& x, const Tensor& h, const RowView& gate,
   detail::check_same_shape(out, x, op, "out", "x");
   detail::check_same_device(op, {{"x", &x}, {"h", &h}, {"gate", &gate.base},
                                  {"batch_index", &batch_index}, {"out", &out}});
-  const std::string why = gated_residual_add_unsupported(x, h, gate, out);
-  S3D_CHECK(why.empty(), op, ": unsupported shape: ", why, " (x ", x.describe(),
-            "); the op (ops/) runs its next candidate instead");
-  if (T == 0) return;
-  if (x.is_cuda()) {
-    cuda::gated_residual_add(x, h, gate, batch_index, out);
-  } else {
-    cpu::gated_residual_add(x, h, gate, batch_index, out);
-  }
+  detail::run_supported(
+      op, gated_residual_add_unsupported(x, h, gate, out), x,
+      [&] { cpu::gated_residual_add(x, h, gate, batch_index, out); },
+      [&] { cuda::gated_residual_add(x, h, gate, batch_index, out); });
 }
 
 }  // namespace fused

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <string>
 #include <utility>
 
 #include "core/bf16.h"
@@ -165,6 +166,22 @@ inline QkPointers qk_pointers(const Tensor* gamma0, const Tensor* gamma1, const 
   p.cos = cos ? cos->data_as<float>() : nullptr;
   p.sin = sin ? sin->data_as<float>() : nullptr;
   return p;
+}
+
+// The end of every candidate kernel's entry point, after its operand checks: its support
+// rule's verdict `why` (a refused shape throws: the op's ladder asks the rule first and
+// counts a fallback instead), nothing to do for no rows, then the version of x's device.
+template <class Cpu, class Cuda>
+void run_supported(const char* op, const std::string& why, const Tensor& x, const Cpu& cpu,
+                   const Cuda& cuda) {
+  S3D_CHECK(why.empty(), op, ": unsupported shape: ", why, " (x ", x.describe(),
+            "); the op (ops/) runs its next candidate instead");
+  if (x.size(0) == 0) return;
+  if (x.is_cuda()) {
+    cuda();
+  } else {
+    cpu();
+  }
 }
 
 }  // namespace s3d::kernels::detail

@@ -78,16 +78,10 @@ void modulated_layernorm(const Tensor& x, const RowView& shift, const RowView& s
                           const Tensor& batch_index, float eps, Tensor& out) {
   const char* op = "modulated_layernorm";
   detail::check_modulated_norm_operands(op, x, shift, scale, batch_index, eps, out);
-  const int64_t T = x.size(0);
-  const std::string why = modulated_layernorm_unsupported(x, shift, scale, out);
-  S3D_CHECK(why.empty(), op, ": unsupported shape: ", why, " (x ", x.describe(),
-            "); the op (ops/) runs its next candidate instead");
-  if (T == 0) return;
-  if (x.is_cuda()) {
-    cuda::modulated_layernorm(x, shift, scale, batch_index, eps, out);
-  } else {
-    cpu::modulated_layernorm(x, shift, scale, batch_index, eps, out);
-  }
+  detail::run_supported(
+      op, modulated_layernorm_unsupported(x, shift, scale, out), x,
+      [&] { cpu::modulated_layernorm(x, shift, scale, batch_index, eps, out); },
+      [&] { cuda::modulated_layernorm(x, shift, scale, batch_index, eps, out); });
 }
 
 }  // namespace fused

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "kernels/elementwise.h"
+#include "kernels/qk_inplace.h"
 #include "kernels/qk_rmsnorm_cuda.h"
 #include "kernels/kernel_checks.h"
 #include "kernels/qk_norm_rope.h"
@@ -82,45 +83,64 @@ std::string qk_unsupported(const Tensor& x, int64_t row_stride, int heads, int h
 
 }  // namespace fused
 
+namespace detail {
 namespace {
 
-// Validates and runs the op on the first `slots` C-wide slots of each row of x (the row
-// holds x.size(1) >= slots * C elements; a third, untouched slot for the packed QKV).
-void qk_inplace_checked(const char* op, Tensor& x, int slots, int heads, int head_dim,
-                        const Tensor* gamma0, const Tensor* gamma1, const Tensor* cos,
-                        const Tensor* sin) {
-  detail::check_qk_operands(op, x, slots, heads, head_dim, gamma0, gamma1, cos, sin);
-  const int64_t T = x.size(0);
-  const std::string why = fused::qk_unsupported(x, x.size(1), heads, head_dim, cos, sin);
-  S3D_CHECK(why.empty(), op, ": unsupported shape: ", why, " (x ", x.describe(),
-            "); the op (ops/) runs its next candidate instead");
-  if (T == 0) return;
+// Validates and runs the family's kernel on the first `slots` C-wide slots of each row of x
+// (the row holds x.size(1) >= slots * C elements; a third, untouched slot for the packed QKV).
+void qk_slots_inplace(const char* op, const QkKernels& k, Tensor& x, int slots, int heads,
+                      int head_dim, const Tensor* gamma0, const Tensor* gamma1,
+                      const Tensor* cos, const Tensor* sin) {
+  check_qk_operands(op, x, slots, heads, head_dim, gamma0, gamma1, cos, sin);
+  const int64_t stride = x.size(1);
   const float scale = math::head_rmsnorm_scale(head_dim);
-  const detail::QkPointers ptr = detail::qk_pointers(gamma0, gamma1, cos, sin);
-  if (x.is_cuda()) {
-    cuda::qk_inplace(x, x.size(1), slots, heads, head_dim, ptr.gammas[0], ptr.gammas[1], scale,
-                     ptr.cos, ptr.sin);
-  } else {
-    cpu::qk_inplace(x, x.size(1), slots, heads, head_dim, ptr.gammas, scale, ptr.cos, ptr.sin);
-  }
+  const QkPointers p = qk_pointers(gamma0, gamma1, cos, sin);
+  run_supported(
+      op, k.unsupported(x, stride, heads, head_dim, gamma0, gamma1, cos, sin), x,
+      [&] { k.cpu(x, stride, slots, heads, head_dim, p.gammas, scale, p.cos, p.sin); },
+      [&] {
+        k.cuda(x, stride, slots, heads, head_dim, p.gammas[0], p.gammas[1], scale, p.cos, p.sin);
+      });
 }
 
 }  // namespace
 
+void qk_packed_inplace(const char* op, const QkKernels& k, Tensor& qkv, int heads, int head_dim,
+                       const Tensor* q_gamma, const Tensor* k_gamma, const Tensor* cos,
+                       const Tensor* sin) {
+  check_packed_qkv(op, qkv, heads, head_dim, q_gamma, k_gamma);
+  // q and k are the first 2C columns of each 3C row; v is never touched.
+  qk_slots_inplace(op, k, qkv, 2, heads, head_dim, q_gamma, k_gamma, cos, sin);
+}
+
+void qk_heads_inplace(const char* op, const QkKernels& k, Tensor& x, const Tensor& gamma,
+                      int heads, int head_dim) {
+  check_heads_row(op, x, heads, head_dim);
+  qk_slots_inplace(op, k, x, 1, heads, head_dim, &gamma, nullptr, nullptr, nullptr);
+}
+
+}  // namespace detail
+
 namespace fused {
+namespace {
+
+const detail::QkKernels kQk{
+    [](const Tensor& x, int64_t row_stride, int heads, int head_dim, const Tensor*,
+       const Tensor*, const Tensor* cos, const Tensor* sin) {
+      return qk_unsupported(x, row_stride, heads, head_dim, cos, sin);
+    },
+    &cpu::qk_inplace, &cuda::qk_inplace};
+
+}  // namespace
 
 void qk_rmsnorm_rope_inplace(Tensor& qkv, int heads, int head_dim, const Tensor* q_gamma,
                              const Tensor* k_gamma, const Tensor* cos, const Tensor* sin) {
-  const char* op = "qk_rmsnorm_rope_inplace";
-  detail::check_packed_qkv(op, qkv, heads, head_dim, q_gamma, k_gamma);
-  // q and k are the first 2C columns of each 3C row; v is never touched.
-  qk_inplace_checked(op, qkv, 2, heads, head_dim, q_gamma, k_gamma, cos, sin);
+  detail::qk_packed_inplace("qk_rmsnorm_rope_inplace", kQk, qkv, heads, head_dim, q_gamma,
+                            k_gamma, cos, sin);
 }
 
 void qk_rmsnorm_cross_inplace(Tensor& x, const Tensor& gamma, int heads, int head_dim) {
-  const char* op = "qk_rmsnorm_cross_inplace";
-  detail::check_heads_row(op, x, heads, head_dim);
-  qk_inplace_checked(op, x, 1, heads, head_dim, &gamma, nullptr, nullptr, nullptr);
+  detail::qk_heads_inplace("qk_rmsnorm_cross_inplace", kQk, x, gamma, heads, head_dim);
 }
 
 }  // namespace fused

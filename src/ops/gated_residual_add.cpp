@@ -69,9 +69,7 @@ OpInfo gated_residual_add_row() {
       },
       // C = 48, C = 36 (not 16-byte chunks: the candidate refuses), one token.
       {{37, 3, 16, 2, 0}, {1, 2, 24, 1, 0}, {129, 3, 12, 3, 0}},
-      [](const OpShape& s, Device dev, uint64_t seed) -> std::unique_ptr<OpCase> {
-        return std::make_unique<Case>(s, dev, seed);
-      }};
+      &make_case_of<Case>};
 }
 
 }  // namespace s3d::ops

@@ -78,9 +78,7 @@ OpInfo linear_gelu_row() {
         return 2 * (T * C + N * C + N + T * N);
       },
       {{37, 3, 16, 1, 72}, {1, 2, 24, 1, 40}, {129, 2, 8, 1, 100}},
-      [](const OpShape& s, Device dev, uint64_t seed) -> std::unique_ptr<OpCase> {
-        return std::make_unique<Case>(s, dev, seed);
-      }};
+      &make_case_of<Case>};
 }
 
 }  // namespace s3d::ops

@@ -85,9 +85,7 @@ OpInfo modulated_layernorm_row() {
       // C = 48 (both candidates), C = 36 (not 16-byte chunks: both refuse), C = 4104 (past
       // one warp's registers: the tolerance kernel refuses, the bitwise one runs).
       {{37, 3, 16, 2, 0}, {1, 2, 24, 1, 0}, {129, 3, 12, 3, 0}, {5, 3, 1368, 2, 0}},
-      [](const OpShape& s, Device dev, uint64_t seed) -> std::unique_ptr<OpCase> {
-        return std::make_unique<Case>(s, dev, seed);
-      }};
+      &make_case_of<Case>};
 }
 
 }  // namespace s3d::ops

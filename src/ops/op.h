@@ -189,6 +189,17 @@ class CaseOf : public OpCase {
   Tensor result_;
 };
 
+// OpInfo::make_case for a case class C constructed from (shape, device, seed).
+template <class C>
+std::unique_ptr<OpCase> make_case_of(const OpShape& shape, Device device, uint64_t seed) {
+  return std::make_unique<C>(shape, device, seed);
+}
+
+// The test shapes of the per-head q/k ops: head_dim 16 and 24 (every candidate runs), 12 (not
+// 16-byte chunks: every candidate refuses), 264 (past 8 lanes' registers: the tolerance
+// kernels refuse, the bitwise ones run); odd token counts, one token.
+std::vector<OpShape> head_test_shapes();
+
 // i32 [tokens]: token t belongs to asset t * batch / tokens (the assets in order, as a packed
 // request holds them).
 Tensor spread_batch_index(int64_t tokens, int batch, Device device);

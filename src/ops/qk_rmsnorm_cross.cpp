@@ -79,11 +79,8 @@ OpInfo qk_rmsnorm_cross_row() {
        {Flag::qk_rmsnorm_cross_inplace, Contract::Bitwise, 0,
         "kernels::fused::qk_rmsnorm_cross_inplace"}},
       [](const OpShape& s) { return double(s.tokens) * s.channels() * 2 * 2; },
-      // As qk_rmsnorm_rope: both run, both refuse (head_dim 12), the tolerance one refuses.
-      {{37, 3, 16, 1, 0}, {1, 2, 24, 1, 0}, {129, 3, 12, 1, 0}, {5, 2, 264, 1, 0}},
-      [](const OpShape& s, Device dev, uint64_t seed) -> std::unique_ptr<OpCase> {
-        return std::make_unique<Case>(s, dev, seed);
-      }};
+      head_test_shapes(),
+      &make_case_of<Case>};
 }
 
 }  // namespace s3d::ops

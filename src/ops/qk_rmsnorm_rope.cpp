@@ -108,12 +108,8 @@ OpInfo qk_rmsnorm_rope_row() {
         return double(s.tokens) * (2 * s.channels() * 2 * 2) +
                double(s.tokens) * (s.head_dim / 2) * 4 * 2;
       },
-      // head_dim 16 and 24 (both candidates), 12 (not 16-byte chunks: both refuse), 264 (past
-      // 8 lanes' registers: the tolerance kernel refuses, the bitwise one runs).
-      {{37, 3, 16, 1, 0}, {1, 2, 24, 1, 0}, {129, 3, 12, 1, 0}, {5, 2, 264, 1, 0}},
-      [](const OpShape& s, Device dev, uint64_t seed) -> std::unique_ptr<OpCase> {
-        return std::make_unique<Case>(s, dev, seed);
-      }};
+      head_test_shapes(),
+      &make_case_of<Case>};
 }
 
 }  // namespace s3d::ops

@@ -146,9 +146,11 @@ TEST_F(OpTable, TheLadderRunsTheFirstCandidateThatAcceptsAndCountsEachRefusal) {
         EXPECT_EQ(fallbacks_of(op.candidates[k].flag), tried_and_refused ? 1u : 0u)
             << what << ", " << sparse3d::name(op.candidates[k].flag);
         if (!tried_and_refused) continue;
-        for (const auto& f : contract::fallback_counts())
-          if (f.optimization == sparse3d::name(op.candidates[k].flag))
+        for (const auto& f : contract::fallback_counts()) {
+          if (f.optimization == sparse3d::name(op.candidates[k].flag)) {
             EXPECT_EQ(f.reason, why[k]) << what;
+          }
+        }
       }
       // No candidate on: the reference, nothing counted.
       contract::reset_fallbacks();
