@@ -82,6 +82,22 @@ struct Engine::Impl {
   Residency moves;  // the totals; `resident` and the sizes are read from the model
   void offload();
   void reload();
+
+ private:
+  // sample()'s steps (requests.cpp).
+  // The request's inputs, every check done in the order they fire (the settings and the
+  // shapes, then the memory the shapes need, then the values) before any work on its behalf.
+  struct SampleInputs;
+  SampleInputs check_sample(const SampleRequest& r) const;
+  // Sets the null context `o` runs with (probed and qualified as needed), or drops the null
+  // flags when no step runs the unconditional branch. Returns the seconds a probe or a
+  // qualification took, 0 when none ran.
+  double use_null_context(s3d::sampler::SamplerOptions& o, const FlagSet& flags,
+                          int cond_tokens, int64_t tokens);
+  // Runs the sampler on `s.in`, profiled, and puts its steps and stats in `result`.
+  s3d::sampler::Output run_sampler(const SampleRequest& r, const SampleInputs& s,
+                                   const s3d::sampler::SamplerOptions& o, const FlagSet& flags,
+                                   SampleResult& result);
 };
 
 // Engine::impl_ for the diagnostics (diagnostics.cpp), which are free functions.

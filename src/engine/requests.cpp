@@ -410,103 +410,37 @@ const s3d::model::NullContext& Engine::Impl::null_context(int cond_tokens, int64
   return *nc;
 }
 
-SampleResult Engine::Impl::sample(const SampleRequest& r) {
-  const auto call_start = std::chrono::steady_clock::now();
-  s3d::ContextScope scope(*context);
-  StreamScope stream(*context, r.cuda_stream, own_stream);
-  const auto first_use_before = s3d::first_use_totals();
-  double null_context_seconds = 0;
-  const auto& cfg = model->config();
-  // Every input is checked before any work on the request's behalf (the null-context probe
-  // and qualification, a cache entry written, an allocation sized by the request): first the
-  // settings and the shapes, then the memory the shapes need, then the values. A refused
-  // request costs its checks alone.
-  S3D_CHECK(r.batch >= 1, "batch must be >= 1, got ", r.batch);
-  const FlagSet requested = flags_for(r.flags);
-  sampler_options(r.sampler, requested);  // validates the settings
+// A sample request's inputs, checked (Impl::check_sample): its views read as tensors, and
+// nothing drawn, probed or allocated on its behalf yet.
+struct Engine::Impl::SampleInputs {
   // Volume layout (a grid-layout model without coords): noise, latent, `out` and the step
   // latents are [B, out, R, R, R]; the loop itself runs on tokens.
-  const bool volume = absent(r.coords) && grid_layout(*model);
-  const int64_t T = request_tokens(r.coords, r.batch, *model);
-  s3d::sampler::Inputs in;
-  in.batch = r.batch;
-  in.cond = condition(r.cond, r.batch, cfg.cond_channels);
-  const int L = static_cast<int>(in.cond.size(1));
-  const s3d::Shape latent_shape = volume ? volume_shape(r.batch, cfg.out_channels, cfg)
-                                         : s3d::Shape{T, cfg.out_channels};
-  Tensor noise_in;
-  if (!r.noise.empty()) {
-    noise_in = borrow(r.noise, "noise");
-    S3D_CHECK(noise_in.dtype() == DType::F32 && noise_in.shape() == latent_shape,
-              "noise must be f32", s3d::shape_str(latent_shape),
-              volume ? s3d::cat(" (the volume of ", r.batch, " asset(s); no coords given)") : "",
-              ", got ", r.noise.describe());
-  }
-  Tensor concat;
-  if (!r.concat_cond.empty()) concat = borrow(r.concat_cond, "concat_cond");
-  check_out(r.out, latent_shape);
-  check_memory(T, r.batch, L, least_memory(requested));
-  in.coords = request_coords(r.coords, r.batch, *model);
-  model->check_request(in.coords, r.batch, L, concat);
-  check_finite(in.cond, "cond");
-  check_finite(concat, "concat_cond");
-  check_finite(noise_in, "noise");
+  bool volume = false;
+  int64_t tokens = 0;       // T
+  int cond_tokens = 0;      // L
+  FlagSet requested;        // the request's flags, before fit_to_memory
+  s3d::sampler::Inputs in;  // all but the noise, which sample() sets
+  Tensor noise;             // the caller's noise in the request's layout, or undefined
+};
 
-  in.concat_cond = concat;
-  Array drawn;  // the seed's noise, alive for the whole request
-  if (noise_in.defined()) {
-    in.noise = volume ? to_tokens(noise_in) : noise_in;
-  } else {
-    in.noise = seeded_noise(r.seed, r.batch, T, *model, drawn);
-  }
-  const FlagSet flags = fit_to_memory(T, r.batch, L, requested);
-  // Searched cuBLASLt/cuDNN plans for this request's shapes, kept in the qualification cache.
-  s3d::plan_search::TunedScope tuned(flags.on(Flag::tuned_gemm), flags.on(Flag::tuned_attention),
-                                     &cache);
-  s3d::sampler::SamplerOptions o = sampler_options(r.sampler, flags);
-  check_memory(T, r.batch, L, flags);
-  // The null context serves only steps that run the unconditional branch: a request without
-  // one (guidance 1 on every step, as TRELLIS.2's texture stage) neither probes nor
-  // qualifies anything, and its null flags change nothing.
-  const bool null_flags = flags.on(Flag::null_context_exact) || flags.on(Flag::null_context_cache);
-  if (null_flags && !s3d::sampler::runs_unconditional(s3d::sampler::plan_steps(o))) {
-    o.flags.set(Flag::null_context_exact, false);
-    o.flags.set(Flag::null_context_cache, false);
-  } else if (null_flags) {
-    const auto t0 = std::chrono::steady_clock::now();
-    const size_t probed = null_contexts.size();
-    const uint64_t qualified = qualifications_run;
-    o.null_context = &null_context(L, T, flags.on(Flag::tuned_gemm) && device == Device::CUDA,
-                                   flags.on(Flag::batched_cfg), flags.on(Flag::null_context_cache));
-    if (null_contexts.size() != probed || qualifications_run != qualified)
-      null_context_seconds = seconds_since(t0);
-  }
-  if (device == Device::CUDA) s3d::DeviceAllocator::current().reset_peak();
-  const s3d::LaunchCounts before = s3d::launch_counts();
-  s3d::profiler::start(profiler_mode(r.profile));
-  SampleResult result;
-  s3d::sampler::StepCallback on_step;
-  if (r.on_step)
-    on_step = [&](const s3d::sampler::StepRecord& rec, const Tensor& x) {
-      const Array latent = array_of(volume ? to_volume(x, r.batch, cfg) : x);
-      r.on_step(StepInfo{rec.index, rec.total, rec.t, rec.t_prev, rec.cfg, rec.elapsed_s,
-                         latent.view});
-    };
-  s3d::sampler::Output out = s3d::sampler::sample(*model, in, o, r.keep_first_forward, on_step);
-  for (const auto& rec : out.steps)
-    result.steps.push_back(
-        StepInfo{rec.index, rec.total, rec.t, rec.t_prev, rec.cfg, rec.elapsed_s, {}});
-  for (const auto& [name, t] : s3d::profiler::stop_and_collect())
-    result.stats.profile[name] = OpTime{t.calls, t.seconds, t.flops};
-  fill_stats(out, before, result.stats);
-  result.stats.plan = plan_with(plan, flags).label();
-  result.stats.tokens = T;
-  if (device == Device::CUDA) {
-    const s3d::AllocatorStats mem = s3d::DeviceAllocator::current().stats();
-    result.stats.peak_device_bytes = mem.peak_allocated_bytes;
-    result.stats.peak_device_reserved_bytes = mem.peak_reserved_bytes;
-    peak_device_bytes = std::max(peak_device_bytes, result.stats.peak_device_bytes);
-  }
+namespace {
+
+// SampleRequest::on_step as the sampler's callback (none when the request has none): each
+// step's latent in the request's layout.
+s3d::sampler::StepCallback step_callback(const SampleRequest& r, bool volume,
+                                         const s3d::model::ModelConfig& cfg) {
+  if (!r.on_step) return {};
+  return [&r, volume, &cfg](const s3d::sampler::StepRecord& rec, const Tensor& x) {
+    const Array latent = array_of(volume ? to_volume(x, r.batch, cfg) : x);
+    r.on_step(StepInfo{rec.index, rec.total, rec.t, rec.t_prev, rec.cfg, rec.elapsed_s,
+                       latent.view});
+  };
+}
+
+// The sampler's latents in the request's layout: the final one into the caller's `out` when
+// given (else a new Array), and the first forward's velocities when kept.
+void return_latents(const s3d::sampler::Output& out, const SampleRequest& r, bool volume,
+                    const s3d::model::ModelConfig& cfg, SampleResult& result) {
   const auto layout = [&](const Tensor& tokens) {
     return volume ? to_volume(tokens, r.batch, cfg) : tokens;
   };
@@ -518,6 +452,123 @@ SampleResult Engine::Impl::sample(const SampleRequest& r) {
   }
   if (out.first_v_cond.defined()) result.first_v_cond = array_of(layout(out.first_v_cond));
   if (out.first_v_uncond.defined()) result.first_v_uncond = array_of(layout(out.first_v_uncond));
+}
+
+}  // namespace
+
+Engine::Impl::SampleInputs Engine::Impl::check_sample(const SampleRequest& r) const {
+  const auto& cfg = model->config();
+  // Every input is checked before any work on the request's behalf (the null-context probe
+  // and qualification, a cache entry written, an allocation sized by the request): first the
+  // settings and the shapes, then the memory the shapes need, then the values. A refused
+  // request costs its checks alone.
+  S3D_CHECK(r.batch >= 1, "batch must be >= 1, got ", r.batch);
+  SampleInputs s;
+  s.requested = flags_for(r.flags);
+  sampler_options(r.sampler, s.requested);  // validates the settings
+  s.volume = absent(r.coords) && grid_layout(*model);
+  s.tokens = request_tokens(r.coords, r.batch, *model);
+  const int64_t T = s.tokens;
+  s3d::sampler::Inputs& in = s.in;
+  in.batch = r.batch;
+  in.cond = condition(r.cond, r.batch, cfg.cond_channels);
+  s.cond_tokens = static_cast<int>(in.cond.size(1));
+  const int L = s.cond_tokens;
+  const s3d::Shape latent_shape = s.volume ? volume_shape(r.batch, cfg.out_channels, cfg)
+                                           : s3d::Shape{T, cfg.out_channels};
+  if (!r.noise.empty()) {
+    s.noise = borrow(r.noise, "noise");
+    S3D_CHECK(s.noise.dtype() == DType::F32 && s.noise.shape() == latent_shape,
+              "noise must be f32", s3d::shape_str(latent_shape),
+              s.volume ? s3d::cat(" (the volume of ", r.batch, " asset(s); no coords given)")
+                       : "",
+              ", got ", r.noise.describe());
+  }
+  Tensor concat;
+  if (!r.concat_cond.empty()) concat = borrow(r.concat_cond, "concat_cond");
+  check_out(r.out, latent_shape);
+  check_memory(T, r.batch, L, least_memory(s.requested));
+  in.coords = request_coords(r.coords, r.batch, *model);
+  model->check_request(in.coords, r.batch, L, concat);
+  check_finite(in.cond, "cond");
+  check_finite(concat, "concat_cond");
+  check_finite(s.noise, "noise");
+  in.concat_cond = concat;
+  return s;
+}
+
+double Engine::Impl::use_null_context(s3d::sampler::SamplerOptions& o, const FlagSet& flags,
+                                      int cond_tokens, int64_t tokens) {
+  // The null context serves only steps that run the unconditional branch: a request without
+  // one (guidance 1 on every step, as TRELLIS.2's texture stage) neither probes nor
+  // qualifies anything, and its null flags change nothing.
+  const bool null_flags = flags.on(Flag::null_context_exact) || flags.on(Flag::null_context_cache);
+  if (null_flags && !s3d::sampler::runs_unconditional(s3d::sampler::plan_steps(o))) {
+    o.flags.set(Flag::null_context_exact, false);
+    o.flags.set(Flag::null_context_cache, false);
+  } else if (null_flags) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const size_t probed = null_contexts.size();
+    const uint64_t qualified = qualifications_run;
+    o.null_context = &null_context(cond_tokens, tokens,
+                                   flags.on(Flag::tuned_gemm) && device == Device::CUDA,
+                                   flags.on(Flag::batched_cfg), flags.on(Flag::null_context_cache));
+    if (null_contexts.size() != probed || qualifications_run != qualified)
+      return seconds_since(t0);
+  }
+  return 0;
+}
+
+s3d::sampler::Output Engine::Impl::run_sampler(const SampleRequest& r, const SampleInputs& s,
+                                               const s3d::sampler::SamplerOptions& o,
+                                               const FlagSet& flags, SampleResult& result) {
+  if (device == Device::CUDA) s3d::DeviceAllocator::current().reset_peak();
+  const s3d::LaunchCounts before = s3d::launch_counts();
+  s3d::profiler::start(profiler_mode(r.profile));
+  const s3d::sampler::StepCallback on_step = step_callback(r, s.volume, model->config());
+  s3d::sampler::Output out = s3d::sampler::sample(*model, s.in, o, r.keep_first_forward, on_step);
+  for (const auto& rec : out.steps)
+    result.steps.push_back(
+        StepInfo{rec.index, rec.total, rec.t, rec.t_prev, rec.cfg, rec.elapsed_s, {}});
+  for (const auto& [name, t] : s3d::profiler::stop_and_collect())
+    result.stats.profile[name] = OpTime{t.calls, t.seconds, t.flops};
+  fill_stats(out, before, result.stats);
+  result.stats.plan = plan_with(plan, flags).label();
+  result.stats.tokens = s.tokens;
+  if (device == Device::CUDA) {
+    const s3d::AllocatorStats mem = s3d::DeviceAllocator::current().stats();
+    result.stats.peak_device_bytes = mem.peak_allocated_bytes;
+    result.stats.peak_device_reserved_bytes = mem.peak_reserved_bytes;
+    peak_device_bytes = std::max(peak_device_bytes, result.stats.peak_device_bytes);
+  }
+  return out;
+}
+
+SampleResult Engine::Impl::sample(const SampleRequest& r) {
+  const auto call_start = std::chrono::steady_clock::now();
+  s3d::ContextScope scope(*context);
+  StreamScope stream(*context, r.cuda_stream, own_stream);
+  const auto first_use_before = s3d::first_use_totals();
+  SampleInputs s = check_sample(r);  // every check, before any work
+  const int64_t T = s.tokens;
+  const int L = s.cond_tokens;
+
+  Array drawn;  // the seed's noise, alive for the whole request
+  if (s.noise.defined()) {
+    s.in.noise = s.volume ? to_tokens(s.noise) : s.noise;
+  } else {
+    s.in.noise = seeded_noise(r.seed, r.batch, T, *model, drawn);
+  }
+  const FlagSet flags = fit_to_memory(T, r.batch, L, s.requested);
+  // Searched cuBLASLt/cuDNN plans for this request's shapes, kept in the qualification cache.
+  s3d::plan_search::TunedScope tuned(flags.on(Flag::tuned_gemm), flags.on(Flag::tuned_attention),
+                                     &cache);
+  s3d::sampler::SamplerOptions o = sampler_options(r.sampler, flags);
+  check_memory(T, r.batch, L, flags);
+  const double null_context_seconds = use_null_context(o, flags, L, T);
+  SampleResult result;
+  const s3d::sampler::Output out = run_sampler(r, s, o, flags, result);
+  return_latents(out, r, s.volume, model->config(), result);
   ++requests;
   result.stats.null_context_seconds = null_context_seconds;
   for (const auto& [kind, c] : s3d::first_use_delta(first_use_before, s3d::first_use_totals()))

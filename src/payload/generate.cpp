@@ -192,6 +192,74 @@ void check_options(const GenerateOptions& o) {
             " (16 GiB) for one payload set");
 }
 
+namespace {
+
+// Asset `index`'s name: sNN-gridG-T for dense payloads, aNN-SHAPE-T for the others.
+std::string asset_name(int index, int64_t tokens, const GenerateOptions& o) {
+  char name[64];
+  if (o.dense) {
+    std::snprintf(name, sizeof name, "s%02d-grid%d-%lld", index, o.grid,
+                  static_cast<long long>(tokens));
+  } else {
+    std::snprintf(name, sizeof name, "a%02d-%s-%lld", index, shape_name(index),
+                  static_cast<long long>(tokens));
+  }
+  return name;
+}
+
+// Layer-normalised Gaussian tokens (DINOv3 output is LayerNorm without affine), bf16
+// [cond_tokens, cond_channels], drawn from `seed`.
+Tensor normalised_condition(uint64_t seed, const GenerateOptions& o) {
+  std::vector<float> cond(static_cast<size_t>(o.cond_tokens) * o.cond_channels);
+  normal_fill(seed, 0, cond.size(), cond.data());
+  for (int l = 0; l < o.cond_tokens; ++l) {
+    float* row = cond.data() + static_cast<size_t>(l) * o.cond_channels;
+    double mean = 0, var = 0;
+    for (int c = 0; c < o.cond_channels; ++c) mean += row[c];
+    mean /= o.cond_channels;
+    for (int c = 0; c < o.cond_channels; ++c) var += (row[c] - mean) * (row[c] - mean);
+    double inv = 1.0 / std::sqrt(var / o.cond_channels + 1e-6);
+    for (int c = 0; c < o.cond_channels; ++c) row[c] = static_cast<float>((row[c] - mean) * inv);
+  }
+  return Tensor::from_floats(cond, {o.cond_tokens, o.cond_channels}, DType::BF16);
+}
+
+// Asset `index` of `tokens` tokens, its values drawn from `asset_seed`.
+Asset make_asset(int index, int64_t tokens, uint64_t asset_seed, const GenerateOptions& o) {
+  Asset a;
+  a.name = asset_name(index, tokens, o);
+  a.coords = o.dense ? full_grid(o.grid) : voxelize_surface(index, tokens, o.grid, asset_seed);
+  a.cond = normalised_condition(splitmix64(asset_seed ^ 0xC0DDull), o);
+  if (o.concat_channels > 0) {
+    std::vector<float> cc(static_cast<size_t>(tokens) * o.concat_channels);
+    normal_fill(splitmix64(asset_seed ^ 0x5AA7Eull), 0, cc.size(), cc.data());
+    a.concat_cond = Tensor::from_floats(cc, {tokens, o.concat_channels}, DType::F32);
+  }
+  a.noise_seed = asset_seed & ((1ull << 53) - 1);
+  return a;
+}
+
+// Moves the staged `files` from `staging` into `dir`, in order. A file this call adds to
+// DIR is registered in `guards` (an interruption removes it) and in `created`.
+void move_into_place(const std::vector<std::string>& files, const std::string& staging,
+                     const std::string& dir, const std::string& what,
+                     std::vector<io::RemoveOnSignal>& guards, std::vector<std::string>& created) {
+  namespace fs = std::filesystem;
+  for (const auto& file : files) {
+    const std::string from = (fs::path(staging) / file).string();
+    const std::string to = (fs::path(dir) / file).string();
+    std::error_code ec;
+    if (!fs::exists(fs::symlink_status(to, ec))) {
+      guards.emplace_back(to, io::RemoveOnSignal::Kind::File);
+      created.push_back(to);
+    }
+    S3D_CHECK(std::rename(from.c_str(), to.c_str()) == 0, what, ": cannot move ", from, " to ",
+              to, " (", std::strerror(errno), ")");
+  }
+}
+
+}  // namespace
+
 Manifest generate_payloads(const std::string& dir, const GenerateOptions& o) {
   namespace fs = std::filesystem;
   check_options(o);
@@ -220,37 +288,7 @@ Manifest generate_payloads(const std::string& dir, const GenerateOptions& o) {
   auto add_set = [&](const std::vector<int64_t>& counts, const char* set) {
     for (int64_t tokens : counts) {
       const uint64_t asset_seed = splitmix64(o.seed * 1000003ull + static_cast<uint64_t>(index));
-      Asset a;
-      char name[64];
-      if (o.dense) {
-        std::snprintf(name, sizeof name, "s%02d-grid%d-%lld", index, o.grid,
-                      static_cast<long long>(tokens));
-      } else {
-        std::snprintf(name, sizeof name, "a%02d-%s-%lld", index, shape_name(index),
-                      static_cast<long long>(tokens));
-      }
-      a.name = name;
-      a.coords = o.dense ? full_grid(o.grid) : voxelize_surface(index, tokens, o.grid, asset_seed);
-      // Layer-normalised Gaussian tokens (DINOv3 output is LayerNorm without affine).
-      std::vector<float> cond(static_cast<size_t>(o.cond_tokens) * o.cond_channels);
-      normal_fill(splitmix64(asset_seed ^ 0xC0DDull), 0, cond.size(), cond.data());
-      for (int l = 0; l < o.cond_tokens; ++l) {
-        float* row = cond.data() + static_cast<size_t>(l) * o.cond_channels;
-        double mean = 0, var = 0;
-        for (int c = 0; c < o.cond_channels; ++c) mean += row[c];
-        mean /= o.cond_channels;
-        for (int c = 0; c < o.cond_channels; ++c) var += (row[c] - mean) * (row[c] - mean);
-        double inv = 1.0 / std::sqrt(var / o.cond_channels + 1e-6);
-        for (int c = 0; c < o.cond_channels; ++c) row[c] = static_cast<float>((row[c] - mean) * inv);
-      }
-      a.cond = Tensor::from_floats(cond, {o.cond_tokens, o.cond_channels}, DType::BF16);
-      cond = {};
-      if (o.concat_channels > 0) {
-        std::vector<float> cc(static_cast<size_t>(tokens) * o.concat_channels);
-        normal_fill(splitmix64(asset_seed ^ 0x5AA7Eull), 0, cc.size(), cc.data());
-        a.concat_cond = Tensor::from_floats(cc, {tokens, o.concat_channels}, DType::F32);
-      }
-      a.noise_seed = asset_seed & ((1ull << 53) - 1);
+      const Asset a = make_asset(index, tokens, asset_seed, o);
       ManifestEntry e;
       e.name = a.name;
       e.file = a.name + ".safetensors";
@@ -275,17 +313,7 @@ Manifest generate_payloads(const std::string& dir, const GenerateOptions& o) {
     // Into place: the assets, then the manifest, so that a manifest in DIR always finds its
     // assets. A file this call adds to DIR stays registered (an interruption removes it)
     // until the last one is in place.
-    for (const auto& file : files) {
-      const std::string from = (fs::path(staging) / file).string();
-      const std::string to = (fs::path(dir) / file).string();
-      std::error_code ec;
-      if (!fs::exists(fs::symlink_status(to, ec))) {
-        guards.emplace_back(to, io::RemoveOnSignal::Kind::File);
-        created.push_back(to);
-      }
-      S3D_CHECK(std::rename(from.c_str(), to.c_str()) == 0, what, ": cannot move ", from,
-                " to ", to, " (", std::strerror(errno), ")");
-    }
+    move_into_place(files, staging, dir, what, guards, created);
     S3D_CHECK(::rmdir(staging.c_str()) == 0, what, ": cannot remove the staging folder ",
               staging, " (", std::strerror(errno), ")");
   } catch (...) {
