@@ -23,7 +23,7 @@ export SPARSE3D_FULL_CKPT=$W/shape.json SPARSE3D_FULL_MANIFEST=$W/pl/manifest.js
 timeout 200 $BIN/sparse3d_gpu_tests --gtest_filter='EpilogueFullGpu.*' > "$OUT/epilogue_full.log" 2>&1
 echo "epilogue full exit $?"; grep -E "over every|\[ model|FAILED|Failure" "$OUT/epilogue_full.log" | head -12
 SPARSE3D_NO_CACHING=1 timeout 100 compute-sanitizer --tool memcheck --error-exitcode 1 --leak-check full \
-  $BIN/sparse3d_gpu_tests --gtest_filter="FusedGpu.QkRmsNorm*:FusedGpu.Cross*:FusedGpu.Modulated*:FusedGpu.GatedResidual*:FusedGpu.GeluTanhWide*:FusedModelGpu.*" > "$OUT/memcheck.log" 2>&1
+  $BIN/sparse3d_gpu_tests --gtest_filter="FusedOps.QkRmsNorm*:FusedOps.Cross*:FusedOps.Modulated*:FusedOps.GatedResidual*:FusedOps.MlpGelu*:FusedModelGpu.*" > "$OUT/memcheck.log" 2>&1
 echo "memcheck fused exit $?: $(grep -E 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -n 1); $(grep -E '^\[  PASSED  \]' "$OUT/memcheck.log")"
 timeout 260 $BIN/sparse3d_gpu_tests --gtest_filter='NullContextGpu.FullCheckpoint*' > "$OUT/null_full15.log" 2>&1
 echo "null-context full 15 steps exit $?: $(grep -E '^\[  PASSED  \]|^\[  FAILED  \]|\[full\] [0-9]+ steps' "$OUT/null_full15.log" | tr '\n' ' ')"

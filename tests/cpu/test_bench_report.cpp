@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "bench/figures.h"
+#include "bench/kernel_bandwidth.h"
 #include "bench/report.h"
 #include "bench_test_util.h"
 #include "io_test_util.h"
@@ -269,6 +270,31 @@ TEST(BenchReport, WritesTheThreeFiles) {
   EXPECT_EQ(test::read_bytes(dir + "/bench-2026-12-01.svg"), to_svg(r));
   test::write_bytes(tmp.file("file"), "x");
   EXPECT_ERROR(write_report_files(r, tmp.file("file"), "s"), "cannot create folder");
+}
+
+// bench-kernels states the tolerance rows' target with them, and a refused candidate as
+// refused (the rows come from ops::measure_bandwidth on a GPU).
+TEST(BenchReport, BenchKernelsReportNamesTheToleranceTarget) {
+  bench::KernelBandwidthReport r;
+  r.date = "2026-11-30T00:00:00Z";
+  r.measured.copy_bytes = 2e9;
+  r.measured.copy_seconds = 5e-4;
+  r.measured.rows.push_back(
+      {"modulated_layernorm", "modulated_layernorm", "bitwise", 30227, 1.9e8, 1.7e-4, ""});
+  EXPECT_EQ(bench::to_markdown(r).find("Role \"tolerance\""), std::string::npos);
+  r.measured.rows.push_back(
+      {"modulated_layernorm", "fast_modulated_layernorm", "tolerance", 30227, 1.9e8, 5e-5, ""});
+  r.measured.rows.push_back({"qk_rmsnorm_rope", "fast_qk_rmsnorm_rope", "tolerance", 30227, 1.9e8,
+                             0, "head_dim 264 exceeds 256"});
+  const std::string md = bench::to_markdown(r);
+  EXPECT_NE(md.find("| modulated_layernorm | fast_modulated_layernorm | tolerance | 30,227 |"),
+            std::string::npos)
+      << md;
+  EXPECT_NE(md.find("target >= 80% of the copy bandwidth at 30,227 tokens"), std::string::npos);
+  EXPECT_NE(md.find("refused: head_dim 264 exceeds 256"), std::string::npos) << md;
+  const io::Json j = bench::to_json(r);
+  EXPECT_EQ(j["rows"][2]["skipped"], "head_dim 264 exceeds 256");
+  EXPECT_EQ(j["rows"][1]["candidate"], "fast_modulated_layernorm");
 }
 
 }  // namespace
