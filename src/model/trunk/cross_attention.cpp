@@ -1,10 +1,10 @@
-// The cross-attention branch of a block, x + to_out(SDPA(q(norm2(x)), K, V of the
-// condition)), in its three forms: the reference (pure_eager, optionally with the
-// condition's K/V cached per request) and the two null-context forms (article section 2):
-// with the null condition every value row is v0, the softmax weights of each query sum to 1
-// over the context, so every output row is v0 whatever the queries are, and the branch
-// reduces to to_out(v0 rows) (Exact) or to the constant row c = to_out(v0) (Cache).
-#include <cmath>
+// The cross-attention branch of a block, x + to_out(SDPA(q(norm2(x)), K, V of
+// the condition)), in its three forms: the reference (pure_eager, optionally
+// with the condition's K/V cached per request) and the two null-context forms
+// (article section 2): with the null condition every value row is v0, the
+// softmax weights of each query sum to 1 over the context, so every output row
+// is v0 whatever the queries are, and the branch reduces to to_out(v0 rows)
+// (Exact) or to the constant row c = to_out(v0) (Cache).
 
 #include "core/error.h"
 #include "gemm/linear.h"
@@ -97,8 +97,8 @@ void Transformer::attend_condition(int i, const Request& req, const Tensor& x,
     ck = RowView::of(kv.k_normed.reshape({BL, C}));
     q = Tensor();  // qn holds its storage when the norm ran in place
   }
-  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
-  attention::sdpa_varlen(cq, q_layout, ck, cv, kv_layout, H, D, scale, attn);
+  attention::sdpa_varlen(cq, q_layout, ck, cv, kv_layout, H, D,
+                         attention_scale(), attn);
 }
 
 Tensor Transformer::cross_attention(int i, const Request& req, const Tensor& x,

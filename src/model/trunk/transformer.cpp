@@ -135,6 +135,13 @@ Request Transformer::prepare(const Tensor& coords, int batch, int cond_tokens,
 void Transformer::check_forward_operands(const Request& req, const Tensor& x,
                                          const Tensor& t1000, const Condition& cond,
                                          const NullPath* null, const Modulation* mod) const {
+  check_step_operands(req, x, t1000, mod);
+  check_condition_operands(req, cond, null);
+}
+
+void Transformer::check_step_operands(const Request &req, const Tensor &x,
+                                      const Tensor &t1000,
+                                      const Modulation *mod) const {
   const ModelConfig& c = config();
   const int64_t T = req.tokens, C = c.model_channels;
   const int B = req.batch;
@@ -142,6 +149,20 @@ void Transformer::check_forward_operands(const Request& req, const Tensor& x,
   check_tensor(t1000, "forward t", DType::F32, {B});
   S3D_CHECK(req.ops.flags() == req.flags, "forward: the request's op plan was resolved from "
             "other flags than its own; set them with Request::use_flags");
+  if (mod) {
+    S3D_CHECK(mod->blocks.size() == static_cast<size_t>(c.num_blocks),
+              "forward: the given modulation holds ", mod->blocks.size(),
+              " blocks for ", c.num_blocks);
+    for (const Tensor &m : mod->blocks)
+      check_tensor(m, "forward modulation", DType::BF16, {B, 6 * C});
+  }
+}
+
+void Transformer::check_condition_operands(const Request &req,
+                                           const Condition &cond,
+                                           const NullPath *null) const {
+  const ModelConfig &c = config();
+  const int B = req.batch;
   const int n_null = cond.null_assets;
   S3D_CHECK(n_null >= 0 && n_null <= B, "forward: condition marks ", n_null,
             " null assets of ", B);
@@ -162,13 +183,6 @@ void Transformer::check_forward_operands(const Request& req, const Tensor& x,
     S3D_CHECK(n_null == B || n_null == req.null_assets, "forward: ", n_null,
               " null assets, but the request was prepared for ", req.null_assets,
               " (prepare(..., null_assets))");
-  }
-  if (mod) {
-    S3D_CHECK(mod->blocks.size() == static_cast<size_t>(c.num_blocks),
-              "forward: the given modulation holds ", mod->blocks.size(), " blocks for ",
-              c.num_blocks);
-    for (const Tensor& m : mod->blocks)
-      check_tensor(m, "forward modulation", DType::BF16, {B, 6 * C});
   }
   if (cond.kv) {
     S3D_CHECK(cond.kv->kv.size() == static_cast<size_t>(c.num_blocks) &&
@@ -334,6 +348,26 @@ Tensor Transformer::self_attention(const BlockWeights& w, const Request& req, co
   const ModelConfig& c = config();
   const int64_t T = req.tokens, C = c.model_channels;
   const int H = c.num_heads, D = c.head_dim();
+  Tensor attn_in = attention_input(w, req, x, mod);
+  Tensor attn = bf16_empty({T, C}, device_);
+  attention::sdpa_varlen(RowView{attn_in, 0, T, C, 3 * C}, req.tokens_layout,
+                         RowView{attn_in, C, T, C, 3 * C},
+                         RowView{attn_in, 2 * C, T, C, 3 * C},
+                         req.tokens_layout, H, D, attention_scale(), attn);
+  attn_in = Tensor();
+  return attention_output(w, req, x, std::move(attn), mod);
+}
+
+float Transformer::attention_scale() const {
+  return static_cast<float>(
+      1.0 / std::sqrt(static_cast<double>(config().head_dim())));
+}
+
+Tensor Transformer::attention_input(const BlockWeights &w, const Request &req,
+                                    const Tensor &x, const Tensor &mod) const {
+  const ModelConfig &c = config();
+  const int64_t T = req.tokens, C = c.model_channels;
+  const int H = c.num_heads, D = c.head_dim();
   Tensor hm = bf16_empty({T, C}, device_);
   ops::modulated_layernorm(req.ops, x, chunk(mod, kShiftMsa, C), chunk(mod, kScaleMsa, C),
                            req.batch_index, kBlockNormEps, hm);
@@ -346,14 +380,13 @@ Tensor Transformer::self_attention(const BlockWeights& w, const Request& req, co
   // reference chain's restack.
   const Tensor* cos = rope ? &req.rope_cos : nullptr;
   const Tensor* sin = rope ? &req.rope_sin : nullptr;
-  Tensor attn_in = ops::qk_rmsnorm_rope(req.ops, qkv, H, D, q_gamma, k_gamma, cos, sin);
-  Tensor attn = bf16_empty({T, C}, device_);
-  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
-  attention::sdpa_varlen(RowView{attn_in, 0, T, C, 3 * C}, req.tokens_layout,
-                         RowView{attn_in, C, T, C, 3 * C}, RowView{attn_in, 2 * C, T, C, 3 * C},
-                         req.tokens_layout, H, D, scale, attn);
-  attn_in = Tensor();
-  qkv = Tensor();
+  return ops::qk_rmsnorm_rope(req.ops, qkv, H, D, q_gamma, k_gamma, cos, sin);
+}
+
+Tensor Transformer::attention_output(const BlockWeights &w, const Request &req,
+                                     const Tensor &x, Tensor attn,
+                                     const Tensor &mod) const {
+  const int64_t T = req.tokens, C = config().model_channels;
   Tensor sa = project(attn, w.self_attn.to_out);
   attn = Tensor();
   Tensor out = bf16_empty({T, C}, device_);

@@ -112,6 +112,12 @@ class Transformer {
   void check_forward_operands(const Request& req, const Tensor& x, const Tensor& t1000,
                               const Condition& cond, const NullPath* null,
                               const Modulation* mod) const;
+  // Its two parts: x, t and the modulation; the condition and the null-context
+  // path.
+  void check_step_operands(const Request &req, const Tensor &x,
+                           const Tensor &t1000, const Modulation *mod) const;
+  void check_condition_operands(const Request &req, const Condition &cond,
+                                const NullPath *null) const;
   // Input layer (fp32, cast to bf16), plus the absolute position embedding in ape mode.
   Tensor embed_input(const Request& req, const Tensor& x) const;
   // Final LayerNorm (fp32, no affine) and the fp32 out_layer.
@@ -120,9 +126,22 @@ class Transformer {
   // Block i: x + self-attention, + cross-attention, + MLP; mod is its bf16 [B, 6C].
   Tensor block(int i, const Request& req, Tensor x, const Tensor& mod,
                const Condition& cond, const NullPath* null) const;
-  // x + gate_msa[b] * to_out(SDPA(q, k, v of to_qkv(modulated LayerNorm(x)))).
+  // x + gate_msa[b] * to_out(SDPA(q, k, v of to_qkv(modulated LayerNorm(x)))):
+  // the two halves below around the attention (the sequence-parallel forward
+  // runs them on each rank's rows, with the attention over all rows and a group
+  // of heads between them).
   Tensor self_attention(const BlockWeights& w, const Request& req, const Tensor& x,
                         const Tensor& mod) const;
+  // The attention's input: q | k | v, bf16 [T, 3C] (each [H, D] per row), after
+  // the q/k RMSNorm and RoPE.
+  Tensor attention_input(const BlockWeights &w, const Request &req,
+                         const Tensor &x, const Tensor &mod) const;
+  // x + gate_msa[b] * to_out(attn); attn: bf16 [T, C], released after to_out.
+  Tensor attention_output(const BlockWeights &w, const Request &req,
+                          const Tensor &x, Tensor attn,
+                          const Tensor &mod) const;
+  // 1 / sqrt(head_dim), the self- and cross-attention's softmax scale.
+  float attention_scale() const;
   // x + gate_mlp[b] * fc2(GELU(fc1(modulated LayerNorm(x)))); i for the request's mlp_probe.
   Tensor mlp(int i, const BlockWeights& w, const Request& req, const Tensor& x,
              const Tensor& mod) const;
@@ -144,6 +163,10 @@ class Transformer {
   // Binds the checkpoint's tensors and the typed weights to `tensors` (checked first: a
   // mismatch throws having changed nothing).
   void bind(std::map<std::string, Tensor> tensors);
+
+  // The sequence-parallel forward (sequence_parallel.h) runs the stages above
+  // on each rank.
+  friend class SequenceParallel;
 
   Checkpoint ck_;
   const Family* family_;
