@@ -45,6 +45,16 @@ struct EngineOptions {
   std::vector<int64_t> qualify_m;
   // Start-up lines (qualification reports, cache hits and refusals); empty: silent.
   std::function<void(const std::string&)> log;
+  // Sequence parallelism (docs/API.md, "Several GPUs"): the CUDA devices one request may be
+  // split over, the engine's own first (it replaces device_index, which must then be 0 or
+  // the same). Every listed device holds a copy of the weights; NCCL (libnccl.so.2) is
+  // loaded when there are two or more. Empty or one device: one GPU. A request runs on
+  // P <= devices.size() of them, P the largest count that divides the heads and leaves each
+  // at least parallel_min_tokens tokens (RequestStats::devices says what was chosen and why).
+  // A listed device that does not exist, or NCCL missing, is a counted fallback
+  // ("sequence_parallel") to the devices that can run.
+  std::vector<int> devices;
+  int64_t parallel_min_tokens = 8192;
 };
 
 struct StepInfo {
@@ -126,6 +136,10 @@ struct RequestStats {
   // a request builds no graph or plan; it may allocate blocks (its CUDA graphs' private
   // pools). docs/CONTRACTS.md, "First requests".
   std::map<std::string, FirstUseCost> first_use;
+  // The devices this request's forwards were split over (EngineOptions::devices), and why
+  // that many ("2 of 2 devices (30227 tokens: 15113 per device)", "one device").
+  int devices = 1;
+  std::string devices_reason = "one device";
 };
 
 struct SampleResult {

@@ -157,11 +157,16 @@ def _out_array(value, name):
 
 
 def _engine_options(path, device, device_index, max_device_memory_gib, cache_dir,
-                    persist_qualification, qualify_m):
+                    persist_qualification, qualify_m, devices=(), parallel_min_tokens=8192):
     """The native engine's options, checked (Engine() and Engine.from_state_dict())."""
     if isinstance(qualify_m, (str, bytes)) or not hasattr(qualify_m, "__iter__"):
         raise Error(f"qualify_m must be a sequence of integers, got {qualify_m!r}")
+    if isinstance(devices, (str, bytes)) or not hasattr(devices, "__iter__"):
+        raise Error(f"devices must be a sequence of CUDA device ordinals, got {devices!r}")
     return dict(path=_text(path, "path"), device=_text(device, "device"),
+                devices=[_integer(d, "devices", 0, _INT32[1]) for d in devices],
+                parallel_min_tokens=_integer(parallel_min_tokens, "parallel_min_tokens", 1,
+                                             _INT64[1]),
                 device_index=_integer(device_index, "device_index", 0, _INT32[1]),
                 max_device_memory_gib=_real(max_device_memory_gib, "max_device_memory_gib"),
                 cache_dir=_text(cache_dir, "cache_dir", path=True),
@@ -443,7 +448,8 @@ class Engine:
                  max_device_memory_gib: float = 0.0,
                  cache_dir: Union[str, "os.PathLike[str]"] = "",
                  persist_qualification: bool = True, qualify_m: Sequence[int] = (),
-                 log: Optional[Callable[[str], Any]] = None, _native_engine: Any = None):
+                 log: Optional[Callable[[str], Any]] = None, devices: Sequence[int] = (),
+                 parallel_min_tokens: int = 8192, _native_engine: Any = None):
         self._user_log = log
         if _native_engine is not None:
             self._e = _native_engine
@@ -451,7 +457,8 @@ class Engine:
             if log is not None and not callable(log):
                 raise Error(f"log must be a callable or None, got {type(log).__name__}")
             options = _engine_options(path, device, device_index, max_device_memory_gib,
-                                      cache_dir, persist_qualification, qualify_m)
+                                      cache_dir, persist_qualification, qualify_m, devices,
+                                      parallel_min_tokens)
             checkpoint = _text(checkpoint, "checkpoint", path=True)
             if not checkpoint:
                 raise Error("checkpoint must be the path of a NAME.json, got '' (an empty path)")
@@ -506,7 +513,8 @@ class Engine:
             options.pop("path", ""), options.pop("device", "auto"),
             options.pop("device_index", 0), options.pop("max_device_memory_gib", 0.0),
             options.pop("cache_dir", ""), options.pop("persist_qualification", True),
-            options.pop("qualify_m", ())))
+            options.pop("qualify_m", ()), options.pop("devices", ()),
+            options.pop("parallel_min_tokens", 8192)))
         if options:
             raise Error(f"Engine.from_state_dict: unknown option(s) {', '.join(sorted(options))}")
         with _routing(log):

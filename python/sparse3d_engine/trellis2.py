@@ -282,6 +282,9 @@ class EngineFlowModel(_module_base()):  # type: ignore[misc]  # torch.nn.Module 
         options = dict(self._options)
         options.setdefault("path", self._path or "")
         options["device"], options["device_index"] = device
+        if options.get("devices"):
+            # The inputs' device first (the engine's own), then the others to split over.
+            options["devices"] = [device[1]] + [d for d in options["devices"] if d != device[1]]
         if self._checkpoint:
             engine = Engine(self._checkpoint, **options)
         else:
@@ -817,7 +820,7 @@ def _sampler_refusal(sampler: Any) -> Optional[str]:
 # The keyword arguments accelerate() passes on to each s3d.Engine it builds (the engine's
 # device is always the inputs': `device` and `device_index` are accepted, and replaced).
 ENGINE_OPTIONS = ("device", "device_index", "max_device_memory_gib", "cache_dir",
-                  "persist_qualification", "qualify_m", "log")
+                  "persist_qualification", "qualify_m", "log", "devices", "parallel_min_tokens")
 
 
 def _names(value: Any, name: str) -> List[str]:
@@ -852,7 +855,9 @@ def _check_arguments(path, models, samplers, checkpoints, pipeline_dir, release_
                         engine_options.get("max_device_memory_gib", 0.0),
                         engine_options.get("cache_dir", ""),
                         engine_options.get("persist_qualification", True),
-                        engine_options.get("qualify_m", ()))
+                        engine_options.get("qualify_m", ()),
+                        engine_options.get("devices", ()),
+                        engine_options.get("parallel_min_tokens", 8192))
     except Error as e:
         raise Error(f"accelerate: {e}") from None
     _names(models, "models")

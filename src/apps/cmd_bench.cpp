@@ -155,6 +155,7 @@ Command add_bench(CLI::App& app) {
                   "warm-up (the engine qualifies every asset's own on its first request)")
       ->transform(integer_in(1, int64_t{1} << 30));
   EngineFlags::add_qualify_m(sub, a->o.qualify_m);
+  EngineFlags::add_devices(sub, a->o.devices);
   add_baseline_options(sub, *a);
   sub->add_option("--out", a->out, "Folder for the report files")
       ->check(kNonEmptyPath)

@@ -268,6 +268,8 @@ int64_t run_job(sparse3d::Engine& engine, const RunArgs& a, Job& job,
               static_cast<unsigned long long>(out.stats.launches),
               gib(out.stats.peak_device_bytes), gib(out.stats.peak_device_reserved_bytes),
               static_cast<long long>(non_finite), path.c_str());
+  if (out.stats.devices > 1 || out.stats.devices_reason != "one device")
+    std::printf("[%s] sequence parallel: %s\n", name.c_str(), out.stats.devices_reason.c_str());
   // What the request cost beyond its set-up and loop: the null-context work and the work done
   // once per new shape (a repeat of the asset shows none of it).
   std::string first_use;

@@ -22,6 +22,12 @@ void EngineFlags::add_to(CLI::App* sub) {
   sub->add_option("--enable", enable, "Turn an optimization flag on (e.g. batched_cfg)");
   sub->add_option("--disable", disable, "Turn an optimization flag off");
   add_qualify_m(sub, qualify_m);
+  add_devices(sub, devices);
+  sub->add_option("--parallel-min-tokens", parallel_min_tokens,
+                  "With --devices: split a request only when every device gets at least this "
+                  "many tokens")
+      ->transform(integer_in(1, int64_t{1} << 40))
+      ->capture_default_str();
   sub->add_option("--max-device-memory", max_device_memory_gib,
                   "Use at most this many GiB of device memory (0 = all)")
       ->check(number_in(0, 1 << 20));
@@ -40,6 +46,14 @@ void EngineFlags::add_qualify_m(CLI::App* sub, std::vector<int64_t>& qualify_m) 
       ->transform(integer_in(1, 1 << 20));
 }
 
+void EngineFlags::add_devices(CLI::App* sub, std::vector<int>& devices) {
+  sub->add_option("--devices", devices,
+                  "CUDA devices to split one request over (sequence parallelism), the engine's "
+                  "own first, e.g. 0,1 (default: one device)")
+      ->delimiter(',')
+      ->transform(integer_in(0, 1 << 16));
+}
+
 sparse3d::EngineOptions EngineFlags::resolve() const {
   sparse3d::EngineOptions o;
   o.path = path;
@@ -51,6 +65,8 @@ sparse3d::EngineOptions EngineFlags::resolve() const {
                                : sparse3d::DeviceChoice::Auto;
   o.max_device_memory_gib = max_device_memory_gib;
   o.qualify_m = qualify_m;
+  o.devices = devices;
+  o.parallel_min_tokens = parallel_min_tokens;
   o.cache_dir = cache_dir;
   o.persist_qualification = !no_cache;
   return o;

@@ -19,6 +19,8 @@ struct EngineFlags {
   std::string path;  // empty: the engine's default (fast; without cuda_graphs on the CPU)
   std::vector<std::string> enable, disable;
   std::vector<int64_t> qualify_m;
+  std::vector<int> devices;
+  int64_t parallel_min_tokens = 8192;
   double max_device_memory_gib = 0;
   std::string cache_dir;
   bool no_cache = false;
@@ -29,6 +31,8 @@ struct EngineFlags {
   // --qualify-m into `qualify_m` (EngineOptions::qualify_m). add_to registers it; `bench`,
   // which keeps its engine options in BenchOptions, registers the same option with this.
   static void add_qualify_m(CLI::App* sub, std::vector<int64_t>& qualify_m);
+  // --devices 0,1 into `devices` (EngineOptions::devices), for `run` and `bench`.
+  static void add_devices(CLI::App* sub, std::vector<int>& devices);
 
   // Before anything is loaded: `folder` is a folder this process can write in, or one it
   // can make (the folder itself is made only when there is a file to write into it).

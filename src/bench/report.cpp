@@ -85,6 +85,7 @@ io::Json raw_json(const BenchResult& r) {
                           {"graphs_captured", c.graphs_captured},
                           {"graph_capture_seconds", c.graph_capture_seconds},
                           {"graph_nodes", c.graph_nodes},
+                          {"devices", c.devices},
                           {"launches", c.launches},
                           {"launches_by_op", c.launches_by_op},
                           {"peak_bytes", c.peak_bytes},

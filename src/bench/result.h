@@ -54,6 +54,8 @@ struct Cell {
   int graphs_captured = 0;
   double graph_capture_seconds = 0;
   size_t graph_nodes = 0;
+  // The devices the request was split over (RequestStats::devices; 1 before 2026-12-01).
+  int devices = 1;
   // The service protocol (bench --protocol service|both; docs/BENCHMARK.md): this asset's
   // first request on the path's fresh engine, after one warm-up request at a token count
   // outside the asset set: host wall time of the whole public call (qualification, plan

@@ -132,6 +132,7 @@ BenchResult result_from_json(const io::Json& j, const std::string& what) {
       cell.graphs_captured = c.value("graphs_captured", 0);
       cell.graph_capture_seconds = c.value("graph_capture_seconds", 0.0);
       cell.graph_nodes = c.value("graph_nodes", size_t{0});
+      cell.devices = c.value("devices", 1);  // since sequence parallelism, 2026-12-01
       // Absent (or null) in results written before the service protocol.
       if (c.contains("first_request_seconds") && !c["first_request_seconds"].is_null())
         cell.first_request_seconds = c["first_request_seconds"].get<double>();

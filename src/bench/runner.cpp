@@ -69,6 +69,7 @@ sparse3d::EngineOptions engine_options(const Run& run) {
   eo.device = run.o.device;
   eo.qualify_m = run.o.qualify_m;
   eo.max_device_memory_gib = run.o.max_device_memory_gib;
+  eo.devices = run.o.devices;
   eo.log = run.log;
   return eo;
 }
@@ -280,6 +281,7 @@ void instrument_cell(Run& run, size_t pi, size_t ai) {
   }
   c.peak_bytes = st.peak_device_bytes;
   c.peak_reserved_bytes = st.peak_device_reserved_bytes;
+  c.devices = st.devices;
   if (graphs) {
     const sparse3d::RequestStats whole = engine.sample(run.request(pi, ai)).stats;
     c.graphs_captured = whole.graphs_captured;

@@ -64,6 +64,8 @@ struct BenchOptions {
   // memory-costly flags a request would not fit with (counted, and the cell's path label
   // says which).
   double max_device_memory_gib = 0;
+  // EngineOptions::devices: the GPUs a request may be split over (empty: one).
+  std::vector<int> devices;
   Protocol protocol = Protocol::Both;
   // The service protocol's warm-up request (0: service_warmup_tokens' choice) with the first
   // asset's condition: the first `warmup_tokens` tokens of the largest asset, or, for more

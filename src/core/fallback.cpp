@@ -48,7 +48,10 @@ void send_message(const sparse3d::Message& message) {
 
 void record_fallback(sparse3d::Flag flag, const std::string& reason) {
   // Keyed by the flag's name, so that the counters sort (and print) by name.
-  const std::string optimization(sparse3d::name(flag));
+  record_fallback(std::string(sparse3d::name(flag)), reason);
+}
+
+void record_fallback(const std::string& optimization, const std::string& reason) {
   Registry& r = registry();
   bool first = false;
   {

@@ -21,6 +21,9 @@ using FallbackCount = sparse3d::FallbackCount;
 // Counts one fallback of `flag`; sends the message "fallback: FLAG: REASON" (send_message)
 // the first time the key is seen in the current context. Thread-safe.
 void record_fallback(sparse3d::Flag flag, const std::string& reason);
+// The same for an optimization that is an engine option, not a flag (sequence_parallel:
+// EngineOptions::devices), counted and reported the same way under its name.
+void record_fallback(const std::string& optimization, const std::string& reason);
 
 // Delivers `message` to the process-wide sink (sparse3d::set_message_sink). Call it holding
 // no lock: a sink may wait for another (the Python package's takes the interpreter's lock).

@@ -113,6 +113,13 @@ Engine::Impl::Impl(const std::string& checkpoint,
             options.max_device_memory_gib);
   for (int64_t m : options.qualify_m)
     S3D_CHECK(m >= 1 && m <= (1 << 20), "qualify_m: candidate M must be in [1, 1048576], got ", m);
+  if (!options.devices.empty()) {
+    S3D_CHECK(options.device_index == 0 || options.device_index == options.devices[0],
+              "devices: the first listed device (", options.devices[0],
+              ") is the engine's own; device_index (", options.device_index,
+              ") must be 0 or the same");
+    options.device_index = options.devices[0];
+  }
   if (device == Device::CUDA) {
     int count = 0;
     S3D_CUDA_CHECK(cudaGetDeviceCount(&count));
@@ -129,7 +136,11 @@ Engine::Impl::Impl(const std::string& checkpoint,
     S3D_CUDA_CHECK(cudaStreamCreateWithFlags(&own_stream, cudaStreamNonBlocking));
     context->set_stream(own_stream);
   }
+  // The further devices' replicas (EngineOptions::devices) share the host copy's tensors.
+  const s3d::model::Checkpoint host_for_ranks =
+      options.devices.size() > 1 ? host : s3d::model::Checkpoint();
   model = std::make_unique<s3d::model::Transformer>(s3d::model::to_device(std::move(host), device));
+  set_up_ranks(host_for_ranks);
   log(s3d::cat("checkpoint read and hashed in ", seconds(t1 - t0), " s (CUDA starting meanwhile), "
                "on the ", device == Device::CUDA ? "GPU" : "CPU", " in ",
                seconds(std::chrono::steady_clock::now() - t1), " s"));
@@ -139,6 +150,7 @@ Engine::Impl::Impl(const std::string& checkpoint,
 
 Engine::Impl::~Impl() {
   if (!context) return;
+  release_ranks();
   {
     s3d::ContextScope scope(*context);
     if (device == Device::CUDA) cudaStreamSynchronize(own_stream);

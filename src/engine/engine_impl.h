@@ -6,18 +6,20 @@
 #include <atomic>
 #include <functional>
 #include <map>
-#include <tuple>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <tuple>
 
 #include "core/context.h"
 #include "core/tensor.h"
 #include "engine/qualification_cache.h"
 #include "model/checkpoint.h"
 #include "model/null_context.h"
+#include "model/trunk/sequence_parallel.h"
 #include "model/trunk/transformer.h"
+#include "parallel/group.h"
 #include "sampler/sampler.h"
 #include "sparse3d/engine.h"
 
@@ -44,6 +46,29 @@ struct Engine::Impl {
   uint64_t requests = 0;
   uint64_t qualifications_run = 0;
   size_t peak_device_bytes = 0;
+
+  // Sequence parallelism (parallel.cpp; EngineOptions::devices). Rank 0 is the engine's own
+  // context and model; ranks holds one context (own stream) and model replica per further
+  // device that exists. The groups (NCCL over the first P ranks) are made at first use.
+  struct Rank {
+    int device = 0;
+    std::unique_ptr<s3d::Context> context;
+    cudaStream_t stream = nullptr;
+    std::unique_ptr<s3d::model::Transformer> model;
+  };
+  std::vector<Rank> ranks;
+  std::string ranks_missing;  // why fewer devices than listed can run ("" when all can)
+  struct Split {
+    std::unique_ptr<s3d::parallel::Group> group;
+    std::unique_ptr<s3d::model::SequenceParallel> forward;
+  };
+  std::map<int, Split> splits;  // by P
+  // Checks EngineOptions::devices and loads a replica of `host` on every further device.
+  void set_up_ranks(const s3d::model::Checkpoint& host);
+  // The split a request of `tokens` tokens runs with (null: one device), recorded in `stats`;
+  // devices it cannot use are counted fallbacks.
+  const s3d::model::SequenceParallel* split_for(int64_t tokens, RequestStats& stats);
+  void release_ranks();
 
   // Reads the checkpoint (`read`, on the host, while CUDA starts on another thread) and
   // uploads it; `checkpoint` names it (a NAME.json path, or what an in-memory one is called).

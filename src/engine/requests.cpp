@@ -567,6 +567,7 @@ SampleResult Engine::Impl::sample(const SampleRequest& r) {
   check_memory(T, r.batch, L, flags);
   const double null_context_seconds = use_null_context(o, flags, L, T);
   SampleResult result;
+  o.parallel = split_for(T, result.stats);
   const s3d::sampler::Output out = run_sampler(r, s, o, flags, result);
   return_latents(out, r, s.volume, model->config(), result);
   ++requests;

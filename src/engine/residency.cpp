@@ -37,7 +37,12 @@ void Engine::Impl::offload() {
   s3d::ContextScope scope(*context);
   const bool gpu = device == Device::CUDA;
   const size_t reserved = gpu ? s3d::DeviceAllocator::current().stats().reserved_bytes : 0;
-  const size_t copied = model->offload_weights();
+  size_t copied = model->offload_weights();
+  for (Rank& r : ranks) {  // the replicas of EngineOptions::devices
+    s3d::ContextScope rank_scope(*r.context);
+    copied += r.model->offload_weights();
+    s3d::DeviceAllocator::current().empty_cache();
+  }
   size_t released = 0;
   if (gpu) {
     s3d::DeviceAllocator& allocator = s3d::DeviceAllocator::current();
@@ -60,7 +65,11 @@ void Engine::Impl::reload() {
   if (model->weights_resident()) return;
   const auto t0 = std::chrono::steady_clock::now();
   s3d::ContextScope scope(*context);
-  const size_t copied = model->reload_weights();
+  size_t copied = model->reload_weights();
+  for (Rank& r : ranks) {
+    s3d::ContextScope rank_scope(*r.context);
+    copied += r.model->reload_weights();
+  }
   ++moves.reloads;
   moves.bytes_reloaded += copied;
   const double took = seconds_since(t0);

@@ -36,50 +36,50 @@ struct Transfer {
 };
 
 class Group {
-public:
+ public:
   virtual ~Group() = default;
   virtual int size() const = 0;
   // One line: the implementation and its devices ("local: 3 ranks on CPU").
   virtual std::string describe() const = 0;
   // The context rank r's work runs in, or null when the ranks share the
   // caller's.
-  virtual Context *context(int rank) const = 0;
+  virtual Context* context(int rank) const = 0;
   // Every transfer as one exchange: each has landed before the next work queued
   // for its destination rank runs (stream order); the sources may be released
   // when it returns.
-  virtual void exchange(const std::vector<Transfer> &transfers) = 0;
+  virtual void exchange(const std::vector<Transfer>& transfers) = 0;
 
-protected:
+ protected:
   // Throws naming the transfer unless it fits the group and its two buffers
   // match.
-  void check(const Transfer &t, size_t index) const;
+  void check(const Transfer& t, size_t index) const;
 };
 
 // Makes rank r's context current for the scope's lifetime (nothing when it has
 // none).
 class RankScope {
-public:
-  RankScope(const Group &group, int rank);
+ public:
+  RankScope(const Group& group, int rank);
 
-private:
+ private:
   std::optional<ContextScope> scope_;
 };
 
 class LocalGroup final : public Group {
-public:
+ public:
   // `ranks` simulated ranks on `device` (the current CUDA device, or the CPU),
   // in the caller's context, or in contexts[r] (one per rank, all on one
   // device; not owned).
-  LocalGroup(int ranks, Device device, std::vector<Context *> contexts = {});
+  LocalGroup(int ranks, Device device, std::vector<Context*> contexts = {});
   int size() const override { return ranks_; }
   std::string describe() const override;
-  Context *context(int rank) const override;
-  void exchange(const std::vector<Transfer> &transfers) override;
+  Context* context(int rank) const override;
+  void exchange(const std::vector<Transfer>& transfers) override;
 
-private:
+ private:
   int ranks_;
   Device device_;
-  std::vector<Context *> contexts_;
+  std::vector<Context*> contexts_;
 };
 
 // True when this build has the NCCL group (nccl.h was found at build time).
@@ -92,6 +92,6 @@ std::string nccl_version();
 // (contexts[r]->device(), distinct; not owned). Throws one line when NCCL is
 // not built in or cannot be loaded, a context has no device, a device is
 // missing or repeated, or NCCL fails.
-std::unique_ptr<Group> make_nccl_group(const std::vector<Context *> &contexts);
+std::unique_ptr<Group> make_nccl_group(const std::vector<Context*>& contexts);
 
-} // namespace s3d::parallel
+}  // namespace s3d::parallel

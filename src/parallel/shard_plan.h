@@ -14,9 +14,9 @@
 namespace s3d::parallel {
 
 struct ShardPlan {
-  int parts = 1;                  // P
-  int heads = 0;                  // H, a multiple of P
-  std::vector<int64_t> row_begin; // P + 1 boundaries over the packed tokens
+  int parts = 1;                   // P
+  int heads = 0;                   // H, a multiple of P
+  std::vector<int64_t> row_begin;  // P + 1 boundaries over the packed tokens
 
   // Throws unless 1 <= parts <= tokens (every rank holds at least one token)
   // and parts divides heads.
@@ -25,9 +25,7 @@ struct ShardPlan {
   int heads_per_part() const { return heads / parts; }
   int64_t tokens() const { return row_begin.back(); }
   int64_t begin(int rank) const { return row_begin[static_cast<size_t>(rank)]; }
-  int64_t end(int rank) const {
-    return row_begin[static_cast<size_t>(rank) + 1];
-  }
+  int64_t end(int rank) const { return row_begin[static_cast<size_t>(rank) + 1]; }
   int64_t rows(int rank) const { return end(rank) - begin(rank); }
 };
 
@@ -41,6 +39,7 @@ inline constexpr int64_t kMinTokensPerPart = 8192;
 struct PartsChoice {
   int parts = 1;
   std::string reason;
+  bool heads_limited = false;  // fewer than the devices because they do not divide the heads
 };
 
 // The engine's choice of P for a request of `tokens` tokens on `devices` GPUs
@@ -50,4 +49,4 @@ struct PartsChoice {
 PartsChoice choose_parts(int64_t tokens, int heads, int devices,
                          int64_t min_tokens_per_part = kMinTokensPerPart);
 
-} // namespace s3d::parallel
+}  // namespace s3d::parallel

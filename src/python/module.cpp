@@ -220,8 +220,12 @@ sparse3d::EngineOptions engine_options(const std::string& path, const std::strin
                                        int device_index, double max_device_memory_gib,
                                        const std::string& cache_dir, bool persist_qualification,
                                        const std::vector<int64_t>& qualify_m,
-                                       const std::shared_ptr<LogSink>& log) {
+                                       const std::shared_ptr<LogSink>& log,
+                                       const std::vector<int>& devices,
+                                       int64_t parallel_min_tokens) {
   sparse3d::EngineOptions o;
+  o.devices = devices;
+  o.parallel_min_tokens = parallel_min_tokens;
   o.path = path;
   o.device = device_choice(device);
   o.device_index = device_index;
@@ -343,6 +347,8 @@ nb::dict stats_dict(const sparse3d::RequestStats& st) {
     first_use[kind.c_str()] = one;
   }
   d["first_use"] = first_use;
+  d["devices"] = st.devices;
+  d["devices_reason"] = st.devices_reason;
   return d;
 }
 
@@ -672,32 +678,39 @@ static void bind_engine(nb::module_& m) {
            [](PyEngine* self, const std::string& checkpoint, const std::string& path,
               const std::string& device, int device_index, double max_device_memory_gib,
               const std::string& cache_dir, bool persist_qualification,
-              const std::vector<int64_t>& qualify_m, std::optional<nb::callable> log) {
+              const std::vector<int64_t>& qualify_m, std::optional<nb::callable> log,
+              const std::vector<int>& devices, int64_t parallel_min_tokens) {
              auto sink = log_sink(log);
              auto options = engine_options(path, device, device_index, max_device_memory_gib,
-                                           cache_dir, persist_qualification, qualify_m, sink);
+                                           cache_dir, persist_qualification, qualify_m, sink,
+                                           devices, parallel_min_tokens);
              new (self) PyEngine(checkpoint, std::move(options), std::move(sink));
            },
            "checkpoint"_a, "path"_a = "", "device"_a = "auto", "device_index"_a = 0,
            "max_device_memory_gib"_a = 0.0, "cache_dir"_a = "", "persist_qualification"_a = true,
-           "qualify_m"_a = std::vector<int64_t>{}, "log"_a = nb::none())
+           "qualify_m"_a = std::vector<int64_t>{}, "log"_a = nb::none(),
+           "devices"_a = std::vector<int>{}, "parallel_min_tokens"_a = int64_t{8192})
       .def_static(
           "from_tensors",
           [](const std::string& config_json, nb::handle tensors_arg, const std::string& name,
              const std::string& path, const std::string& device,
              int device_index, double max_device_memory_gib, const std::string& cache_dir,
              bool persist_qualification, const std::vector<int64_t>& qualify_m,
-             std::optional<nb::callable> log) {
+             std::optional<nb::callable> log, const std::vector<int>& devices,
+             int64_t parallel_min_tokens) {
             const auto tensors = named_arrays(tensors_arg);  // kept while the engine copies them
             auto sink = log_sink(log);
             auto options = engine_options(path, device, device_index, max_device_memory_gib,
-                                          cache_dir, persist_qualification, qualify_m, sink);
+                                          cache_dir, persist_qualification, qualify_m, sink,
+                                          devices, parallel_min_tokens);
             return new PyEngine(config_json, tensors, name, std::move(options), std::move(sink));
           },
           "config_json"_a, "tensors"_a, "name"_a = "in-memory checkpoint", "path"_a = "",
           "device"_a = "auto", "device_index"_a = 0, "max_device_memory_gib"_a = 0.0,
           "cache_dir"_a = "", "persist_qualification"_a = true,
-          "qualify_m"_a = std::vector<int64_t>{}, "log"_a = nb::none(), nb::rv_policy::take_ownership)
+          "qualify_m"_a = std::vector<int64_t>{}, "log"_a = nb::none(),
+          "devices"_a = std::vector<int>{}, "parallel_min_tokens"_a = int64_t{8192},
+          nb::rv_policy::take_ownership)
       .def("sample", &PyEngine::sample, "coords"_a.none(), "cond"_a.none(), "batch"_a, "noise"_a.none() = nb::none(),
            "seed"_a = 0, "concat_cond"_a.none() = nb::none(), "sampler"_a = nb::dict(),
            "path"_a = nb::none(), "out"_a.none() = nb::none(), "callback"_a = nb::none(),

@@ -5,6 +5,7 @@
 
 #include "core/cuda_util.h"
 #include "core/error.h"
+#include "core/fallback.h"
 #include "sampler/euler_cfg.h"
 #include "sampler/graph_runner.h"
 #include "sampler/step_forwards.h"
@@ -148,8 +149,14 @@ Output sample(const model::Transformer& model, const Inputs& in,
   const StepPlan plan = plan_steps(o);
   const StepForwards forwards(model, in, o, plan);
   const Tensor mod0 = forwards.step_mod(0);
-  GraphRunner graphs(o.flags.on(sparse3d::Flag::cuda_graphs), dev, plan, in.noise.shape(),
-                     {2 * in.batch}, mod0.defined() ? mod0.shape() : Shape{});
+  bool capture = o.flags.on(sparse3d::Flag::cuda_graphs);
+  if (capture && o.parallel && o.parallel->parts() > 1) {
+    record_fallback(sparse3d::Flag::cuda_graphs,
+                    "sequence parallel: a request split over several ranks runs its steps eagerly");
+    capture = false;
+  }
+  GraphRunner graphs(capture, dev, plan, in.noise.shape(), {2 * in.batch},
+                     mod0.defined() ? mod0.shape() : Shape{});
   Tensor x = in.noise.to(dev);
   Output out;
   if (dev == Device::CUDA) synchronize();

@@ -9,10 +9,11 @@
 
 #include "core/cuda_util.h"
 #include "core/tensor.h"
+#include "model/null_context.h"
+#include "model/trunk/sequence_parallel.h"
+#include "model/trunk/transformer.h"
 #include "sparse3d/flags.h"
 #include "sparse3d/sampler_settings.h"
-#include "model/null_context.h"
-#include "model/trunk/transformer.h"
 
 namespace s3d::sampler {
 
@@ -29,6 +30,10 @@ struct SamplerOptions : sparse3d::SamplerSettings {
   // the fused kernels, which every forward of the request reads.
   sparse3d::FlagSet flags;
   const model::NullContext* null_context = nullptr;
+  // Sequence parallelism (model/trunk/sequence_parallel.h): every forward of the request split
+  // over the group's ranks, or null for one device. A request with fewer tokens than ranks is
+  // refused by it; CUDA graphs are not captured over several ranks (a counted fallback).
+  const model::SequenceParallel* parallel = nullptr;
   // Guidance rescale's std (ModelSummary::unbiased_rescale_std): sample() sets it from the
   // model's family (the dense family divides by N - 1, as its original does).
   bool unbiased_rescale_std = false;

@@ -66,6 +66,7 @@ StepForwards::StepForwards(const model::Transformer& model, const Inputs& in,
   }
   set_up_conditions(in);
   set_up_kv_cache();
+  if (o.parallel) set_up_shards();
   std::vector<float> t_table;
   for (int k = 0; k < o.steps; ++k)
     for (int r = 0; r < 2 * B; ++r) t_table.push_back(static_cast<float>(1000.0 * plan.t[k]));
@@ -112,6 +113,31 @@ void StepForwards::set_up_kv_cache() {
                            : model::Condition{cond2_, 0, kv2};
 }
 
+void StepForwards::set_up_shards() {
+  const model::SequenceParallel& sp = *o_.parallel;
+  bool cond_alone = false, uncond_alone = false, batched = false;
+  for (const StepKind& kind : plan_.kinds) {
+    batched = batched || kind.batched;
+    cond_alone = cond_alone || (!kind.batched && kind.cond);
+    uncond_alone = uncond_alone || (!kind.batched && kind.uncond);
+  }
+  if (cond_alone || uncond_alone) sr_ = sp.shard(req_);
+  if (cond_alone) shared_c_ = sp.share(sr_, cond_c_, nullptr);
+  if (uncond_alone) shared_u_ = sp.share(sr_, cond_u_, &null_path_);
+  if (batched) {
+    sr2_ = sp.shard(req2_);
+    shared_2_ = sp.share(sr2_, cond_2_, &null_path_);
+  }
+}
+
+Tensor StepForwards::forward(const model::Request& req, const model::ShardedRequest& sr,
+                             const model::ShardedCondition& shared, const Tensor& x,
+                             const Tensor& t, const model::Condition& cond,
+                             const model::NullPath* null, const model::Modulation* mod) const {
+  if (o_.parallel) return o_.parallel->forward(sr, x, t, shared, mod);
+  return model_.forward(req, x, t, cond, null, mod);
+}
+
 Tensor StepForwards::t_row(int k) const { return t_all_.rows(k, k + 1).reshape({2 * batch_}); }
 
 Tensor StepForwards::step_mod(int k) const {
@@ -133,13 +159,13 @@ StepOut StepForwards::run(int k, const Tensor& x, const Tensor& t2,
   if (kind.batched) {
     Tensor x2 = Tensor::empty({2 * T, x.size(1)}, DType::F32, dev);
     stack_rows(x, x, x2);
-    Tensor v2 = model_.forward(req2_, x2, t2, cond_2_, &null_path_, mk);
+    Tensor v2 = forward(req2_, sr2_, shared_2_, x2, t2, cond_2_, &null_path_, mk);
     r.v_cond = v2.rows(0, T);
     r.v_uncond = v2.rows(T, 2 * T);
   } else {
     Tensor t_b = t2.rows(0, B);
-    if (kind.cond) r.v_cond = model_.forward(req_, x, t_b, cond_c_, nullptr, mk);
-    if (kind.uncond) r.v_uncond = model_.forward(req_, x, t_b, cond_u_, &null_path_, mk);
+    if (kind.cond) r.v_cond = forward(req_, sr_, shared_c_, x, t_b, cond_c_, nullptr, mk);
+    if (kind.uncond) r.v_uncond = forward(req_, sr_, shared_u_, x, t_b, cond_u_, &null_path_, mk);
   }
   if (!kind.uncond) {
     r.v = r.v_cond;

@@ -34,6 +34,14 @@ class StepForwards {
  private:
   void set_up_conditions(const Inputs& in);
   void set_up_kv_cache();
+  // With sequence parallelism: the requests sharded and the conditions the plan's forwards
+  // use moved to every rank, once per request.
+  void set_up_shards();
+  // model_.forward, or the sharded forward of the same operands.
+  Tensor forward(const model::Request& req, const model::ShardedRequest& sr,
+                 const model::ShardedCondition& shared, const Tensor& x, const Tensor& t,
+                 const model::Condition& cond, const model::NullPath* null,
+                 const model::Modulation* mod) const;
 
   const model::Transformer& model_;
   const SamplerOptions& o_;
@@ -46,6 +54,8 @@ class StepForwards {
   bool symbolic_null_ = false;
   model::CondKV kv_cond_, kv_batched_;
   model::Condition cond_c_, cond_u_, cond_2_;
+  model::ShardedRequest sr_, sr2_;
+  model::ShardedCondition shared_c_, shared_u_, shared_2_;
   Tensor t_all_;  // f32 [steps, 2B]
   model::ModulationTable tables_;
 };

@@ -28,6 +28,7 @@
 #include "ops/op.h"
 #include "parallel/group.h"
 #include "sparse3d/flags.h"
+#include "sparse3d/sparse3d.h"
 #include "test_numerics.h"
 
 namespace s3d::model {
@@ -35,24 +36,21 @@ namespace {
 
 namespace fs = std::filesystem;
 
-#define S3D_REQUIRE_GPU()                                                      \
-  if (!cuda_available())                                                       \
-  GTEST_SKIP() << "no CUDA device: run on the GPU machine"
+#define S3D_REQUIRE_GPU() \
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device: run on the GPU machine"
 
 constexpr double kBound = 1e-2;
 
 int device_count() {
   int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess)
-    return 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) return 0;
   return n;
 }
 
 struct SequenceParallelGpu : ::testing::Test {
   static void SetUpTestSuite() {
-    dir = (fs::temp_directory_path() /
-           ("sparse3d_seqpar_gpu_" + std::to_string(getpid())))
-              .string();
+    dir =
+        (fs::temp_directory_path() / ("sparse3d_seqpar_gpu_" + std::to_string(getpid()))).string();
     fs::create_directories(dir);
     ModelConfig full = preset("trellis2-shape-1024");
     full.num_blocks = 2;
@@ -69,12 +67,10 @@ struct SequenceParallelGpu : ::testing::Test {
     Request req;
     Tensor x, t1000, cond;
   };
-  static Case make_case(const Transformer &m,
-                        const std::vector<int64_t> &counts, int L,
-                        const char *path) {
-    const ModelConfig &c = m.config();
-    auto in = testing::synthetic_inputs(counts, L, c.cond_channels,
-                                        c.out_channels, 31);
+  static Case make_case(const Transformer& m, const std::vector<int64_t>& counts, int L,
+                        const char* path) {
+    const ModelConfig& c = m.config();
+    auto in = testing::synthetic_inputs(counts, L, c.cond_channels, c.out_channels, 31);
     Case k;
     k.req = m.prepare(in.coords, in.batch, L);
     k.req.use_flags(sparse3d::ExecutionPlan::of_path(path).flags());
@@ -90,21 +86,16 @@ std::string SequenceParallelGpu::dir;
 TEST_F(SequenceParallelGpu, FullSizeBlocksAt30227TokensStayWithinTheBound) {
   S3D_REQUIRE_GPU();
   Transformer m(load_checkpoint(dir + "/full2.json", Device::CUDA));
-  for (const char *path : {"pure_eager", "fast"}) {
+  for (const char* path : {"pure_eager", "fast"}) {
     const Case k = make_case(m, {30227}, 64, path);
     const Condition cond{k.cond, 0, nullptr};
-    const std::vector<float> want =
-        m.forward(k.req, k.x, k.t1000, cond).to_floats();
+    const std::vector<float> want = m.forward(k.req, k.x, k.t1000, cond).to_floats();
     for (int P : {2, 3, 4}) {
       parallel::LocalGroup group(P, Device::CUDA);
-      SequenceParallel sp(
-          std::vector<const Transformer *>(static_cast<size_t>(P), &m), group);
+      SequenceParallel sp(std::vector<const Transformer*>(static_cast<size_t>(P), &m), group);
       const ShardedRequest sr = sp.shard(k.req);
-      const double e =
-          testing::rel_l2(sp.forward(sr, k.x, k.t1000, cond).to_floats(), want);
-      std::printf(
-          "[ sequence parallel ] %s, 30227 tokens, P = %d: rel L2 %.3g\n", path,
-          P, e);
+      const double e = testing::rel_l2(sp.forward(sr, k.x, k.t1000, cond).to_floats(), want);
+      std::printf("[ sequence parallel ] %s, 30227 tokens, P = %d: rel L2 %.3g\n", path, P, e);
       EXPECT_LE(e, kBound) << path << ", P = " << P;
     }
   }
@@ -114,14 +105,11 @@ TEST_F(SequenceParallelGpu, NcclGroupOfOneGpuExchangesBitForBit) {
   S3D_REQUIRE_GPU();
   ASSERT_TRUE(parallel::nccl_built()) << "this build has no NCCL group";
   const std::string version = parallel::nccl_version();
-  ASSERT_TRUE(!version.empty() &&
-              std::isdigit(static_cast<unsigned char>(version[0])))
-      << version
-      << " (put NCCL's lib on LD_LIBRARY_PATH or set SPARSE3D_NCCL_LIBRARY)";
+  ASSERT_TRUE(!version.empty() && std::isdigit(static_cast<unsigned char>(version[0])))
+      << version << " (put NCCL's lib on LD_LIBRARY_PATH or set SPARSE3D_NCCL_LIBRARY)";
   Context ctx(0);
   auto group = parallel::make_nccl_group({&ctx});
-  EXPECT_NE(group->describe().find("GPUs 0"), std::string::npos)
-      << group->describe();
+  EXPECT_NE(group->describe().find("GPUs 0"), std::string::npos) << group->describe();
   Tensor src = ops::random_tensor({37, 19}, DType::BF16, Device::CUDA, 5);
   Tensor dst = Tensor::empty({37, 19}, DType::BF16, Device::CUDA);
   dst.poison();
@@ -129,8 +117,7 @@ TEST_F(SequenceParallelGpu, NcclGroupOfOneGpuExchangesBitForBit) {
   synchronize();
   cudaDeviceSynchronize();
   EXPECT_TRUE(testing::bitwise_equal(src, dst));
-  EXPECT_ERROR((group->exchange({{0, 1, src, dst}})),
-               "to rank 1 in a group of 1");
+  EXPECT_ERROR((group->exchange({{0, 1, src, dst}})), "to rank 1 in a group of 1");
 
   // The sharded forward over the one-rank NCCL group.
   Transformer m(load_checkpoint(dir + "/small.json", Device::CUDA));
@@ -149,34 +136,29 @@ TEST_F(SequenceParallelGpu, NcclGroupRefusesMissingAndRepeatedDevices) {
   Context a(0), b(0), missing(n);
   EXPECT_ERROR(parallel::make_nccl_group({&a, &missing}),
                "device " + std::to_string(n) + " is missing");
-  EXPECT_ERROR(parallel::make_nccl_group({&a, &b}),
-               "device 0 is given to two ranks");
+  EXPECT_ERROR(parallel::make_nccl_group({&a, &b}), "device 0 is given to two ranks");
   Context cpu(-1);
   EXPECT_ERROR(parallel::make_nccl_group({&cpu}), "a rank has no CUDA device");
 }
 
 TEST_F(SequenceParallelGpu, TwoGpusMatchOneGpu) {
   S3D_REQUIRE_GPU();
-  if (device_count() < 2)
-    GTEST_SKIP() << "one GPU here: the two-GPU test runs on a 2-GPU machine";
+  if (device_count() < 2) GTEST_SKIP() << "one GPU here: the two-GPU test runs on a 2-GPU machine";
   Transformer m(load_checkpoint(dir + "/full2.json", Device::CUDA));
   const Case k = make_case(m, {30227}, 64, "fast");
   const Condition cond{k.cond, 0, nullptr};
-  const std::vector<float> want =
-      m.forward(k.req, k.x, k.t1000, cond).to_floats();
+  const std::vector<float> want = m.forward(k.req, k.x, k.t1000, cond).to_floats();
   int home = 0;
   S3D_CUDA_CHECK(cudaGetDevice(&home));
   Context c0(home), c1(home == 0 ? 1 : 0);
   std::unique_ptr<Transformer> r0, r1;
   {
     ContextScope s(c0);
-    r0 = std::make_unique<Transformer>(
-        load_checkpoint(dir + "/full2.json", Device::CUDA));
+    r0 = std::make_unique<Transformer>(load_checkpoint(dir + "/full2.json", Device::CUDA));
   }
   {
     ContextScope s(c1);
-    r1 = std::make_unique<Transformer>(
-        load_checkpoint(dir + "/full2.json", Device::CUDA));
+    r1 = std::make_unique<Transformer>(load_checkpoint(dir + "/full2.json", Device::CUDA));
   }
   auto group = parallel::make_nccl_group({&c0, &c1});
   SequenceParallel sp({r0.get(), r1.get()}, *group);
@@ -184,10 +166,9 @@ TEST_F(SequenceParallelGpu, TwoGpusMatchOneGpu) {
   const Tensor got = sp.forward(sr, k.x, k.t1000, cond);
   cudaDeviceSynchronize();
   const double e = testing::rel_l2(got.to_floats(), want);
-  std::printf("[ sequence parallel ] fast, 30227 tokens, 2 GPUs: rel L2 %.3g\n",
-              e);
+  std::printf("[ sequence parallel ] fast, 30227 tokens, 2 GPUs: rel L2 %.3g\n", e);
   EXPECT_LE(e, kBound);
 }
 
-} // namespace
-} // namespace s3d::model
+}  // namespace
+}  // namespace s3d::model

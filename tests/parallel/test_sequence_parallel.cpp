@@ -15,16 +15,20 @@
 
 #include "../expect_error.h"
 #include "../model_inputs.h"
+#include "../null_context_checks.h"
 #include "../ops/op_test_device.h"
 #include "../test_numerics.h"
+#include "contract/fallback.h"
 #include "core/context.h"
 #include "core/cuda_util.h"
 #include "model/checkpoint.h"
 #include "model/config.h"
+#include "model/null_context.h"
 #include "model/trunk/sequence_parallel.h"
 #include "ops/op.h"
 #include "parallel/group.h"
 #include "parallel/shard_plan.h"
+#include "sampler/sampler.h"
 #include "sparse3d/flags.h"
 
 namespace s3d::model {
@@ -33,13 +37,12 @@ namespace {
 namespace fs = std::filesystem;
 using test::kOpTestDevice;
 
-constexpr double kGpuBound =
-    1e-2; // per forward, against the unsharded forward (CONTRACTS.md)
+constexpr double kGpuBound = 1e-2;  // per forward, against the unsharded forward (CONTRACTS.md)
 const std::vector<int> kParts = {1, 2, 3, 4, 6};
 
 // 12 heads of 24 channels: RoPE's 4 frequencies per axis, cuDNN's multiple
 // of 8.
-ModelConfig twelve_heads(const std::string &base) {
+ModelConfig twelve_heads(const std::string& base) {
   ModelConfig c = preset(base);
   c.model_channels = 288;
   c.num_heads = 12;
@@ -49,13 +52,11 @@ ModelConfig twelve_heads(const std::string &base) {
 
 struct SequenceParallelTest : ::testing::Test {
   static void SetUpTestSuite() {
-    dir = (fs::temp_directory_path() /
-           ("sparse3d_seqpar_" + std::to_string(getpid())))
-              .string();
+    dir = (fs::temp_directory_path() / ("sparse3d_seqpar_" + std::to_string(getpid()))).string();
     fs::create_directories(dir);
     make_checkpoint(twelve_heads("tiny"), 11, dir + "/slat", DType::BF16);
     ModelConfig dense = twelve_heads("tiny-ss");
-    dense.resolution = 4; // 64 tokens per asset
+    dense.resolution = 4;  // 64 tokens per asset
     make_checkpoint(dense, 12, dir + "/dense", DType::BF16);
   }
   static void TearDownTestSuite() { fs::remove_all(dir); }
@@ -67,20 +68,16 @@ struct SequenceParallelTest : ::testing::Test {
   };
   // B assets of `counts` tokens, L condition tokens, the first B - null_assets
   // with real condition tokens; x, t and the condition on the test device.
-  static Case make_case(const Transformer &m,
-                        const std::vector<int64_t> &counts, int L,
-                        int null_assets, const sparse3d::FlagSet &flags,
-                        uint64_t seed) {
-    const ModelConfig &c = m.config();
-    auto in = testing::synthetic_inputs(counts, L, c.cond_channels,
-                                        c.out_channels, seed);
+  static Case make_case(const Transformer& m, const std::vector<int64_t>& counts, int L,
+                        int null_assets, const sparse3d::FlagSet& flags, uint64_t seed) {
+    const ModelConfig& c = m.config();
+    auto in = testing::synthetic_inputs(counts, L, c.cond_channels, c.out_channels, seed);
     Case k;
     k.req = m.prepare(in.coords, in.batch, L, Tensor(), null_assets);
     k.req.use_flags(flags);
     k.x = in.noise.to(kOpTestDevice);
     std::vector<float> t(counts.size());
-    for (size_t b = 0; b < t.size(); ++b)
-      t[b] = 1000.0f * (0.3f + 0.1f * static_cast<float>(b));
+    for (size_t b = 0; b < t.size(); ++b) t[b] = 1000.0f * (0.3f + 0.1f * static_cast<float>(b));
     k.t1000 = Tensor::from_floats(t, {in.batch}, DType::F32).to(kOpTestDevice);
     k.cond = in.cond.to(kOpTestDevice);
     return k;
@@ -90,27 +87,25 @@ struct SequenceParallelTest : ::testing::Test {
   // same bits on the CPU, within the bound on the GPU. With `checkpoint`, every
   // rank runs in a context of its own with its own replica of the model loaded
   // from it, as on P GPUs.
-  static void expect_matches(const Transformer &m, const Case &k,
-                             const Condition &cond, const NullPath *null,
-                             const Modulation *mod, const std::string &what,
-                             const std::vector<int> &parts = kParts,
-                             const std::string &checkpoint = "") {
+  static void expect_matches(const Transformer& m, const Case& k, const Condition& cond,
+                             const NullPath* null, const Modulation* mod, const std::string& what,
+                             const std::vector<int>& parts = kParts,
+                             const std::string& checkpoint = "") {
     const Tensor want = m.forward(k.req, k.x, k.t1000, cond, null, mod);
     for (int P : parts) {
       std::vector<std::unique_ptr<Context>> contexts;
       std::vector<std::unique_ptr<Transformer>> owned;
-      std::vector<Context *> ctx;
-      std::vector<const Transformer *> replicas(static_cast<size_t>(P), &m);
+      std::vector<Context*> ctx;
+      std::vector<const Transformer*> replicas(static_cast<size_t>(P), &m);
       if (!checkpoint.empty()) {
         int device = -1;
-        if (kOpTestDevice == Device::CUDA)
-          S3D_CUDA_CHECK(cudaGetDevice(&device));
+        if (kOpTestDevice == Device::CUDA) S3D_CUDA_CHECK(cudaGetDevice(&device));
         for (int r = 0; r < P; ++r) {
           contexts.push_back(std::make_unique<Context>(device));
           ctx.push_back(contexts.back().get());
           ContextScope scope(*contexts.back());
-          owned.push_back(std::make_unique<Transformer>(
-              load_checkpoint(checkpoint, kOpTestDevice)));
+          owned.push_back(
+              std::make_unique<Transformer>(load_checkpoint(checkpoint, kOpTestDevice)));
           replicas[static_cast<size_t>(r)] = owned.back().get();
         }
       }
@@ -129,14 +124,12 @@ struct SequenceParallelTest : ::testing::Test {
     }
   }
 
-  static NullPath null_path(const Transformer &m, NullContextMode mode,
-                            uint64_t seed) {
+  static NullPath null_path(const Transformer& m, NullContextMode mode, uint64_t seed) {
     NullPath n;
     n.mode = mode;
     for (int i = 0; i < m.config().num_blocks; ++i)
-      n.rows.push_back(ops::random_tensor({1, m.config().model_channels},
-                                          DType::BF16, kOpTestDevice,
-                                          seed + static_cast<uint64_t>(i)));
+      n.rows.push_back(ops::random_tensor({1, m.config().model_channels}, DType::BF16,
+                                          kOpTestDevice, seed + static_cast<uint64_t>(i)));
     return n;
   }
 };
@@ -145,8 +138,7 @@ std::string SequenceParallelTest::dir;
 TEST(ShardPlan, SplitsTheTokensContiguouslyAndEvenly) {
   for (int64_t T : {6, 7, 61, 103, 30227}) {
     for (int P : {1, 2, 3, 4, 6}) {
-      if (T < P)
-        continue;
+      if (T < P) continue;
       const parallel::ShardPlan p = parallel::ShardPlan::split(T, 12, P);
       ASSERT_EQ(p.parts, P);
       EXPECT_EQ(p.heads_per_part(), 12 / P);
@@ -167,8 +159,7 @@ TEST(ShardPlan, SplitsTheTokensContiguouslyAndEvenly) {
 TEST(ShardPlan, RefusesWhatItCannotSplit) {
   EXPECT_ERROR(parallel::ShardPlan::split(100, 12, 5), "do not divide the 12");
   EXPECT_ERROR(parallel::ShardPlan::split(100, 12, 8), "do not divide the 12");
-  EXPECT_ERROR(parallel::ShardPlan::split(3, 12, 4),
-               "3 tokens cannot be split");
+  EXPECT_ERROR(parallel::ShardPlan::split(3, 12, 4), "3 tokens cannot be split");
   EXPECT_ERROR(parallel::ShardPlan::split(100, 12, 0), "at least one rank");
 }
 
@@ -180,14 +171,12 @@ TEST(ShardPlan, ChoosesTheLargestDividingCountThatKeepsEveryRankBusy) {
   // 8 GPUs do not divide 12 heads: 6 of them.
   const parallel::PartsChoice eight = choose_parts(60000, 12, 8);
   EXPECT_EQ(eight.parts, 6);
-  EXPECT_NE(eight.reason.find("do not divide the 12 heads"), std::string::npos)
-      << eight.reason;
+  EXPECT_NE(eight.reason.find("do not divide the 12 heads"), std::string::npos) << eight.reason;
   // Small assets stay on one GPU; between, the largest count that keeps the
   // minimum.
   const parallel::PartsChoice small = choose_parts(3664, 12, 2);
   EXPECT_EQ(small.parts, 1);
-  EXPECT_NE(small.reason.find("3664 tokens"), std::string::npos)
-      << small.reason;
+  EXPECT_NE(small.reason.find("3664 tokens"), std::string::npos) << small.reason;
   EXPECT_EQ(choose_parts(30227, 12, 4, 8192).parts, 3);
   EXPECT_EQ(choose_parts(30227, 12, 8, 8192).parts, 3);
   EXPECT_EQ(choose_parts(100, 12, 6, 1).parts, 6);
@@ -201,8 +190,7 @@ TEST_F(SequenceParallelTest, LocalGroupExchangeMovesEveryBufferAndChecksThem) {
   std::vector<Tensor> srcs, dsts;
   for (int r = 0; r < 3; ++r) {
     for (int s = 0; s < 3; ++s) {
-      srcs.push_back(ops::random_tensor({2 + r, 5}, DType::BF16, kOpTestDevice,
-                                        10 * r + s));
+      srcs.push_back(ops::random_tensor({2 + r, 5}, DType::BF16, kOpTestDevice, 10 * r + s));
       dsts.push_back(Tensor::empty({2 + r, 5}, DType::BF16, kOpTestDevice));
       dsts.back().poison();
       ts.push_back({r, s, srcs.back(), dsts.back()});
@@ -224,23 +212,18 @@ TEST_F(SequenceParallelTest, ReferencePathMatchesTheWholeForward) {
   S3D_OP_TEST_DEVICE();
   Transformer m(load_checkpoint(dir + "/slat.json", kOpTestDevice));
   const Case k = make_case(m, {37, 61, 5}, 7, 0, {}, 3);
-  expect_matches(m, k, Condition{k.cond, 0, nullptr}, nullptr, nullptr,
-                 "pure_eager, 3 assets");
+  expect_matches(m, k, Condition{k.cond, 0, nullptr}, nullptr, nullptr, "pure_eager, 3 assets");
 }
 
-TEST_F(SequenceParallelTest,
-       FastPlanWithCachedConditionChunksAndStepTablesMatches) {
+TEST_F(SequenceParallelTest, FastPlanWithCachedConditionChunksAndStepTablesMatches) {
   S3D_OP_TEST_DEVICE();
   Transformer m(load_checkpoint(dir + "/slat.json", kOpTestDevice));
-  const sparse3d::FlagSet fast =
-      sparse3d::ExecutionPlan::parse("fast+chunked_mlp").flags();
+  const sparse3d::FlagSet fast = sparse3d::ExecutionPlan::parse("fast+chunked_mlp").flags();
   Case k = make_case(m, {44, 9, 50}, 5, 0, fast, 5);
-  k.req.mlp_chunk_tokens =
-      16; // several chunks on every rank, a partial one last
+  k.req.mlp_chunk_tokens = 16;  // several chunks on every rank, a partial one last
   const CondKV kv = m.precompute_cond_kv(k.cond);
   const Modulation mod = m.modulation(k.t1000);
-  expect_matches(m, k, Condition{k.cond, 0, &kv}, nullptr, &mod,
-                 "fast, cond_kv, chunks");
+  expect_matches(m, k, Condition{k.cond, 0, &kv}, nullptr, &mod, "fast, cond_kv, chunks");
 }
 
 TEST_F(SequenceParallelTest, NullContextPathsMatchWithNullAssetsOnEveryRank) {
@@ -248,21 +231,17 @@ TEST_F(SequenceParallelTest, NullContextPathsMatchWithNullAssetsOnEveryRank) {
   Transformer m(load_checkpoint(dir + "/slat.json", kOpTestDevice));
   // Batched CFG's layout: two conditional assets, then the same two with the
   // null condition.
-  const sparse3d::FlagSet flags =
-      sparse3d::ExecutionPlan::of_path("beyond").flags();
+  const sparse3d::FlagSet flags = sparse3d::ExecutionPlan::of_path("beyond").flags();
   const Case k = make_case(m, {29, 40, 29, 40}, 6, 2, flags, 7);
   const Tensor real = k.cond.rows(0, 2);
   const CondKV kv = m.precompute_cond_kv(real);
-  for (NullContextMode mode :
-       {NullContextMode::Exact, NullContextMode::Cache}) {
+  for (NullContextMode mode : {NullContextMode::Exact, NullContextMode::Cache}) {
     const NullPath null = null_path(m, mode, 40);
     const std::string name = mode == NullContextMode::Exact ? "Exact" : "Cache";
     expect_matches(m, k, Condition{real, 2, nullptr}, &null, nullptr, name);
-    expect_matches(m, k, Condition{real, 2, &kv}, &null, nullptr,
-                   name + " with cond_kv");
+    expect_matches(m, k, Condition{real, 2, &kv}, &null, nullptr, name + " with cond_kv");
     // Serial CFG's unconditional forward: every asset null.
-    expect_matches(m, k, Condition{Tensor(), 4, nullptr}, &null, nullptr,
-                   name + ", all null");
+    expect_matches(m, k, Condition{Tensor(), 4, nullptr}, &null, nullptr, name + ", all null");
   }
 }
 
@@ -272,27 +251,26 @@ TEST_F(SequenceParallelTest, RanksInContextsOfTheirOwnMatch) {
   // context.
   S3D_OP_TEST_DEVICE();
   Transformer m(load_checkpoint(dir + "/slat.json", kOpTestDevice));
-  const sparse3d::FlagSet flags =
-      sparse3d::ExecutionPlan::of_path("fast").flags();
+  const sparse3d::FlagSet flags = sparse3d::ExecutionPlan::of_path("fast").flags();
   const Case k = make_case(m, {33, 70, 33, 70}, 6, 2, flags, 13);
   const Tensor real = k.cond.rows(0, 2);
   const CondKV kv = m.precompute_cond_kv(real);
   const NullPath null = null_path(m, NullContextMode::Cache, 50);
   const Modulation mod = m.modulation(k.t1000);
-  expect_matches(m, k, Condition{real, 2, &kv}, &null, &mod, "fast, contexts",
-                 {2, 3}, dir + "/slat.json");
-  expect_matches(m, k, Condition{real, 2, nullptr}, &null, nullptr,
-                 "fast, contexts, no tables", {4}, dir + "/slat.json");
+  expect_matches(m, k, Condition{real, 2, &kv}, &null, &mod, "fast, contexts", {2, 3},
+                 dir + "/slat.json");
+  expect_matches(m, k, Condition{real, 2, nullptr}, &null, nullptr, "fast, contexts, no tables",
+                 {4}, dir + "/slat.json");
 }
 
 TEST_F(SequenceParallelTest, DenseFamilyMatches) {
   S3D_OP_TEST_DEVICE();
   Transformer m(load_checkpoint(dir + "/dense.json", kOpTestDevice));
   const int64_t R3 = 64;
-  auto in = testing::synthetic_inputs({R3, R3}, 4, m.config().cond_channels,
-                                      m.config().out_channels, 9);
+  auto in =
+      testing::synthetic_inputs({R3, R3}, 4, m.config().cond_channels, m.config().out_channels, 9);
   // The grid layout: every asset is the whole grid in raster order.
-  int32_t *c = in.coords.data_as<int32_t>();
+  int32_t* c = in.coords.data_as<int32_t>();
   for (int64_t t = 0; t < 2 * R3; ++t) {
     const int64_t i = t % R3;
     c[4 * t + 1] = static_cast<int32_t>(i / 16);
@@ -302,32 +280,65 @@ TEST_F(SequenceParallelTest, DenseFamilyMatches) {
   Case k;
   k.req = m.prepare(in.coords, 2, 4);
   k.x = in.noise.to(kOpTestDevice);
-  k.t1000 =
-      Tensor::from_floats({700.0f, 250.0f}, {2}, DType::F32).to(kOpTestDevice);
+  k.t1000 = Tensor::from_floats({700.0f, 250.0f}, {2}, DType::F32).to(kOpTestDevice);
   k.cond = in.cond.to(kOpTestDevice);
-  expect_matches(m, k, Condition{k.cond, 0, nullptr}, nullptr, nullptr,
-                 "dense, 2 grids");
+  expect_matches(m, k, Condition{k.cond, 0, nullptr}, nullptr, nullptr, "dense, 2 grids");
+}
+
+TEST_F(SequenceParallelTest, SampledLatentsMatchInSerialAndBatchedCfg) {
+  // The whole denoise loop (sampler::sample) with every forward sharded: the released
+  // sampler (its guidance interval mixes steps with and without CFG) on every path, serial
+  // and batched CFG, with the null-context paths.
+  S3D_OP_TEST_DEVICE();
+  Transformer m(load_checkpoint(dir + "/slat.json", kOpTestDevice));
+  auto in = testing::synthetic_inputs({26, 47}, 6, m.config().cond_channels, 32, 17);
+  NullContext nc = NullContext::build(m, testing::qualified_options(6, {73}));
+  for (const char* spec :
+       {"pure_eager", "pure_eager+batched_cfg", "fast-batched_cfg", "fast", "beyond"}) {
+    sampler::SamplerOptions o = sampler::SamplerOptions::released();
+    o.steps = 4;
+    o.apply(sparse3d::ExecutionPlan::parse(spec));
+    o.null_context = &nc;
+    const Tensor want = sampler::sample(m, in, o).latent;
+    for (int P : {2, 3}) {
+      contract::reset_fallbacks();
+      parallel::LocalGroup group(P, kOpTestDevice);
+      SequenceParallel sp(std::vector<const Transformer*>(static_cast<size_t>(P), &m), group);
+      o.parallel = &sp;
+      const Tensor got = sampler::sample(m, in, o).latent;
+      o.parallel = nullptr;
+      if (kOpTestDevice == Device::CPU) {
+        EXPECT_TRUE(testing::bitwise_equal(got, want)) << spec << ", P = " << P;
+      } else {
+        EXPECT_LE(testing::rel_l2(got.to_floats(), want.to_floats()), 2 * kGpuBound)
+            << spec << ", P = " << P;
+      }
+      bool graphs_refused = false;
+      for (const auto& f : contract::fallback_counts())
+        graphs_refused |= f.reason.find("sequence parallel") != std::string::npos;
+      EXPECT_EQ(graphs_refused, o.flags.on(sparse3d::Flag::cuda_graphs)) << spec;
+    }
+  }
 }
 
 TEST_F(SequenceParallelTest, RefusesWhatItCannotRun) {
   S3D_OP_TEST_DEVICE();
   Transformer m(load_checkpoint(dir + "/slat.json", kOpTestDevice));
   Case k = make_case(m, {3}, 2, 0, {}, 1);
-  parallel::LocalGroup four(4, kOpTestDevice), five(5, kOpTestDevice),
-      two(2, kOpTestDevice);
-  SequenceParallel sp4(std::vector<const Transformer *>(4, &m), four);
+  parallel::LocalGroup four(4, kOpTestDevice), five(5, kOpTestDevice), two(2, kOpTestDevice);
+  SequenceParallel sp4(std::vector<const Transformer*>(4, &m), four);
   EXPECT_ERROR(sp4.shard(k.req), "3 tokens cannot be split over 4");
-  SequenceParallel sp5(std::vector<const Transformer *>(5, &m), five);
+  SequenceParallel sp5(std::vector<const Transformer*>(5, &m), five);
   EXPECT_ERROR(sp5.shard(k.req), "5 ranks do not divide the 12");
-  EXPECT_ERROR((SequenceParallel(std::vector<const Transformer *>(3, &m), two)),
+  EXPECT_ERROR((SequenceParallel(std::vector<const Transformer*>(3, &m), two)),
                "3 model replicas for a group of 2");
-  SequenceParallel sp2(std::vector<const Transformer *>(2, &m), two);
+  SequenceParallel sp2(std::vector<const Transformer*>(2, &m), two);
   ShardedRequest sr = sp2.shard(k.req);
   const Condition cond{k.cond, 0, nullptr};
   EXPECT_ERROR(sp2.forward(sr, k.x.rows(0, 2), k.t1000, cond), "forward x");
-  sr.whole.mlp_probe = [](int, const Tensor &) {};
+  sr.whole.mlp_probe = [](int, const Tensor&) {};
   EXPECT_ERROR(sp2.forward(sr, k.x, k.t1000, cond), "MLP probe");
 }
 
-} // namespace
-} // namespace s3d::model
+}  // namespace
+}  // namespace s3d::model

@@ -155,6 +155,14 @@ def test_warm_up_draw_noise_and_forward_take_numbers_as_they_are(engine):
     ("qualify_m", 64, "qualify_m must be a sequence of integers, got 64"),
     ("cache_dir", None, "cache_dir must be a str or an os.PathLike, got None (NoneType)"),
     ("log", "yes", "log must be a callable or None, got str"),
+    ("devices", 1, "devices must be a sequence of CUDA device ordinals, got 1"),
+    ("devices", [0, 1.5], "devices must be an integer, got 1.5 (float)"),
+    ("devices", [-1], "devices must be an integer in [0, 2147483647], got -1"),
+    ("devices", [0, 1], "devices: splitting a request over several devices needs the GPU "
+                        "backend (this engine runs on the CPU)"),
+    ("devices", [0, 0], "devices: device 0 is listed twice"),
+    ("parallel_min_tokens", 0, "parallel_min_tokens must be an integer in [1, "
+                               "9223372036854775807], got 0"),
 ])
 def test_engine_options_are_checked(cache_dir, tiny_config, tiny_state_dict, option, value,
                                     message):
@@ -165,6 +173,14 @@ def test_engine_options_are_checked(cache_dir, tiny_config, tiny_state_dict, opt
     with pytest.raises(s3d.Error) as e:
         s3d.Engine.from_state_dict(tiny_config, tiny_state_dict, **options)
     assert str(e.value) == message
+
+
+def test_one_device_is_said_in_the_request_stats(cache_dir):
+    e = s3d.Engine(TINY, device="cpu", cache_dir=cache_dir, devices=[0])
+    coords, cond = make_request([40], 1)
+    e.sample(coords, cond, seed=1, sampler=dict(QUICK), progress=False)
+    assert e.last_request["stats"]["devices"] == 1
+    assert e.last_request["stats"]["devices_reason"] == "one device"
 
 
 def test_numpy_options_are_taken(cache_dir):

@@ -610,6 +610,11 @@ def test_an_unknown_keyword_is_a_type_error(pipeline, cache_dir):
     (dict(max_device_memory_gib="2"), "accelerate: max_device_memory_gib must be a real "
                                       "number, got '2' (str)"),
     (dict(log="yes"), "accelerate: log must be a callable or None, got str"),
+    (dict(devices="0,1"), "accelerate: devices must be a sequence of CUDA device ordinals, "
+                          "got '0,1'"),
+    (dict(devices=[0, None]), "accelerate: devices must be an integer, got None"),
+    (dict(parallel_min_tokens=0.5), "accelerate: parallel_min_tokens must be an integer, "
+                                    "got 0.5"),
 ])
 def test_an_option_of_the_wrong_type_is_refused_by_name(pipeline, cache_dir, kwargs, message):
     original = pipeline.models["shape_slat_flow_model_512"]
@@ -629,4 +634,5 @@ def test_what_the_pipeline_holds_is_still_a_counted_fallback(pipeline, cache_dir
     acc = t2.accelerate(pipeline, checkpoints={"shape_slat_flow_model_512": listing},
                         device="cpu", cache_dir=cache_dir)   # an os.PathLike is a path
     assert "shape_slat_flow_model_512" in acc.skipped
-    assert set(t2.ENGINE_OPTIONS) >= {"cache_dir", "log", "max_device_memory_gib"}
+    assert set(t2.ENGINE_OPTIONS) >= {"cache_dir", "log", "max_device_memory_gib", "devices",
+                                      "parallel_min_tokens"}

@@ -97,8 +97,7 @@ void Transformer::attend_condition(int i, const Request& req, const Tensor& x,
     ck = RowView::of(kv.k_normed.reshape({BL, C}));
     q = Tensor();  // qn holds its storage when the norm ran in place
   }
-  attention::sdpa_varlen(cq, q_layout, ck, cv, kv_layout, H, D,
-                         attention_scale(), attn);
+  attention::sdpa_varlen(cq, q_layout, ck, cv, kv_layout, H, D, attention_scale(), attn);
 }
 
 Tensor Transformer::cross_attention(int i, const Request& req, const Tensor& x,

@@ -23,14 +23,12 @@ struct ShardRows {
   std::vector<int32_t> lengths, offsets, batch_index;
 };
 
-ShardRows shard_rows(const Request &w, int64_t r0, int64_t r1) {
-  const std::vector<int64_t> &off = w.tokens_layout.offsets;
+ShardRows shard_rows(const Request& w, int64_t r0, int64_t r1) {
+  const std::vector<int64_t>& off = w.tokens_layout.offsets;
   ShardRows s;
-  while (off[idx(s.b0) + 1] <= r0)
-    ++s.b0;
-  int b1 = s.b0; // one past the last asset with a token in [r0, r1)
-  while (b1 < w.batch && off[idx(b1)] < r1)
-    ++b1;
+  while (off[idx(s.b0) + 1] <= r0) ++s.b0;
+  int b1 = s.b0;  // one past the last asset with a token in [r0, r1)
+  while (b1 < w.batch && off[idx(b1)] < r1) ++b1;
   s.batch = b1 - s.b0;
   s.lengths.resize(idx(s.batch));
   s.offsets.assign(idx(s.batch) + 1, 0);
@@ -40,8 +38,7 @@ ShardRows shard_rows(const Request &w, int64_t r0, int64_t r1) {
     const int64_t e = std::min(off[idx(s.b0 + k) + 1], r1);
     s.lengths[idx(k)] = static_cast<int32_t>(e - a);
     s.offsets[idx(k) + 1] = s.offsets[idx(k)] + s.lengths[idx(k)];
-    std::fill(s.batch_index.begin() + (a - r0),
-              s.batch_index.begin() + (e - r0), k);
+    std::fill(s.batch_index.begin() + (a - r0), s.batch_index.begin() + (e - r0), k);
   }
   // The null assets are the last ones of the whole request, so the last ones of
   // a shard.
@@ -49,17 +46,14 @@ ShardRows shard_rows(const Request &w, int64_t r0, int64_t r1) {
   return s;
 }
 
-} // namespace
+}  // namespace
 
-SequenceParallel::SequenceParallel(std::vector<const Transformer *> replicas,
-                                   parallel::Group &group)
+SequenceParallel::SequenceParallel(std::vector<const Transformer*> replicas, parallel::Group& group)
     : replicas_(std::move(replicas)), group_(&group) {
-  S3D_CHECK(!replicas_.empty() &&
-                static_cast<int>(replicas_.size()) == group.size(),
-            "sequence parallel: ", replicas_.size(),
-            " model replicas for a group of ", group.size(), " ranks (",
-            group.describe(), ")");
-  for (const Transformer *m : replicas_) {
+  S3D_CHECK(!replicas_.empty() && static_cast<int>(replicas_.size()) == group.size(),
+            "sequence parallel: ", replicas_.size(), " model replicas for a group of ",
+            group.size(), " ranks (", group.describe(), ")");
+  for (const Transformer* m : replicas_) {
     S3D_CHECK(m != nullptr, "sequence parallel: a model replica is missing");
     S3D_CHECK(m->device() == replicas_[0]->device() &&
                   m->weights_version() == replicas_[0]->weights_version(),
@@ -68,10 +62,9 @@ SequenceParallel::SequenceParallel(std::vector<const Transformer *> replicas,
   }
 }
 
-Tensor SequenceParallel::moved(int r, const Tensor &src,
-                               std::vector<Transfer> &batch) const {
-  if (!src.defined())
-    return Tensor();
+Tensor SequenceParallel::moved(int r, const Tensor& src, std::vector<Transfer>& batch) const {
+  if (!src.defined()) return Tensor();
+  if (r == 0) return src;  // already in rank 0's context: a view, no copy
   Tensor dst;
   {
     RankScope scope(*group_, r);
@@ -81,10 +74,9 @@ Tensor SequenceParallel::moved(int r, const Tensor &src,
   return dst;
 }
 
-ShardedRequest SequenceParallel::shard(const Request &whole) const {
+ShardedRequest SequenceParallel::shard(const Request& whole) const {
   ShardedRequest sr;
-  sr.plan = parallel::ShardPlan::split(whole.tokens, rank(0).config().num_heads,
-                                       parts());
+  sr.plan = parallel::ShardPlan::split(whole.tokens, rank(0).config().num_heads, parts());
   sr.whole = whole;
   const Device dev = whole.tokens_layout.device;
   std::vector<Transfer> batch;
@@ -100,26 +92,20 @@ ShardedRequest SequenceParallel::shard(const Request &whole) const {
     {
       RankScope scope(*group_, r);
       s.batch_index = Tensor::from_ints(rows.batch_index, {s.tokens}).to(dev);
-      s.token_offsets =
-          Tensor::from_ints(rows.offsets, {rows.batch + 1}).to(dev);
+      s.token_offsets = Tensor::from_ints(rows.offsets, {rows.batch + 1}).to(dev);
       s.tokens_layout = attention::make_seq_layout(rows.lengths, dev);
-      s.cond_layout = attention::make_seq_layout(
-          std::vector<int32_t>(idx(rows.batch), whole.cond_tokens), dev);
+      s.cond_layout =
+          attention::make_seq_layout(std::vector<int32_t>(idx(rows.batch), whole.cond_tokens), dev);
       if (s.null_assets > 0 && rows.conditional > 0) {
         s.cond_part_tokens_layout = attention::make_seq_layout(
-            std::vector<int32_t>(rows.lengths.begin(),
-                                 rows.lengths.begin() + rows.conditional),
+            std::vector<int32_t>(rows.lengths.begin(), rows.lengths.begin() + rows.conditional),
             dev);
         s.cond_part_cond_layout = attention::make_seq_layout(
-            std::vector<int32_t>(idx(rows.conditional), whole.cond_tokens),
-            dev);
+            std::vector<int32_t>(idx(rows.conditional), whole.cond_tokens), dev);
       }
-      sr.layouts.push_back(
-          attention::make_seq_layout(whole.tokens_layout.lengths, dev));
+      sr.layouts.push_back(attention::make_seq_layout(whole.tokens_layout.lengths, dev));
     }
-    auto part = [&](const Tensor &t) {
-      return t.defined() ? t.rows(r0, r1) : Tensor();
-    };
+    auto part = [&](const Tensor& t) { return t.defined() ? t.rows(r0, r1) : Tensor(); };
     s.coords = moved(r, part(whole.coords), batch);
     s.rope_cos = moved(r, part(whole.rope_cos), batch);
     s.rope_sin = moved(r, part(whole.rope_sin), batch);
@@ -134,14 +120,12 @@ ShardedRequest SequenceParallel::shard(const Request &whole) const {
   return sr;
 }
 
-ShardedCondition SequenceParallel::share(const ShardedRequest &sr,
-                                         const Condition &cond,
-                                         const NullPath *null) const {
+ShardedCondition SequenceParallel::share(const ShardedRequest& sr, const Condition& cond,
+                                         const NullPath* null) const {
   rank(0).check_condition_operands(sr.whole, cond, null);
   const int P = parts();
   const int64_t L = sr.whole.cond_tokens;
-  const int real =
-      sr.whole.batch - cond.null_assets; // the first assets have real tokens
+  const int real = sr.whole.batch - cond.null_assets;  // the first assets have real tokens
   ShardedCondition sc;
   sc.conds.resize(idx(P));
   sc.kv.resize(idx(P));
@@ -153,57 +137,50 @@ ShardedCondition SequenceParallel::share(const ShardedRequest &sr,
     const int b0 = sr.first_asset[idx(r)], nb = sr.shards[idx(r)].batch;
     const int c_end = std::min(b0 + nb, real);
     const int nc = std::max(0, c_end - b0);
-    Condition &c = sc.conds[idx(r)];
+    Condition& c = sc.conds[idx(r)];
     c.null_assets = nb - nc;
     if (nc > 0) {
       c.tokens = moved(r, cond.tokens.rows(b0, c_end), batch);
       if (cond.kv) {
-        for (const Tensor &t : cond.kv->kv)
-          sc.kv[idx(r)].kv.push_back(
-              moved(r, t.rows(b0 * L, c_end * L), batch));
-        for (const Tensor &t : cond.kv->k_normed)
-          sc.kv[idx(r)].k_normed.push_back(
-              moved(r, t.rows(b0 * L, c_end * L), batch));
+        for (const Tensor& t : cond.kv->kv)
+          sc.kv[idx(r)].kv.push_back(moved(r, t.rows(b0 * L, c_end * L), batch));
+        for (const Tensor& t : cond.kv->k_normed)
+          sc.kv[idx(r)].k_normed.push_back(moved(r, t.rows(b0 * L, c_end * L), batch));
       }
     }
     if (null) {
       sc.nulls[idx(r)].mode = null->mode;
-      for (const Tensor &row : null->rows)
-        sc.nulls[idx(r)].rows.push_back(moved(r, row, batch));
+      for (const Tensor& row : null->rows) sc.nulls[idx(r)].rows.push_back(moved(r, row, batch));
     }
   }
   group_->exchange(batch);
   return sc;
 }
 
-Tensor SequenceParallel::forward(const ShardedRequest &sr, const Tensor &x,
-                                 const Tensor &t1000, const Condition &cond,
-                                 const NullPath *null, const Modulation *mod,
+Tensor SequenceParallel::forward(const ShardedRequest& sr, const Tensor& x, const Tensor& t1000,
+                                 const Condition& cond, const NullPath* null, const Modulation* mod,
                                  Tensor out) const {
   rank(0).check_step_operands(sr.whole, x, t1000, mod);
   return forward(sr, x, t1000, share(sr, cond, null), mod, std::move(out));
 }
 
-Tensor SequenceParallel::forward(const ShardedRequest &sr, const Tensor &x,
-                                 const Tensor &t1000,
-                                 const ShardedCondition &sc,
-                                 const Modulation *mod, Tensor out) const {
-  const Transformer &m0 = rank(0);
-  const Request &whole = sr.whole;
+Tensor SequenceParallel::forward(const ShardedRequest& sr, const Tensor& x, const Tensor& t1000,
+                                 const ShardedCondition& sc, const Modulation* mod,
+                                 Tensor out) const {
+  const Transformer& m0 = rank(0);
+  const Request& whole = sr.whole;
   const int P = parts();
   m0.check_resident();
   m0.check_step_operands(whole, x, t1000, mod);
-  S3D_CHECK(sr.plan.parts == P && sr.shards.size() == idx(P) &&
-                sr.plan.tokens() == whole.tokens,
+  S3D_CHECK(sr.plan.parts == P && sr.shards.size() == idx(P) && sr.plan.tokens() == whole.tokens,
             "sequence parallel: the request was sharded for ", sr.plan.parts,
             " ranks, the group has ", P);
-  S3D_CHECK(sc.conds.size() == idx(P),
-            "sequence parallel: the condition was shared over ",
+  S3D_CHECK(sc.conds.size() == idx(P), "sequence parallel: the condition was shared over ",
             sc.conds.size(), " ranks, the group has ", P);
   S3D_CHECK(!whole.mlp_probe,
             "sequence parallel: the per-layer MLP probe needs the whole MLP "
             "input; run it on one device");
-  const ModelConfig &c = m0.config();
+  const ModelConfig& c = m0.config();
 
   // Each rank's rows of x, and the modulation of the assets it holds (given, or
   // computed from t on every rank).
@@ -214,7 +191,7 @@ Tensor SequenceParallel::forward(const ShardedRequest &sr, const Tensor &x,
     xs[idx(r)] = moved(r, x.rows(sr.plan.begin(r), sr.plan.end(r)), batch);
     const int b0 = sr.first_asset[idx(r)], nb = sr.shards[idx(r)].batch;
     if (mod) {
-      for (const Tensor &m : mod->blocks)
+      for (const Tensor& m : mod->blocks)
         mods[idx(r)].blocks.push_back(moved(r, m.rows(b0, b0 + nb), batch));
     } else {
       ts[idx(r)] = moved(r, t1000, batch);
@@ -225,10 +202,10 @@ Tensor SequenceParallel::forward(const ShardedRequest &sr, const Tensor &x,
   std::vector<Tensor> h(idx(P));
   for (int r = 0; r < P; ++r) {
     RankScope scope(*group_, r);
-    const Request &s = sr.shards[idx(r)];
+    const Request& s = sr.shards[idx(r)];
     if (!mod) {
       const int b0 = sr.first_asset[idx(r)];
-      for (const Tensor &m : rank(r).modulation(ts[idx(r)]).blocks)
+      for (const Tensor& m : rank(r).modulation(ts[idx(r)]).blocks)
         mods[idx(r)].blocks.push_back(m.rows(b0, b0 + s.batch));
     }
     h[idx(r)] = rank(r).embed_input(s, xs[idx(r)]);
@@ -239,25 +216,21 @@ Tensor SequenceParallel::forward(const ShardedRequest &sr, const Tensor &x,
     self_attention(i, sr, h, mods);
     for (int r = 0; r < P; ++r) {
       RankScope scope(*group_, r);
-      const Transformer &m = rank(r);
-      const Request &s = sr.shards[idx(r)];
+      const Transformer& m = rank(r);
+      const Request& s = sr.shards[idx(r)];
       Condition cond = sc.conds[idx(r)];
-      if (!sc.kv[idx(r)].kv.empty())
-        cond.kv = &sc.kv[idx(r)];
-      const NullPath *null = sc.has_null ? &sc.nulls[idx(r)] : nullptr;
+      if (!sc.kv[idx(r)].kv.empty()) cond.kv = &sc.kv[idx(r)];
+      const NullPath* null = sc.has_null ? &sc.nulls[idx(r)] : nullptr;
       h[idx(r)] = m.cross_attention(i, s, h[idx(r)], cond, null);
-      h[idx(r)] = m.mlp(i, m.weights_.blocks[idx(i)], s, h[idx(r)],
-                        mods[idx(r)].blocks[idx(i)]);
+      h[idx(r)] = m.mlp(i, m.weights_.blocks[idx(i)], s, h[idx(r)], mods[idx(r)].blocks[idx(i)]);
     }
   }
 
   // The output layer on each rank's rows, gathered on rank 0.
   Tensor v = out;
   if (v.defined()) {
-    check_tensor(v, "sequence parallel output", DType::F32,
-                 {whole.tokens, c.out_channels});
-    S3D_CHECK(v.device() == m0.device(),
-              "sequence parallel: the output must be on ",
+    check_tensor(v, "sequence parallel output", DType::F32, {whole.tokens, c.out_channels});
+    S3D_CHECK(v.device() == m0.device(), "sequence parallel: the output must be on ",
               device_name(m0.device()));
   } else {
     RankScope scope(*group_, 0);
@@ -268,8 +241,7 @@ Tensor SequenceParallel::forward(const ShardedRequest &sr, const Tensor &x,
     RankScope scope(*group_, r);
     vs[idx(r)] = rank(r).output_layer(h[idx(r)]);
     h[idx(r)] = Tensor();
-    batch.push_back(
-        {r, 0, vs[idx(r)], v.rows(sr.plan.begin(r), sr.plan.end(r))});
+    batch.push_back({r, 0, vs[idx(r)], v.rows(sr.plan.begin(r), sr.plan.end(r))});
   }
   group_->exchange(batch);
   return v;
@@ -279,11 +251,10 @@ Tensor SequenceParallel::forward(const ShardedRequest &sr, const Tensor &x,
 // [begin(r), end(r)) of its [T, 3C/P] (head group s of every token); after the
 // attention rank s's output rows [begin(r), end(r)) of head group s go back to
 // rank r, into columns [s C/P, (s + 1) C/P).
-void SequenceParallel::self_attention(
-    int block, const ShardedRequest &sr, std::vector<Tensor> &h,
-    const std::vector<Modulation> &mods) const {
+void SequenceParallel::self_attention(int block, const ShardedRequest& sr, std::vector<Tensor>& h,
+                                      const std::vector<Modulation>& mods) const {
   const int P = parts();
-  const ModelConfig &c = rank(0).config();
+  const ModelConfig& c = rank(0).config();
   const int64_t T = sr.whole.tokens, C = c.model_channels, Cp = C / P;
   const int Hp = c.num_heads / P, D = c.head_dim();
   auto bf16 = [&](int r, int64_t rows, int64_t cols) {
@@ -291,53 +262,44 @@ void SequenceParallel::self_attention(
     return Tensor::empty({rows, cols}, DType::BF16, rank(r).device());
   };
 
-  std::vector<Tensor> heads(
-      idx(P)); // rank s: head group s of every token, [T, 3 Cp]
-  for (int s = 0; s < P; ++s)
-    heads[idx(s)] = bf16(s, T, 3 * Cp);
+  std::vector<Tensor> heads(idx(P));  // rank s: head group s of every token, [T, 3 Cp]
+  for (int s = 0; s < P; ++s) heads[idx(s)] = bf16(s, T, 3 * Cp);
   std::vector<Transfer> batch;
   for (int r = 0; r < P; ++r) {
     RankScope scope(*group_, r);
-    const Transformer &m = rank(r);
+    const Transformer& m = rank(r);
     const int64_t Tr = sr.plan.rows(r);
-    const Tensor qkv =
-        m.attention_input(m.weights_.blocks[idx(block)], sr.shards[idx(r)],
-                          h[idx(r)], mods[idx(r)].blocks[idx(block)]);
+    const Tensor qkv = m.attention_input(m.weights_.blocks[idx(block)], sr.shards[idx(r)],
+                                         h[idx(r)], mods[idx(r)].blocks[idx(block)]);
     for (int s = 0; s < P; ++s) {
-      Tensor pack =
-          bf16(r, Tr, 3 * Cp); // q, k, v of head group s, side by side
+      Tensor pack = bf16(r, Tr, 3 * Cp);  // q, k, v of head group s, side by side
       for (int j = 0; j < 3; ++j) {
         RowView dst = RowView::columns(pack, j * Cp, Cp);
         kernels::copy_rows(RowView{qkv, j * C + s * Cp, Tr, Cp, 3 * C}, dst);
       }
-      batch.push_back(
-          {r, s, pack, heads[idx(s)].rows(sr.plan.begin(r), sr.plan.end(r))});
+      batch.push_back({r, s, pack, heads[idx(s)].rows(sr.plan.begin(r), sr.plan.end(r))});
     }
   }
   group_->exchange(batch);
   batch.clear();
 
-  std::vector<Tensor> attn(
-      idx(P)); // rank s: head group s of every token's output, [T, Cp]
+  std::vector<Tensor> attn(idx(P));  // rank s: head group s of every token's output, [T, Cp]
   for (int s = 0; s < P; ++s) {
     attn[idx(s)] = bf16(s, T, Cp);
     RankScope scope(*group_, s);
-    const Tensor &in = heads[idx(s)];
-    attention::sdpa_varlen(
-        RowView{in, 0, T, Cp, 3 * Cp}, sr.layouts[idx(s)],
-        RowView{in, Cp, T, Cp, 3 * Cp}, RowView{in, 2 * Cp, T, Cp, 3 * Cp},
-        sr.layouts[idx(s)], Hp, D, rank(s).attention_scale(), attn[idx(s)]);
+    const Tensor& in = heads[idx(s)];
+    attention::sdpa_varlen(RowView{in, 0, T, Cp, 3 * Cp}, sr.layouts[idx(s)],
+                           RowView{in, Cp, T, Cp, 3 * Cp}, RowView{in, 2 * Cp, T, Cp, 3 * Cp},
+                           sr.layouts[idx(s)], Hp, D, rank(s).attention_scale(), attn[idx(s)]);
     heads[idx(s)] = Tensor();
   }
 
-  std::vector<std::vector<Tensor>> back(
-      idx(P)); // back[r][s]: rank r's rows of head group s
+  std::vector<std::vector<Tensor>> back(idx(P));  // back[r][s]: rank r's rows of head group s
   for (int s = 0; s < P; ++s) {
     for (int r = 0; r < P; ++r) {
       back[idx(r)].push_back(bf16(r, sr.plan.rows(r), Cp));
-      batch.push_back({s, r,
-                       attn[idx(s)].rows(sr.plan.begin(r), sr.plan.end(r)),
-                       back[idx(r)].back()});
+      batch.push_back(
+          {s, r, attn[idx(s)].rows(sr.plan.begin(r), sr.plan.end(r)), back[idx(r)].back()});
     }
   }
   group_->exchange(batch);
@@ -347,16 +309,15 @@ void SequenceParallel::self_attention(
   for (int r = 0; r < P; ++r) {
     Tensor joined = bf16(r, sr.plan.rows(r), C);
     RankScope scope(*group_, r);
-    const Transformer &m = rank(r);
+    const Transformer& m = rank(r);
     for (int s = 0; s < P; ++s) {
       RowView dst = RowView::columns(joined, s * Cp, Cp);
       kernels::copy_rows(RowView::of(back[idx(r)][idx(s)]), dst);
     }
     back[idx(r)].clear();
-    h[idx(r)] = m.attention_output(
-        m.weights_.blocks[idx(block)], sr.shards[idx(r)], h[idx(r)],
-        std::move(joined), mods[idx(r)].blocks[idx(block)]);
+    h[idx(r)] = m.attention_output(m.weights_.blocks[idx(block)], sr.shards[idx(r)], h[idx(r)],
+                                   std::move(joined), mods[idx(r)].blocks[idx(block)]);
   }
 }
 
-} // namespace s3d::model
+}  // namespace s3d::model

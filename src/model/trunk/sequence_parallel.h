@@ -47,59 +47,53 @@ struct ShardedRequest {
 // ranks' contexts once per request.
 struct ShardedCondition {
   std::vector<Condition> conds;
-  std::vector<CondKV> kv; // what conds[r].kv points at
+  std::vector<CondKV> kv;  // what conds[r].kv points at
   std::vector<NullPath> nulls;
   bool has_null = false;
-  int null_assets = 0; // of the whole request
+  int null_assets = 0;  // of the whole request
 };
 
 class SequenceParallel {
-public:
+ public:
   // replicas[r]: the model on rank r's device, loaded in the group's context r
   // (for a LocalGroup without contexts, the same model P times).
-  SequenceParallel(std::vector<const Transformer *> replicas,
-                   parallel::Group &group);
+  SequenceParallel(std::vector<const Transformer*> replicas, parallel::Group& group);
 
   int parts() const { return static_cast<int>(replicas_.size()); }
 
   // Splits `whole` over the group's ranks. Throws when the group's size does
   // not divide the heads or the request has fewer tokens than ranks.
-  ShardedRequest shard(const Request &whole) const;
+  ShardedRequest shard(const Request& whole) const;
   // Checks `cond` and `null` as Transformer::forward does and moves the ranks'
   // parts into their contexts.
-  ShardedCondition share(const ShardedRequest &sr, const Condition &cond,
-                         const NullPath *null) const;
+  ShardedCondition share(const ShardedRequest& sr, const Condition& cond,
+                         const NullPath* null) const;
 
   // Transformer::forward of sr.whole with the same operands, computed by the P
   // ranks; x, t1000 and mod in rank 0's context, the velocity f32 [T, out]
   // gathered there. The request's mlp_probe is not supported (it needs the
   // whole MLP input). `out`, when given, is the tensor the velocity is written
   // into (and returned).
-  Tensor forward(const ShardedRequest &sr, const Tensor &x, const Tensor &t1000,
-                 const ShardedCondition &cond, const Modulation *mod = nullptr,
+  Tensor forward(const ShardedRequest& sr, const Tensor& x, const Tensor& t1000,
+                 const ShardedCondition& cond, const Modulation* mod = nullptr,
                  Tensor out = Tensor()) const;
   // share() and the forward above, in one call.
-  Tensor forward(const ShardedRequest &sr, const Tensor &x, const Tensor &t1000,
-                 const Condition &cond, const NullPath *null = nullptr,
-                 const Modulation *mod = nullptr, Tensor out = Tensor()) const;
+  Tensor forward(const ShardedRequest& sr, const Tensor& x, const Tensor& t1000,
+                 const Condition& cond, const NullPath* null = nullptr,
+                 const Modulation* mod = nullptr, Tensor out = Tensor()) const;
 
-private:
-  const Transformer &rank(int r) const {
-    return *replicas_[static_cast<size_t>(r)];
-  }
-  // Rank r's copy of `src` (in rank 0's context): a tensor of its own, filled
-  // by one transfer per entry of the batch (all exchanged at once by the
-  // caller).
-  Tensor moved(int r, const Tensor &src,
-               std::vector<parallel::Transfer> &batch) const;
+ private:
+  const Transformer& rank(int r) const { return *replicas_[static_cast<size_t>(r)]; }
+  // Rank r's copy of `src` (in rank 0's context): for rank 0 `src` itself, for another rank a
+  // tensor of its own, filled by a transfer added to `batch` (exchanged by the caller).
+  Tensor moved(int r, const Tensor& src, std::vector<parallel::Transfer>& batch) const;
   // One block's self-attention across the ranks: h[r] becomes h[r] + gate *
   // to_out(attn).
-  void self_attention(int block, const ShardedRequest &sr,
-                      std::vector<Tensor> &h,
-                      const std::vector<Modulation> &mods) const;
+  void self_attention(int block, const ShardedRequest& sr, std::vector<Tensor>& h,
+                      const std::vector<Modulation>& mods) const;
 
-  std::vector<const Transformer *> replicas_;
-  parallel::Group *group_;
+  std::vector<const Transformer*> replicas_;
+  parallel::Group* group_;
 };
 
-} // namespace s3d::model
+}  // namespace s3d::model

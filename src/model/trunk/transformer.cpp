@@ -139,9 +139,8 @@ void Transformer::check_forward_operands(const Request& req, const Tensor& x,
   check_condition_operands(req, cond, null);
 }
 
-void Transformer::check_step_operands(const Request &req, const Tensor &x,
-                                      const Tensor &t1000,
-                                      const Modulation *mod) const {
+void Transformer::check_step_operands(const Request& req, const Tensor& x, const Tensor& t1000,
+                                      const Modulation* mod) const {
   const ModelConfig& c = config();
   const int64_t T = req.tokens, C = c.model_channels;
   const int B = req.batch;
@@ -151,17 +150,16 @@ void Transformer::check_step_operands(const Request &req, const Tensor &x,
             "other flags than its own; set them with Request::use_flags");
   if (mod) {
     S3D_CHECK(mod->blocks.size() == static_cast<size_t>(c.num_blocks),
-              "forward: the given modulation holds ", mod->blocks.size(),
-              " blocks for ", c.num_blocks);
-    for (const Tensor &m : mod->blocks)
+              "forward: the given modulation holds ", mod->blocks.size(), " blocks for ",
+              c.num_blocks);
+    for (const Tensor& m : mod->blocks)
       check_tensor(m, "forward modulation", DType::BF16, {B, 6 * C});
   }
 }
 
-void Transformer::check_condition_operands(const Request &req,
-                                           const Condition &cond,
-                                           const NullPath *null) const {
-  const ModelConfig &c = config();
+void Transformer::check_condition_operands(const Request& req, const Condition& cond,
+                                           const NullPath* null) const {
+  const ModelConfig& c = config();
   const int B = req.batch;
   const int n_null = cond.null_assets;
   S3D_CHECK(n_null >= 0 && n_null <= B, "forward: condition marks ", n_null,
@@ -351,21 +349,19 @@ Tensor Transformer::self_attention(const BlockWeights& w, const Request& req, co
   Tensor attn_in = attention_input(w, req, x, mod);
   Tensor attn = bf16_empty({T, C}, device_);
   attention::sdpa_varlen(RowView{attn_in, 0, T, C, 3 * C}, req.tokens_layout,
-                         RowView{attn_in, C, T, C, 3 * C},
-                         RowView{attn_in, 2 * C, T, C, 3 * C},
+                         RowView{attn_in, C, T, C, 3 * C}, RowView{attn_in, 2 * C, T, C, 3 * C},
                          req.tokens_layout, H, D, attention_scale(), attn);
   attn_in = Tensor();
   return attention_output(w, req, x, std::move(attn), mod);
 }
 
 float Transformer::attention_scale() const {
-  return static_cast<float>(
-      1.0 / std::sqrt(static_cast<double>(config().head_dim())));
+  return static_cast<float>(1.0 / std::sqrt(static_cast<double>(config().head_dim())));
 }
 
-Tensor Transformer::attention_input(const BlockWeights &w, const Request &req,
-                                    const Tensor &x, const Tensor &mod) const {
-  const ModelConfig &c = config();
+Tensor Transformer::attention_input(const BlockWeights& w, const Request& req, const Tensor& x,
+                                    const Tensor& mod) const {
+  const ModelConfig& c = config();
   const int64_t T = req.tokens, C = c.model_channels;
   const int H = c.num_heads, D = c.head_dim();
   Tensor hm = bf16_empty({T, C}, device_);
@@ -383,9 +379,8 @@ Tensor Transformer::attention_input(const BlockWeights &w, const Request &req,
   return ops::qk_rmsnorm_rope(req.ops, qkv, H, D, q_gamma, k_gamma, cos, sin);
 }
 
-Tensor Transformer::attention_output(const BlockWeights &w, const Request &req,
-                                     const Tensor &x, Tensor attn,
-                                     const Tensor &mod) const {
+Tensor Transformer::attention_output(const BlockWeights& w, const Request& req, const Tensor& x,
+                                     Tensor attn, const Tensor& mod) const {
   const int64_t T = req.tokens, C = config().model_channels;
   Tensor sa = project(attn, w.self_attn.to_out);
   attn = Tensor();

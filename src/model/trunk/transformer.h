@@ -114,10 +114,10 @@ class Transformer {
                               const Modulation* mod) const;
   // Its two parts: x, t and the modulation; the condition and the null-context
   // path.
-  void check_step_operands(const Request &req, const Tensor &x,
-                           const Tensor &t1000, const Modulation *mod) const;
-  void check_condition_operands(const Request &req, const Condition &cond,
-                                const NullPath *null) const;
+  void check_step_operands(const Request& req, const Tensor& x, const Tensor& t1000,
+                           const Modulation* mod) const;
+  void check_condition_operands(const Request& req, const Condition& cond,
+                                const NullPath* null) const;
   // Input layer (fp32, cast to bf16), plus the absolute position embedding in ape mode.
   Tensor embed_input(const Request& req, const Tensor& x) const;
   // Final LayerNorm (fp32, no affine) and the fp32 out_layer.
@@ -134,12 +134,11 @@ class Transformer {
                         const Tensor& mod) const;
   // The attention's input: q | k | v, bf16 [T, 3C] (each [H, D] per row), after
   // the q/k RMSNorm and RoPE.
-  Tensor attention_input(const BlockWeights &w, const Request &req,
-                         const Tensor &x, const Tensor &mod) const;
+  Tensor attention_input(const BlockWeights& w, const Request& req, const Tensor& x,
+                         const Tensor& mod) const;
   // x + gate_msa[b] * to_out(attn); attn: bf16 [T, C], released after to_out.
-  Tensor attention_output(const BlockWeights &w, const Request &req,
-                          const Tensor &x, Tensor attn,
-                          const Tensor &mod) const;
+  Tensor attention_output(const BlockWeights& w, const Request& req, const Tensor& x, Tensor attn,
+                          const Tensor& mod) const;
   // 1 / sqrt(head_dim), the self- and cross-attention's softmax scale.
   float attention_scale() const;
   // x + gate_mlp[b] * fc2(GELU(fc1(modulated LayerNorm(x)))); i for the request's mlp_probe.
