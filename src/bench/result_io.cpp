@@ -56,7 +56,8 @@ void check_paths(const BenchResult& r, const std::string& what) {
 }  // namespace
 
 sparse3d::ExecutionPlan plan_of_path(const std::string& path) {
-  return sparse3d::ExecutionPlan::parse(path.substr(0, path.find('#')));
+  // "PATH#2": a repeat of PATH; "PATH@0,1": PATH split over devices 0 and 1.
+  return sparse3d::ExecutionPlan::parse(path.substr(0, path.find_first_of("#@")));
 }
 
 BenchResult result_from_json(const io::Json& j, const std::string& what) {

@@ -19,7 +19,7 @@ namespace s3d::bench {
 BenchResult result_from_json(const io::Json& j, const std::string& what);
 
 // The execution plan a result's path names: an ExecutionPlan label, possibly with "#N" (the
-// same plan measured again) appended. Throws naming the known paths/flags when it is not one.
+// same plan measured again) or "@0,1" (the plan split over those devices) appended. Throws naming the known paths/flags when it is not one.
 sparse3d::ExecutionPlan plan_of_path(const std::string& path);
 
 // Adds the baseline `name` ("torch_eager", "torch_compile") from a run.py timing file: one

@@ -52,6 +52,10 @@ struct Run {
   BenchResult& r;
   std::vector<sparse3d::ExecutionPlan> plans;
   std::vector<bool> ablation_variant;  // per plan: a leave-one-out variant
+  // Per plan: EngineOptions::devices of its engine (empty: the default device). With
+  // --devices 0,1 every requested path is measured twice: "PATH" on the first device alone
+  // and "PATH@0,1" split over the listed ones.
+  std::vector<std::vector<int>> plan_devices;
   payload::Manifest manifest;
   std::vector<Prepared> assets;
   std::vector<bool> ablated_asset;     // per asset: the leave-one-out variants run on it
@@ -90,9 +94,9 @@ struct TimedRequest {
 };
 TimedRequest timed_request(sparse3d::Engine& engine, const sparse3d::SampleRequest& q);
 
-// The engine options every engine of the run shares (device, memory limit, candidate M,
-// the log).
-sparse3d::EngineOptions engine_options(const Run& run);
+// The engine options of plan pi's engine: what every engine of the run shares (device,
+// memory limit, candidate M, the log) and the plan's devices.
+sparse3d::EngineOptions engine_options(const Run& run, size_t pi);
 
 // The PyTorch implementation under tools/, eager or compiled, timed by its own loop with
 // the same rules (warm-up, CUDA-synchronised whole-loop wall time, repeats) and, under the

@@ -64,17 +64,32 @@ Cell& Run::cell(size_t pi, size_t ai) {
   return c;
 }
 
-sparse3d::EngineOptions engine_options(const Run& run) {
+sparse3d::EngineOptions engine_options(const Run& run, size_t pi) {
   sparse3d::EngineOptions eo;
   eo.device = run.o.device;
   eo.qualify_m = run.o.qualify_m;
   eo.max_device_memory_gib = run.o.max_device_memory_gib;
-  eo.devices = run.o.devices;
+  eo.devices = run.plan_devices[pi];
   eo.log = run.log;
   return eo;
 }
 
 namespace {
+
+// With --devices listing several GPUs: each requested path again, on an engine split over
+// them ("PATH@0,1"), measured in the same run as the path on the first device alone.
+void add_device_variants(Run& run) {
+  if (run.o.devices.size() <= 1) return;
+  std::string list;
+  for (int d : run.o.devices) list += cat(list.empty() ? "" : ",", d);
+  const size_t requested = run.plans.size();
+  for (size_t pi = 0; pi < requested; ++pi) {
+    run.plans.push_back(run.plans[pi]);
+    run.ablation_variant.push_back(false);
+    run.plan_devices.push_back(run.o.devices);
+    run.r.paths.push_back(cat(run.r.paths[pi], "@", list));
+  }
+}
 
 // Paths: the given specs (a spec given twice is measured twice, "NAME#2", an A/A check of
 // the measurement itself), plus (with --ablate) the last one with each flag turned off.
@@ -89,10 +104,13 @@ void make_plans(Run& run) {
       }
     run.plans.push_back(p);
     run.ablation_variant.push_back(false);
+    run.plan_devices.push_back(run.o.devices.empty() ? std::vector<int>{}
+                                                     : std::vector<int>{run.o.devices[0]});
     r.paths.push_back(seen ? cat(p.label(), "#", seen + 1) : p.label());
     return r.paths.back();
   };
   for (const auto& spec : run.o.paths) add_plan(ExecutionPlan::parse(spec), true);
+  add_device_variants(run);
   if (!run.o.ablate) return;
   const ExecutionPlan ref = run.plans.back();
   r.ablation.reference_path = r.paths.back();
@@ -124,15 +142,24 @@ void make_plans(Run& run) {
 // Its default flags are those of the first null-context path, if any, which --qualify-tokens
 // qualifies ahead through warm_up().
 void load_shared_engine(Run& run) {
-  sparse3d::EngineOptions eo = engine_options(run);
-  eo.persist_qualification = false;
-  for (const auto& p : run.plans)
-    if (eo.path.empty() && (p.on(Flag::null_context_exact) || p.on(Flag::null_context_cache)))
-      eo.path = p.label();
-  run.log(cat("loading ", run.o.checkpoint));
-  run.slots.push_back(std::make_unique<EngineSlot>());
-  run.slots.back()->engine.emplace(run.o.checkpoint, eo);
   run.engine_of.assign(run.plans.size(), 0);
+  std::map<std::vector<int>, size_t> slot_of;  // one engine per devices list
+  for (size_t pi = 0; pi < run.plans.size(); ++pi) {
+    const auto [it, added] = slot_of.emplace(run.plan_devices[pi], run.slots.size());
+    run.engine_of[pi] = it->second;
+    if (!added) continue;
+    sparse3d::EngineOptions eo = engine_options(run, pi);
+    eo.persist_qualification = false;
+    for (const auto& p : run.plans)
+      if (eo.path.empty() && (p.on(Flag::null_context_exact) || p.on(Flag::null_context_cache)))
+        eo.path = p.label();
+    run.log(cat("loading ", run.o.checkpoint,
+                eo.devices.size() > 1 ? cat(" on devices ", run.r.paths[pi].substr(
+                                                               run.r.paths[pi].find('@') + 1))
+                                      : std::string()));
+    run.slots.push_back(std::make_unique<EngineSlot>());
+    run.slots.back()->engine.emplace(run.o.checkpoint, eo);
+  }
 }
 
 void load_assets(Run& run) {

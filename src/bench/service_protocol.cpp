@@ -76,7 +76,7 @@ WarmupRequest warmup_request(const Run& run, sparse3d::Engine& engine, size_t pi
 
 // One path's service protocol on `slot`'s new engine.
 void serve_path(Run& run, size_t pi, EngineSlot& slot) {
-  sparse3d::EngineOptions eo = engine_options(run);
+  sparse3d::EngineOptions eo = engine_options(run, pi);
   eo.path = run.plans[pi].label();
   eo.cache_dir = slot.cache->path().string();
   eo.persist_qualification = true;

@@ -217,6 +217,8 @@ TEST(Flags, ResultPathsAreLabelsOrBaselines) {
   const bench::BenchResult back = bench::result_from_json(bench::to_json(r), "r.json");
   EXPECT_EQ(back.paths, r.paths);
   EXPECT_EQ(bench::plan_of_path("pure_eager#2").label(), "pure_eager");
+  EXPECT_EQ(bench::plan_of_path("fast@0,1").label(), "fast");
+  EXPECT_EQ(bench::plan_of_path("beyond-cuda_graphs@2,3").label(), "beyond-cuda_graphs");
 }
 
 TEST(Flags, UnknownNamesInBenchResultJsonAreErrors) {

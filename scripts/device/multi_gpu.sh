@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Device call on a machine with two or more GPUs (kind nvidia-h200-x2): the sequence-parallel
+# tests (the two-GPU ones run only there), then `sparse3d bench --devices $DEVICES` of PATHS
+# (default fast) over ASSETS (default: all, the 10 default payloads and the long tail to
+# 49,152 tokens): every path on the first GPU alone ("fast") and split over the listed GPUs
+# ("fast@0,1") in the same run, the service protocol (each asset once on a fresh engine after
+# a warm-up) then 1 repeat. Report files under $OUT (STEM); the latency table last.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+source scripts/device/env.sh
+NCCL_SITE=$(python3 -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__))' 2>/dev/null || true)
+[ -n "$NCCL_SITE" ] && export LD_LIBRARY_PATH="$NCCL_SITE/lib:$LD_LIBRARY_PATH"
+source scripts/device/prepare_model.sh
+DEVICES=${DEVICES:-0,1}; PATHS=${PATHS:-fast}; STEM=${STEM:-multi-gpu}; ASSETS=${ASSETS:-all}
+$BIN/sparse3d info > "$OUT/fingerprint.txt" 2>&1
+nvidia-smi -L >> "$OUT/fingerprint.txt"
+nvidia-smi topo -m > "$OUT/topology.txt" 2>&1
+$BIN/sparse3d_gpu_tests --gtest_filter='*SequenceParallel*:ShardPlan*' > "$OUT/tests.log" 2>&1
+echo "tests exit $?: $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$OUT/tests.log" | tr '\n' ' ')"
+grep -E "^\[ sequence parallel \]" "$OUT/tests.log"
+timeout ${BENCH_TIMEOUT:-480} $BIN/sparse3d bench --protocol both --checkpoint $W/shape.json \
+  --manifest $W/pl/manifest.json --assets $ASSETS --paths $PATHS --devices $DEVICES --repeats 1 \
+  --warmup 1 --instrument-steps 1 --no-torch --out "$OUT" --stem $STEM > "$OUT/bench.log" 2>&1
+echo "bench exit $?"
+grep -iE "sequence parallel|fallback|warning|error" "$OUT/bench.log" | head -12
+sed -n '/## Denoise latency/,/## Null/p' "$OUT/$STEM.md" | head -40
