@@ -82,6 +82,12 @@ void reset_fallbacks() {
   r.counts.clear();
 }
 
+void add_fallback_counts(const std::vector<FallbackCount>& counts) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  for (const auto& c : counts) r.counts[{c.optimization, c.reason}] += c.count;
+}
+
 std::string format_fallbacks(const std::vector<FallbackCount>& counts) {
   if (counts.empty()) return "  none\n";
   std::string s;

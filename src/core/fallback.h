@@ -32,6 +32,11 @@ void send_message(const sparse3d::Message& message);
 // The current context's counters so far, sorted by (optimization, reason).
 std::vector<FallbackCount> fallback_counts();
 
+// Adds `counts` to the current context's counters without sending messages (their first
+// hits were sent where they were counted): how the engine gathers what its further devices'
+// contexts counted during a request split over them.
+void add_fallback_counts(const std::vector<FallbackCount>& counts);
+
 // Forgets the current context's counters (and which keys were logged).
 void reset_fallbacks();
 

@@ -69,6 +69,9 @@ struct Engine::Impl {
   // devices it cannot use are counted fallbacks.
   const s3d::model::SequenceParallel* split_for(int64_t tokens, RequestStats& stats);
   void release_ranks();
+  // Moves what the further devices' contexts counted (fallbacks of their ops) into the
+  // engine's own counters, so that Engine::counters() shows every device's.
+  void gather_rank_fallbacks();
 
   // Reads the checkpoint (`read`, on the host, while CUDA starts on another thread) and
   // uploads it; `checkpoint` names it (a NAME.json path, or what an in-memory one is called).

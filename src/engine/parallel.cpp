@@ -5,6 +5,7 @@
 
 #include "contract/fallback.h"
 #include "core/cuda_util.h"
+#include "core/fallback.h"
 #include "core/error.h"
 #include "engine/engine_impl.h"
 #include "parallel/shard_plan.h"
@@ -98,7 +99,28 @@ const s3d::model::SequenceParallel* Engine::Impl::split_for(int64_t tokens, Requ
   return split.forward.get();
 }
 
+void Engine::Impl::gather_rank_fallbacks() {
+  for (Rank& r : ranks) {
+    std::vector<s3d::FallbackCount> counts;
+    {
+      s3d::ContextScope scope(*r.context);
+      counts = s3d::fallback_counts();
+      s3d::reset_fallbacks();
+    }
+    s3d::add_fallback_counts(counts);
+  }
+}
+
 void Engine::Impl::release_ranks() {
+  if (ranks.empty()) return;
+  {
+    s3d::ContextScope scope(*context);  // nothing of a request may still run on any device
+    if (own_stream) cudaStreamSynchronize(own_stream);
+  }
+  for (Rank& r : ranks) {
+    s3d::ContextScope scope(*r.context);
+    cudaStreamSynchronize(r.stream);
+  }
   splits.clear();
   for (Rank& r : ranks) {
     {

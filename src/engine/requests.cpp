@@ -569,6 +569,7 @@ SampleResult Engine::Impl::sample(const SampleRequest& r) {
   SampleResult result;
   o.parallel = split_for(T, result.stats);
   const s3d::sampler::Output out = run_sampler(r, s, o, flags, result);
+  if (o.parallel) gather_rank_fallbacks();
   return_latents(out, r, s.volume, model->config(), result);
   ++requests;
   result.stats.null_context_seconds = null_context_seconds;
