@@ -4,7 +4,8 @@
 # (default fast) over ASSETS (default: all, the 10 default payloads and the long tail to
 # 49,152 tokens): every path on the first GPU alone ("fast") and split over the listed GPUs
 # ("fast@0,1") in the same run, the service protocol (each asset once on a fresh engine after
-# a warm-up) then 1 repeat. Report files under $OUT (STEM); the latency table last.
+# a warm-up) then 1 repeat; with QUEUE=1 also the queue table (one-GPU engines against one
+# split engine, bench --queue). Report files under $OUT (STEM); the latency table last.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/device/env.sh
@@ -20,7 +21,9 @@ echo "tests exit $?: $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$OUT/tests.log" 
 grep -E "^\[ sequence parallel \]" "$OUT/tests.log"
 timeout ${BENCH_TIMEOUT:-480} $BIN/sparse3d bench --protocol both --checkpoint $W/shape.json \
   --manifest $W/pl/manifest.json --assets $ASSETS --paths $PATHS --devices $DEVICES --repeats 1 \
-  --warmup 1 --instrument-steps 1 --no-torch --out "$OUT" --stem $STEM > "$OUT/bench.log" 2>&1
+  --warmup 1 --instrument-steps 1 --no-torch ${QUEUE:+--queue} --out "$OUT" --stem $STEM \
+  > "$OUT/bench.log" 2>&1
 echo "bench exit $?"
 grep -iE "sequence parallel|fallback|warning|error" "$OUT/bench.log" | head -12
+sed -n '/## Serving a queue/,/^$/p' "$OUT/$STEM.md" | head -12
 sed -n '/## Denoise latency/,/## Null/p' "$OUT/$STEM.md" | head -40

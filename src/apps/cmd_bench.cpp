@@ -156,6 +156,9 @@ Command add_bench(CLI::App& app) {
       ->transform(integer_in(1, int64_t{1} << 30));
   EngineFlags::add_qualify_m(sub, a->o.qualify_m);
   EngineFlags::add_devices(sub, a->o.devices);
+  sub->add_flag("--queue", a->o.queue,
+                "With --devices: also serve the assets as a queue, by one engine per GPU and by "
+                "one engine split over them (throughput against latency)");
   add_baseline_options(sub, *a);
   sub->add_option("--out", a->out, "Folder for the report files")
       ->check(kNonEmptyPath)

@@ -76,6 +76,14 @@ io::Json raw_json(const BenchResult& r) {
                                {"batch", t.batch},
                                {"loop_seconds", t.loop_seconds},
                                {"peak_bytes", t.peak_bytes}});
+  j["queue"] = io::Json::array();
+  for (const auto& q : r.queue)
+    j["queue"].push_back({{"path", q.path},
+                          {"mode", q.mode},
+                          {"engines", q.engines},
+                          {"devices_per_engine", q.devices_per_engine},
+                          {"wall_seconds", q.wall_seconds},
+                          {"latency_seconds", q.latency_seconds}});
   j["cells"] = io::Json::array();
   for (const auto& c : r.cells) {
     j["cells"].push_back({{"path", c.path},

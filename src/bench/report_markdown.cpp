@@ -241,6 +241,34 @@ std::string instrumented_note(const BenchResult& r) {
 }
 
 // Multi-asset batching: per (asset, path), K = 1 (the regular cell) and each measured K.
+void queue_table(std::ostringstream& o, const BenchResult& r) {
+  if (r.queue.empty()) return;
+  o << "## Serving a queue: independent GPUs or one split engine\n\n"
+       "The assets, each once in manifest order, as a queue: P engines of one GPU each (each "
+       "takes the next asset when it is free) against one engine split over the same P GPUs "
+       "(one asset at a time). Each engine is fresh after one warm-up request. Throughput "
+       "favours independent engines when the queue is long; latency per asset favours the "
+       "split engine.\n\n";
+  const std::vector<std::string> head = {"path", "serving", "assets", "queue s", "assets/hour",
+                                         "mean latency s", "largest latency s"};
+  row(o, head);
+  rule(o, 2, head.size() - 2);
+  for (const auto& q : r.queue) {
+    double sum = 0, most = 0;
+    for (double v : q.latency_seconds) {
+      sum += v;
+      most = std::max(most, v);
+    }
+    const double n = static_cast<double>(q.latency_seconds.size());
+    row(o, {q.path,
+            q.mode == "split" ? cat("1 engine over ", q.devices_per_engine, " GPUs")
+                              : cat(q.engines, " engines, 1 GPU each"),
+            std::to_string(q.latency_seconds.size()), fixed(q.wall_seconds, 2),
+            fixed(n * 3600.0 / q.wall_seconds, 0), fixed(sum / n, 2), fixed(most, 2)});
+  }
+  o << "\n";
+}
+
 void throughput_table(std::ostringstream& o, const BenchResult& r) {
   if (r.throughput.empty()) return;
   o << "## Throughput: multi-asset batching\n\n"
@@ -437,6 +465,7 @@ std::string to_markdown(const BenchResult& r) {
     o << '\n';
   }
   throughput_table(o, r);
+  queue_table(o, r);
   graph_table(o, r);
   searched_plans_table(o, r);
   if (!r.null_context.empty())

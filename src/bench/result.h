@@ -107,6 +107,19 @@ struct ThroughputCell {
   size_t peak_bytes = 0;
 };
 
+// bench --devices 0,1 --queue: the assets, each once in manifest order, served as a queue by
+// P engines of one GPU each (each takes the next asset as soon as it is free: "independent")
+// or by one engine split over the P GPUs (one asset at a time: "split"), each engine fresh
+// after one warm-up request, as a service meets them.
+struct QueueRun {
+  std::string path;
+  std::string mode;                      // "independent" or "split"
+  int engines = 1;
+  int devices_per_engine = 1;
+  double wall_seconds = 0;               // the queue's first request to its last result
+  std::vector<double> latency_seconds;   // per asset in manifest order: its whole call
+};
+
 struct BenchResult {
   io::Json fingerprint;
   io::Json settings;               // sampler, warm-up, repeats, checkpoint, manifest
@@ -125,6 +138,7 @@ struct BenchResult {
   std::vector<sparse3d::FallbackCount> fallbacks;
   std::string null_context;
   std::vector<ThroughputCell> throughput;  // empty unless bench --batch
+  std::vector<QueueRun> queue;             // empty unless bench --devices ... --queue
   // Every cuBLASLt/cuDNN shape a searched plan was chosen for (tuned_gemm, tuned_attention),
   // searched or restored from the cache; empty when neither flag ran.
   std::vector<sparse3d::SearchedPlan> searched_plans;

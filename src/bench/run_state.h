@@ -109,5 +109,8 @@ void run_torch_baseline(const BenchOptions& o, const std::vector<Prepared>& asse
 // cache folder, the warm-up request, then each asset's first request into its cell. Fills
 // run.slots and run.engine_of (a leave-one-out variant on its reference path's engine).
 void first_requests(Run& run);
+// bench --devices ... --queue: the queue served by independent one-GPU engines and by one
+// split engine (QueueRun), the first requested path.
+void serve_queue(Run& run);
 
 }  // namespace s3d::bench

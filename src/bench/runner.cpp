@@ -200,7 +200,9 @@ void check_options(Run& run) {
   for (const auto& p : o.also_compare)
     S3D_CHECK(std::find(run.r.paths.begin(), run.r.paths.end(), p) != run.r.paths.end(),
               "bench --also-compare ", p, ": not one of the measured paths");
-  if (o.protocol != Protocol::Repeated) {
+  S3D_CHECK(!o.queue || o.devices.size() > 1, "bench --queue: needs --devices with two or "
+            "more GPUs (it compares one-GPU engines with one engine split over them)");
+  if (o.protocol != Protocol::Repeated || o.queue) {
     std::vector<int64_t> tokens;
     for (const auto& a : run.assets) tokens.push_back(a.info.tokens);
     const int64_t grid = run.manifest.grid;
@@ -492,6 +494,7 @@ void measure_engine(Run& run) {
       for (size_t ai = 0; ai < run.assets.size(); ++ai) throughput_row(run, k, ai);
   engine_reports(run);
   run.slots.clear();
+  if (o.queue) serve_queue(run);
 }
 
 }  // namespace

@@ -66,6 +66,9 @@ struct BenchOptions {
   double max_device_memory_gib = 0;
   // EngineOptions::devices: the GPUs a request may be split over (empty: one).
   std::vector<int> devices;
+  // With devices: also serve the assets as a queue, by one-GPU engines and by one split
+  // engine (BenchResult::queue).
+  bool queue = false;
   Protocol protocol = Protocol::Both;
   // The service protocol's warm-up request (0: service_warmup_tokens' choice) with the first
   // asset's condition: the first `warmup_tokens` tokens of the largest asset, or, for more

@@ -1,11 +1,15 @@
 // The service protocol (docs/BENCHMARK.md, "Protocols"): what a user of a fresh service
 // waits for. Per requested path: a new engine whose qualification cache folder is empty, one
 // warm-up request at a token count no asset has, then every asset once in manifest order,
-// each timed as the whole public call.
+// each timed as the whole public call. With --devices ... --queue, the same assets as a
+// queue served by one-GPU engines and by one engine split over the GPUs (serve_queue).
 #include <stdlib.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <exception>
+#include <thread>
 
 #include "bench/format.h"
 #include "bench/packing.h"
@@ -177,6 +181,74 @@ TimedRequest timed_request(sparse3d::Engine& engine, const sparse3d::SampleReque
       after.qualification_cache_hits - before.qualification_cache_hits;
   t.counters.fallbacks = fallback_total(after) - fallback_total(before);
   return t;
+}
+
+namespace {
+
+// A fresh engine of plan pi's path on `devices`, with its own cache folder, after its warm-up.
+void queue_engine(Run& run, size_t pi, std::vector<int> devices, EngineSlot& slot) {
+  sparse3d::EngineOptions eo = engine_options(run, pi);
+  eo.devices = std::move(devices);
+  eo.path = run.plans[pi].label();
+  slot.cache = std::make_unique<ScratchFolder>(run.o.work_dir);
+  eo.cache_dir = slot.cache->path().string();
+  eo.persist_qualification = true;
+  slot.engine.emplace(run.o.checkpoint, eo);
+  const WarmupRequest w = warmup_request(run, *slot.engine, pi);
+  timed_request(*slot.engine, w.request);
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+void serve_queue(Run& run) {
+  const size_t pi = 0;  // the first requested path, on the first device alone (plan_devices)
+  const std::vector<int>& devices = run.o.devices;
+  const size_t n = run.assets.size();
+  QueueRun independent{run.r.paths[pi], "independent", static_cast<int>(devices.size()), 1, 0,
+                       std::vector<double>(n, 0.0)};
+  {
+    std::vector<std::unique_ptr<EngineSlot>> slots;
+    for (int d : devices) {
+      slots.push_back(std::make_unique<EngineSlot>());
+      queue_engine(run, pi, {d}, *slots.back());
+    }
+    run.log(cat("queue: ", n, " assets over ", slots.size(), " engines of one GPU each"));
+    std::atomic<size_t> next{0};
+    std::vector<std::exception_ptr> errors(slots.size());
+    std::vector<std::thread> servers;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (size_t e = 0; e < slots.size(); ++e)
+      servers.emplace_back([&, e] {
+        try {
+          for (size_t ai = next++; ai < n; ai = next++)
+            independent.latency_seconds[ai] =
+                timed_request(*slots[e]->engine, run.request(pi, ai)).wall_seconds;
+        } catch (...) {
+          errors[e] = std::current_exception();
+        }
+      });
+    for (auto& t : servers) t.join();
+    independent.wall_seconds = seconds_since(t0);
+    for (const auto& e : errors)
+      if (e) std::rethrow_exception(e);
+  }
+  QueueRun split{run.r.paths[pi], "split", 1, static_cast<int>(devices.size()), 0,
+                 std::vector<double>(n, 0.0)};
+  {
+    EngineSlot slot;
+    queue_engine(run, pi, devices, slot);
+    run.log(cat("queue: ", n, " assets on one engine over ", devices.size(), " GPUs"));
+    const auto t0 = std::chrono::steady_clock::now();
+    for (size_t ai = 0; ai < n; ++ai)
+      split.latency_seconds[ai] = timed_request(*slot.engine, run.request(pi, ai)).wall_seconds;
+    split.wall_seconds = seconds_since(t0);
+  }
+  run.r.queue.push_back(std::move(independent));
+  run.r.queue.push_back(std::move(split));
 }
 
 void first_requests(Run& run) {

@@ -49,6 +49,38 @@ TEST(BenchResultIo, JsonRoundTripKeepsEveryRawNumber) {
   EXPECT_EQ(to_json(back)["cells"], to_json(r)["cells"]);
 }
 
+TEST(BenchResultIo, DevicesAndTheQueueRoundTripAndReport) {
+  BenchResult r = small_result();
+  r.paths.push_back("pure_eager@0,1");
+  Cell split = r.cells[1];
+  split.path = "pure_eager@0,1";
+  split.devices = 2;
+  r.cells.push_back(split);
+  r.queue.push_back({"pure_eager", "independent", 2, 1, 3.0, {1.5, 2.5}});
+  r.queue.push_back({"pure_eager", "split", 1, 2, 2.0, {0.75, 1.25}});
+  const BenchResult back = result_from_json(to_json(r), "test");
+  ASSERT_EQ(back.cells.size(), 3u);
+  EXPECT_EQ(back.cells[0].devices, 1);
+  EXPECT_EQ(back.cells[2].devices, 2);
+  ASSERT_EQ(back.queue.size(), 2u);
+  EXPECT_EQ(back.queue[1].mode, "split");
+  EXPECT_EQ(back.queue[1].devices_per_engine, 2);
+  EXPECT_EQ(back.queue[0].latency_seconds, (std::vector<double>{1.5, 2.5}));
+  EXPECT_EQ(plan_of_path(back.paths[1]).label(), "pure_eager");
+  // The report's queue table: 2 assets in 3 s are 2,400 an hour, in 2 s 3,600.
+  const std::string md = to_markdown(back);
+  EXPECT_NE(md.find("## Serving a queue"), std::string::npos);
+  EXPECT_NE(md.find("| pure_eager | 2 engines, 1 GPU each | 2 | 3.00 | 2400 | 2.00 | 2.50 |"),
+            std::string::npos)
+      << md;
+  EXPECT_NE(md.find("| pure_eager | 1 engine over 2 GPUs | 2 | 2.00 | 3600 | 1.00 | 1.25 |"),
+            std::string::npos)
+      << md;
+  io::Json bad = to_json(r);
+  bad["queue"][0]["mode"] = "round-robin";
+  EXPECT_THROW(result_from_json(bad, "q.json"), Error);
+}
+
 TEST(BenchResultIo, RejectsOtherFiles) {
   EXPECT_THROW(result_from_json(io::Json{{"schema", "x"}}, "f.json"), Error);
   io::Json j = to_json(small_result());
