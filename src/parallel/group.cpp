@@ -45,10 +45,9 @@ Context* LocalGroup::context(int rank) const {
   return contexts_.empty() ? nullptr : contexts_[static_cast<size_t>(rank)];
 }
 
-// With one context per rank the ranks' streams may differ: every source stream
-// is drained before the copies, each copy runs on its destination's stream, and
-// the destinations are drained after them (so a source may be freed at once). A
-// test harness: simple over fast.
+// With one context per rank the ranks' streams may differ: every source stream is drained before
+// the copies, each copy runs on its destination's stream, and the destinations are drained after
+// them (so a source may be freed at once). A test harness: simple over fast.
 void LocalGroup::exchange(const std::vector<Transfer>& transfers) {
   for (size_t i = 0; i < transfers.size(); ++i) {
     const Transfer& t = transfers[i];

@@ -1,6 +1,5 @@
-// The NCCL group (group.h). Built when nccl.h is found (SPARSE3D_HAVE_NCCL);
-// the library is opened with dlopen at the first make_nccl_group, so nothing
-// links NCCL.
+// The NCCL group (group.h). Built when nccl.h is found (SPARSE3D_HAVE_NCCL); the library is opened
+// with dlopen at the first make_nccl_group, so nothing links NCCL.
 #include <cstdlib>
 #include <set>
 
@@ -18,8 +17,8 @@ namespace s3d::parallel {
 #ifdef SPARSE3D_HAVE_NCCL
 namespace {
 
-// The NCCL entry points this file calls, looked up once in libnccl.so.2 (or the
-// file named by SPARSE3D_NCCL_LIBRARY).
+// The NCCL entry points this file calls, looked up once in libnccl.so.2 (or the file named by
+// SPARSE3D_NCCL_LIBRARY).
 struct NcclApi {
   ncclResult_t (*comm_init_all)(ncclComm_t*, int, const int*) = nullptr;
   ncclResult_t (*comm_destroy)(ncclComm_t) = nullptr;
@@ -110,9 +109,9 @@ class NcclGroup final : public Group {
     return s;
   }
   Context* context(int rank) const override { return contexts_[static_cast<size_t>(rank)]; }
-  // One NCCL group call: every send on its source rank's context stream, every
-  // receive on its destination's; a transfer to the same rank is a send and a
-  // receive on one communicator, which NCCL allows.
+  // One NCCL group call: every send on its source rank's context stream, every receive on its
+  // destination's; a transfer to the same rank is a send and a receive on one communicator, which
+  // NCCL allows.
   void exchange(const std::vector<Transfer>& transfers) override {
     for (size_t i = 0; i < transfers.size(); ++i) {
       check(transfers[i], i);

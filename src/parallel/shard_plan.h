@@ -1,10 +1,9 @@
-// How one request's tokens and attention heads split over the P ranks of a
-// sequence-parallel group (docs/DESIGN.md, "Sequence parallelism"): the packed
-// tokens of all its assets in P contiguous row ranges (one per rank, sizes
-// within one of each other), the heads in P equal groups. Contiguous ranges
-// keep the packed order: what the ranks hold, concatenated in rank order, is
-// the request's own token order, so the all-to-all around self-attention lands
-// every rank's rows straight into place and no permutation is ever applied.
+// How one request's tokens and attention heads split over the P ranks of a sequence-parallel group
+// (docs/DESIGN.md, "Sequence parallelism"): the packed tokens of all its assets in P contiguous row
+// ranges (one per rank, sizes within one of each other), the heads in P equal groups. Contiguous
+// ranges keep the packed order: what the ranks hold, concatenated in rank order, is the request's
+// own token order, so the all-to-all around self-attention lands every rank's rows straight into
+// place and no permutation is ever applied.
 #pragma once
 
 #include <cstdint>
@@ -18,8 +17,8 @@ struct ShardPlan {
   int heads = 0;                   // H, a multiple of P
   std::vector<int64_t> row_begin;  // P + 1 boundaries over the packed tokens
 
-  // Throws unless 1 <= parts <= tokens (every rank holds at least one token)
-  // and parts divides heads.
+  // Throws unless 1 <= parts <= tokens (every rank holds at least one token) and parts divides
+  // heads.
   static ShardPlan split(int64_t tokens, int heads, int parts);
 
   int heads_per_part() const { return heads / parts; }
@@ -29,10 +28,9 @@ struct ShardPlan {
   int64_t rows(int rank) const { return end(rank) - begin(rank); }
 };
 
-// Below this many tokens per rank a split is not chosen by itself: the
-// per-token work of a rank would no longer fill the GPU, and two all-to-alls
-// per block cost more than they save. Provisional: the crossover has not been
-// measured on a multi-GPU machine yet (docs/DESIGN.md).
+// Below this many tokens per rank a split is not chosen by itself: the per-token work of a rank
+// would no longer fill the GPU, and two all-to-alls per block cost more than they save.
+// Provisional: the crossover has not been measured on a multi-GPU machine yet (docs/DESIGN.md).
 inline constexpr int64_t kMinTokensPerPart = 8192;
 
 // What choose_parts decided, and why, in one line for logs and reports.
@@ -42,10 +40,10 @@ struct PartsChoice {
   bool heads_limited = false;  // fewer than the devices because they do not divide the heads
 };
 
-// The engine's choice of P for a request of `tokens` tokens on `devices` GPUs
-// of a model with `heads` heads: the largest P <= devices that divides the
-// heads (12 heads on 8 GPUs: 6; no ring attention for the heads that do not
-// divide) and leaves every rank at least `min_tokens_per_part` tokens, or 1.
+// The engine's choice of P for a request of `tokens` tokens on `devices` GPUs of a model with
+// `heads` heads: the largest P <= devices that divides the heads (12 heads on 8 GPUs: 6; no ring
+// attention for the heads that do not divide) and leaves every rank at least `min_tokens_per_part`
+// tokens, or 1.
 PartsChoice choose_parts(int64_t tokens, int heads, int devices,
                          int64_t min_tokens_per_part = kMinTokensPerPart);
 

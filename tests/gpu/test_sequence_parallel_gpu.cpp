@@ -1,23 +1,22 @@
-// Sequence parallelism on the GPU, beyond the device-parametrised tests of
-// tests/parallel/ (which the GPU suite runs too):
-//   - full-size blocks (the released shape model's C = 1536, H = 12, D = 128, 2
-//   blocks) at
-//     30,227 tokens over P = 2, 3, 4 simulated ranks: per forward rel L2 <=
-//     1e-2 against the unsharded forward (docs/CONTRACTS.md, "Sequence
-//     parallelism");
-//   - the NCCL group: a group of one GPU exchanges through ncclSend/ncclRecv
-//   bit for bit and
-//     runs the sharded forward; a group naming a missing or repeated device is
-//     refused;
-//   - on a machine with two or more GPUs, the sharded forward over two GPUs,
-//   each with its own
-//     context and replica (skipped, saying so, on one GPU).
+// Sequence parallelism on the GPU, beyond the device-parametrised tests of tests/parallel/
+// (which the GPU suite runs too):
+//   - full-size blocks (the released shape model's C = 1536, H = 12, D = 128, 2 blocks) at
+//     30,227 tokens over P = 2, 3, 4 simulated ranks: per forward rel L2 <= 1e-2 against the
+//     unsharded forward (docs/CONTRACTS.md, "Sequence parallelism");
+//   - the NCCL group: a group of one GPU exchanges through ncclSend/ncclRecv bit for bit and
+//     runs the sharded forward; a group naming a missing or repeated device is refused;
+//   - the Engine with EngineOptions::devices: a listed device that does not exist is a counted
+//     fallback and the request runs on one GPU, bit for bit as without the option;
+//   - on a machine with two or more GPUs, the sharded forward over two GPUs, each with its own
+//     context and replica, and the Engine splitting a request over them (skipped, saying so,
+//     on one GPU).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <memory>
 
+#include "../parallel/forward_case.h"
 #include "core/context.h"
 #include "core/cuda_util.h"
 #include "expect_error.h"
@@ -63,22 +62,11 @@ struct SequenceParallelGpu : ::testing::Test {
   static void TearDownTestSuite() { fs::remove_all(dir); }
   static std::string dir;
 
-  struct Case {
-    Request req;
-    Tensor x, t1000, cond;
-  };
+  using Case = testing::ForwardCase;
   static Case make_case(const Transformer& m, const std::vector<int64_t>& counts, int L,
                         const char* path) {
-    const ModelConfig& c = m.config();
-    auto in = testing::synthetic_inputs(counts, L, c.cond_channels, c.out_channels, 31);
-    Case k;
-    k.req = m.prepare(in.coords, in.batch, L);
-    k.req.use_flags(sparse3d::ExecutionPlan::of_path(path).flags());
-    k.x = in.noise.to(Device::CUDA);
-    std::vector<float> t(counts.size(), 640.0f);
-    k.t1000 = Tensor::from_floats(t, {in.batch}, DType::F32).to(Device::CUDA);
-    k.cond = in.cond.to(Device::CUDA);
-    return k;
+    return testing::forward_case(m, counts, L, 0, sparse3d::ExecutionPlan::of_path(path).flags(),
+                                 31, Device::CUDA);
   }
 };
 std::string SequenceParallelGpu::dir;

@@ -1,10 +1,9 @@
-// Sequence parallelism (model/trunk/sequence_parallel.h) on P simulated ranks
-// of one device (parallel::LocalGroup): built into the CPU tests, where the
-// sharded forward must be bitwise equal to Transformer::forward for every P,
-// and into the GPU suite, where it must stay within the contract's rel L2 of
-// 1e-2 (docs/CONTRACTS.md, "Sequence parallelism"). A 12-head model, as the
-// released ones: P = 1, 2, 3, 4, 6 divide its heads. Token counts split
-// unevenly, and assets are cut between ranks.
+// Sequence parallelism (model/trunk/sequence_parallel.h) on P simulated ranks of one device
+// (parallel::LocalGroup): built into the CPU tests, where the sharded forward must be bitwise equal
+// to Transformer::forward for every P, and into the GPU suite, where it must stay within the
+// contract's rel L2 of 1e-2 (docs/CONTRACTS.md, "Sequence parallelism"). A 12-head model, as the
+// released ones: P = 1, 2, 3, 4, 6 divide its heads. Token counts split unevenly, and assets are
+// cut between ranks.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -21,6 +20,7 @@
 #include "contract/fallback.h"
 #include "core/context.h"
 #include "core/cuda_util.h"
+#include "forward_case.h"
 #include "model/checkpoint.h"
 #include "model/config.h"
 #include "model/null_context.h"
@@ -40,8 +40,7 @@ using test::kOpTestDevice;
 constexpr double kGpuBound = 1e-2;  // per forward, against the unsharded forward (CONTRACTS.md)
 const std::vector<int> kParts = {1, 2, 3, 4, 6};
 
-// 12 heads of 24 channels: RoPE's 4 frequencies per axis, cuDNN's multiple
-// of 8.
+// 12 heads of 24 channels: RoPE's 4 frequencies per axis, cuDNN's multiple of 8.
 ModelConfig twelve_heads(const std::string& base) {
   ModelConfig c = preset(base);
   c.model_channels = 288;
@@ -62,31 +61,33 @@ struct SequenceParallelTest : ::testing::Test {
   static void TearDownTestSuite() { fs::remove_all(dir); }
   static std::string dir;
 
-  struct Case {
-    Request req;
-    Tensor x, t1000, cond;
-  };
-  // B assets of `counts` tokens, L condition tokens, the first B - null_assets
-  // with real condition tokens; x, t and the condition on the test device.
+  using Case = testing::ForwardCase;
   static Case make_case(const Transformer& m, const std::vector<int64_t>& counts, int L,
                         int null_assets, const sparse3d::FlagSet& flags, uint64_t seed) {
-    const ModelConfig& c = m.config();
-    auto in = testing::synthetic_inputs(counts, L, c.cond_channels, c.out_channels, seed);
+    return testing::forward_case(m, counts, L, null_assets, flags, seed, kOpTestDevice);
+  }
+  // Batched CFG's layout: the assets of `half`, then the same ones with the null condition; the
+  // conditional half's tokens and their cached K/V.
+  struct CfgCase {
     Case k;
-    k.req = m.prepare(in.coords, in.batch, L, Tensor(), null_assets);
-    k.req.use_flags(flags);
-    k.x = in.noise.to(kOpTestDevice);
-    std::vector<float> t(counts.size());
-    for (size_t b = 0; b < t.size(); ++b) t[b] = 1000.0f * (0.3f + 0.1f * static_cast<float>(b));
-    k.t1000 = Tensor::from_floats(t, {in.batch}, DType::F32).to(kOpTestDevice);
-    k.cond = in.cond.to(kOpTestDevice);
-    return k;
+    Tensor real;
+    CondKV kv;
+  };
+  static CfgCase cfg_case(const Transformer& m, std::vector<int64_t> half, const char* path,
+                          uint64_t seed) {
+    const int B = static_cast<int>(half.size());
+    std::vector<int64_t> counts = half;
+    counts.insert(counts.end(), half.begin(), half.end());
+    CfgCase c;
+    c.k = make_case(m, counts, 6, B, sparse3d::ExecutionPlan::of_path(path).flags(), seed);
+    c.real = c.k.cond.rows(0, B);
+    c.kv = m.precompute_cond_kv(c.real);
+    return c;
   }
 
-  // The whole forward, then the sharded one into a poisoned output for every P:
-  // same bits on the CPU, within the bound on the GPU. With `checkpoint`, every
-  // rank runs in a context of its own with its own replica of the model loaded
-  // from it, as on P GPUs.
+  // The whole forward, then the sharded one into a poisoned output for every P: same bits on the
+  // CPU, within the bound on the GPU. With `checkpoint`, every rank runs in a context of its own
+  // with its own replica of the model loaded from it, as on P GPUs.
   static void expect_matches(const Transformer& m, const Case& k, const Condition& cond,
                              const NullPath* null, const Modulation* mod, const std::string& what,
                              const std::vector<int>& parts = kParts,
@@ -172,8 +173,7 @@ TEST(ShardPlan, ChoosesTheLargestDividingCountThatKeepsEveryRankBusy) {
   const parallel::PartsChoice eight = choose_parts(60000, 12, 8);
   EXPECT_EQ(eight.parts, 6);
   EXPECT_NE(eight.reason.find("do not divide the 12 heads"), std::string::npos) << eight.reason;
-  // Small assets stay on one GPU; between, the largest count that keeps the
-  // minimum.
+  // Small assets stay on one GPU; between, the largest count that keeps the minimum.
   const parallel::PartsChoice small = choose_parts(3664, 12, 2);
   EXPECT_EQ(small.parts, 1);
   EXPECT_NE(small.reason.find("3664 tokens"), std::string::npos) << small.reason;
@@ -229,12 +229,10 @@ TEST_F(SequenceParallelTest, FastPlanWithCachedConditionChunksAndStepTablesMatch
 TEST_F(SequenceParallelTest, NullContextPathsMatchWithNullAssetsOnEveryRank) {
   S3D_OP_TEST_DEVICE();
   Transformer m(load_checkpoint(dir + "/slat.json", kOpTestDevice));
-  // Batched CFG's layout: two conditional assets, then the same two with the
-  // null condition.
-  const sparse3d::FlagSet flags = sparse3d::ExecutionPlan::of_path("beyond").flags();
-  const Case k = make_case(m, {29, 40, 29, 40}, 6, 2, flags, 7);
-  const Tensor real = k.cond.rows(0, 2);
-  const CondKV kv = m.precompute_cond_kv(real);
+  const CfgCase c = cfg_case(m, {29, 40}, "beyond", 7);
+  const Case& k = c.k;
+  const Tensor& real = c.real;
+  const CondKV& kv = c.kv;
   for (NullContextMode mode : {NullContextMode::Exact, NullContextMode::Cache}) {
     const NullPath null = null_path(m, mode, 40);
     const std::string name = mode == NullContextMode::Exact ? "Exact" : "Cache";
@@ -246,15 +244,14 @@ TEST_F(SequenceParallelTest, NullContextPathsMatchWithNullAssetsOnEveryRank) {
 }
 
 TEST_F(SequenceParallelTest, RanksInContextsOfTheirOwnMatch) {
-  // As on P GPUs: each rank has its own context (allocator, library state) and
-  // replica of the model, and its work reads only what was moved into its
-  // context.
+  // As on P GPUs: each rank has its own context (allocator, library state) and replica of the
+  // model, and its work reads only what was moved into its context.
   S3D_OP_TEST_DEVICE();
   Transformer m(load_checkpoint(dir + "/slat.json", kOpTestDevice));
-  const sparse3d::FlagSet flags = sparse3d::ExecutionPlan::of_path("fast").flags();
-  const Case k = make_case(m, {33, 70, 33, 70}, 6, 2, flags, 13);
-  const Tensor real = k.cond.rows(0, 2);
-  const CondKV kv = m.precompute_cond_kv(real);
+  const CfgCase c = cfg_case(m, {33, 70}, "fast", 13);
+  const Case& k = c.k;
+  const Tensor& real = c.real;
+  const CondKV& kv = c.kv;
   const NullPath null = null_path(m, NullContextMode::Cache, 50);
   const Modulation mod = m.modulation(k.t1000);
   expect_matches(m, k, Condition{real, 2, &kv}, &null, &mod, "fast, contexts", {2, 3},
@@ -286,9 +283,9 @@ TEST_F(SequenceParallelTest, DenseFamilyMatches) {
 }
 
 TEST_F(SequenceParallelTest, SampledLatentsMatchInSerialAndBatchedCfg) {
-  // The whole denoise loop (sampler::sample) with every forward sharded: the released
-  // sampler (its guidance interval mixes steps with and without CFG) on every path, serial
-  // and batched CFG, with the null-context paths.
+  // The whole denoise loop (sampler::sample) with every forward sharded: the released sampler (its
+  // guidance interval mixes steps with and without CFG) on every path, serial and batched CFG, with
+  // the null-context paths.
   S3D_OP_TEST_DEVICE();
   Transformer m(load_checkpoint(dir + "/slat.json", kOpTestDevice));
   auto in = testing::synthetic_inputs({26, 47}, 6, m.config().cond_channels, 32, 17);

@@ -15,9 +15,8 @@ using parallel::Transfer;
 
 size_t idx(int r) { return static_cast<size_t>(r); }
 
-// Rows [r0, r1) of a prepared request, on the host: the assets with tokens
-// there (from b0, renumbered from 0), their token counts, and how many of them
-// have a real condition.
+// Rows [r0, r1) of a prepared request, on the host: the assets with tokens there (from b0,
+// renumbered from 0), their token counts, and how many of them have a real condition.
 struct ShardRows {
   int b0 = 0, batch = 0, conditional = 0;
   std::vector<int32_t> lengths, offsets, batch_index;
@@ -40,8 +39,7 @@ ShardRows shard_rows(const Request& w, int64_t r0, int64_t r1) {
     s.offsets[idx(k) + 1] = s.offsets[idx(k)] + s.lengths[idx(k)];
     std::fill(s.batch_index.begin() + (a - r0), s.batch_index.begin() + (e - r0), k);
   }
-  // The null assets are the last ones of the whole request, so the last ones of
-  // a shard.
+  // The null assets are the last ones of the whole request, so the last ones of a shard.
   s.conditional = std::clamp(w.batch - w.null_assets - s.b0, 0, s.batch);
   return s;
 }
@@ -182,8 +180,8 @@ Tensor SequenceParallel::forward(const ShardedRequest& sr, const Tensor& x, cons
             "input; run it on one device");
   const ModelConfig& c = m0.config();
 
-  // Each rank's rows of x, and the modulation of the assets it holds (given, or
-  // computed from t on every rank).
+  // Each rank's rows of x, and the modulation of the assets it holds (given, or computed from t on
+  // every rank).
   std::vector<Transfer> batch;
   std::vector<Tensor> xs(idx(P)), ts(idx(P));
   std::vector<Modulation> mods(idx(P));
@@ -247,10 +245,9 @@ Tensor SequenceParallel::forward(const ShardedRequest& sr, const Tensor& x, cons
   return v;
 }
 
-// The all-to-all: rank r's q | k | v rows [T_r, 3C] become, on rank s, rows
-// [begin(r), end(r)) of its [T, 3C/P] (head group s of every token); after the
-// attention rank s's output rows [begin(r), end(r)) of head group s go back to
-// rank r, into columns [s C/P, (s + 1) C/P).
+// The all-to-all: rank r's q | k | v rows [T_r, 3C] become, on rank s, rows [begin(r), end(r)) of
+// its [T, 3C/P] (head group s of every token); after the attention rank s's output rows [begin(r),
+// end(r)) of head group s go back to rank r, into columns [s C/P, (s + 1) C/P).
 void SequenceParallel::self_attention(int block, const ShardedRequest& sr, std::vector<Tensor>& h,
                                       const std::vector<Modulation>& mods) const {
   const int P = parts();

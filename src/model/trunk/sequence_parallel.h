@@ -1,22 +1,18 @@
-// Sequence parallelism for one request (docs/DESIGN.md, "Sequence parallelism";
-// Ulysses-style, as in xDiT): the packed tokens of the request split over the P
-// ranks of a group in contiguous row ranges (parallel/shard_plan.h), every
-// per-token op of the trunk (the input and output layers, the modulated norms,
-// every GEMM, the q/k RMSNorm and RoPE, the gated residuals, the
-// cross-attention against the whole condition, the MLP) on each rank's own
-// rows, and around the self-attention two exchanges of the group
-// (parallel/group.h): q, k, v of each rank's rows go to the rank that owns
-// their head group, each rank attends over all the tokens with H / P heads, and
-// the outputs come back to the ranks that own the rows. The null-context paths,
-// the condition K/V cache and every op candidate of the request's plan run on
-// the shards as they do on the whole request.
+// Sequence parallelism for one request (docs/DESIGN.md, "Sequence parallelism"; Ulysses-style, as
+// in xDiT): the packed tokens of the request split over the P ranks of a group in contiguous row
+// ranges (parallel/shard_plan.h), every per-token op of the trunk (the input and output layers, the
+// modulated norms, every GEMM, the q/k RMSNorm and RoPE, the gated residuals, the cross-attention
+// against the whole condition, the MLP) on each rank's own rows, and around the self-attention two
+// exchanges of the group (parallel/group.h): q, k, v of each rank's rows go to the rank that owns
+// their head group, each rank attends over all the tokens with H / P heads, and the outputs come
+// back to the ranks that own the rows. The null-context paths, the condition K/V cache and every op
+// candidate of the request's plan run on the shards as they do on the whole request.
 //
-// Contract (docs/CONTRACTS.md, "Sequence parallelism"): every op of a rank
-// computes each row, and the attention each head, on its own, so on the CPU
-// backend the sharded forward is bitwise equal to Transformer::forward for any
-// P. On a GPU the GEMMs see M = T / P rows instead of T and the attention H / P
-// heads, so cuBLASLt and cuDNN may pick other kernels: per forward rel L2 <=
-// 1e-2 against the unsharded forward of the same path.
+// Contract (docs/CONTRACTS.md, "Sequence parallelism"): every op of a rank computes each row, and
+// the attention each head, on its own, so on the CPU backend the sharded forward is bitwise equal
+// to Transformer::forward for any P. On a GPU the GEMMs see M = T / P rows instead of T and the
+// attention H / P heads, so cuBLASLt and cuDNN may pick other kernels: per forward rel L2 <= 1e-2
+// against the unsharded forward of the same path.
 #pragma once
 
 #include <vector>
@@ -27,13 +23,12 @@
 
 namespace s3d::model {
 
-// A prepared request (Transformer::prepare, in rank 0's context) split over P
-// ranks: rank r's Request covers rows [plan.begin(r), plan.end(r)) of it: the
-// assets that have tokens there (first_asset[r] and on; an asset may be split
-// over several ranks), their local layouts and batch indices, and its rows of
-// the position tables, all in rank r's context; layouts[r] is the whole
-// request's token layout there (what rank r's attention over every token
-// reads). Built once per request, like the request.
+// A prepared request (Transformer::prepare, in rank 0's context) split over P ranks: rank r's
+// Request covers rows [plan.begin(r), plan.end(r)) of it: the assets that have tokens there
+// (first_asset[r] and on; an asset may be split over several ranks), their local layouts and batch
+// indices, and its rows of the position tables, all in rank r's context; layouts[r] is the whole
+// request's token layout there (what rank r's attention over every token reads). Built once per
+// request, like the request.
 struct ShardedRequest {
   parallel::ShardPlan plan;
   Request whole;
@@ -42,9 +37,8 @@ struct ShardedRequest {
   std::vector<attention::SeqLayout> layouts;
 };
 
-// A forward's condition and null-context path on every rank (each rank's
-// assets' condition tokens and cached K/V, the null rows), moved into the
-// ranks' contexts once per request.
+// A forward's condition and null-context path on every rank (each rank's assets' condition tokens
+// and cached K/V, the null rows), moved into the ranks' contexts once per request.
 struct ShardedCondition {
   std::vector<Condition> conds;
   std::vector<CondKV> kv;  // what conds[r].kv points at
@@ -55,25 +49,24 @@ struct ShardedCondition {
 
 class SequenceParallel {
  public:
-  // replicas[r]: the model on rank r's device, loaded in the group's context r
-  // (for a LocalGroup without contexts, the same model P times).
+  // replicas[r]: the model on rank r's device, loaded in the group's context r (for a LocalGroup
+  // without contexts, the same model P times).
   SequenceParallel(std::vector<const Transformer*> replicas, parallel::Group& group);
 
   int parts() const { return static_cast<int>(replicas_.size()); }
 
-  // Splits `whole` over the group's ranks. Throws when the group's size does
-  // not divide the heads or the request has fewer tokens than ranks.
+  // Splits `whole` over the group's ranks. Throws when the group's size does not divide the heads
+  // or the request has fewer tokens than ranks.
   ShardedRequest shard(const Request& whole) const;
-  // Checks `cond` and `null` as Transformer::forward does and moves the ranks'
-  // parts into their contexts.
+  // Checks `cond` and `null` as Transformer::forward does and moves the ranks' parts into their
+  // contexts.
   ShardedCondition share(const ShardedRequest& sr, const Condition& cond,
                          const NullPath* null) const;
 
-  // Transformer::forward of sr.whole with the same operands, computed by the P
-  // ranks; x, t1000 and mod in rank 0's context, the velocity f32 [T, out]
-  // gathered there. The request's mlp_probe is not supported (it needs the
-  // whole MLP input). `out`, when given, is the tensor the velocity is written
-  // into (and returned).
+  // Transformer::forward of sr.whole with the same operands, computed by the P ranks; x, t1000 and
+  // mod in rank 0's context, the velocity f32 [T, out] gathered there. The request's mlp_probe is
+  // not supported (it needs the whole MLP input). `out`, when given, is the tensor the velocity is
+  // written into (and returned).
   Tensor forward(const ShardedRequest& sr, const Tensor& x, const Tensor& t1000,
                  const ShardedCondition& cond, const Modulation* mod = nullptr,
                  Tensor out = Tensor()) const;
@@ -87,8 +80,7 @@ class SequenceParallel {
   // Rank r's copy of `src` (in rank 0's context): for rank 0 `src` itself, for another rank a
   // tensor of its own, filled by a transfer added to `batch` (exchanged by the caller).
   Tensor moved(int r, const Tensor& src, std::vector<parallel::Transfer>& batch) const;
-  // One block's self-attention across the ranks: h[r] becomes h[r] + gate *
-  // to_out(attn).
+  // One block's self-attention across the ranks: h[r] becomes h[r] + gate * to_out(attn).
   void self_attention(int block, const ShardedRequest& sr, std::vector<Tensor>& h,
                       const std::vector<Modulation>& mods) const;
 
