@@ -19,6 +19,8 @@ constexpr const char* kOptimization = "sequence_parallel";
 
 void Engine::Impl::set_up_ranks(const s3d::model::Checkpoint& host) {
   const std::vector<int>& devices = options.devices;
+  S3D_CHECK(options.parallel_min_tokens >= 1, "parallel_min_tokens must be >= 1, got ",
+            options.parallel_min_tokens);
   std::set<int> seen;
   for (int d : devices) {
     S3D_CHECK(d >= 0, "devices: ", d, " is not a CUDA device ordinal");

@@ -36,6 +36,9 @@ TEST_F(EngineDevices, RefusesDevicesItCannotUse) {
   EXPECT_ERROR(sparse3d::Engine(tiny, options({0, 1})), "needs the GPU backend");
   EXPECT_ERROR(sparse3d::Engine(tiny, options({0, 0})), "device 0 is listed twice");
   EXPECT_ERROR(sparse3d::Engine(tiny, options({-1})), "-1 is not a CUDA device ordinal");
+  sparse3d::EngineOptions few = options({0});
+  few.parallel_min_tokens = 0;
+  EXPECT_ERROR(sparse3d::Engine(tiny, few), "parallel_min_tokens must be >= 1, got 0");
   sparse3d::EngineOptions o = options({1, 2});
   o.device_index = 3;
   EXPECT_ERROR(sparse3d::Engine(tiny, o), "device_index (3) must be 0 or the same");
