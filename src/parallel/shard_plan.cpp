@@ -19,6 +19,20 @@ ShardPlan ShardPlan::split(int64_t tokens, int heads, int parts) {
   return p;
 }
 
+ShardPlan ShardPlan::by_assets(const std::vector<int64_t>& asset_offsets, int heads, int parts) {
+  const int assets = static_cast<int>(asset_offsets.size()) - 1;
+  S3D_CHECK(parts >= 1 && assets >= parts, "CFG parallel: ", std::max(assets, 0),
+            " assets cannot be split over ", parts, " ranks (each rank needs a whole asset)");
+  ShardPlan p;
+  p.parts = parts;
+  p.heads = heads;
+  p.whole_assets = true;
+  p.row_begin.resize(static_cast<size_t>(parts) + 1);
+  for (int r = 0; r <= parts; ++r)
+    p.row_begin[static_cast<size_t>(r)] = asset_offsets[static_cast<size_t>(assets * r / parts)];
+  return p;
+}
+
 PartsChoice choose_parts(int64_t tokens, int heads, int devices, int64_t min_tokens_per_part) {
   S3D_CHECK(devices >= 1, "sequence parallel: needs at least one device, got ", devices);
   S3D_CHECK(heads >= 1, "sequence parallel: the model has ", heads, " attention heads");

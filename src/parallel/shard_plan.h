@@ -16,10 +16,17 @@ struct ShardPlan {
   int parts = 1;                   // P
   int heads = 0;                   // H, a multiple of P
   std::vector<int64_t> row_begin;  // P + 1 boundaries over the packed tokens
+  bool whole_assets = false;       // every asset on one rank (by_assets)
 
   // Throws unless 1 <= parts <= tokens (every rank holds at least one token) and parts divides
   // heads.
   static ShardPlan split(int64_t tokens, int heads, int parts);
+  // Whole assets per rank (CFG parallelism: batched CFG's conditional assets on one rank, the
+  // unconditional ones on the other): rank r gets assets [r B / P, (r + 1) B / P) of the B
+  // whose packed token offsets are `asset_offsets` [B + 1]. Every attention sequence then lies
+  // on one rank, so self-attention needs no exchange (`whole_assets`). Throws unless
+  // 1 <= parts <= B.
+  static ShardPlan by_assets(const std::vector<int64_t>& asset_offsets, int heads, int parts);
 
   int heads_per_part() const { return heads / parts; }
   int64_t tokens() const { return row_begin.back(); }

@@ -125,7 +125,9 @@ void StepForwards::set_up_shards() {
   if (cond_alone) shared_c_ = sp.share(sr_, cond_c_, nullptr);
   if (uncond_alone) shared_u_ = sp.share(sr_, cond_u_, &null_path_);
   if (batched) {
-    sr2_ = sp.shard(req2_);
+    // CFG parallelism on two ranks: the conditional half on one, the unconditional half on
+    // the other, so the blocks exchange nothing; on more ranks the token split.
+    sr2_ = sp.shard(req2_, sp.parts() == 2);
     shared_2_ = sp.share(sr2_, cond_2_, &null_path_);
   }
 }

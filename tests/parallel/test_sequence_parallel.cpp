@@ -91,7 +91,7 @@ struct SequenceParallelTest : ::testing::Test {
   static void expect_matches(const Transformer& m, const Case& k, const Condition& cond,
                              const NullPath* null, const Modulation* mod, const std::string& what,
                              const std::vector<int>& parts = kParts,
-                             const std::string& checkpoint = "") {
+                             const std::string& checkpoint = "", bool whole_assets = false) {
     const Tensor want = m.forward(k.req, k.x, k.t1000, cond, null, mod);
     for (int P : parts) {
       std::vector<std::unique_ptr<Context>> contexts;
@@ -112,7 +112,7 @@ struct SequenceParallelTest : ::testing::Test {
       }
       parallel::LocalGroup group(P, kOpTestDevice, ctx);
       SequenceParallel sp(replicas, group);
-      const ShardedRequest sr = sp.shard(k.req);
+      const ShardedRequest sr = sp.shard(k.req, whole_assets);
       Tensor out = Tensor::empty(want.shape(), DType::F32, kOpTestDevice);
       out.poison();
       const Tensor got = sp.forward(sr, k.x, k.t1000, cond, null, mod, out);
@@ -155,6 +155,19 @@ TEST(ShardPlan, SplitsTheTokensContiguouslyAndEvenly) {
       EXPECT_LE(hi - lo, 1) << T << " over " << P;
     }
   }
+}
+
+TEST(ShardPlan, SplitsByWholeAssets) {
+  const std::vector<int64_t> offsets = {0, 29, 69, 98, 138};
+  const parallel::ShardPlan two = parallel::ShardPlan::by_assets(offsets, 12, 2);
+  EXPECT_TRUE(two.whole_assets);
+  EXPECT_EQ(two.row_begin, (std::vector<int64_t>{0, 69, 138}));
+  EXPECT_EQ(parallel::ShardPlan::by_assets(offsets, 12, 3).row_begin,
+            (std::vector<int64_t>{0, 29, 69, 138}));
+  EXPECT_EQ(parallel::ShardPlan::by_assets(offsets, 12, 4).row_begin, offsets);
+  EXPECT_FALSE(parallel::ShardPlan::split(138, 12, 2).whole_assets);
+  EXPECT_ERROR(parallel::ShardPlan::by_assets(offsets, 12, 5), "4 assets cannot be split over 5");
+  EXPECT_ERROR(parallel::ShardPlan::by_assets({0}, 12, 1), "0 assets cannot be split");
 }
 
 TEST(ShardPlan, RefusesWhatItCannotSplit) {
@@ -241,6 +254,25 @@ TEST_F(SequenceParallelTest, NullContextPathsMatchWithNullAssetsOnEveryRank) {
     // Serial CFG's unconditional forward: every asset null.
     expect_matches(m, k, Condition{Tensor(), 4, nullptr}, &null, nullptr, name + ", all null");
   }
+}
+
+TEST_F(SequenceParallelTest, WholeAssetsPerRankMatchAsCfgParallelism) {
+  // CFG parallelism: batched CFG's conditional assets on one rank, the unconditional ones on
+  // the other (or one asset per rank), self-attention on each rank alone.
+  S3D_OP_TEST_DEVICE();
+  Transformer m(load_checkpoint(dir + "/slat.json", kOpTestDevice));
+  const CfgCase c = cfg_case(m, {29, 40}, "beyond", 7);
+  const Condition cond{c.real, 2, &c.kv};
+  for (NullContextMode mode : {NullContextMode::Exact, NullContextMode::Cache}) {
+    const NullPath null = null_path(m, mode, 40);
+    expect_matches(m, c.k, cond, &null, nullptr, "whole assets", {2, 4}, "", true);
+  }
+  const NullPath null = null_path(m, NullContextMode::Cache, 41);
+  expect_matches(m, c.k, cond, &null, nullptr, "whole assets, own contexts", {2},
+                 dir + "/slat.json", true);
+  parallel::LocalGroup five(5, kOpTestDevice);
+  SequenceParallel sp5(std::vector<const Transformer*>(5, &m), five);
+  EXPECT_ERROR(sp5.shard(c.k.req, true), "4 assets cannot be split over 5 ranks");
 }
 
 TEST_F(SequenceParallelTest, RanksInContextsOfTheirOwnMatch) {

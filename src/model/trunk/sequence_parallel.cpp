@@ -72,9 +72,12 @@ Tensor SequenceParallel::moved(int r, const Tensor& src, std::vector<Transfer>& 
   return dst;
 }
 
-ShardedRequest SequenceParallel::shard(const Request& whole) const {
+ShardedRequest SequenceParallel::shard(const Request& whole, bool whole_assets) const {
   ShardedRequest sr;
-  sr.plan = parallel::ShardPlan::split(whole.tokens, rank(0).config().num_heads, parts());
+  const int heads = rank(0).config().num_heads;
+  sr.plan = whole_assets
+                ? parallel::ShardPlan::by_assets(whole.tokens_layout.offsets, heads, parts())
+                : parallel::ShardPlan::split(whole.tokens, heads, parts());
   sr.whole = whole;
   const Device dev = whole.tokens_layout.device;
   std::vector<Transfer> batch;
@@ -247,10 +250,20 @@ Tensor SequenceParallel::forward(const ShardedRequest& sr, const Tensor& x, cons
 
 // The all-to-all: rank r's q | k | v rows [T_r, 3C] become, on rank s, rows [begin(r), end(r)) of
 // its [T, 3C/P] (head group s of every token); after the attention rank s's output rows [begin(r),
-// end(r)) of head group s go back to rank r, into columns [s C/P, (s + 1) C/P).
+// end(r)) of head group s go back to rank r, into columns [s C/P, (s + 1) C/P). With whole
+// assets per rank every sequence is on one rank: each runs the one-device branch on its rows.
 void SequenceParallel::self_attention(int block, const ShardedRequest& sr, std::vector<Tensor>& h,
                                       const std::vector<Modulation>& mods) const {
   const int P = parts();
+  if (sr.plan.whole_assets) {
+    for (int r = 0; r < P; ++r) {
+      RankScope scope(*group_, r);
+      const Transformer& m = rank(r);
+      h[idx(r)] = m.self_attention(m.weights_.blocks[idx(block)], sr.shards[idx(r)], h[idx(r)],
+                                   mods[idx(r)].blocks[idx(block)]);
+    }
+    return;
+  }
   const ModelConfig& c = rank(0).config();
   const int64_t T = sr.whole.tokens, C = c.model_channels, Cp = C / P;
   const int Hp = c.num_heads / P, D = c.head_dim();

@@ -57,7 +57,10 @@ class SequenceParallel {
 
   // Splits `whole` over the group's ranks. Throws when the group's size does not divide the heads
   // or the request has fewer tokens than ranks.
-  ShardedRequest shard(const Request& whole) const;
+  // With `whole_assets`, whole assets per rank instead (ShardPlan::by_assets: CFG
+  // parallelism; self-attention then runs on each rank alone, with every head, and no
+  // exchange): throws when there are fewer assets than ranks.
+  ShardedRequest shard(const Request& whole, bool whole_assets = false) const;
   // Checks `cond` and `null` as Transformer::forward does and moves the ranks' parts into their
   // contexts.
   ShardedCondition share(const ShardedRequest& sr, const Condition& cond,
