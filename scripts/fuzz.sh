@@ -117,7 +117,7 @@ for target in "${TARGETS[@]}"; do
   echo "== $target: build"
   if [ "$target" = fuzz_cli ]; then
     libs=""
-    for l in engine bench payload sampler model ops contract gemm attention kernels io core; do
+    for l in engine bench payload sampler model ops parallel contract gemm attention kernels io core; do
       [ -f "${BUILD_DIR:-build}/libsparse3d_$l.a" ] && libs="$libs ${BUILD_DIR:-build}/libsparse3d_$l.a"
     done
     if [ ! -f "${BUILD_DIR:-build}/libsparse3d_engine.a" ]; then
