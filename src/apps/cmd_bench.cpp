@@ -101,6 +101,14 @@ void add_ablation_options(CLI::App* sub, BenchArgs& a) {
 }
 
 // The PyTorch baseline (tools/torch_ref/run.py), eager or compiled.
+// --devices and --queue: the GPUs a request may be split over, and the queue served both ways.
+void add_device_options(CLI::App* sub, BenchArgs& a) {
+  EngineFlags::add_devices(sub, a.o.devices);
+  sub->add_flag("--queue", a.o.queue,
+                "With --devices: also serve the assets as a queue, by one engine per GPU and by "
+                "one engine split over them (throughput against latency)");
+}
+
 void add_baseline_options(CLI::App* sub, BenchArgs& a) {
   sub->add_option("--torch", a.o.torch_script,
                   "The PyTorch baseline's run.py (tools/torch_ref/run.py)")
@@ -155,10 +163,7 @@ Command add_bench(CLI::App& app) {
                   "warm-up (the engine qualifies every asset's own on its first request)")
       ->transform(integer_in(1, int64_t{1} << 30));
   EngineFlags::add_qualify_m(sub, a->o.qualify_m);
-  EngineFlags::add_devices(sub, a->o.devices);
-  sub->add_flag("--queue", a->o.queue,
-                "With --devices: also serve the assets as a queue, by one engine per GPU and by "
-                "one engine split over them (throughput against latency)");
+  add_device_options(sub, *a);
   add_baseline_options(sub, *a);
   sub->add_option("--out", a->out, "Folder for the report files")
       ->check(kNonEmptyPath)

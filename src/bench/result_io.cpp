@@ -53,6 +53,21 @@ void check_paths(const BenchResult& r, const std::string& what) {
   }
 }
 
+// One entry of a result's "queue" (bench --queue), checked.
+QueueRun queue_run(const io::Json& q, const std::string& what) {
+  QueueRun qr;
+  qr.path = q.at("path").get<std::string>();
+  qr.mode = q.at("mode").get<std::string>();
+  qr.engines = q.at("engines").get<int>();
+  qr.devices_per_engine = q.at("devices_per_engine").get<int>();
+  qr.wall_seconds = q.at("wall_seconds").get<double>();
+  qr.latency_seconds = q.at("latency_seconds").get<std::vector<double>>();
+  S3D_CHECK((qr.mode == "independent" || qr.mode == "split") && qr.engines >= 1 &&
+                qr.devices_per_engine >= 1 && qr.wall_seconds > 0 && !qr.latency_seconds.empty(),
+            what, ": queue run (", qr.path, ", ", qr.mode, ") is not a measured queue");
+  return qr;
+}
+
 }  // namespace
 
 sparse3d::ExecutionPlan plan_of_path(const std::string& path) {
@@ -117,20 +132,7 @@ BenchResult result_from_json(const io::Json& j, const std::string& what) {
       }
     // Absent in results written before sequence parallelism (2026-12-01).
     if (j.contains("queue"))
-      for (const auto& q : j.at("queue")) {
-        QueueRun qr;
-        qr.path = q.at("path").get<std::string>();
-        qr.mode = q.at("mode").get<std::string>();
-        qr.engines = q.at("engines").get<int>();
-        qr.devices_per_engine = q.at("devices_per_engine").get<int>();
-        qr.wall_seconds = q.at("wall_seconds").get<double>();
-        qr.latency_seconds = q.at("latency_seconds").get<std::vector<double>>();
-        S3D_CHECK((qr.mode == "independent" || qr.mode == "split") && qr.engines >= 1 &&
-                      qr.devices_per_engine >= 1 && qr.wall_seconds > 0 &&
-                      !qr.latency_seconds.empty(),
-                  what, ": queue run (", qr.path, ", ", qr.mode, ") is not a measured queue");
-        r.queue.push_back(std::move(qr));
-      }
+      for (const auto& q : j.at("queue")) r.queue.push_back(queue_run(q, what));
     for (const auto& c : j.at("cells")) {
       Cell cell;
       cell.path = c.at("path").get<std::string>();
