@@ -334,25 +334,33 @@ TEST_F(FusedOps, ModulatedLayerNormRefusesOddWidthsAndFallsBack) {
   EXPECT_EQ(fallbacks_of("modulated_layernorm"), 2u);
 }
 
-TEST_F(FusedOps, ModulatedLayerNormRejectsABadBatchIndex) {
+TEST_F(FusedOps, ModulatedLayerNormRejectsABadBatchIndexOnEveryRung) {
   S3D_OP_TEST_DEVICE();
   // The GPU kernels trap on a batch index outside [0, B) (reading the indices on the host
-  // would need a synchronisation), which ends the CUDA context: only the CPU throws.
+  // would need a synchronisation), which ends the CUDA context: only the CPU throws. Each rung
+  // of the op's ladder (the tolerance kernel, the bitwise one, the reference chain's gather)
+  // names the bad index itself.
   if (kOnCuda) GTEST_SKIP() << "a bad batch index traps on the GPU; the CPU build checks it";
   Tensor x = random_tensor({3, 16}, DType::BF16, 140);
   Tensor mod = random_tensor({2, 96}, DType::BF16, 141);
   Tensor out = Tensor::empty({3, 16}, DType::BF16, Device::CPU);
   Tensor bidx = Tensor::from_ints({0, 1, 2}, {3});
   const RowView shift = RowView::columns(mod, 0, 16), scale = RowView::columns(mod, 16, 16);
-  EXPECT_TRUE(throws_error(
-      [&] {
-        ops::modulated_layernorm(plan_of({Flag::modulated_layernorm}), x, shift, scale, bidx,
-                                 1e-6f, out);
-      },
-      {"modulated_layernorm: batch_index[2] = 2", "outside [0, 2)"}));
-  EXPECT_TRUE(throws_error(
-      [&] { ops::modulated_layernorm(plan_of({}), x, shift, scale, bidx, 1e-6f, out); },
-      {"gather_rows: index[2] = 2", "outside [0, 2)"}));
+  const struct {
+    sparse3d::FlagSet flags;
+    const char* message;
+  } rungs[] = {
+      {{Flag::fast_modulated_layernorm, Flag::modulated_layernorm},
+       "fast modulated_layernorm: batch_index[2] = 2"},
+      {{Flag::modulated_layernorm}, "modulated_layernorm: batch_index[2] = 2"},
+      {{}, "gather_rows: index[2] = 2"},
+  };
+  for (const auto& rung : rungs) {
+    const ops::OpPlan plan = ops::OpPlan::resolve(rung.flags);
+    EXPECT_TRUE(throws_error(
+        [&] { ops::modulated_layernorm(plan, x, shift, scale, bidx, 1e-6f, out); },
+        {rung.message, "outside [0, 2)"}));
+  }
 }
 
 // ---- gated_residual_add ----
