@@ -14,25 +14,38 @@ namespace s3d::parallel {
 
 struct ShardPlan {
   int parts = 1;                   // P
-  int heads = 0;                   // H, a multiple of P
+  int groups = 1;                  // G, dividing P: groups of P / G consecutive ranks
+  int heads = 0;                   // H, a multiple of P / G
   std::vector<int64_t> row_begin;  // P + 1 boundaries over the packed tokens
-  bool whole_assets = false;       // every asset on one rank (by_assets)
 
-  // Throws unless 1 <= parts <= tokens (every rank holds at least one token) and parts divides
-  // heads.
+  // One group: the tokens in P contiguous ranges, the heads in P groups. Throws unless
+  // 1 <= parts <= tokens (every rank holds at least one token) and parts divides heads.
   static ShardPlan split(int64_t tokens, int heads, int parts);
-  // Whole assets per rank (CFG parallelism: batched CFG's conditional assets on one rank, the
-  // unconditional ones on the other): rank r gets assets [r B / P, (r + 1) B / P) of the B
-  // whose packed token offsets are `asset_offsets` [B + 1]. Every attention sequence then lies
-  // on one rank, so self-attention needs no exchange (`whole_assets`). Throws unless
-  // 1 <= parts <= B.
-  static ShardPlan by_assets(const std::vector<int64_t>& asset_offsets, int heads, int parts);
+  // G groups of Q = P / G ranks, each group whole assets (CFG parallelism: batched CFG's
+  // conditional assets in one group, the unconditional ones in the other): group g gets assets
+  // [g B / G, (g + 1) B / G) of the B whose packed token offsets are `asset_offsets` [B + 1],
+  // split over its Q ranks as `split` splits a request; self-attention exchanges within a group
+  // only, with H / Q heads per rank. With G = P every attention sequence lies on one rank and
+  // needs no exchange at all (`whole_assets`). Throws unless G divides P, B >= G, Q divides the
+  // heads and every group has at least Q tokens.
+  static ShardPlan grouped(const std::vector<int64_t>& asset_offsets, int heads, int parts,
+                           int groups);
+  // grouped with G = P: whole assets per rank.
+  static ShardPlan by_assets(const std::vector<int64_t>& asset_offsets, int heads, int parts) {
+    return grouped(asset_offsets, heads, parts, parts);
+  }
 
-  int heads_per_part() const { return heads / parts; }
+  int group_size() const { return parts / groups; }  // Q
+  bool whole_assets() const { return group_size() == 1; }
+  int heads_per_part() const { return heads / group_size(); }
+  int group_of(int rank) const { return rank / group_size(); }
   int64_t tokens() const { return row_begin.back(); }
   int64_t begin(int rank) const { return row_begin[static_cast<size_t>(rank)]; }
   int64_t end(int rank) const { return row_begin[static_cast<size_t>(rank) + 1]; }
   int64_t rows(int rank) const { return end(rank) - begin(rank); }
+  // The rows of group g: [group_begin(g), group_end(g)).
+  int64_t group_begin(int g) const { return begin(g * group_size()); }
+  int64_t group_end(int g) const { return end((g + 1) * group_size() - 1); }
 };
 
 // Below this many tokens per rank a split is not chosen by itself: the per-token work of a rank

@@ -125,9 +125,10 @@ void StepForwards::set_up_shards() {
   if (cond_alone) shared_c_ = sp.share(sr_, cond_c_, nullptr);
   if (uncond_alone) shared_u_ = sp.share(sr_, cond_u_, &null_path_);
   if (batched) {
-    // CFG parallelism on two ranks: the conditional half on one, the unconditional half on
-    // the other, so the blocks exchange nothing; on more ranks the token split.
-    sr2_ = sp.shard(req2_, sp.parts() == 2);
+    // CFG parallelism on an even number of ranks: the conditional half on one half of them,
+    // the unconditional half on the other, each split over its ranks (on two ranks the blocks
+    // exchange nothing); on an odd number the token split over all.
+    sr2_ = sp.shard(req2_, sp.parts() % 2 == 0 ? 2 : 1);
     shared_2_ = sp.share(sr2_, cond_2_, &null_path_);
   }
 }

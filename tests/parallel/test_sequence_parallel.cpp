@@ -39,6 +39,7 @@ using test::kOpTestDevice;
 
 constexpr double kGpuBound = 1e-2;  // per forward, against the unsharded forward (CONTRACTS.md)
 const std::vector<int> kParts = {1, 2, 3, 4, 6};
+constexpr int kPerRank = 0;  // expect_matches' groups: G = P, whole assets per rank
 
 // 12 heads of 24 channels: RoPE's 4 frequencies per axis, cuDNN's multiple of 8.
 ModelConfig twelve_heads(const std::string& base) {
@@ -87,11 +88,12 @@ struct SequenceParallelTest : ::testing::Test {
 
   // The whole forward, then the sharded one into a poisoned output for every P: same bits on the
   // CPU, within the bound on the GPU. With `checkpoint`, every rank runs in a context of its own
-  // with its own replica of the model loaded from it, as on P GPUs.
+  // with its own replica of the model loaded from it, as on P GPUs. `groups`: ShardPlan's G
+  // (kPerRank: P).
   static void expect_matches(const Transformer& m, const Case& k, const Condition& cond,
                              const NullPath* null, const Modulation* mod, const std::string& what,
                              const std::vector<int>& parts = kParts,
-                             const std::string& checkpoint = "", bool whole_assets = false) {
+                             const std::string& checkpoint = "", int groups = 1) {
     const Tensor want = m.forward(k.req, k.x, k.t1000, cond, null, mod);
     for (int P : parts) {
       std::vector<std::unique_ptr<Context>> contexts;
@@ -112,7 +114,8 @@ struct SequenceParallelTest : ::testing::Test {
       }
       parallel::LocalGroup group(P, kOpTestDevice, ctx);
       SequenceParallel sp(replicas, group);
-      const ShardedRequest sr = sp.shard(k.req, whole_assets);
+      const ShardedRequest sr = sp.shard(k.req, groups == kPerRank ? P : groups);
+      EXPECT_EQ(sr.plan.groups, groups == kPerRank ? P : groups);
       Tensor out = Tensor::empty(want.shape(), DType::F32, kOpTestDevice);
       out.poison();
       const Tensor got = sp.forward(sr, k.x, k.t1000, cond, null, mod, out);
@@ -160,14 +163,41 @@ TEST(ShardPlan, SplitsTheTokensContiguouslyAndEvenly) {
 TEST(ShardPlan, SplitsByWholeAssets) {
   const std::vector<int64_t> offsets = {0, 29, 69, 98, 138};
   const parallel::ShardPlan two = parallel::ShardPlan::by_assets(offsets, 12, 2);
-  EXPECT_TRUE(two.whole_assets);
+  EXPECT_TRUE(two.whole_assets());
+  EXPECT_EQ(two.groups, 2);
   EXPECT_EQ(two.row_begin, (std::vector<int64_t>{0, 69, 138}));
   EXPECT_EQ(parallel::ShardPlan::by_assets(offsets, 12, 3).row_begin,
             (std::vector<int64_t>{0, 29, 69, 138}));
   EXPECT_EQ(parallel::ShardPlan::by_assets(offsets, 12, 4).row_begin, offsets);
-  EXPECT_FALSE(parallel::ShardPlan::split(138, 12, 2).whole_assets);
+  EXPECT_FALSE(parallel::ShardPlan::split(138, 12, 2).whole_assets());
   EXPECT_ERROR(parallel::ShardPlan::by_assets(offsets, 12, 5), "4 assets cannot be split over 5");
   EXPECT_ERROR(parallel::ShardPlan::by_assets({0}, 12, 1), "0 assets cannot be split");
+}
+
+TEST(ShardPlan, SplitsAssetGroupsOverTheirRanks) {
+  // Batched CFG of two assets: 29 + 40 conditional tokens, the same unconditional.
+  const std::vector<int64_t> offsets = {0, 29, 69, 98, 138};
+  const parallel::ShardPlan four = parallel::ShardPlan::grouped(offsets, 12, 4, 2);
+  EXPECT_EQ(four.group_size(), 2);
+  EXPECT_EQ(four.heads_per_part(), 6);
+  EXPECT_FALSE(four.whole_assets());
+  EXPECT_EQ(four.row_begin, (std::vector<int64_t>{0, 34, 69, 103, 138}));
+  EXPECT_EQ(four.group_begin(1), 69);
+  EXPECT_EQ(four.group_end(0), 69);
+  EXPECT_EQ(four.group_of(3), 1);
+  const parallel::ShardPlan six = parallel::ShardPlan::grouped(offsets, 12, 6, 2);
+  EXPECT_EQ(six.heads_per_part(), 4);
+  EXPECT_EQ(six.row_begin, (std::vector<int64_t>{0, 23, 46, 69, 92, 115, 138}));
+  // One group is the token split; P groups are whole assets per rank.
+  EXPECT_EQ(parallel::ShardPlan::grouped(offsets, 12, 3, 1).row_begin,
+            parallel::ShardPlan::split(138, 12, 3).row_begin);
+  EXPECT_EQ(parallel::ShardPlan::grouped(offsets, 12, 4, 4).row_begin, offsets);
+  EXPECT_ERROR(parallel::ShardPlan::grouped(offsets, 12, 4, 3),
+               "3 rank groups do not divide the 4");
+  EXPECT_ERROR(parallel::ShardPlan::grouped(offsets, 12, 10, 2), "5 ranks do not divide the 12");
+  EXPECT_ERROR(parallel::ShardPlan::grouped({0, 2, 9}, 12, 6, 2),
+               "2 tokens cannot be split over 3");
+  EXPECT_ERROR(parallel::ShardPlan::grouped({0, 9}, 12, 4, 2), "1 assets cannot be split over 2");
 }
 
 TEST(ShardPlan, RefusesWhatItCannotSplit) {
@@ -265,14 +295,35 @@ TEST_F(SequenceParallelTest, WholeAssetsPerRankMatchAsCfgParallelism) {
   const Condition cond{c.real, 2, &c.kv};
   for (NullContextMode mode : {NullContextMode::Exact, NullContextMode::Cache}) {
     const NullPath null = null_path(m, mode, 40);
-    expect_matches(m, c.k, cond, &null, nullptr, "whole assets", {2, 4}, "", true);
+    expect_matches(m, c.k, cond, &null, nullptr, "whole assets", {2, 4}, "", kPerRank);
   }
   const NullPath null = null_path(m, NullContextMode::Cache, 41);
   expect_matches(m, c.k, cond, &null, nullptr, "whole assets, own contexts", {2},
-                 dir + "/slat.json", true);
+                 dir + "/slat.json", kPerRank);
   parallel::LocalGroup five(5, kOpTestDevice);
   SequenceParallel sp5(std::vector<const Transformer*>(5, &m), five);
-  EXPECT_ERROR(sp5.shard(c.k.req, true), "4 assets cannot be split over 5 ranks");
+  EXPECT_ERROR(sp5.shard(c.k.req, 5), "4 assets cannot be split over 5 ranks");
+}
+
+TEST_F(SequenceParallelTest, AssetGroupsSplitOverTheirRanksMatchAsCfgTimesSequence) {
+  // CFG parallelism combined with the token split: the conditional assets over half the ranks,
+  // the unconditional ones over the other half, assets cut between the ranks of a group.
+  S3D_OP_TEST_DEVICE();
+  Transformer m(load_checkpoint(dir + "/slat.json", kOpTestDevice));
+  const CfgCase c = cfg_case(m, {29, 40}, "fast", 19);
+  for (NullContextMode mode : {NullContextMode::Exact, NullContextMode::Cache}) {
+    const NullPath null = null_path(m, mode, 60);
+    expect_matches(m, c.k, Condition{c.real, 2, &c.kv}, &null, nullptr, "groups", {2, 4, 6}, "", 2);
+  }
+  const NullPath null = null_path(m, NullContextMode::Cache, 61);
+  const Modulation mod = m.modulation(c.k.t1000);
+  expect_matches(m, c.k, Condition{c.real, 2, nullptr}, &null, &mod, "groups, own contexts", {4},
+                 dir + "/slat.json", 2);
+  // One asset per branch, its tokens over 3 ranks per group; and 4 groups of 2 ranks.
+  const CfgCase one = cfg_case(m, {31}, "beyond", 23);
+  expect_matches(m, one.k, Condition{one.real, 1, nullptr}, &null, nullptr, "groups, one asset",
+                 {6}, "", 2);
+  expect_matches(m, c.k, Condition{c.real, 2, nullptr}, &null, nullptr, "four groups", {8}, "", 4);
 }
 
 TEST_F(SequenceParallelTest, RanksInContextsOfTheirOwnMatch) {
@@ -329,7 +380,7 @@ TEST_F(SequenceParallelTest, SampledLatentsMatchInSerialAndBatchedCfg) {
     o.apply(sparse3d::ExecutionPlan::parse(spec));
     o.null_context = &nc;
     const Tensor want = sampler::sample(m, in, o).latent;
-    for (int P : {2, 3}) {
+    for (int P : {2, 3, 4}) {  // batched CFG: one rank per branch, all three, two per branch
       contract::reset_fallbacks();
       parallel::LocalGroup group(P, kOpTestDevice);
       SequenceParallel sp(std::vector<const Transformer*>(static_cast<size_t>(P), &m), group);

@@ -72,12 +72,10 @@ Tensor SequenceParallel::moved(int r, const Tensor& src, std::vector<Transfer>& 
   return dst;
 }
 
-ShardedRequest SequenceParallel::shard(const Request& whole, bool whole_assets) const {
+ShardedRequest SequenceParallel::shard(const Request& whole, int groups) const {
   ShardedRequest sr;
   const int heads = rank(0).config().num_heads;
-  sr.plan = whole_assets
-                ? parallel::ShardPlan::by_assets(whole.tokens_layout.offsets, heads, parts())
-                : parallel::ShardPlan::split(whole.tokens, heads, parts());
+  sr.plan = parallel::ShardPlan::grouped(whole.tokens_layout.offsets, heads, parts(), groups);
   sr.whole = whole;
   const Device dev = whole.tokens_layout.device;
   std::vector<Transfer> batch;
@@ -104,7 +102,9 @@ ShardedRequest SequenceParallel::shard(const Request& whole, bool whole_assets) 
         s.cond_part_cond_layout = attention::make_seq_layout(
             std::vector<int32_t>(idx(rows.conditional), whole.cond_tokens), dev);
       }
-      sr.layouts.push_back(attention::make_seq_layout(whole.tokens_layout.lengths, dev));
+      const int g = sr.plan.group_of(r);
+      sr.layouts.push_back(attention::make_seq_layout(
+          shard_rows(whole, sr.plan.group_begin(g), sr.plan.group_end(g)).lengths, dev));
     }
     auto part = [&](const Tensor& t) { return t.defined() ? t.rows(r0, r1) : Tensor(); };
     s.coords = moved(r, part(whole.coords), batch);
@@ -248,14 +248,17 @@ Tensor SequenceParallel::forward(const ShardedRequest& sr, const Tensor& x, cons
   return v;
 }
 
-// The all-to-all: rank r's q | k | v rows [T_r, 3C] become, on rank s, rows [begin(r), end(r)) of
-// its [T, 3C/P] (head group s of every token); after the attention rank s's output rows [begin(r),
-// end(r)) of head group s go back to rank r, into columns [s C/P, (s + 1) C/P). With whole
-// assets per rank every sequence is on one rank: each runs the one-device branch on its rows.
+// The all-to-all within each group of Q ranks (with one group, all P): rank r's q | k | v rows
+// [T_r, 3C] become, on rank s of its group, rows [begin(r), end(r)) (counted from the group's first
+// row) of its [T_g, 3C/Q], head group s mod Q of every token of the group; after the attention rank
+// s's output rows of rank r, head group s mod Q, go back to rank r into columns [(s mod Q) C/Q,
+// (s mod Q + 1) C/Q). With whole assets per rank (Q = 1) every sequence is on one rank: each runs
+// the one-device branch on its rows.
 void SequenceParallel::self_attention(int block, const ShardedRequest& sr, std::vector<Tensor>& h,
                                       const std::vector<Modulation>& mods) const {
-  const int P = parts();
-  if (sr.plan.whole_assets) {
+  const parallel::ShardPlan& plan = sr.plan;
+  const int P = parts(), Q = plan.group_size();
+  if (Q == 1) {
     for (int r = 0; r < P; ++r) {
       RankScope scope(*group_, r);
       const Transformer& m = rank(r);
@@ -265,51 +268,63 @@ void SequenceParallel::self_attention(int block, const ShardedRequest& sr, std::
     return;
   }
   const ModelConfig& c = rank(0).config();
-  const int64_t T = sr.whole.tokens, C = c.model_channels, Cp = C / P;
-  const int Hp = c.num_heads / P, D = c.head_dim();
+  const int64_t C = c.model_channels, Cp = C / Q;
+  const int Hp = plan.heads_per_part(), D = c.head_dim();
   auto bf16 = [&](int r, int64_t rows, int64_t cols) {
     RankScope scope(*group_, r);
     return Tensor::empty({rows, cols}, DType::BF16, rank(r).device());
   };
+  auto first = [&](int r) { return plan.group_of(r) * Q; };  // rank r's group's first rank
+  // Rank r's rows within its group's [T_g] rows of any rank of the group.
+  auto rows_of = [&](const Tensor& t, int r) {
+    const int64_t base = plan.group_begin(plan.group_of(r));
+    return t.rows(plan.begin(r) - base, plan.end(r) - base);
+  };
+  auto group_rows = [&](int r) {
+    const int g = plan.group_of(r);
+    return plan.group_end(g) - plan.group_begin(g);
+  };
 
-  std::vector<Tensor> heads(idx(P));  // rank s: head group s of every token, [T, 3 Cp]
-  for (int s = 0; s < P; ++s) heads[idx(s)] = bf16(s, T, 3 * Cp);
+  std::vector<Tensor> heads(idx(P));  // rank s: its head group of its group's tokens, [T_g, 3 Cp]
+  for (int s = 0; s < P; ++s) heads[idx(s)] = bf16(s, group_rows(s), 3 * Cp);
   std::vector<Transfer> batch;
   for (int r = 0; r < P; ++r) {
     RankScope scope(*group_, r);
     const Transformer& m = rank(r);
-    const int64_t Tr = sr.plan.rows(r);
+    const int64_t Tr = plan.rows(r);
     const Tensor qkv = m.attention_input(m.weights_.blocks[idx(block)], sr.shards[idx(r)],
                                          h[idx(r)], mods[idx(r)].blocks[idx(block)]);
-    for (int s = 0; s < P; ++s) {
-      Tensor pack = bf16(r, Tr, 3 * Cp);  // q, k, v of head group s, side by side
-      for (int j = 0; j < 3; ++j) {
-        RowView dst = RowView::columns(pack, j * Cp, Cp);
-        kernels::copy_rows(RowView{qkv, j * C + s * Cp, Tr, Cp, 3 * C}, dst);
+    for (int j = 0; j < Q; ++j) {
+      const int s = first(r) + j;
+      Tensor pack = bf16(r, Tr, 3 * Cp);  // q, k, v of head group j, side by side
+      for (int i = 0; i < 3; ++i) {
+        RowView dst = RowView::columns(pack, i * Cp, Cp);
+        kernels::copy_rows(RowView{qkv, i * C + j * Cp, Tr, Cp, 3 * C}, dst);
       }
-      batch.push_back({r, s, pack, heads[idx(s)].rows(sr.plan.begin(r), sr.plan.end(r))});
+      batch.push_back({r, s, pack, rows_of(heads[idx(s)], r)});
     }
   }
   group_->exchange(batch);
   batch.clear();
 
-  std::vector<Tensor> attn(idx(P));  // rank s: head group s of every token's output, [T, Cp]
+  std::vector<Tensor> attn(idx(P));  // rank s: its head group of its group's outputs, [T_g, Cp]
   for (int s = 0; s < P; ++s) {
-    attn[idx(s)] = bf16(s, T, Cp);
+    const int64_t Tg = group_rows(s);
+    attn[idx(s)] = bf16(s, Tg, Cp);
     RankScope scope(*group_, s);
     const Tensor& in = heads[idx(s)];
-    attention::sdpa_varlen(RowView{in, 0, T, Cp, 3 * Cp}, sr.layouts[idx(s)],
-                           RowView{in, Cp, T, Cp, 3 * Cp}, RowView{in, 2 * Cp, T, Cp, 3 * Cp},
+    attention::sdpa_varlen(RowView{in, 0, Tg, Cp, 3 * Cp}, sr.layouts[idx(s)],
+                           RowView{in, Cp, Tg, Cp, 3 * Cp}, RowView{in, 2 * Cp, Tg, Cp, 3 * Cp},
                            sr.layouts[idx(s)], Hp, D, rank(s).attention_scale(), attn[idx(s)]);
     heads[idx(s)] = Tensor();
   }
 
-  std::vector<std::vector<Tensor>> back(idx(P));  // back[r][s]: rank r's rows of head group s
-  for (int s = 0; s < P; ++s) {
-    for (int r = 0; r < P; ++r) {
-      back[idx(r)].push_back(bf16(r, sr.plan.rows(r), Cp));
-      batch.push_back(
-          {s, r, attn[idx(s)].rows(sr.plan.begin(r), sr.plan.end(r)), back[idx(r)].back()});
+  std::vector<std::vector<Tensor>> back(idx(P));  // back[r][j]: rank r's rows of head group j
+  for (int r = 0; r < P; ++r) {
+    for (int j = 0; j < Q; ++j) {
+      const int s = first(r) + j;
+      back[idx(r)].push_back(bf16(r, plan.rows(r), Cp));
+      batch.push_back({s, r, rows_of(attn[idx(s)], r), back[idx(r)].back()});
     }
   }
   group_->exchange(batch);
@@ -317,12 +332,12 @@ void SequenceParallel::self_attention(int block, const ShardedRequest& sr, std::
   attn.clear();
 
   for (int r = 0; r < P; ++r) {
-    Tensor joined = bf16(r, sr.plan.rows(r), C);
+    Tensor joined = bf16(r, plan.rows(r), C);
     RankScope scope(*group_, r);
     const Transformer& m = rank(r);
-    for (int s = 0; s < P; ++s) {
-      RowView dst = RowView::columns(joined, s * Cp, Cp);
-      kernels::copy_rows(RowView::of(back[idx(r)][idx(s)]), dst);
+    for (int j = 0; j < Q; ++j) {
+      RowView dst = RowView::columns(joined, j * Cp, Cp);
+      kernels::copy_rows(RowView::of(back[idx(r)][idx(j)]), dst);
     }
     back[idx(r)].clear();
     h[idx(r)] = m.attention_output(m.weights_.blocks[idx(block)], sr.shards[idx(r)], h[idx(r)],

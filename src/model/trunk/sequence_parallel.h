@@ -26,9 +26,9 @@ namespace s3d::model {
 // A prepared request (Transformer::prepare, in rank 0's context) split over P ranks: rank r's
 // Request covers rows [plan.begin(r), plan.end(r)) of it: the assets that have tokens there
 // (first_asset[r] and on; an asset may be split over several ranks), their local layouts and batch
-// indices, and its rows of the position tables, all in rank r's context; layouts[r] is the whole
-// request's token layout there (what rank r's attention over every token reads). Built once per
-// request, like the request.
+// indices, and its rows of the position tables, all in rank r's context; layouts[r] is the
+// token layout of rank r's group's assets there (what rank r's attention over every token of its
+// group reads; with one group, the whole request's). Built once per request, like the request.
 struct ShardedRequest {
   parallel::ShardPlan plan;
   Request whole;
@@ -55,12 +55,14 @@ class SequenceParallel {
 
   int parts() const { return static_cast<int>(replicas_.size()); }
 
-  // Splits `whole` over the group's ranks. Throws when the group's size does not divide the heads
-  // or the request has fewer tokens than ranks.
-  // With `whole_assets`, whole assets per rank instead (ShardPlan::by_assets: CFG
-  // parallelism; self-attention then runs on each rank alone, with every head, and no
-  // exchange): throws when there are fewer assets than ranks.
-  ShardedRequest shard(const Request& whole, bool whole_assets = false) const;
+  // Splits `whole` over the group's ranks (ShardPlan::grouped). With `groups` = 1 the tokens of
+  // every asset over all P ranks; with G > 1 (CFG parallelism) the assets in G groups of P / G
+  // ranks, each group's tokens split over its ranks, and self-attention exchanges within a group
+  // only (with G = P: none, every rank attends alone with every head). Throws when G does not
+  // divide P, P / G does not divide the heads, or there are fewer assets than groups or tokens
+  // than ranks.
+  ShardedRequest shard(const Request& whole, int groups = 1) const;
+  ShardedRequest shard(const Request& whole, bool) const = delete;  // a count, not a switch
   // Checks `cond` and `null` as Transformer::forward does and moves the ranks' parts into their
   // contexts.
   ShardedCondition share(const ShardedRequest& sr, const Condition& cond,
