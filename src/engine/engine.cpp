@@ -131,24 +131,32 @@ Engine::Impl::Impl(const std::string& checkpoint,
   s3d::model::Checkpoint host = read_while_cuda_starts(read, device, options.device_index);
   const auto t1 = std::chrono::steady_clock::now();
   context = std::make_unique<s3d::Context>(device == Device::CUDA ? options.device_index : -1);
-  s3d::ContextScope scope(*context);
-  if (device == Device::CUDA) {
-    S3D_CUDA_CHECK(cudaStreamCreateWithFlags(&own_stream, cudaStreamNonBlocking));
-    context->set_stream(own_stream);
+  try {  // what is made from here on goes when construction fails (out of device memory)
+    s3d::ContextScope scope(*context);
+    if (device == Device::CUDA) {
+      S3D_CUDA_CHECK(cudaStreamCreateWithFlags(&own_stream, cudaStreamNonBlocking));
+      context->set_stream(own_stream);
+    }
+    // The further devices' replicas (EngineOptions::devices) share the host copy's tensors.
+    const s3d::model::Checkpoint host_for_ranks =
+        options.devices.size() > 1 ? host : s3d::model::Checkpoint();
+    model =
+        std::make_unique<s3d::model::Transformer>(s3d::model::to_device(std::move(host), device));
+    set_up_ranks(host_for_ranks);
+    log(s3d::cat("checkpoint read and hashed in ", seconds(t1 - t0),
+                 " s (CUDA starting meanwhile), on the ", device == Device::CUDA ? "GPU" : "CPU",
+                 " in ", seconds(std::chrono::steady_clock::now() - t1), " s"));
+    info = model_info(*model, checkpoint);
+    if (device == Device::CUDA) s3d::synchronize();
+  } catch (...) {
+    release();
+    throw;
   }
-  // The further devices' replicas (EngineOptions::devices) share the host copy's tensors.
-  const s3d::model::Checkpoint host_for_ranks =
-      options.devices.size() > 1 ? host : s3d::model::Checkpoint();
-  model = std::make_unique<s3d::model::Transformer>(s3d::model::to_device(std::move(host), device));
-  set_up_ranks(host_for_ranks);
-  log(s3d::cat("checkpoint read and hashed in ", seconds(t1 - t0), " s (CUDA starting meanwhile), "
-               "on the ", device == Device::CUDA ? "GPU" : "CPU", " in ",
-               seconds(std::chrono::steady_clock::now() - t1), " s"));
-  info = model_info(*model, checkpoint);
-  if (device == Device::CUDA) s3d::synchronize();
 }
 
-Engine::Impl::~Impl() {
+Engine::Impl::~Impl() { release(); }
+
+void Engine::Impl::release() {
   if (!context) return;
   release_ranks();
   {
@@ -167,6 +175,7 @@ Engine::Impl::~Impl() {
   }
   context.reset();
   if (own_stream) cudaStreamDestroy(own_stream);
+  own_stream = nullptr;
 }
 
 void Engine::Impl::log(const std::string& line) const {

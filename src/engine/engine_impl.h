@@ -78,6 +78,9 @@ struct Engine::Impl {
   Impl(const std::string& checkpoint, const std::function<s3d::model::Checkpoint()>& read,
        EngineOptions opts);
   ~Impl();
+  // What the destructor frees (every device's model, streams and cached memory); also run when
+  // construction fails part way. Leaves the Impl empty.
+  void release();
 
   void log(const std::string& line) const;
   // The request's flags: its own or the engine's, checked against the backend.

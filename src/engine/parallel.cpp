@@ -55,7 +55,9 @@ void Engine::Impl::set_up_ranks(const s3d::model::Checkpoint& host) {
   }
   for (size_t i = 1; i < devices.size(); ++i) {
     if (devices[i] >= count) continue;
-    Rank r;
+    // In `ranks` before anything is made, so that release_ranks() frees what was made when a
+    // replica does not load.
+    Rank& r = ranks.emplace_back();
     r.device = devices[i];
     r.context = std::make_unique<s3d::Context>(r.device);
     s3d::ContextScope scope(*r.context);
@@ -63,7 +65,6 @@ void Engine::Impl::set_up_ranks(const s3d::model::Checkpoint& host) {
     r.context->set_stream(r.stream);
     r.model = std::make_unique<s3d::model::Transformer>(s3d::model::to_device(host, Device::CUDA));
     s3d::synchronize();
-    ranks.push_back(std::move(r));
   }
   log(s3d::cat("sequence parallel: weights on ", 1 + ranks.size(), " devices",
                ranks_missing.empty() ? "" : " (" + ranks_missing + ")"));
@@ -81,10 +82,14 @@ const s3d::model::SequenceParallel* Engine::Impl::split_for(int64_t tokens, Requ
   const s3d::parallel::PartsChoice chosen =
       s3d::parallel::choose_parts(tokens, heads, 1 + static_cast<int>(ranks.size()), min_tokens);
   if (wanted.heads_limited) s3d::record_fallback(kOptimization, wanted.reason);
-  if (chosen.parts < wanted.parts)
-    s3d::record_fallback(kOptimization, ranks_missing + ": " + chosen.reason);
   stats.devices = chosen.parts;
   stats.devices_reason = chosen.reason;
+  if (chosen.parts < wanted.parts) {
+    // Fewer than the request would get with every listed device: say which are missing.
+    stats.devices_reason = s3d::cat(chosen.parts, " of ", listed, " devices (", ranks_missing, "; ",
+                                    wanted.parts, " wanted)");
+    s3d::record_fallback(kOptimization, ranks_missing + ": " + chosen.reason);
+  }
   if (chosen.parts == 1) return nullptr;
   Split& split = splits[chosen.parts];
   if (!split.forward) {
@@ -120,14 +125,15 @@ void Engine::Impl::release_ranks() {
     if (own_stream) cudaStreamSynchronize(own_stream);
   }
   for (Rank& r : ranks) {
+    if (!r.context || !r.stream) continue;  // a rank whose set-up failed part way
     s3d::ContextScope scope(*r.context);
     cudaStreamSynchronize(r.stream);
   }
   splits.clear();
   for (Rank& r : ranks) {
-    {
+    if (r.context) {
       s3d::ContextScope scope(*r.context);
-      cudaStreamSynchronize(r.stream);
+      if (r.stream) cudaStreamSynchronize(r.stream);
       r.model.reset();
     }
     r.context.reset();
