@@ -10,6 +10,7 @@
 #include "bench/packing.h"
 #include "bench/result_io.h"
 #include "bench/run_state.h"
+#include "core/cuda_util.h"
 #include "core/error.h"
 #include "core/fallback.h"
 #include "payload/payload.h"
@@ -202,6 +203,14 @@ void check_options(Run& run) {
               "bench --also-compare ", p, ": not one of the measured paths");
   S3D_CHECK(!o.queue || o.devices.size() > 1, "bench --queue: needs --devices with two or "
             "more GPUs (it compares one-GPU engines with one engine split over them)");
+  if (o.queue) {  // its one-GPU engines need every listed device (a split engine does not)
+    const int count = cuda_device_count();
+    for (int d : o.devices)
+      S3D_CHECK(d < count, "bench --queue: device ", d, " is not on this machine (", count,
+                " CUDA device", count == 1 ? "" : "s",
+                "); the queue runs a one-GPU engine on "
+                "every listed device");
+  }
   if (o.protocol != Protocol::Repeated || o.queue) {
     std::vector<int64_t> tokens;
     for (const auto& a : run.assets) tokens.push_back(a.info.tokens);

@@ -20,15 +20,16 @@ void count(const char* op) {
 
 }  // namespace
 
-bool cuda_available() {
+int cuda_device_count() {
   int n = 0;
-  cudaError_t err = cudaGetDeviceCount(&n);
-  if (err != cudaSuccess) {
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
     cudaGetLastError();
-    return false;
+    return 0;
   }
-  return n > 0;
+  return n;
 }
+
+bool cuda_available() { return cuda_device_count() > 0; }
 
 cudaStream_t current_stream() { return current_context().stream(); }
 void set_current_stream(cudaStream_t stream) { current_context().set_stream(stream); }

@@ -23,6 +23,8 @@ namespace s3d {
 
 // True when a CUDA device is present and usable; never throws.
 bool cuda_available();
+// The CUDA devices this process can see; 0 without a driver or device (never throws).
+int cuda_device_count();
 
 // The stream every engine kernel and library call runs on: the current context's
 // (core/context.h); the process default context uses the legacy stream 0.

@@ -88,7 +88,8 @@ const s3d::model::SequenceParallel* Engine::Impl::split_for(int64_t tokens, Requ
     // Fewer than the request would get with every listed device: say which are missing.
     stats.devices_reason = s3d::cat(chosen.parts, " of ", listed, " devices (", ranks_missing, "; ",
                                     wanted.parts, " wanted)");
-    s3d::record_fallback(kOptimization, ranks_missing + ": " + chosen.reason);
+    s3d::record_fallback(kOptimization, s3d::cat(ranks_missing, ": the request runs on ",
+                                                 chosen.parts, " of ", listed, " devices"));
   }
   if (chosen.parts == 1) return nullptr;
   Split& split = splits[chosen.parts];

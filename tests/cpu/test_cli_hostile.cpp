@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "cli_test_util.h"
+#include "core/cuda_util.h"
 #include "io/safetensors.h"
 #include "model/checkpoint.h"
 #include "model/config.h"
@@ -194,6 +195,19 @@ TEST_F(CliHostile, NumericOptionsAreRefusedByNameNotCoerced) {
     }
     expect_cli_error(r, needle, 2);
   }
+  EXPECT_TRUE(entries_of(d).empty()) << entries_of(d).front();
+}
+
+// bench --queue runs a one-GPU engine on every listed device: one that this machine lacks was
+// found only after every other measurement, and the whole report was lost. Refused before
+// anything runs, naming the device (on a machine without a GPU, the first listed).
+TEST_F(CliHostile, AQueueOverADeviceThisMachineLacksIsRefusedFirst) {
+  const std::string d = scratch("queue");
+  const CliResult r =
+      run_cli("bench --no-torch --checkpoint " + d + "/nope.json --manifest " + dir +
+              "/pl/manifest.json --devices 0,97 --queue --out " + d + "/bench");
+  const std::string missing = s3d::cuda_device_count() == 0 ? "0" : "97";
+  expect_cli_error(r, "bench --queue: device " + missing + " is not on this machine");
   EXPECT_TRUE(entries_of(d).empty()) << entries_of(d).front();
 }
 
