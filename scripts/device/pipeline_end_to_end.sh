@@ -16,6 +16,8 @@
 #
 # Needs, carried: .deps/trellis2-src (a TRELLIS.2 checkout; TRELLIS2=DIR for another) and
 # .deps/cudnn_frontend (the module is built here from this tree; WHEEL=1: dist/'s wheel).
+# DEVICES="0 1" (service order): the drop-in splits each request over those GPUs
+# (accelerate(pipeline, devices=[0, 1])); the PyTorch side stays on the first.
 # Environment: ORDER (service), PATH_SPEC (engine path, empty: the fastest), E2E_ARGS (more
 # options of pipeline_e2e.py), TIMEOUT_S (480 for ORDER=repeated; 200 per process for service);
 # service: LOW_VRAM_MODES ("0 1"), SERVICE_TOKENS ("4000 7000 10500 15000 21000"),
@@ -80,6 +82,7 @@ if [ "${ORDER:-service}" = service ]; then
           --service-tokens ${SERVICE_TOKENS:-4000 7000 10500 15000 21000}
           --warmup-tokens "${WARMUP_TOKENS:-2500}" --json "$stem.json" --table "${stem}_table.txt")
     [ -n "${PATH_SPEC:-}" ] && args+=(--path "$PATH_SPEC")
+    [ -n "${DEVICES:-}" ] && args+=(--devices $DEVICES)
     [ "$lv" = 1 ] && args+=(--low-vram)
     t0=$(date +%s)
     $PYENV timeout "${TIMEOUT_S:-200}" python3 tools/torch_ref/pipeline_e2e.py "${args[@]}" ${E2E_ARGS:-} \

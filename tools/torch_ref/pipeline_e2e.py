@@ -964,6 +964,9 @@ def sparse3d_side(s3d, pl, models, assets, conds, torch_side, a, result, problem
     options = {}
     if a.cache_dir:
         options["cache_dir"] = a.cache_dir
+    if a.devices:
+        options["devices"] = a.devices
+        result["sparse3d"]["devices"] = a.devices
     t0 = time.perf_counter()
     acc = s3d.trellis2.accelerate(pl, path=a.path, **options)
     result["sparse3d"]["accelerate_seconds"] = time.perf_counter() - t0
@@ -1040,6 +1043,9 @@ def main():
     p.add_argument("--skip-sparse3d", action="store_true", help="the original side only")
     p.add_argument("--path", default=None, help="sparse3d execution path (default: its fastest)")
     p.add_argument("--cache-dir", default=None, help="sparse3d qualification cache folder")
+    p.add_argument("--devices", type=int, nargs="+", default=None,
+                   help="sparse3d: the CUDA devices a request may be split over "
+                        "(accelerate(devices=...)); the PyTorch side stays on --device")
     p.add_argument("--low-vram", action="store_true",
                    help="move each model to the device for its stage only (pipeline low_vram)")
     p.add_argument("--keep-originals-on-device", action="store_true",
