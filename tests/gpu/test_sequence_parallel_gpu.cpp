@@ -43,12 +43,6 @@ namespace fs = std::filesystem;
 
 constexpr double kBound = 1e-2;
 
-int device_count() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) return 0;
-  return n;
-}
-
 struct SequenceParallelGpu : ::testing::Test {
   static void SetUpTestSuite() {
     dir =
@@ -144,7 +138,7 @@ TEST_F(SequenceParallelGpu, NcclGroupOfOneGpuExchangesBitForBit) {
 
 TEST_F(SequenceParallelGpu, NcclGroupRefusesMissingAndRepeatedDevices) {
   S3D_REQUIRE_GPU();
-  const int n = device_count();
+  const int n = cuda_device_count();
   Context a(0), b(0), missing(n);
   EXPECT_ERROR(parallel::make_nccl_group({&a, &missing}),
                "device " + std::to_string(n) + " is missing");
@@ -155,7 +149,7 @@ TEST_F(SequenceParallelGpu, NcclGroupRefusesMissingAndRepeatedDevices) {
 
 TEST_F(SequenceParallelGpu, TwoGpusMatchOneGpu) {
   S3D_REQUIRE_GPU();
-  if (device_count() < 2) GTEST_SKIP() << "one GPU here: the two-GPU test runs on a 2-GPU machine";
+  if (cuda_device_count() < 2) GTEST_SKIP() << "one GPU here: the two-GPU test runs on a 2-GPU machine";
   Transformer m(load_checkpoint(dir + "/full2.json", Device::CUDA));
   const Case k = make_case(m, {30227}, 64, "fast");
   const Condition cond{k.cond, 0, nullptr};
@@ -210,7 +204,7 @@ struct EngineOnDevices : SequenceParallelGpu {
 
 TEST_F(EngineOnDevices, CountsAMissingDeviceAndRunsOnOne) {
   S3D_REQUIRE_GPU();
-  const int n = device_count();
+  const int n = cuda_device_count();
   int home = 0;
   S3D_CUDA_CHECK(cudaGetDevice(&home));
   sparse3d::Engine one(dir + "/small.json", options({}));
@@ -232,7 +226,7 @@ TEST_F(EngineOnDevices, CountsAMissingDeviceAndRunsOnOne) {
 
 TEST_F(EngineOnDevices, SplitsARequestOverTwoGpus) {
   S3D_REQUIRE_GPU();
-  if (device_count() < 2) GTEST_SKIP() << "one GPU here: the two-GPU test runs on a 2-GPU machine";
+  if (cuda_device_count() < 2) GTEST_SKIP() << "one GPU here: the two-GPU test runs on a 2-GPU machine";
   int home = 0;
   S3D_CUDA_CHECK(cudaGetDevice(&home));
   sparse3d::Engine one(dir + "/small.json", options({}));
