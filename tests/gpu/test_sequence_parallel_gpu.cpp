@@ -149,7 +149,8 @@ TEST_F(SequenceParallelGpu, NcclGroupRefusesMissingAndRepeatedDevices) {
 
 TEST_F(SequenceParallelGpu, TwoGpusMatchOneGpu) {
   S3D_REQUIRE_GPU();
-  if (cuda_device_count() < 2) GTEST_SKIP() << "one GPU here: the two-GPU test runs on a 2-GPU machine";
+  if (cuda_device_count() < 2)
+    GTEST_SKIP() << "one GPU here: the two-GPU test runs on a 2-GPU machine";
   Transformer m(load_checkpoint(dir + "/full2.json", Device::CUDA));
   const Case k = make_case(m, {30227}, 64, "fast");
   const Condition cond{k.cond, 0, nullptr};
@@ -226,7 +227,8 @@ TEST_F(EngineOnDevices, CountsAMissingDeviceAndRunsOnOne) {
 
 TEST_F(EngineOnDevices, SplitsARequestOverTwoGpus) {
   S3D_REQUIRE_GPU();
-  if (cuda_device_count() < 2) GTEST_SKIP() << "one GPU here: the two-GPU test runs on a 2-GPU machine";
+  if (cuda_device_count() < 2)
+    GTEST_SKIP() << "one GPU here: the two-GPU test runs on a 2-GPU machine";
   int home = 0;
   S3D_CUDA_CHECK(cudaGetDevice(&home));
   sparse3d::Engine one(dir + "/small.json", options({}));
