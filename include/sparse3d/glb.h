@@ -1,0 +1,112 @@
+// The GLB export: what TRELLIS.2's o_voxel.postprocess.to_glb and the GLB export after it do
+// with a decoded asset (hole filling, remeshing or cleaning, simplification, UV atlas, texture
+// baking from the sparse PBR attribute volume, seam filling, encoding, the .glb file), natively.
+// docs/EXPORT.md gives every stage, its method, its contract and what it is measured against.
+//
+//   sparse3d::GlbInput in;            // the decoder's mesh and attribute volume, as views
+//   in.vertices = verts; in.num_vertices = V; in.faces = faces; in.num_faces = F;
+//   in.coords = coords; in.attrs = attrs; in.num_voxels = L; in.channels = 6;
+//   in.grid_size = {1024, 1024, 1024};
+//   sparse3d::GlbOptions opt;         // to_glb's arguments, same names, same defaults
+//   opt.decimation_target = 500000; opt.texture_size = 2048; opt.remesh = true;
+//   sparse3d::TexturedMesh mesh = sparse3d::to_glb(in, opt);
+//   mesh.export_glb("asset.glb", sparse3d::TextureFormat::WebP);
+//
+// Errors (an empty mesh, a non-finite vertex, an index out of range, a voxel outside the grid
+// or repeated, a layout channel past the attributes, a texture size of 0 or over 16384, a
+// decimation target of 0, an output path that cannot be written) are one sparse3d::Error
+// naming what is wrong; no partial file is ever left.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "sparse3d/types.h"
+
+namespace sparse3d {
+
+// Where each PBR quantity starts among the attribute channels (TRELLIS.2's pbr_attr_layout:
+// base_color 0:3, metallic 3:4, roughness 4:5, alpha 5:6).
+struct AttributeLayout {
+  int32_t base_color = 0;  // three channels
+  int32_t metallic = 3;
+  int32_t roughness = 4;
+  int32_t alpha = 5;
+};
+
+// Borrowed host arrays; they must outlive the to_glb call.
+struct GlbInput {
+  const float* vertices = nullptr;  // [num_vertices, 3]
+  int64_t num_vertices = 0;
+  const int32_t* faces = nullptr;   // [num_faces, 3]
+  int64_t num_faces = 0;
+  const int32_t* coords = nullptr;  // [num_voxels, 3], x y z in [0, grid_size)
+  const float* attrs = nullptr;     // [num_voxels, channels], values in [0, 1]
+  int64_t num_voxels = 0;
+  int32_t channels = 6;
+  AttributeLayout layout;
+  std::array<float, 6> aabb{-0.5f, -0.5f, -0.5f, 0.5f, 0.5f, 0.5f};  // lo xyz, hi xyz
+  std::array<int32_t, 3> grid_size{0, 0, 0};  // voxels per axis (TRELLIS.2: the resolution)
+};
+
+struct GlbOptions {
+  int64_t decimation_target = 1000000;  // faces at most in the result
+  int32_t texture_size = 2048;          // texels per side, 1..16384
+  bool remesh = false;
+  float remesh_band = 1;
+  float remesh_project = 0.9f;
+  float mesh_cluster_threshold_cone_half_angle_rad = 1.5707964f;
+  int32_t mesh_cluster_refine_iterations = 0;
+  int32_t mesh_cluster_global_iterations = 1;
+  float mesh_cluster_smooth_strength = 1;
+  // Called at the start of each stage with its name, its index and the number of stages (the
+  // original's use_tqdm bar); may be empty.
+  std::function<void(const std::string& stage, int index, int total)> progress;
+};
+
+enum class TextureFormat : uint8_t { WebP, PNG };
+
+struct StageSeconds {
+  std::string stage;
+  double seconds = 0;
+};
+
+// The result of to_glb: the output mesh in glTF axes, its textures, and what each stage cost.
+class TexturedMesh {
+ public:
+  TexturedMesh();
+  ~TexturedMesh();
+  TexturedMesh(TexturedMesh&&) noexcept;
+  TexturedMesh& operator=(TexturedMesh&&) noexcept;
+
+  int64_t num_vertices() const;
+  int64_t num_faces() const;
+  const std::vector<float>& positions() const;   // [V, 3], glTF axes (x, z, -y of the input)
+  const std::vector<float>& normals() const;     // [V, 3]
+  const std::vector<float>& uvs() const;         // [V, 2], glTF convention
+  const std::vector<uint32_t>& faces() const;    // [F, 3]
+  int32_t texture_size() const;
+  const std::vector<uint8_t>& base_color_rgba() const;          // [S, S, 4]
+  const std::vector<uint8_t>& metallic_roughness_rgb() const;   // [S, S, 3]: 0, rough, metal
+  bool double_sided() const;
+  const std::vector<StageSeconds>& stage_seconds() const;
+
+  // The .glb file, written atomically; returns the seconds it took (encoding included).
+  double export_glb(const std::string& path, TextureFormat format = TextureFormat::WebP) const;
+  // The same bytes, in memory.
+  std::string glb_bytes(TextureFormat format = TextureFormat::WebP) const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+  friend TexturedMesh to_glb(const GlbInput&, const GlbOptions&);
+};
+
+TexturedMesh to_glb(const GlbInput& input, const GlbOptions& options);
+
+}  // namespace sparse3d

@@ -1,0 +1,45 @@
+// UV atlas: charts, their parameterization and their packing into the unit square
+// (TRELLIS.2's to_glb: CuMesh's normal-cone chart clustering, then xatlas per chart; here
+// xatlas, compiled from its source, docs/EXPORT.md).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "mesh/mesh.h"
+
+namespace s3d::mesh {
+
+struct ChartOptions {
+  float cone_half_angle_rad = 1.5707964f;  // mesh_cluster_threshold_cone_half_angle_rad
+  int32_t refine_iterations = 0;           // mesh_cluster_refine_iterations
+  int32_t global_iterations = 1;           // mesh_cluster_global_iterations
+  float smooth_strength = 1;               // mesh_cluster_smooth_strength
+  int32_t texture_size = 2048;             // the packer's resolution (texels)
+  int32_t padding = 2;                     // texels between charts
+  int32_t threads = 0;                     // 0: all cores
+};
+
+struct UvMesh {
+  std::vector<float> positions;    // 3 per output vertex
+  std::vector<float> uvs;          // 2 per output vertex, in [0, 1]
+  std::vector<int32_t> faces;      // 3 per face, into the output vertices
+  std::vector<int32_t> vertex_of;  // per output vertex: the input vertex it copies
+  int32_t num_charts = 0;
+  int64_t num_vertices() const { return static_cast<int64_t>(uvs.size() / 2); }
+  int64_t num_faces() const { return static_cast<int64_t>(faces.size() / 3); }
+};
+
+// Every input face appears once in the output (same order is not promised); vertices are
+// split along chart seams. Throws s3d::Error on an unusable mesh.
+UvMesh uv_unwrap(const TriMesh& m, const ChartOptions& options);
+
+// Atlas figures for reports and tests: the fraction of the unit square covered by charts
+// (rasterised at `resolution`), and the number of faces whose UV triangle is flipped or empty.
+struct AtlasStats {
+  double utilization = 0;
+  int64_t flipped_or_empty = 0;
+};
+AtlasStats atlas_stats(const UvMesh& m, int32_t resolution);
+
+}  // namespace s3d::mesh

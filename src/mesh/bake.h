@@ -1,0 +1,52 @@
+// Texture baking in UV space (to_glb's nvdiffrast rasterization, BVH projection, grid sample
+// and cv2 inpainting), and seam filling.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "mesh/atlas.h"
+#include "mesh/bvh.h"
+#include "mesh/volume.h"
+
+namespace s3d::mesh {
+
+// Which face covers each texel centre, and where. Texel (row r, column c) has its centre at
+// uv = ((c + 0.5) / size, (r + 0.5) / size); a texel is covered by a face when its centre lies
+// inside the face's UV triangle (edges shared by two faces go to exactly one of them: the
+// top-left rule); where faces overlap, the higher face index wins (nvdiffrast's chunked
+// rasterization in to_glb keeps the last chunk's face).
+struct UvRaster {
+  int32_t size = 0;
+  std::vector<int32_t> face;  // size*size, -1 where uncovered
+  std::vector<float> bary;    // 2 per texel: weights of the face's 2nd and 3rd vertices
+};
+UvRaster rasterize_uv(const UvMesh& m, int32_t size);
+
+struct BakeInputs {
+  const UvMesh* uv_mesh = nullptr;    // the output mesh, with UVs
+  const Bvh* surface = nullptr;       // the decoded surface (before simplification)
+  const SparseVolume* volume = nullptr;
+  Vec3 grid_origin{-0.5f, -0.5f, -0.5f};  // aabb low corner
+  Vec3 voxel_size{1, 1, 1};
+};
+
+// attrs: size*size*channels floats (0 where uncovered), mask: size*size (1 where covered).
+struct BakedTexture {
+  int32_t size = 0;
+  int32_t channels = 0;
+  std::vector<float> attrs;
+  std::vector<uint8_t> mask;
+};
+// For every covered texel: its position on the output mesh, projected onto the decoded
+// surface (closest point), sampled trilinearly in the volume.
+BakedTexture bake(const UvRaster& raster, const BakeInputs& in);
+
+// Fills every texel whose mask is 0 in an 8-bit image (channels interleaved) from the covered
+// texels around it, so that bilinear filtering and mipmaps at chart borders see chart colours,
+// not black (to_glb uses cv2's TELEA inpainting; here a pull-push pyramid: docs/EXPORT.md).
+// Covered texels are left unchanged. An image with no covered texel is left as it is.
+void fill_uncovered(std::vector<uint8_t>& image, const std::vector<uint8_t>& mask,
+                    int32_t width, int32_t height, int32_t channels);
+
+}  // namespace s3d::mesh

@@ -1,0 +1,46 @@
+// Mesh clean-up, as CuMesh does it for TRELLIS.2's to_glb: each function edits the mesh in
+// place and keeps it indexed (no unreferenced vertices after it returns unless it says so).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "mesh/mesh.h"
+
+namespace s3d::mesh {
+
+// Drops faces with a repeated vertex index, and faces whose area is below `abs_area` AND whose
+// area over the squared longest edge is below `rel_area` (CuMesh's remove_degenerate_faces
+// defaults: 1e-24 and 1e-12).
+void remove_degenerate_faces(TriMesh& m, double abs_area = 1e-24, double rel_area = 1e-12);
+// Drops every face whose vertex set equals an earlier face's (either winding); keeps the first.
+void remove_duplicate_faces(TriMesh& m);
+// Drops vertices no face uses; renumbers. `old_of_new`, when given, receives for each kept
+// vertex its index before.
+void remove_unreferenced_vertices(TriMesh& m, std::vector<int32_t>* old_of_new = nullptr);
+// Fills each boundary loop whose perimeter is at most `max_perimeter` (in the mesh's units)
+// with a fan around a new vertex at the loop's centroid, wound to match the surrounding faces.
+// Loops are found on the manifold boundary edges (an edge used by exactly one face).
+// Returns the number of holes filled.
+int64_t fill_holes(TriMesh& m, double max_perimeter);
+// An edge used by more than two faces: its faces beyond the first two get their own copies of
+// the edge's vertices (positions duplicated), so that every edge has at most two faces.
+void repair_non_manifold_edges(TriMesh& m);
+// Drops connected components (faces joined through shared edges) of total area < min_area.
+void remove_small_components(TriMesh& m, double min_area);
+// Flips faces so that each connected component is consistently oriented (breadth-first over
+// manifold edges, the component's first face fixed).
+void unify_orientation(TriMesh& m);
+// Area-weighted vertex normals, unit length (a zero normal where a vertex has no area).
+std::vector<float> vertex_normals(const TriMesh& m);
+
+// Counts for tests and reports.
+struct MeshStats {
+  int64_t boundary_edges = 0;      // edges with one face
+  int64_t non_manifold_edges = 0;  // edges with more than two faces
+  int64_t components = 0;          // connected through shared edges
+  int64_t degenerate_faces = 0;    // repeated index or zero area
+};
+MeshStats mesh_stats(const TriMesh& m);
+
+}  // namespace s3d::mesh
