@@ -78,7 +78,8 @@ KERNELS_LIB="${BUILD_DIR:-build}/libsparse3d_kernels.a"
 # engine's static libraries from the CMake build ($BUILD_DIR, default build: scripts/build.sh
 # first); the commands themselves never run.
 APP_SOURCES=(src/apps/commands.cpp src/apps/cmd_bench.cpp src/apps/cmd_info.cpp
-             src/apps/cmd_make.cpp src/apps/cmd_run.cpp src/apps/engine_flags.cpp
+             src/apps/cmd_make.cpp src/apps/cmd_run.cpp src/apps/cmd_export.cpp
+             src/apps/engine_flags.cpp
              src/apps/inputs_file.cpp src/apps/sampler_flags.cpp)
 CXXFLAGS=(-std=c++20 -g -O1 -fno-omit-frame-pointer -fno-sanitize-recover=all
           -Isrc -Iinclude "-I$CUDA/include")
@@ -117,7 +118,7 @@ for target in "${TARGETS[@]}"; do
   echo "== $target: build"
   if [ "$target" = fuzz_cli ]; then
     libs=""
-    for l in engine bench payload sampler model ops parallel contract gemm attention kernels io core; do
+    for l in engine mesh bench payload sampler model ops parallel contract gemm attention kernels io core; do
       [ -f "${BUILD_DIR:-build}/libsparse3d_$l.a" ] && libs="$libs ${BUILD_DIR:-build}/libsparse3d_$l.a"
     done
     if [ ! -f "${BUILD_DIR:-build}/libsparse3d_engine.a" ]; then
@@ -127,7 +128,7 @@ for target in "${TARGETS[@]}"; do
     fi
     for src in "${APP_SOURCES[@]}"; do extra+=("$(compile "$src")"); done
     extra+=(-Wl,--start-group $libs -Wl,--end-group "-L$CUDA/lib" -lcublasLt -lcudnn -lnvrtc
-            -lgomp "-Wl,-rpath,$CUDA/lib")
+            -lmeshoptimizer -lpng -lwebp -lgomp "-Wl,-rpath,$CUDA/lib")
   else
     [ -f "$KERNELS_LIB" ] || { echo "== $target: skipped: no $KERNELS_LIB (run scripts/build.sh)" >&2; status=1; continue; }
     extra+=("${OBJS[@]}" "$KERNELS_LIB" -lgomp)

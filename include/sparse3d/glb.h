@@ -109,4 +109,38 @@ class TexturedMesh {
 
 TexturedMesh to_glb(const GlbInput& input, const GlbOptions& options);
 
+// A decoded asset that owns its arrays: what `sparse3d export-glb` reads and `sparse3d
+// make-glb-input` writes (docs/FORMATS.md, "GLB input files": one safetensors file with the
+// tensors vertices F32 [V, 3], faces I32 [F, 3], coords I32 [L, 3], attrs F32 [L, C] and the
+// metadata format, aabb, grid_size, attr_layout, source).
+struct GlbAsset {
+  std::vector<float> vertices;
+  std::vector<int32_t> faces;
+  std::vector<int32_t> coords;
+  std::vector<float> attrs;
+  int32_t channels = 6;
+  AttributeLayout layout;
+  std::array<float, 6> aabb{-0.5f, -0.5f, -0.5f, 0.5f, 0.5f, 0.5f};
+  std::array<int32_t, 3> grid_size{0, 0, 0};
+  std::string source;  // where it came from, free text
+  GlbInput view() const;  // borrows this asset's arrays
+};
+
+// Reads and validates a GLB input file (every check of to_glb's input, plus the format's own:
+// names the file and the problem). Refuses files over 16 GiB of tensor data.
+GlbAsset load_glb_input(const std::string& path);
+// Writes one atomically.
+void save_glb_input(const GlbAsset& asset, const std::string& path);
+
+// What TRELLIS.2's decoders would hand to to_glb for a textured surface, at `resolution`:
+// the surface voxelized into TRELLIS.2's flexible dual grid over the box [-0.5, 0.5]^3, its
+// mesh extracted as the shape decoder does (then its small holes filled, as decode_latent
+// does), and the attribute volume on the same voxels, each voxel taking the per-vertex
+// attributes interpolated at the surface point closest to its centre. For the export's judge
+// and tests: real meshes become decoder-like inputs without the model.
+GlbAsset voxelize_textured_mesh(const std::vector<float>& vertices,
+                                const std::vector<int32_t>& faces,
+                                const std::vector<float>& vertex_attrs, int32_t channels,
+                                int32_t resolution, const std::string& source);
+
 }  // namespace sparse3d

@@ -228,6 +228,8 @@ std::map<std::string, Command> add_commands(CLI::App& app) {
   commands["paths"] = add_paths(app);
   commands["make-checkpoint"] = add_make_checkpoint(app);
   commands["make-payloads"] = add_make_payloads(app);
+  commands["make-glb-input"] = add_make_glb_input(app);
+  commands["export-glb"] = add_export_glb(app);
   commands["run"] = add_run(app);
   commands["bench"] = add_bench(app);
   commands["profile"] = add_profile(app);

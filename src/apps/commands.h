@@ -29,6 +29,8 @@ Command add_bench(CLI::App& app);
 Command add_profile(CLI::App& app);
 Command add_bench_report(CLI::App& app);
 Command add_bench_kernels(CLI::App& app);
+Command add_export_glb(CLI::App& app);
+Command add_make_glb_input(CLI::App& app);
 
 // The whole command line on `app` (what main.cpp parses; the CLI fuzzer parses the same):
 // every subcommand, keyed by name.

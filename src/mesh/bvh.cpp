@@ -10,6 +10,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "mesh/closest_point.h"
 
 namespace s3d::mesh {
 namespace {
@@ -39,15 +40,6 @@ struct Box {
     return dx * dy + dy * dz + dz * dx;
   }
 };
-
-float box_distance2(const float lo[3], const float hi[3], const Vec3& p) {
-  float d2 = 0;
-  for (int k = 0; k < 3; ++k) {
-    const float d = std::max({lo[k] - p[k], 0.0f, p[k] - hi[k]});
-    d2 += d * d;
-  }
-  return d2;
-}
 
 // Builds nodes over order[first, first + count); returns the node's index.
 struct Builder {
@@ -156,52 +148,7 @@ struct Builder {
 
 float closest_point_on_triangle(const Vec3& p, const Vec3& a, const Vec3& b, const Vec3& c,
                                 float uvw[3]) {
-  // Voronoi-region walk (vertex, edge, face regions), in double for robustness on the thin
-  // triangles of dual-grid meshes.
-  const double ab[3] = {double(b[0]) - a[0], double(b[1]) - a[1], double(b[2]) - a[2]};
-  const double ac[3] = {double(c[0]) - a[0], double(c[1]) - a[1], double(c[2]) - a[2]};
-  const double ap[3] = {double(p[0]) - a[0], double(p[1]) - a[1], double(p[2]) - a[2]};
-  auto d3 = [](const double x[3], const double y[3]) {
-    return x[0] * y[0] + x[1] * y[1] + x[2] * y[2];
-  };
-  double u = 1, v = 0, w = 0;  // weights of a, b, c
-  const double d1 = d3(ab, ap), d2 = d3(ac, ap);
-  const double bp[3] = {double(p[0]) - b[0], double(p[1]) - b[1], double(p[2]) - b[2]};
-  const double d3v = d3(ab, bp), d4 = d3(ac, bp);
-  const double cp[3] = {double(p[0]) - c[0], double(p[1]) - c[1], double(p[2]) - c[2]};
-  const double d5 = d3(ab, cp), d6 = d3(ac, cp);
-  const double vc = d1 * d4 - d3v * d2, vb = d5 * d2 - d1 * d6, va = d3v * d6 - d5 * d4;
-  if (d1 <= 0 && d2 <= 0) {
-    u = 1, v = 0, w = 0;
-  } else if (d3v >= 0 && d4 <= d3v) {
-    u = 0, v = 1, w = 0;
-  } else if (vc <= 0 && d1 >= 0 && d3v <= 0) {
-    const double t = d1 / (d1 - d3v);
-    u = 1 - t, v = t, w = 0;
-  } else if (d6 >= 0 && d5 <= d6) {
-    u = 0, v = 0, w = 1;
-  } else if (vb <= 0 && d2 >= 0 && d6 <= 0) {
-    const double t = d2 / (d2 - d6);
-    u = 1 - t, v = 0, w = t;
-  } else if (va <= 0 && (d4 - d3v) >= 0 && (d5 - d6) >= 0) {
-    const double t = (d4 - d3v) / ((d4 - d3v) + (d5 - d6));
-    u = 0, v = 1 - t, w = t;
-  } else {
-    const double denom = va + vb + vc;
-    if (denom > 0) {
-      v = vb / denom, w = vc / denom, u = 1 - v - w;
-    }
-  }
-  uvw[0] = static_cast<float>(u);
-  uvw[1] = static_cast<float>(v);
-  uvw[2] = static_cast<float>(w);
-  double q[3], d2sum = 0;
-  for (int k = 0; k < 3; ++k) {
-    q[k] = u * a[k] + v * b[k] + w * c[k];
-    const double d = p[k] - q[k];
-    d2sum += d * d;
-  }
-  return static_cast<float>(d2sum);
+  return closest_on_triangle(p.data(), a.data(), b.data(), c.data(), uvw);
 }
 
 Bvh::Bvh(const TriMesh& mesh) : mesh_(mesh) {
@@ -232,7 +179,7 @@ ClosestHit Bvh::closest(const Vec3& p) const {
   stack[top++] = 0;
   while (top > 0) {
     const Node& n = nodes_[stack[--top]];
-    if (box_distance2(n.lo, n.hi, p) > best_d2) continue;
+    if (box_distance2(n.lo, n.hi, p.data()) > best_d2) continue;
     if (n.left < 0) {
       for (int32_t i = n.first; i < n.first + n.count; ++i) {
         const int32_t f = order_[i];
@@ -251,7 +198,7 @@ ClosestHit Bvh::closest(const Vec3& p) const {
     }
     const Node& l = nodes_[n.left];
     const Node& r = nodes_[n.right];
-    const float dl = box_distance2(l.lo, l.hi, p), dr = box_distance2(r.lo, r.hi, p);
+    const float dl = box_distance2(l.lo, l.hi, p.data()), dr = box_distance2(r.lo, r.hi, p.data());
     // Push the farther child first so the nearer one is searched first. The stack holds at
     // most one entry per level plus one, and the build bounds the depth (kSahDepth).
     if (dl <= dr) {

@@ -32,6 +32,9 @@ class Bvh {
   void closest_many(const float* points, int64_t n, ClosestHit* out) const;
 
   const TriMesh& mesh() const { return mesh_; }
+  // The tree, for its device copy (bvh_cuda.h): nodes_[0] is the root; a leaf's faces are
+  // order_[first, first + count).
+  const std::vector<int32_t>& order() const { return order_; }
 
   struct Node {
     float lo[3], hi[3];
@@ -40,6 +43,7 @@ class Bvh {
     int32_t first = 0;   // leaf: range [first, first + count) of order_
     int32_t count = 0;
   };
+  const std::vector<Node>& nodes() const { return nodes_; }
 
  private:
   TriMesh mesh_;

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Device call: the GLB export, sparse3d's `export-glb` against TRELLIS.2's own to_glb + export,
+# on the same decoder-like inputs made from real meshes, in the same run, each judged
+# (docs/EXPORT.md; tools/glb_judge/README.md).
+#
+# Carried (git-ignored; see docs/EXPORT.md "Measuring"):
+#   build/bin/sparse3d            built on the development machine
+#   .deps/glb/lib/                its runtime libraries the GPU image lacks (meshoptimizer,
+#                                 libwebp, libpng), copied from the development machine
+#   .deps/glb/sources/*.safetensors  the source meshes (tools/glb_judge/sources.py)
+#   .deps/glb/wheels/             trimesh and pygltflib wheels, for the judge and the original
+#   .deps/baseline/site/          TRELLIS.2's export packages (o_voxel, cumesh, flex_gemm,
+#                                 nvdiffrast), prebuilt for this machine's PyTorch; without
+#                                 them only sparse3d's side runs, and the table says so
+# Environment: RES (1024), SETTINGS ("500000:2048 1000000:4096"), CASES (all sources), REMESH (1),
+# ORIGINAL (1), JUDGE (1), TIMEOUT_S per run (300).
+# Writes $OUT/glb_export.tar.gz (every JSON, log and view) and $OUT/glb_export_table.md; prints
+# the table last.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+source scripts/device/env.sh
+RES=${RES:-1024}
+SETTINGS=${SETTINGS:-500000:2048 1000000:4096}
+REMESH=${REMESH:-1}
+TIMEOUT_S=${TIMEOUT_S:-300}
+W=/tmp/glb_export
+rm -rf "$W"; mkdir -p "$W/cases" "$W/glb" "$W/res"
+export LD_LIBRARY_PATH="$PWD/.deps/glb/lib:$LD_LIBRARY_PATH"
+if ls .deps/glb/wheels/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .deps/glb/wheels/*.whl \
+    > "$W/pip.log" 2>&1 || echo "judge wheels: install failed (tail $W/pip.log)"
+  export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
+fi
+HAVE_ORIGINAL=0
+if [ "${ORIGINAL:-1}" = 1 ] && [ -d .deps/baseline/site ]; then
+  export PYTHONPATH="$PWD/.deps/baseline/site:$PYTHONPATH"
+  if python3 -c "import o_voxel.postprocess, cumesh, flex_gemm, nvdiffrast.torch" > "$W/import.log" 2>&1; then
+    HAVE_ORIGINAL=1
+  else
+    echo "original: import failed: $(tail -1 "$W/import.log")"
+  fi
+fi
+echo "machine: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1); $(nproc) cores; torch $(python3 -c 'import torch; print(torch.__version__)')"
+"$BIN/sparse3d" --version
+
+remesh_flags=(--remesh --remesh-band 1 --remesh-project 0)
+orig_flags=(--remesh --remesh-band 1 --remesh-project 0)
+[ "$REMESH" = 1 ] || { remesh_flags=(--no-remesh); orig_flags=(); }
+
+for src in .deps/glb/sources/*.safetensors; do
+  name=$(basename "$src" .safetensors)
+  [ -n "${CASES:-}" ] && [[ " $CASES " != *" $name "* ]] && continue
+  /usr/bin/time -f "%e s %M KB" -o "$W/res/make_$name.time" \
+    "$BIN/sparse3d" make-glb-input --source "$src" --resolution "$RES" --out "$W/cases/$name.safetensors" \
+    > "$W/res/make_$name.log" 2>&1 || { echo "make-glb-input $name failed: $(tail -1 "$W/res/make_$name.log")"; continue; }
+  echo "case $name: $(head -1 "$W/res/make_$name.log" | sed 's/^wrote [^:]*: //') in $(cat "$W/res/make_$name.time")"
+  for s in $SETTINGS; do
+    target=${s%%:*}; tex=${s##*:}; tag="${name}_${target}_${tex}"
+    # sparse3d, device-wide memory polled by nvidia-smi is not needed: this path is the CPU's.
+    /usr/bin/time -f "%e %M" -o "$W/res/ours_$tag.time" timeout "$TIMEOUT_S" \
+      "$BIN/sparse3d" export-glb --input "$W/cases/$name.safetensors" --out "$W/glb/ours_$tag.glb" \
+      --decimation-target "$target" --texture-size "$tex" "${remesh_flags[@]}" \
+      > "$W/res/ours_$tag.log" 2>&1 || echo "ours $tag failed: $(tail -1 "$W/res/ours_$tag.log")"
+    if [ $HAVE_ORIGINAL = 1 ]; then
+      timeout "$TIMEOUT_S" python3 tools/glb_judge/run_original.py --case "$W/cases/$name.safetensors" \
+        --out "$W/glb/orig_$tag.glb" --decimation-target "$target" --texture-size "$tex" \
+        "${orig_flags[@]}" --json "$W/res/orig_$tag.json" > "$W/res/orig_$tag.log" 2>&1 ||
+        echo "original $tag failed: $(tail -1 "$W/res/orig_$tag.log")"
+    fi
+    if [ "${JUDGE:-1}" = 1 ]; then
+      glbs=(--glb "sparse3d=$W/glb/ours_$tag.glb")
+      [ -f "$W/glb/orig_$tag.glb" ] && glbs+=(--glb "original=$W/glb/orig_$tag.glb")
+      timeout "$TIMEOUT_S" python3 tools/glb_judge/judge.py --case "$W/cases/$name.safetensors" \
+        "${glbs[@]}" --target-faces "$target" --out "$W/res/judge_$tag" > "$W/res/judge_$tag.log" 2>&1 ||
+        echo "judge $tag failed: $(tail -1 "$W/res/judge_$tag.log")"
+    fi
+    rm -f "$W/glb/"*"_$tag.glb"
+  done
+  rm -f "$W/cases/$name.safetensors"
+done
+python3 tools/glb_judge/table.py "$W/res" > "$OUT/glb_export_table.md" 2> "$W/res/table.err" ||
+  echo "table failed: $(tail -1 "$W/res/table.err")"
+tar -czf "$OUT/glb_export.tar.gz" -C "$W" res
+cat "$OUT/glb_export_table.md"

@@ -1,0 +1,128 @@
+// export-glb and make-glb-input: TRELLIS.2's to_glb + GLB export natively
+// (include/sparse3d/glb.h), and decoder-like inputs for it made from textured meshes.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "apps/commands.h"
+#include "core/error.h"
+#include "io/atomic_file.h"
+#include "io/safetensors.h"
+#include "sparse3d/glb.h"
+
+namespace s3d::apps {
+
+Command add_export_glb(CLI::App& app) {
+  struct Args {
+    std::string input, out, format = "webp";
+    int64_t decimation_target = 1000000;
+    int texture_size = 2048;
+    bool remesh = false, progress = false;
+    float remesh_band = 1, remesh_project = 0.9f;
+  };
+  auto a = std::make_shared<Args>();
+  auto* sub = app.add_subcommand(
+      "export-glb", "Turn a decoded asset (mesh + PBR attribute volume) into a textured GLB, as "
+                    "TRELLIS.2's to_glb + export");
+  sub->add_option("--input", a->input, "GLB input file (docs/FORMATS.md, 'GLB input files')")
+      ->required()
+      ->check(kNonEmptyPath);
+  sub->add_option("--out", a->out, "Output .glb")->required()->check(kNonEmptyPath);
+  sub->add_option("--decimation-target", a->decimation_target, "Faces at most")
+      ->transform(integer_in(1, int64_t{1} << 30))
+      ->capture_default_str();
+  sub->add_option("--texture-size", a->texture_size, "Texels per side")
+      ->transform(integer_in(1, 16384))
+      ->capture_default_str();
+  sub->add_flag("--remesh,!--no-remesh", a->remesh,
+                "Narrow-band dual-contouring remesh (TRELLIS.2's app and example use it)")
+      ->capture_default_str();
+  sub->add_option("--remesh-band", a->remesh_band, "Band, in voxels")
+      ->transform(number_in(1e-3, 64))
+      ->capture_default_str();
+  sub->add_option("--remesh-project", a->remesh_project, "Pull-back onto the surface, 0..1")
+      ->transform(number_in(0, 1))
+      ->capture_default_str();
+  sub->add_option("--texture-format", a->format, "webp (EXT_texture_webp) or png")
+      ->check(CLI::IsMember({"webp", "png"}))
+      ->capture_default_str();
+  sub->add_flag("--progress", a->progress, "A line per stage on stderr");
+  return [a]() {
+    io::check_output_file(a->out, "--out " + a->out);  // before the work, not after it
+    const sparse3d::GlbAsset asset = sparse3d::load_glb_input(a->input);
+    sparse3d::GlbOptions o;
+    o.decimation_target = a->decimation_target;
+    o.texture_size = a->texture_size;
+    o.remesh = a->remesh;
+    o.remesh_band = a->remesh_band;
+    o.remesh_project = a->remesh_project;
+    if (a->progress)
+      o.progress = [](const std::string& stage, int i, int n) {
+        std::fprintf(stderr, "[%d/%d] %s\n", i + 1, n, stage.c_str());
+      };
+    const sparse3d::TexturedMesh mesh = sparse3d::to_glb(asset.view(), o);
+    const double write_s = mesh.export_glb(
+        a->out, a->format == "png" ? sparse3d::TextureFormat::PNG : sparse3d::TextureFormat::WebP);
+    std::printf("wrote %s: %lld faces, %lld vertices, %dx%d %s textures\n", a->out.c_str(),
+                static_cast<long long>(mesh.num_faces()),
+                static_cast<long long>(mesh.num_vertices()), mesh.texture_size(),
+                mesh.texture_size(), a->format.c_str());
+    double total = write_s;
+    for (const auto& s : mesh.stage_seconds()) {
+      std::printf("  %-22s %8.3f s\n", s.stage.c_str(), s.seconds);
+      total += s.seconds;
+    }
+    std::printf("  %-22s %8.3f s\n  %-22s %8.3f s\n", "encode and write", write_s, "total",
+                total);
+    return 0;
+  };
+}
+
+Command add_make_glb_input(CLI::App& app) {
+  struct Args {
+    std::string source, out;
+    int resolution = 256;
+  };
+  auto a = std::make_shared<Args>();
+  auto* sub = app.add_subcommand(
+      "make-glb-input", "Voxelize a textured source mesh into what TRELLIS.2's decoders hand to "
+                        "to_glb (docs/FORMATS.md)");
+  sub->add_option("--source", a->source,
+                  "Source mesh: safetensors with vertices F32 [V,3] in [-0.5,0.5], faces I32 "
+                  "[F,3], pbr F32 [V,6]")
+      ->required()
+      ->check(kNonEmptyPath);
+  sub->add_option("--resolution", a->resolution, "Voxels per side (TRELLIS.2: 512, 1024, 1536)")
+      ->transform(integer_in(2, 4096))
+      ->capture_default_str();
+  sub->add_option("--out", a->out, "Output GLB input file")->required()->check(kNonEmptyPath);
+  return [a]() {
+    io::check_output_file(a->out, "--out " + a->out);
+    const std::string what = "source mesh " + a->source;
+    const auto f = io::SafetensorsFile::open(a->source, what);
+    f.check_tensor_bytes(uint64_t{4} << 30, "a source mesh");
+    const Tensor v = f.load("vertices", DType::F32), t = f.load("faces", DType::I32),
+                 p = f.load("pbr", DType::F32);
+    S3D_CHECK(v.ndim() == 2 && v.size(1) == 3 && t.ndim() == 2 && t.size(1) == 3 &&
+                  p.ndim() == 2 && p.size(0) == v.size(0) && p.size(1) == 6,
+              what, ": needs vertices [V, 3], faces [F, 3] and pbr [V, 6] (got ",
+              v.describe(), ", ", t.describe(), ", ", p.describe(), ")");
+    const auto src = f.metadata().find("name");
+    const std::string source =
+        (src == f.metadata().end() ? a->source : src->second) + " at " +
+        std::to_string(a->resolution);
+    const sparse3d::GlbAsset asset = sparse3d::voxelize_textured_mesh(
+        {v.data_as<float>(), v.data_as<float>() + v.numel()},
+        {t.data_as<int32_t>(), t.data_as<int32_t>() + t.numel()},
+        {p.data_as<float>(), p.data_as<float>() + p.numel()}, 6, a->resolution, source);
+    sparse3d::save_glb_input(asset, a->out);
+    std::printf("wrote %s: %zu vertices, %zu faces, %zu voxels at %d^3\n", a->out.c_str(),
+                asset.vertices.size() / 3, asset.faces.size() / 3, asset.coords.size() / 3,
+                a->resolution);
+    return 0;
+  };
+}
+
+}  // namespace s3d::apps

@@ -1,0 +1,326 @@
+// The GLB export's pipeline (include/sparse3d/glb.h): the stages of TRELLIS.2's to_glb in its
+// order, each timed, each a function of its own file. docs/EXPORT.md gives the stage table.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <utility>
+
+#include "core/error.h"
+#include "io/atomic_file.h"
+#include "mesh/atlas.h"
+#include "mesh/bake.h"
+#include "mesh/bvh.h"
+#include "mesh/clean.h"
+#include "mesh/glb_writer.h"
+#include "mesh/image_codec.h"
+#include "mesh/remesh.h"
+#include "mesh/simplify.h"
+#include "mesh/volume.h"
+#include "sparse3d/glb.h"
+
+namespace sparse3d {
+
+struct TexturedMesh::Impl {
+  std::vector<float> positions, normals, uvs;
+  std::vector<uint32_t> faces;
+  int32_t texture_size = 0;
+  std::vector<uint8_t> base_color_rgba, metallic_roughness_rgb;
+  bool double_sided = false;
+  std::vector<StageSeconds> stages;
+};
+
+TexturedMesh::TexturedMesh() : impl_(std::make_unique<Impl>()) {}
+TexturedMesh::~TexturedMesh() = default;
+TexturedMesh::TexturedMesh(TexturedMesh&&) noexcept = default;
+TexturedMesh& TexturedMesh::operator=(TexturedMesh&&) noexcept = default;
+int64_t TexturedMesh::num_vertices() const { return impl_->positions.size() / 3; }
+int64_t TexturedMesh::num_faces() const { return impl_->faces.size() / 3; }
+const std::vector<float>& TexturedMesh::positions() const { return impl_->positions; }
+const std::vector<float>& TexturedMesh::normals() const { return impl_->normals; }
+const std::vector<float>& TexturedMesh::uvs() const { return impl_->uvs; }
+const std::vector<uint32_t>& TexturedMesh::faces() const { return impl_->faces; }
+int32_t TexturedMesh::texture_size() const { return impl_->texture_size; }
+const std::vector<uint8_t>& TexturedMesh::base_color_rgba() const {
+  return impl_->base_color_rgba;
+}
+const std::vector<uint8_t>& TexturedMesh::metallic_roughness_rgb() const {
+  return impl_->metallic_roughness_rgb;
+}
+bool TexturedMesh::double_sided() const { return impl_->double_sided; }
+const std::vector<StageSeconds>& TexturedMesh::stage_seconds() const { return impl_->stages; }
+
+namespace {
+
+using s3d::mesh::TriMesh;
+using Clock = std::chrono::steady_clock;
+
+constexpr int32_t kMaxTextureSize = 16384;
+constexpr double kHolePerimeter = 3e-2;     // to_glb's fill_holes(max_hole_perimeter=3e-2)
+constexpr double kSmallComponent = 1e-5;    // remove_small_connected_components(1e-5)
+constexpr int kStages = 6;
+
+void check_options(const GlbOptions& o) {
+  S3D_CHECK(o.decimation_target >= 1, "to_glb: decimation_target must be at least 1 (got ",
+            o.decimation_target, ")");
+  S3D_CHECK(o.texture_size >= 1 && o.texture_size <= kMaxTextureSize,
+            "to_glb: texture_size must be in [1, ", kMaxTextureSize, "] (got ", o.texture_size,
+            ")");
+  S3D_CHECK(std::isfinite(o.remesh_band) && o.remesh_band > 0,
+            "to_glb: remesh_band must be a positive number (got ", o.remesh_band, ")");
+  S3D_CHECK(std::isfinite(o.remesh_project) && o.remesh_project >= 0 && o.remesh_project <= 1,
+            "to_glb: remesh_project must be in [0, 1] (got ", o.remesh_project, ")");
+  S3D_CHECK(std::isfinite(o.mesh_cluster_threshold_cone_half_angle_rad) &&
+                o.mesh_cluster_threshold_cone_half_angle_rad > 0,
+            "to_glb: mesh_cluster_threshold_cone_half_angle_rad must be positive");
+  S3D_CHECK(o.mesh_cluster_refine_iterations >= 0 && o.mesh_cluster_global_iterations >= 0,
+            "to_glb: the mesh_cluster iteration counts must not be negative");
+}
+
+// Every check of the input, before any work: one error naming the first problem.
+void check_input(const GlbInput& in) {
+  S3D_CHECK(in.num_vertices > 0 && in.vertices, "to_glb: the mesh has no vertices");
+  S3D_CHECK(in.num_faces > 0 && in.faces, "to_glb: the mesh has no faces");
+  S3D_CHECK(in.num_vertices < (int64_t{1} << 31) && in.num_faces < (int64_t{1} << 31),
+            "to_glb: more than 2^31 vertices or faces");
+  S3D_CHECK(in.num_voxels > 0 && in.coords && in.attrs,
+            "to_glb: the attribute volume has no voxels");
+  S3D_CHECK(in.channels >= 1 && in.channels <= 4096, "to_glb: attrs must have 1..4096 channels "
+            "(got ", in.channels, ")");
+  const AttributeLayout& l = in.layout;
+  const struct {
+    const char* name;
+    int32_t first, count;
+  } need[] = {{"base_color", l.base_color, 3},
+              {"metallic", l.metallic, 1},
+              {"roughness", l.roughness, 1},
+              {"alpha", l.alpha, 1}};
+  for (const auto& q : need)
+    S3D_CHECK(q.first >= 0 && q.first + q.count <= in.channels, "to_glb: attr_layout's ",
+              q.name, " takes channels ", q.first, "..", q.first + q.count - 1, " but attrs has ",
+              in.channels, " channels");
+  for (int k = 0; k < 3; ++k) {
+    S3D_CHECK(in.grid_size[k] >= 1 && in.grid_size[k] <= 1 << 16, "to_glb: grid_size[", k,
+              "] must be in [1, 65536] (got ", in.grid_size[k], ")");
+    S3D_CHECK(std::isfinite(in.aabb[k]) && std::isfinite(in.aabb[k + 3]) &&
+                  in.aabb[k + 3] > in.aabb[k],
+              "to_glb: aabb must be finite with max > min on every axis (axis ", k, ")");
+  }
+  for (int64_t i = 0; i < 3 * in.num_vertices; ++i)
+    S3D_CHECK(std::isfinite(in.vertices[i]), "to_glb: vertex ", i / 3,
+              " has a non-finite coordinate");
+  for (int64_t i = 0; i < 3 * in.num_faces; ++i)
+    S3D_CHECK(in.faces[i] >= 0 && in.faces[i] < in.num_vertices, "to_glb: face ", i / 3,
+              " names vertex ", in.faces[i], ", outside [0, ", in.num_vertices, ")");
+}
+
+class StageClock {
+ public:
+  StageClock(const GlbOptions& o, std::vector<StageSeconds>& out) : o_(o), out_(out) {}
+  void start(const char* name) {
+    stop();
+    if (o_.progress) o_.progress(name, index_, kStages);
+    name_ = name;
+    t0_ = Clock::now();
+    ++index_;
+  }
+  void stop() {
+    if (name_.empty()) return;
+    out_.push_back({name_, std::chrono::duration<double>(Clock::now() - t0_).count()});
+    name_.clear();
+  }
+
+ private:
+  const GlbOptions& o_;
+  std::vector<StageSeconds>& out_;
+  std::string name_;
+  Clock::time_point t0_;
+  int index_ = 0;
+};
+
+// The remesh branch: narrow-band dual contouring around the filled surface, then the budget.
+TriMesh remesh_branch(const s3d::mesh::Bvh& bvh, const GlbInput& in, const GlbOptions& o) {
+  s3d::mesh::RemeshOptions r;
+  float scale = 0;
+  for (int k = 0; k < 3; ++k) {
+    r.center[k] = 0.5f * (in.aabb[k] + in.aabb[k + 3]);
+    scale = std::max(scale, in.aabb[k + 3] - in.aabb[k]);
+  }
+  const int32_t res = *std::max_element(in.grid_size.begin(), in.grid_size.end());
+  r.resolution = res;
+  r.scale = (res + 3 * o.remesh_band) / res * scale;
+  r.band = o.remesh_band;
+  r.project_back = o.remesh_project;
+  TriMesh m = s3d::mesh::remesh_narrow_band_dc(bvh, r);
+  s3d::mesh::simplify(m, o.decimation_target);
+  return m;
+}
+
+// The plain branch: simplify to 3x, clean, simplify to the target, clean, orient.
+TriMesh plain_branch(TriMesh m, const GlbOptions& o) {
+  namespace sm = s3d::mesh;
+  sm::simplify(m, o.decimation_target * 3);
+  for (int pass = 0; pass < 2; ++pass) {
+    sm::remove_duplicate_faces(m);
+    sm::repair_non_manifold_edges(m);
+    sm::remove_small_components(m, kSmallComponent);
+    sm::fill_holes(m, kHolePerimeter);
+    if (pass == 0) sm::simplify(m, o.decimation_target);
+  }
+  sm::unify_orientation(m);
+  return m;
+}
+
+uint8_t to_byte(float x) {
+  // np.clip(x * 255, 0, 255).astype(np.uint8): clamp, then truncate toward zero.
+  const float y = std::clamp(x * 255.0f, 0.0f, 255.0f);
+  return static_cast<uint8_t>(y);
+}
+
+// Texel channels to the two glTF images (RGBA base colour + alpha; 0, roughness, metallic),
+// the uncovered texels filled from the charts around them.
+void finalize_textures(const s3d::mesh::BakedTexture& t, const AttributeLayout& l,
+                       TexturedMesh::Impl& out) {
+  const int64_t n = int64_t{t.size} * t.size;
+  out.base_color_rgba.assign(4 * n, 0);
+  out.metallic_roughness_rgb.assign(3 * n, 0);
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    const float* a = &t.attrs[i * t.channels];
+    for (int c = 0; c < 3; ++c) out.base_color_rgba[4 * i + c] = to_byte(a[l.base_color + c]);
+    out.base_color_rgba[4 * i + 3] = to_byte(a[l.alpha]);
+    out.metallic_roughness_rgb[3 * i + 1] = to_byte(a[l.roughness]);
+    out.metallic_roughness_rgb[3 * i + 2] = to_byte(a[l.metallic]);
+  }
+  s3d::mesh::fill_uncovered(out.base_color_rgba, t.mask, t.size, t.size, 4);
+  s3d::mesh::fill_uncovered(out.metallic_roughness_rgb, t.mask, t.size, t.size, 3);
+}
+
+// glTF axes: (x, y, z) -> (x, z, -y), as to_glb swaps before export.
+void to_gltf_axes(std::vector<float>& xyz) {
+  for (size_t i = 0; i + 2 < xyz.size(); i += 3) {
+    const float y = xyz[i + 1];
+    xyz[i + 1] = xyz[i + 2];
+    xyz[i + 2] = -y;
+  }
+}
+
+}  // namespace
+
+TexturedMesh to_glb(const GlbInput& in, const GlbOptions& o) {
+  namespace sm = s3d::mesh;
+  check_options(o);
+  check_input(in);
+  TexturedMesh result;
+  TexturedMesh::Impl& out = *result.impl_;
+  StageClock clock(o, out.stages);
+
+  clock.start("fill holes");
+  TriMesh decoded;
+  decoded.positions.assign(in.vertices, in.vertices + 3 * in.num_vertices);
+  decoded.faces.assign(in.faces, in.faces + 3 * in.num_faces);
+  const sm::SparseVolume volume(
+      std::vector<int32_t>(in.coords, in.coords + 3 * in.num_voxels),
+      std::vector<float>(in.attrs, in.attrs + in.num_voxels * in.channels), in.channels,
+      in.grid_size);
+  sm::fill_holes(decoded, kHolePerimeter);
+
+  clock.start("build BVH");
+  const sm::Bvh bvh(decoded);
+
+  clock.start(o.remesh ? "remesh and simplify" : "clean and simplify");
+  TriMesh simplified = o.remesh ? remesh_branch(bvh, in, o) : plain_branch(decoded, o);
+  S3D_CHECK(simplified.num_faces() > 0, "to_glb: no faces are left after ",
+            o.remesh ? "remeshing" : "cleaning", " (is the mesh inside its aabb?)");
+
+  clock.start("UV atlas");
+  sm::remove_degenerate_faces(simplified);
+  sm::remove_unreferenced_vertices(simplified);
+  sm::ChartOptions charts;
+  charts.cone_half_angle_rad = o.mesh_cluster_threshold_cone_half_angle_rad;
+  charts.refine_iterations = o.mesh_cluster_refine_iterations;
+  charts.global_iterations = o.mesh_cluster_global_iterations;
+  charts.smooth_strength = o.mesh_cluster_smooth_strength;
+  charts.texture_size = o.texture_size;
+  const sm::UvMesh uv = sm::uv_unwrap(simplified, charts);
+  const std::vector<float> vn = sm::vertex_normals(simplified);
+  out.normals.resize(3 * uv.vertex_of.size());
+  for (size_t v = 0; v < uv.vertex_of.size(); ++v)
+    for (int k = 0; k < 3; ++k) out.normals[3 * v + k] = vn[3 * uv.vertex_of[v] + k];
+
+  clock.start("bake textures");
+  const sm::UvRaster raster = sm::rasterize_uv(uv, o.texture_size);
+  sm::BakeInputs bake_in;
+  bake_in.uv_mesh = &uv;
+  bake_in.surface = &bvh;
+  bake_in.volume = &volume;
+  for (int k = 0; k < 3; ++k) {
+    bake_in.grid_origin[k] = in.aabb[k];
+    bake_in.voxel_size[k] = (in.aabb[k + 3] - in.aabb[k]) / in.grid_size[k];
+  }
+  const sm::BakedTexture baked = sm::bake(raster, bake_in);
+
+  clock.start("finalize");
+  out.texture_size = o.texture_size;
+  finalize_textures(baked, in.layout, out);
+  out.positions = uv.positions;
+  to_gltf_axes(out.positions);
+  to_gltf_axes(out.normals);
+  out.uvs = uv.uvs;  // raster rows are image rows: glTF's v = 0 at the top is the raster's row 0
+  out.faces.assign(uv.faces.begin(), uv.faces.end());
+  out.double_sided = !o.remesh;
+  clock.stop();
+  return result;
+}
+
+namespace {
+
+// The output mesh and its two images encoded, ready for the GLB writer.
+s3d::mesh::GlbMesh encoded_glb(const TexturedMesh& m, TextureFormat format) {
+  namespace sm = s3d::mesh;
+  S3D_CHECK(m.num_faces() > 0, "export: the mesh is empty (was it made by to_glb?)");
+  sm::EncodeOptions e;
+  e.codec = format == TextureFormat::WebP ? sm::ImageCodec::webp : sm::ImageCodec::png;
+  sm::GlbMesh g;
+  g.positions = m.positions();
+  g.normals = m.normals();
+  g.uvs = m.uvs();
+  g.indices = m.faces();
+  g.codec = e.codec;
+  g.double_sided = m.double_sided();
+  const int32_t s = m.texture_size();
+  g.base_color_image = sm::encode_image(m.base_color_rgba().data(), s, s, 4, e);
+  g.metallic_roughness_image = sm::encode_image(m.metallic_roughness_rgb().data(), s, s, 3, e);
+  return g;
+}
+
+}  // namespace
+
+std::string TexturedMesh::glb_bytes(TextureFormat format) const {
+  return s3d::mesh::glb_bytes(encoded_glb(*this, format));
+}
+
+double TexturedMesh::export_glb(const std::string& path, TextureFormat format) const {
+  const auto t0 = Clock::now();
+  s3d::io::check_output_file(path, "export_glb: " + path);
+  s3d::mesh::write_glb(encoded_glb(*this, format), path);
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+GlbInput GlbAsset::view() const {
+  GlbInput in;
+  in.vertices = vertices.data();
+  in.num_vertices = static_cast<int64_t>(vertices.size() / 3);
+  in.faces = faces.data();
+  in.num_faces = static_cast<int64_t>(faces.size() / 3);
+  in.coords = coords.data();
+  in.attrs = attrs.data();
+  in.num_voxels = static_cast<int64_t>(coords.size() / 3);
+  in.channels = channels;
+  in.layout = layout;
+  in.aabb = aabb;
+  in.grid_size = grid_size;
+  return in;
+}
+
+}  // namespace sparse3d

@@ -1,0 +1,216 @@
+// The whole export (sparse3d::to_glb and export_glb) on the CPU: a small decoder-like asset
+// made by voxelize_textured_mesh from a procedural sphere, both branches, checked for the
+// contract of each step the user sees (face budget, texture read back through the UVs, the
+// GLB's bytes, the errors), and the GLB input file round trip.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "sparse3d/glb.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Source {
+  std::vector<float> vertices, pbr;
+  std::vector<int32_t> faces;
+};
+
+// A sphere of radius 0.3 (odd ring and segment counts) with a smooth colour field.
+Source sphere_source() {
+  Source s;
+  const int rings = 27, segs = 41;
+  for (int r = 0; r <= rings; ++r) {
+    const float th = 3.14159265f * r / rings;
+    for (int k = 0; k < segs; ++k) {
+      const float ph = 6.2831853f * k / segs;
+      const float x = 0.3f * std::sin(th) * std::cos(ph), y = 0.3f * std::sin(th) * std::sin(ph),
+                  z = 0.3f * std::cos(th);
+      s.vertices.insert(s.vertices.end(), {x, y, z});
+      s.pbr.insert(s.pbr.end(), {0.5f + x, 0.5f + y, 0.5f + z, 0.25f, 0.75f, 1.0f});
+    }
+  }
+  for (int r = 0; r < rings; ++r)
+    for (int k = 0; k < segs; ++k) {
+      const int a = r * segs + k, b = r * segs + (k + 1) % segs, c = a + segs, d = b + segs;
+      s.faces.insert(s.faces.end(), {a, c, b, b, c, d});
+    }
+  return s;
+}
+
+const sparse3d::GlbAsset& asset() {
+  static const sparse3d::GlbAsset a = [] {
+    const Source s = sphere_source();
+    return sparse3d::voxelize_textured_mesh(s.vertices, s.faces, s.pbr, 6, 48, "test sphere");
+  }();
+  return a;
+}
+
+// The base colour the texture holds at a vertex's UV (nearest texel).
+std::array<int, 3> texel_at(const sparse3d::TexturedMesh& m, int64_t v) {
+  const int S = m.texture_size();
+  const int c = std::clamp(static_cast<int>(m.uvs()[2 * v] * S), 0, S - 1);
+  const int r = std::clamp(static_cast<int>(m.uvs()[2 * v + 1] * S), 0, S - 1);
+  const uint8_t* p = &m.base_color_rgba()[4 * (int64_t{r} * S + c)];
+  return {p[0], p[1], p[2]};
+}
+
+void expect_result_contract(const sparse3d::TexturedMesh& m, int64_t target, bool remesh) {
+  ASSERT_GT(m.num_faces(), 0);
+  EXPECT_LE(m.num_faces(), target);
+  EXPECT_EQ(m.double_sided(), !remesh);
+  ASSERT_EQ(m.positions().size(), 3 * static_cast<size_t>(m.num_vertices()));
+  ASSERT_EQ(m.uvs().size(), 2 * static_cast<size_t>(m.num_vertices()));
+  for (float u : m.uvs()) {
+    EXPECT_GE(u, 0.0f);
+    EXPECT_LE(u, 1.0f);
+  }
+  for (uint32_t i : m.faces()) EXPECT_LT(i, static_cast<uint32_t>(m.num_vertices()));
+  // Colour read back at each vertex's UV agrees with the field at its position (mapped back
+  // from glTF axes: input (x, y, z) = output (x, -z, y)); tolerance: a voxel's colour change
+  // plus texel rounding.
+  double err = 0;
+  for (int64_t v = 0; v < m.num_vertices(); ++v) {
+    const float x = m.positions()[3 * v], y = -m.positions()[3 * v + 2],
+                z = m.positions()[3 * v + 1];
+    const auto t = texel_at(m, v);
+    err += std::abs(t[0] / 255.0 - (0.5 + x)) + std::abs(t[1] / 255.0 - (0.5 + y)) +
+           std::abs(t[2] / 255.0 - (0.5 + z));
+  }
+  EXPECT_LT(err / (3 * m.num_vertices()), 0.03);
+  // Metallic 0.25 and roughness 0.75 everywhere: the packed texture says so in every texel,
+  // the filled ones included.
+  const auto& mr = m.metallic_roughness_rgb();
+  for (size_t i = 0; i < mr.size(); i += 3) {
+    ASSERT_EQ(mr[i], 0);
+    ASSERT_NEAR(mr[i + 1], 191, 1);
+    ASSERT_NEAR(mr[i + 2], 63, 1);
+  }
+}
+
+TEST(MeshExport, PlainBranchMeetsItsContract) {
+  sparse3d::GlbOptions o;
+  o.decimation_target = 1501;
+  o.texture_size = 129;
+  std::vector<std::string> stages;
+  o.progress = [&](const std::string& s, int, int) { stages.push_back(s); };
+  const sparse3d::TexturedMesh m = sparse3d::to_glb(asset().view(), o);
+  expect_result_contract(m, 1501, false);
+  EXPECT_EQ(stages.size(), m.stage_seconds().size());
+}
+
+TEST(MeshExport, RemeshBranchMeetsItsContract) {
+  sparse3d::GlbOptions o;
+  o.decimation_target = 2001;
+  o.texture_size = 97;
+  o.remesh = true;
+  o.remesh_project = 0;
+  expect_result_contract(sparse3d::to_glb(asset().view(), o), 2001, true);
+}
+
+TEST(MeshExport, WritesAGlbAndLeavesNothingOnFailure) {
+  sparse3d::GlbOptions o;
+  o.decimation_target = 800;
+  o.texture_size = 64;
+  const sparse3d::TexturedMesh m = sparse3d::to_glb(asset().view(), o);
+  const fs::path dir = fs::temp_directory_path() / ("s3d_export_" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  for (auto fmt : {sparse3d::TextureFormat::WebP, sparse3d::TextureFormat::PNG}) {
+    const fs::path out = dir / "a.glb";
+    m.export_glb(out.string(), fmt);
+    std::ifstream f(out, std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(f)), {});
+    ASSERT_GE(bytes.size(), 20u);
+    EXPECT_EQ(bytes.substr(0, 4), "glTF");
+    EXPECT_EQ(bytes, m.glb_bytes(fmt));
+    const bool webp = bytes.find("EXT_texture_webp") != std::string::npos;
+    EXPECT_EQ(webp, fmt == sparse3d::TextureFormat::WebP);
+  }
+  // A folder where the file should go: one error, and nothing new in the folder.
+  fs::create_directories(dir / "taken.glb");
+  EXPECT_THROW(m.export_glb((dir / "taken.glb").string()), sparse3d::Error);
+  size_t entries = 0;
+  for ([[maybe_unused]] const auto& e : fs::directory_iterator(dir)) ++entries;
+  EXPECT_EQ(entries, 2u);  // a.glb and taken.glb
+  fs::remove_all(dir);
+}
+
+TEST(MeshExport, RefusesBadInputNamingIt) {
+  const sparse3d::GlbAsset& a = asset();
+  auto refuses = [](sparse3d::GlbInput in, sparse3d::GlbOptions o, const char* needle) {
+    try {
+      sparse3d::to_glb(in, o);
+      ADD_FAILURE() << "accepted; expected an error with '" << needle << "'";
+    } catch (const sparse3d::Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  sparse3d::GlbOptions o;
+  o.decimation_target = 500;
+  o.texture_size = 32;
+  sparse3d::GlbInput in = a.view();
+  in.num_faces = 0;
+  refuses(in, o, "no faces");
+  std::vector<float> v = a.vertices;
+  v[4] = std::nanf("");
+  in = a.view();
+  in.vertices = v.data();
+  refuses(in, o, "non-finite");
+  std::vector<int32_t> f = a.faces;
+  f[7] = static_cast<int32_t>(a.vertices.size() / 3);
+  in = a.view();
+  in.faces = f.data();
+  refuses(in, o, "outside");
+  std::vector<int32_t> c = a.coords;
+  c[3] = 48;
+  in = a.view();
+  in.coords = c.data();
+  refuses(in, o, "voxel");
+  c = a.coords;
+  c[3] = c[0], c[4] = c[1], c[5] = c[2];
+  in.coords = c.data();
+  refuses(in, o, "voxel");
+  in = a.view();
+  in.layout.alpha = 6;
+  refuses(in, o, "alpha");
+  in = a.view();
+  sparse3d::GlbOptions bad = o;
+  bad.texture_size = 0;
+  refuses(in, bad, "texture_size");
+  bad = o;
+  bad.texture_size = 16385;
+  refuses(in, bad, "texture_size");
+  bad = o;
+  bad.decimation_target = 0;
+  refuses(in, bad, "decimation_target");
+}
+
+TEST(MeshExport, InputFileRoundTripsAndRefusesAWrongFormat) {
+  const fs::path dir = fs::temp_directory_path() / ("s3d_input_" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  const std::string path = (dir / "case.safetensors").string();
+  sparse3d::save_glb_input(asset(), path);
+  const sparse3d::GlbAsset b = sparse3d::load_glb_input(path);
+  EXPECT_EQ(b.vertices, asset().vertices);
+  EXPECT_EQ(b.faces, asset().faces);
+  EXPECT_EQ(b.coords, asset().coords);
+  EXPECT_EQ(b.attrs, asset().attrs);
+  EXPECT_EQ(b.grid_size, asset().grid_size);
+  EXPECT_EQ(b.source, "test sphere");
+  // Not a GLB input: a truncated copy.
+  {
+    std::ifstream in(path, std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), {});
+    std::ofstream out(dir / "cut.safetensors", std::ios::binary);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size() / 2));
+  }
+  EXPECT_THROW(sparse3d::load_glb_input((dir / "cut.safetensors").string()), sparse3d::Error);
+  fs::remove_all(dir);
+}
+
+}  // namespace
