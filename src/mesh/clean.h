@@ -23,8 +23,11 @@ void remove_unreferenced_vertices(TriMesh& m, std::vector<int32_t>* old_of_new =
 // Loops are found on the manifold boundary edges (an edge used by exactly one face).
 // Returns the number of holes filled.
 int64_t fill_holes(TriMesh& m, double max_perimeter);
-// An edge used by more than two faces: its faces beyond the first two get their own copies of
-// the edge's vertices (positions duplicated), so that every edge has at most two faces.
+// Makes every edge used by at most two faces by splitting vertices, as CuMesh does: a vertex
+// becomes one vertex per fan of its faces (faces around it joined through edges that exactly
+// two faces use). The fan holding the vertex's first corner keeps its index; every other fan
+// gets a new vertex (appended, position duplicated). A non-manifold edge's faces thus keep
+// their manifold neighbours, and pinched (bow-tie) vertices are split too.
 void repair_non_manifold_edges(TriMesh& m);
 // Drops connected components (faces joined through shared edges) of total area < min_area.
 void remove_small_components(TriMesh& m, double min_area);
