@@ -4,6 +4,7 @@
 
 #include "sparse3d/engine.h"
 #include "sparse3d/flags.h"
+#include "sparse3d/glb.h"
 #include "sparse3d/messages.h"
 #include "sparse3d/sampler_settings.h"
 #include "sparse3d/synthetic.h"

@@ -951,5 +951,7 @@ def accelerate(pipeline: Any, path: Optional[str] = None, models: Sequence[str] 
     return acc
 
 
-__all__ = ["accelerate", "Acceleration", "ENGINE_OPTIONS", "EngineFlowModel", "EngineSampler", "config_of_module",
+from .glb import GlbMesh, to_glb  # noqa: E402  (the export, re-exported for the drop-in)
+
+__all__ = ["accelerate", "to_glb", "GlbMesh", "Acceleration", "ENGINE_OPTIONS", "EngineFlowModel", "EngineSampler", "config_of_module",
            "family_of_module", "FLOW_MODELS", "FLOW_SAMPLERS", "COND_TOKENS", "WARM_UP_TOKENS"]

@@ -25,6 +25,8 @@
 namespace nb = nanobind;
 using namespace nb::literals;
 
+void bind_glb(nb::module_& m);  // glb_binding.cpp
+
 namespace {
 
 using sparse3d::Array;
@@ -811,4 +813,5 @@ NB_MODULE(_native, m) {
         "{json, safetensors, family, parameters, preset, seed, dtype}.");
 
   bind_engine(m);
+  bind_glb(m);
 }
