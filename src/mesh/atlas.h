@@ -18,6 +18,12 @@ struct ChartOptions {
   int32_t texture_size = 2048;             // the packer's resolution (texels)
   int32_t padding = 2;                     // texels between charts
   int32_t threads = 0;                     // 0: all cores
+  // xatlas's cost grows with the square of a chart's face count, and it grows the charts of
+  // one connected piece on one thread (atlas.cpp): charts are capped at this many mean face
+  // areas, and meshes cut into spatial groups of at most this many faces (seams between
+  // them) that grow in parallel. 0 turns either off.
+  int32_t faces_per_chart = 1000;
+  int32_t faces_per_group = 8192;
 };
 
 struct UvMesh {

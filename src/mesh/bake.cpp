@@ -1,0 +1,420 @@
+// Texture baking in UV space (bake.h): a fixed-point rasteriser over row bands, the bake
+// proper (interpolate, project onto the decoded surface, sample the volume) and a pull-push
+// fill of the texels no chart covers.
+#include "mesh/bake.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "core/error.h"
+
+namespace s3d::mesh {
+namespace {
+
+// ---- rasterize_uv ---------------------------------------------------------------------------
+// Vertices snap to 1/4096 of a texel, so that edge functions are exact 64-bit integers: an edge
+// shared by two faces then gives the two faces exactly opposite values at every texel centre,
+// and the top-left rule can hand each centre on it to exactly one of them. With sizes up to
+// 16384 and UVs in [-1, 2], coordinates stay under 2^28 and products under 2^57.
+constexpr int kSubBits = 12;
+constexpr int64_t kOne = int64_t(1) << kSubBits;  // one texel
+constexpr int64_t kHalf = kOne / 2;               // a texel centre's offset
+constexpr int kBandRows = 16;                     // rows per band of the binning
+constexpr int32_t kMaxRasterSize = 16384;
+// Below this much work a loop runs on the calling thread: waking a team costs more.
+constexpr int64_t kSerialBelow = 1 << 14;
+
+int64_t floor_div(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+int64_t ceil_div(int64_t a, int64_t b) { return -floor_div(-a, b); }
+
+// One face in fixed point, oriented so that its area is positive.
+struct FixedTri {
+  int64_t x[3], y[3];
+  int64_t area = 0;                          // twice the area, > 0 when the face covers anything
+  bool swapped = false;                      // vertices 1 and 2 exchanged to make the area positive
+  int32_t r0 = 0, r1 = -1, c0 = 0, c1 = -1;  // texel rows and columns whose centres it spans
+};
+
+FixedTri setup_face(const UvMesh& m, int64_t f, int32_t size) {
+  FixedTri t;
+  const double scale = double(size) * double(kOne);
+  for (int k = 0; k < 3; ++k) {
+    const float* uv = &m.uvs[2 * m.faces[3 * f + k]];
+    t.x[k] = std::llround(uv[0] * scale);
+    t.y[k] = std::llround(uv[1] * scale);
+  }
+  t.area = (t.x[1] - t.x[0]) * (t.y[2] - t.y[0]) - (t.y[1] - t.y[0]) * (t.x[2] - t.x[0]);
+  if (t.area == 0) return t;
+  if (t.area < 0) {
+    std::swap(t.x[1], t.x[2]);
+    std::swap(t.y[1], t.y[2]);
+    t.area = -t.area;
+    t.swapped = true;
+  }
+  const int64_t xlo = std::min({t.x[0], t.x[1], t.x[2]}), xhi = std::max({t.x[0], t.x[1], t.x[2]});
+  const int64_t ylo = std::min({t.y[0], t.y[1], t.y[2]}), yhi = std::max({t.y[0], t.y[1], t.y[2]});
+  // Texel c's centre is c * kOne + kHalf.
+  t.c0 = static_cast<int32_t>(std::max<int64_t>(0, ceil_div(xlo - kHalf, kOne)));
+  t.c1 = static_cast<int32_t>(std::min<int64_t>(size - 1, floor_div(xhi - kHalf, kOne)));
+  t.r0 = static_cast<int32_t>(std::max<int64_t>(0, ceil_div(ylo - kHalf, kOne)));
+  t.r1 = static_cast<int32_t>(std::min<int64_t>(size - 1, floor_div(yhi - kHalf, kOne)));
+  if (t.c0 > t.c1) t.r1 = t.r0 - 1;  // no column: no row either
+  return t;
+}
+
+// Rasterises face f over rows [row_lo, row_hi]. An edge function is zero on the edge and
+// positive inside; a centre exactly on an edge counts as inside when the centre nudged by
+// (e, e^2), e -> 0, is inside: for edge direction (dx, dy) that is dy < 0, or dy == 0 and dx > 0
+// (a top-left rule). The nudge is one fixed direction, so of two faces sharing an edge, or of
+// the fan around a shared vertex, exactly one takes the centre.
+void raster_face(const FixedTri& t, int32_t f, int32_t size, int32_t row_lo, int32_t row_hi,
+                 UvRaster& out) {
+  int64_t dx[3], dy[3], bias[3];
+  for (int i = 0; i < 3; ++i) {
+    const int j = (i + 1) % 3;
+    dx[i] = t.x[j] - t.x[i];
+    dy[i] = t.y[j] - t.y[i];
+    bias[i] = (dy[i] < 0 || (dy[i] == 0 && dx[i] > 0)) ? 0 : 1;
+  }
+  const double inv_area = 1.0 / double(t.area);
+  const int32_t r_begin = std::max(row_lo, t.r0), r_end = std::min(row_hi, t.r1);
+  for (int32_t r = r_begin; r <= r_end; ++r) {
+    const int64_t py = int64_t(r) * kOne + kHalf;
+    const int64_t px0 = int64_t(t.c0) * kOne + kHalf;
+    int64_t e[3];
+    for (int i = 0; i < 3; ++i) e[i] = dx[i] * (py - t.y[i]) - dy[i] * (px0 - t.x[i]);
+    for (int32_t c = t.c0; c <= t.c1; ++c) {
+      if (e[0] >= bias[0] && e[1] >= bias[1] && e[2] >= bias[2]) {
+        const int64_t texel = int64_t(r) * size + c;
+        if (f > out.face[texel]) {
+          // Weight of a vertex = the edge function of the edge facing it, over the area.
+          const float w1 = static_cast<float>(double(e[2]) * inv_area);  // facing vertex 1
+          const float w2 = static_cast<float>(double(e[0]) * inv_area);  // facing vertex 2
+          out.face[texel] = f;
+          out.bary[2 * texel] = t.swapped ? w2 : w1;
+          out.bary[2 * texel + 1] = t.swapped ? w1 : w2;
+        }
+      }
+      for (int i = 0; i < 3; ++i) e[i] -= dy[i] * kOne;
+    }
+  }
+}
+
+void check_uv_mesh(const UvMesh& m, const char* what) {
+  S3D_CHECK(m.uvs.size() % 2 == 0 && m.faces.size() % 3 == 0, what,
+            ": uvs and faces must be whole pairs and triples (", m.uvs.size(), " and ",
+            m.faces.size(), " values)");
+  S3D_CHECK(m.num_faces() < (int64_t(1) << 31), what, ": ", m.num_faces(), " faces exceed int32");
+  const int64_t V = m.num_vertices();
+  for (int64_t i = 0; i < 2 * V; ++i) {
+    const float u = m.uvs[i];
+    S3D_CHECK(std::isfinite(u) && u >= -1.0f && u <= 2.0f, what, ": vertex ", i / 2,
+              " has uv coordinate ", u, " (must be finite, within [-1, 2])");
+  }
+  for (size_t i = 0; i < m.faces.size(); ++i) {
+    S3D_CHECK(m.faces[i] >= 0 && m.faces[i] < V, what, ": face ", i / 3, " names vertex ",
+              m.faces[i], ", outside [0, ", V, ")");
+  }
+}
+
+// Faces binned into bands of kBandRows rows, each band's list in ascending face order (CSR).
+// Counted per thread over fixed chunks of faces, so the lists do not depend on the schedule.
+struct Bins {
+  std::vector<int64_t> offset;  // bands + 1
+  std::vector<int32_t> faces;
+};
+
+Bins bin_faces(const std::vector<FixedTri>& tris, int32_t bands) {
+  const int64_t F = static_cast<int64_t>(tris.size());
+  const int T = F < kSerialBelow ? 1 : omp_get_max_threads();
+  std::vector<int64_t> counts(int64_t(T) * bands, 0);
+  const int64_t chunk = (F + T - 1) / T;
+#pragma omp parallel num_threads(T)
+  {
+    const int t = omp_get_thread_num();
+    int64_t* cnt = &counts[int64_t(t) * bands];
+    for (int64_t f = t * chunk; f < std::min(F, (t + 1) * chunk); ++f) {
+      if (tris[f].r0 > tris[f].r1) continue;
+      for (int32_t b = tris[f].r0 / kBandRows; b <= tris[f].r1 / kBandRows; ++b) ++cnt[b];
+    }
+  }
+  Bins bins;
+  bins.offset.assign(bands + 1, 0);
+  int64_t total = 0;
+  for (int32_t b = 0; b < bands; ++b) {  // counts become each thread's start in its band
+    bins.offset[b] = total;
+    for (int t = 0; t < T; ++t) {
+      const int64_t n = counts[int64_t(t) * bands + b];
+      counts[int64_t(t) * bands + b] = total;
+      total += n;
+    }
+  }
+  bins.offset[bands] = total;
+  bins.faces.resize(total);
+#pragma omp parallel num_threads(T)
+  {
+    const int t = omp_get_thread_num();
+    int64_t* pos = &counts[int64_t(t) * bands];
+    for (int64_t f = t * chunk; f < std::min(F, (t + 1) * chunk); ++f) {
+      if (tris[f].r0 > tris[f].r1) continue;
+      for (int32_t b = tris[f].r0 / kBandRows; b <= tris[f].r1 / kBandRows; ++b)
+        bins.faces[pos[b]++] = static_cast<int32_t>(f);
+    }
+  }
+  return bins;
+}
+
+// ---- bake -----------------------------------------------------------------------------------
+constexpr int64_t kBakeChunk = int64_t(1) << 20;  // texels per batch of queries
+
+void check_bake_inputs(const UvRaster& raster, const BakeInputs& in) {
+  S3D_CHECK(in.uv_mesh && in.surface && in.volume,
+            "bake: uv_mesh, surface and volume must all be set");
+  const int64_t n = int64_t(raster.size) * raster.size;
+  S3D_CHECK(raster.size > 0 && static_cast<int64_t>(raster.face.size()) == n &&
+                static_cast<int64_t>(raster.bary.size()) == 2 * n,
+            "bake: the raster of size ", raster.size, " has ", raster.face.size(), " faces and ",
+            raster.bary.size(), " barycentrics (expected ", n, " and ", 2 * n, ")");
+  const UvMesh& m = *in.uv_mesh;
+  S3D_CHECK(
+      static_cast<int64_t>(m.positions.size()) == 3 * m.num_vertices() && m.faces.size() % 3 == 0,
+      "bake: the UV mesh has ", m.positions.size(), " position values for ", m.num_vertices(),
+      " vertices");
+  for (size_t i = 0; i < m.faces.size(); ++i) {
+    S3D_CHECK(m.faces[i] >= 0 && m.faces[i] < m.num_vertices(), "bake: UV mesh face ", i / 3,
+              " names vertex ", m.faces[i], ", outside [0, ", m.num_vertices(), ")");
+  }
+  for (int k = 0; k < 3; ++k) {
+    S3D_CHECK(
+        std::isfinite(in.grid_origin[k]) && std::isfinite(in.voxel_size[k]) && in.voxel_size[k] > 0,
+        "bake: grid origin and voxel size must be finite and the voxel size positive (axis ", k,
+        ": origin ", in.grid_origin[k], ", voxel size ", in.voxel_size[k], ")");
+  }
+}
+
+// The output mesh's 3D point under each listed texel.
+void texel_points(const UvRaster& raster, const UvMesh& m, const int64_t* texels, int64_t n,
+                  float* points) {
+  const int64_t F = m.num_faces();
+  bool bad = false;
+#pragma omp parallel for schedule(static) reduction(|| : bad) if (n > kSerialBelow)
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t t = texels[i];
+    const int32_t f = raster.face[t];
+    if (f >= F) {
+      bad = true;
+      continue;
+    }
+    const float b1 = raster.bary[2 * t], b2 = raster.bary[2 * t + 1], b0 = 1 - b1 - b2;
+    const float* p0 = &m.positions[3 * m.faces[3 * f]];
+    const float* p1 = &m.positions[3 * m.faces[3 * f + 1]];
+    const float* p2 = &m.positions[3 * m.faces[3 * f + 2]];
+    for (int k = 0; k < 3; ++k) points[3 * i + k] = b0 * p0[k] + b1 * p1[k] + b2 * p2[k];
+  }
+  S3D_CHECK(!bad, "bake: the raster names a face beyond the UV mesh's ", F, " faces");
+}
+
+// Replaces each point by its closest point on the decoded surface, in grid units.
+void project_to_grid(const BakeInputs& in, const ClosestHit* hits, int64_t n, float* points) {
+  const TriMesh& s = in.surface->mesh();
+#pragma omp parallel for schedule(static) if (n > kSerialBelow)
+  for (int64_t i = 0; i < n; ++i) {
+    const ClosestHit& h = hits[i];
+    float q[3] = {points[3 * i], points[3 * i + 1], points[3 * i + 2]};
+    if (h.face >= 0) {
+      const int32_t* tri = &s.faces[3 * h.face];
+      for (int k = 0; k < 3; ++k) {
+        q[k] = h.uvw[0] * s.positions[3 * tri[0] + k] + h.uvw[1] * s.positions[3 * tri[1] + k] +
+               h.uvw[2] * s.positions[3 * tri[2] + k];
+      }
+    }
+    for (int k = 0; k < 3; ++k) points[3 * i + k] = (q[k] - in.grid_origin[k]) / in.voxel_size[k];
+  }
+}
+
+// ---- fill_uncovered -------------------------------------------------------------------------
+// One level of the pull-push pyramid: per texel, the mean of the covered finest texels under it
+// and how many there are (0: a hole at this level).
+struct Level {
+  int32_t w = 0, h = 0;
+  std::vector<float> value;   // w * h * channels
+  std::vector<float> weight;  // w * h
+};
+
+Level pull_from_image(const std::vector<uint8_t>& image, const std::vector<uint8_t>& mask,
+                      int32_t W, int32_t H, int32_t C) {
+  Level L;
+  L.w = (W + 1) / 2, L.h = (H + 1) / 2;
+  L.value.assign(int64_t(L.w) * L.h * C, 0.0f);
+  L.weight.assign(int64_t(L.w) * L.h, 0.0f);
+#pragma omp parallel for schedule(static) if (int64_t(W) * H > kSerialBelow)
+  for (int32_t y = 0; y < L.h; ++y) {
+    for (int32_t x = 0; x < L.w; ++x) {
+      double sum[16] = {};
+      int n = 0;
+      for (int32_t yy = 2 * y; yy < std::min(H, 2 * y + 2); ++yy)
+        for (int32_t xx = 2 * x; xx < std::min(W, 2 * x + 2); ++xx) {
+          const int64_t i = int64_t(yy) * W + xx;
+          if (!mask[i]) continue;
+          ++n;
+          for (int32_t c = 0; c < C; ++c) sum[c] += image[i * C + c];
+        }
+      const int64_t o = int64_t(y) * L.w + x;
+      L.weight[o] = static_cast<float>(n);
+      for (int32_t c = 0; c < C && n > 0; ++c) L.value[o * C + c] = static_cast<float>(sum[c] / n);
+    }
+  }
+  return L;
+}
+
+Level pull(const Level& f, int32_t C) {
+  Level L;
+  L.w = (f.w + 1) / 2, L.h = (f.h + 1) / 2;
+  L.value.assign(int64_t(L.w) * L.h * C, 0.0f);
+  L.weight.assign(int64_t(L.w) * L.h, 0.0f);
+#pragma omp parallel for schedule(static) if (int64_t(f.w) * f.h > kSerialBelow)
+  for (int32_t y = 0; y < L.h; ++y) {
+    for (int32_t x = 0; x < L.w; ++x) {
+      double sum[16] = {}, n = 0;  // counts and products stay exact in double
+      for (int32_t yy = 2 * y; yy < std::min(f.h, 2 * y + 2); ++yy)
+        for (int32_t xx = 2 * x; xx < std::min(f.w, 2 * x + 2); ++xx) {
+          const int64_t i = int64_t(yy) * f.w + xx;
+          const double w = f.weight[i];
+          if (w == 0) continue;
+          n += w;
+          for (int32_t c = 0; c < C; ++c) sum[c] += w * f.value[i * C + c];
+        }
+      const int64_t o = int64_t(y) * L.w + x;
+      L.weight[o] = static_cast<float>(n);
+      for (int32_t c = 0; c < C && n > 0; ++c) L.value[o * C + c] = static_cast<float>(sum[c] / n);
+    }
+  }
+  return L;
+}
+
+// The coarse level bilinearly at fine texel (x, y): coarse texel j sits over fine texels 2j and
+// 2j + 1, so fine texel x falls a quarter of a coarse texel off the nearer coarse centre.
+void upsample(const Level& coarse, int32_t x, int32_t y, int32_t C, float* out) {
+  const int32_t x0 = (x & 1) ? x / 2 : x / 2 - 1, y0 = (y & 1) ? y / 2 : y / 2 - 1;
+  const float fx1 = (x & 1) ? 0.25f : 0.75f, fy1 = (y & 1) ? 0.25f : 0.75f;
+  const int32_t xs[2] = {std::clamp(x0, 0, coarse.w - 1), std::clamp(x0 + 1, 0, coarse.w - 1)};
+  const int32_t ys[2] = {std::clamp(y0, 0, coarse.h - 1), std::clamp(y0 + 1, 0, coarse.h - 1)};
+  const float wx[2] = {1 - fx1, fx1}, wy[2] = {1 - fy1, fy1};
+  for (int32_t c = 0; c < C; ++c) out[c] = 0;
+  for (int j = 0; j < 2; ++j)
+    for (int i = 0; i < 2; ++i) {
+      const float w = wx[i] * wy[j];
+      const float* v = &coarse.value[(int64_t(ys[j]) * coarse.w + xs[i]) * C];
+      for (int32_t c = 0; c < C; ++c) out[c] += w * v[c];
+    }
+}
+
+// Fills the holes of `fine` (weight 0) from the complete coarser level.
+void push(Level& fine, const Level& coarse, int32_t C) {
+#pragma omp parallel for schedule(static) if (int64_t(fine.w) * fine.h > kSerialBelow)
+  for (int32_t y = 0; y < fine.h; ++y)
+    for (int32_t x = 0; x < fine.w; ++x) {
+      const int64_t o = int64_t(y) * fine.w + x;
+      if (fine.weight[o] == 0) upsample(coarse, x, y, C, &fine.value[o * C]);
+    }
+}
+
+}  // namespace
+
+UvRaster rasterize_uv(const UvMesh& m, int32_t size) {
+  S3D_CHECK(size > 0 && size <= kMaxRasterSize, "rasterize_uv: size must be in [1, ",
+            kMaxRasterSize, "], got ", size);
+  check_uv_mesh(m, "rasterize_uv");
+  const int64_t F = m.num_faces();
+  std::vector<FixedTri> tris(F);
+#pragma omp parallel for schedule(static) if (F > kSerialBelow)
+  for (int64_t f = 0; f < F; ++f) tris[f] = setup_face(m, f, size);
+  const int32_t bands = (size + kBandRows - 1) / kBandRows;
+  const Bins bins = bin_faces(tris, bands);
+  UvRaster out;
+  out.size = size;
+  out.face.assign(int64_t(size) * size, -1);
+  out.bary.assign(2 * int64_t(size) * size, 0.0f);
+  // Bands own disjoint rows, so threads never write the same texel; within a band, the
+  // higher face index wins whatever the order.
+#pragma omp parallel for schedule(dynamic, 1) if (F + int64_t(size) * size > kSerialBelow)
+  for (int32_t b = 0; b < bands; ++b) {
+    const int32_t row_lo = b * kBandRows, row_hi = std::min(size, row_lo + kBandRows) - 1;
+    for (int64_t i = bins.offset[b]; i < bins.offset[b + 1]; ++i) {
+      const int32_t f = bins.faces[i];
+      raster_face(tris[f], f, size, row_lo, row_hi, out);
+    }
+  }
+  return out;
+}
+
+BakedTexture bake(const UvRaster& raster, const BakeInputs& in) {
+  check_bake_inputs(raster, in);
+  const int32_t C = in.volume->channels();
+  const int64_t n = int64_t(raster.size) * raster.size;
+  BakedTexture out;
+  out.size = raster.size;
+  out.channels = C;
+  out.attrs.assign(n * C, 0.0f);
+  out.mask.assign(n, 0);
+  std::vector<int64_t> texels;
+  for (int64_t t = 0; t < n; ++t) {
+    if (raster.face[t] < 0) continue;
+    texels.push_back(t);
+    out.mask[t] = 1;
+  }
+  const int64_t N = static_cast<int64_t>(texels.size());
+  std::vector<float> points(3 * std::min(N, kBakeChunk));
+  std::vector<ClosestHit> hits(std::min(N, kBakeChunk));
+  std::vector<float> sampled(C * std::min(N, kBakeChunk));
+  for (int64_t start = 0; start < N; start += kBakeChunk) {
+    const int64_t k = std::min(kBakeChunk, N - start);
+    texel_points(raster, *in.uv_mesh, &texels[start], k, points.data());
+    in.surface->closest_many(points.data(), k, hits.data());
+    project_to_grid(in, hits.data(), k, points.data());
+    in.volume->sample_trilinear(points.data(), k, sampled.data());
+#pragma omp parallel for schedule(static) if (k > kSerialBelow)
+    for (int64_t i = 0; i < k; ++i)
+      std::memcpy(&out.attrs[texels[start + i] * C], &sampled[i * C], sizeof(float) * C);
+  }
+  return out;
+}
+
+void fill_uncovered(std::vector<uint8_t>& image, const std::vector<uint8_t>& mask, int32_t width,
+                    int32_t height, int32_t channels) {
+  S3D_CHECK(width > 0 && height > 0 && channels > 0 && channels <= 16,
+            "fill_uncovered: width and height must be positive and channels in [1, 16] (got ",
+            width, " x ", height, " x ", channels, ")");
+  const int64_t n = int64_t(width) * height;
+  S3D_CHECK(
+      static_cast<int64_t>(image.size()) == n * channels && static_cast<int64_t>(mask.size()) == n,
+      "fill_uncovered: a ", width, " x ", height, " x ", channels, " image needs ", n * channels,
+      " bytes and a mask of ", n, " (got ", image.size(), " and ", mask.size(), ")");
+  bool any = false;
+  for (int64_t i = 0; i < n && !any; ++i) any = mask[i] != 0;
+  if (!any || (width == 1 && height == 1)) return;
+  // Pull: halve until one texel remains; push: fill each level's holes from the level above.
+  std::vector<Level> levels;
+  levels.push_back(pull_from_image(image, mask, width, height, channels));
+  while (levels.back().w > 1 || levels.back().h > 1)
+    levels.push_back(pull(levels.back(), channels));
+  for (size_t k = levels.size() - 1; k > 0; --k) push(levels[k - 1], levels[k], channels);
+  const Level& top = levels.front();
+#pragma omp parallel for schedule(static) if (n > kSerialBelow)
+  for (int32_t y = 0; y < height; ++y) {
+    float v[16];
+    for (int32_t x = 0; x < width; ++x) {
+      const int64_t i = int64_t(y) * width + x;
+      if (mask[i]) continue;
+      upsample(top, x, y, channels, v);
+      for (int32_t c = 0; c < channels; ++c)
+        image[i * channels + c] = static_cast<uint8_t>(std::clamp(std::lround(v[c]), 0L, 255L));
+    }
+  }
+}
+
+}  // namespace s3d::mesh
