@@ -63,6 +63,10 @@ struct GlbOptions {
   int32_t mesh_cluster_refine_iterations = 0;
   int32_t mesh_cluster_global_iterations = 1;
   float mesh_cluster_smooth_strength = 1;
+  // Where a CUDA device is usable, the closest-point queries (the remesh's distance field, the
+  // bake's projection) run on it, with the CPU's bits; false keeps everything on the CPU. A
+  // GPU that cannot be used is a fallback, listed in TexturedMesh::fallbacks().
+  bool use_gpu = true;
   // Called at the start of each stage with its name, its index and the number of stages (the
   // original's use_tqdm bar); may be empty.
   std::function<void(const std::string& stage, int index, int total)> progress;
@@ -94,6 +98,8 @@ class TexturedMesh {
   const std::vector<uint8_t>& metallic_roughness_rgb() const;   // [S, S, 3]: 0, rough, metal
   bool double_sided() const;
   const std::vector<StageSeconds>& stage_seconds() const;
+  // What ran on the reference path instead of its fast path, and why (empty when nothing did).
+  const std::vector<std::string>& fallbacks() const;
 
   // The .glb file, written atomically; returns the seconds it took (encoding included).
   double export_glb(const std::string& path, TextureFormat format = TextureFormat::WebP) const;

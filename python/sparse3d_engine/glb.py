@@ -114,6 +114,10 @@ class GlbMesh:
     def stage_seconds(self) -> Dict[str, float]:
         return dict(self._m.stage_seconds())
 
+    def fallbacks(self) -> list:
+        """What ran on the reference path instead of its fast path, and why."""
+        return list(self._m.fallbacks())
+
     def export(self, file_obj: str, file_type: Optional[str] = None,
                extension_webp: bool = False, **kwargs: Any) -> float:
         """Writes the .glb (atomically; WebP textures with EXT_texture_webp when
@@ -141,8 +145,10 @@ def to_glb(vertices: Any, faces: Any, attr_volume: Any, coords: Any,
            mesh_cluster_threshold_cone_half_angle_rad: float = math.radians(90.0),
            mesh_cluster_refine_iterations: int = 0, mesh_cluster_global_iterations: int = 1,
            mesh_cluster_smooth_strength: float = 1, verbose: bool = False,
-           use_tqdm: bool = False) -> GlbMesh:
-    """``o_voxel.postprocess.to_glb``'s arguments and defaults; see the module's doc."""
+           use_tqdm: bool = False, *, use_gpu: bool = True) -> GlbMesh:
+    """``o_voxel.postprocess.to_glb``'s arguments and defaults; see the module's doc.
+    ``use_gpu`` (sparse3d's own, keyword only): run the closest-point queries on the GPU where
+    one is usable (the same bits as the CPU); what fell back is in ``GlbMesh.fallbacks()``."""
     v = _host(vertices, "vertices", "float32")
     f = _host(faces, "faces", "int32")
     a = _host(attr_volume, "attr_volume", "float32")
@@ -184,7 +190,7 @@ def to_glb(vertices: Any, faces: Any, attr_volume: Any, coords: Any,
                                 float(mesh_cluster_threshold_cone_half_angle_rad),
                                 int(mesh_cluster_refine_iterations),
                                 int(mesh_cluster_global_iterations),
-                                float(mesh_cluster_smooth_strength), progress)
+                                float(mesh_cluster_smooth_strength), bool(use_gpu), progress)
     finally:
         if bar is not None:
             bar.update(bar.total - bar.n)

@@ -19,7 +19,7 @@ Command add_export_glb(CLI::App& app) {
     std::string input, out, format = "webp";
     int64_t decimation_target = 1000000;
     int texture_size = 2048;
-    bool remesh = false, progress = false;
+    bool remesh = false, progress = false, cpu = false;
     float remesh_band = 1, remesh_project = 0.9f;
   };
   auto a = std::make_shared<Args>();
@@ -49,6 +49,7 @@ Command add_export_glb(CLI::App& app) {
       ->check(CLI::IsMember({"webp", "png"}))
       ->capture_default_str();
   sub->add_flag("--progress", a->progress, "A line per stage on stderr");
+  sub->add_flag("--cpu", a->cpu, "Keep the closest-point queries on the CPU (same bits)");
   return [a]() {
     io::check_output_file(a->out, "--out " + a->out);  // before the work, not after it
     const sparse3d::GlbAsset asset = sparse3d::load_glb_input(a->input);
@@ -58,6 +59,7 @@ Command add_export_glb(CLI::App& app) {
     o.remesh = a->remesh;
     o.remesh_band = a->remesh_band;
     o.remesh_project = a->remesh_project;
+    o.use_gpu = !a->cpu;
     if (a->progress)
       o.progress = [](const std::string& stage, int i, int n) {
         std::fprintf(stderr, "[%d/%d] %s\n", i + 1, n, stage.c_str());
@@ -76,6 +78,7 @@ Command add_export_glb(CLI::App& app) {
     }
     std::printf("  %-22s %8.3f s\n  %-22s %8.3f s\n", "encode and write", write_s, "total",
                 total);
+    for (const std::string& f : mesh.fallbacks()) std::printf("fallback: %s\n", f.c_str());
     return 0;
   };
 }

@@ -10,6 +10,8 @@
 #include <limits>
 
 #include "core/error.h"
+#include "core/cuda_util.h"
+#include "mesh/bvh_cuda.h"
 #include "mesh/closest_point.h"
 
 namespace s3d::mesh {
@@ -213,7 +215,16 @@ ClosestHit Bvh::closest(const Vec3& p) const {
   return best;
 }
 
+void Bvh::use_device() {
+  S3D_CHECK(cuda_available(), "BVH: no usable CUDA device");
+  device_ = std::make_shared<const DeviceBvh>(*this);
+}
+
 void Bvh::closest_many(const float* points, int64_t n, ClosestHit* out) const {
+  if (device_ && n > 0) {
+    device_->closest_many_host(points, n, out);
+    return;
+  }
 #pragma omp parallel for schedule(dynamic, 1024)
   for (int64_t i = 0; i < n; ++i) {
     out[i] = closest({points[3 * i], points[3 * i + 1], points[3 * i + 2]});

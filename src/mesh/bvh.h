@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "mesh/mesh.h"
@@ -28,8 +29,13 @@ class Bvh {
   explicit Bvh(const TriMesh& mesh);
 
   ClosestHit closest(const Vec3& p) const;
-  // out[i] for points[3i..3i+2], i < n; parallel over the points.
+  // out[i] for points[3i..3i+2], i < n (host arrays); parallel over the points, or on the GPU
+  // after use_device(), with the same bits either way.
   void closest_many(const float* points, int64_t n, ClosestHit* out) const;
+  // From now on closest_many runs on the current CUDA device (bvh_cuda.h). Throws s3d::Error
+  // when no CUDA device is usable; the caller counts that as a fallback to the CPU.
+  void use_device();
+  bool on_device() const { return device_ != nullptr; }
 
   const TriMesh& mesh() const { return mesh_; }
   // The tree, for its device copy (bvh_cuda.h): nodes_[0] is the root; a leaf's faces are
@@ -47,6 +53,7 @@ class Bvh {
 
  private:
   TriMesh mesh_;
+  std::shared_ptr<const class DeviceBvh> device_;
   std::vector<Node> nodes_;
   std::vector<int32_t> order_;  // face indices, leaf ranges contiguous
 };

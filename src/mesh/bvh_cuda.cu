@@ -95,4 +95,21 @@ void DeviceBvh::closest_many(const float* points, int64_t n, ClosestHit* out) co
   after_launch("mesh_closest_point");
 }
 
+void DeviceBvh::closest_many_host(const float* points, int64_t n, ClosestHit* out) const {
+  constexpr int64_t kChunk = int64_t{1} << 22;  // 48 MiB of points, 80 MiB of hits
+  const int64_t chunk = n < kChunk ? n : kChunk;
+  Tensor d_pts = Tensor::empty({3 * chunk}, DType::F32, Device::CUDA);
+  Tensor d_hits = Tensor::empty({chunk * int64_t{sizeof(ClosestHit)} / 4}, DType::I32, Device::CUDA);
+  const cudaStream_t stream = current_stream();
+  for (int64_t begin = 0; begin < n; begin += chunk) {
+    const int64_t m = n - begin < chunk ? n - begin : chunk;
+    S3D_CUDA_CHECK(cudaMemcpyAsync(d_pts.data(), points + 3 * begin, 3 * m * sizeof(float),
+                                   cudaMemcpyHostToDevice, stream));
+    closest_many(d_pts.data_as<float>(), m, static_cast<ClosestHit*>(d_hits.data()));
+    S3D_CUDA_CHECK(cudaMemcpyAsync(out + begin, d_hits.data(), m * sizeof(ClosestHit),
+                                   cudaMemcpyDeviceToHost, stream));
+    S3D_CUDA_CHECK(cudaStreamSynchronize(stream));
+  }
+}
+
 }  // namespace s3d::mesh

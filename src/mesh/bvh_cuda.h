@@ -17,6 +17,8 @@ class DeviceBvh {
   // points: 3n floats on the device; out: n hits on the device. Asynchronous on the current
   // stream; n may be 0.
   void closest_many(const float* points, int64_t n, ClosestHit* out) const;
+  // The same for host arrays: the points go up and the hits come back in chunks, synchronously.
+  void closest_many_host(const float* points, int64_t n, ClosestHit* out) const;
   int64_t num_faces() const { return face_of_.numel(); }
 
  private:

@@ -6,6 +6,7 @@
 #include <limits>
 #include <utility>
 
+#include "core/cuda_util.h"
 #include "core/error.h"
 #include "io/atomic_file.h"
 #include "mesh/atlas.h"
@@ -28,6 +29,7 @@ struct TexturedMesh::Impl {
   std::vector<uint8_t> base_color_rgba, metallic_roughness_rgb;
   bool double_sided = false;
   std::vector<StageSeconds> stages;
+  std::vector<std::string> fallbacks;
 };
 
 TexturedMesh::TexturedMesh() : impl_(std::make_unique<Impl>()) {}
@@ -49,6 +51,7 @@ const std::vector<uint8_t>& TexturedMesh::metallic_roughness_rgb() const {
 }
 bool TexturedMesh::double_sided() const { return impl_->double_sided; }
 const std::vector<StageSeconds>& TexturedMesh::stage_seconds() const { return impl_->stages; }
+const std::vector<std::string>& TexturedMesh::fallbacks() const { return impl_->fallbacks; }
 
 namespace {
 
@@ -226,7 +229,18 @@ TexturedMesh to_glb(const GlbInput& in, const GlbOptions& o) {
   sm::fill_holes(decoded, kHolePerimeter);
 
   clock.start("build BVH");
-  const sm::Bvh bvh(decoded);
+  sm::Bvh bvh(decoded);
+  if (o.use_gpu) {
+    if (!s3d::cuda_available()) {
+      out.fallbacks.push_back("use_gpu: no usable CUDA device; closest points on the CPU");
+    } else {
+      try {
+        bvh.use_device();
+      } catch (const s3d::Error& e) {
+        out.fallbacks.push_back(std::string("use_gpu: ") + e.what() + "; closest points on the CPU");
+      }
+    }
+  }
 
   clock.start(o.remesh ? "remesh and simplify" : "clean and simplify");
   TriMesh simplified = o.remesh ? remesh_branch(bvh, in, o) : plain_branch(decoded, o);

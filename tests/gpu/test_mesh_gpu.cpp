@@ -12,6 +12,7 @@
 #include "gpu_test_util.h"
 #include "mesh/bvh.h"
 #include "mesh/bvh_cuda.h"
+#include "sparse3d/glb.h"
 
 namespace s3d::mesh {
 namespace {
@@ -73,6 +74,33 @@ TEST(MeshGpu, NoPointsIsNoWork) {
   dev.closest_many(nullptr, 0, nullptr);
   synchronize();
   EXPECT_EQ(dev.num_faces(), bvh.mesh().num_faces());
+}
+
+// The whole export with the closest points on the GPU gives the CPU's file, byte for byte.
+TEST(MeshGpu, ExportOnTheGpuIsTheCpusFile) {
+  S3D_REQUIRE_CUDA();
+  const TriMesh s = wavy_sphere(31, 45, 9);
+  std::vector<float> pbr;
+  for (int64_t v = 0; v < s.num_vertices(); ++v) {
+    const Vec3 p = s.vertex(v);
+    pbr.insert(pbr.end(), {0.5f + p[0], 0.5f + p[1], 0.5f + p[2], 0.3f, 0.6f, 1.0f});
+  }
+  const sparse3d::GlbAsset a =
+      sparse3d::voxelize_textured_mesh(s.positions, s.faces, pbr, 6, 96, "gpu test sphere");
+  for (bool remesh : {false, true}) {
+    sparse3d::GlbOptions o;
+    o.decimation_target = 5003;
+    o.texture_size = 257;
+    o.remesh = remesh;
+    o.remesh_project = 0.5f;
+    o.use_gpu = false;
+    const sparse3d::TexturedMesh cpu = sparse3d::to_glb(a.view(), o);
+    o.use_gpu = true;
+    const sparse3d::TexturedMesh gpu = sparse3d::to_glb(a.view(), o);
+    EXPECT_TRUE(gpu.fallbacks().empty());
+    EXPECT_EQ(cpu.glb_bytes(sparse3d::TextureFormat::PNG),
+              gpu.glb_bytes(sparse3d::TextureFormat::PNG)) << "remesh " << remesh;
+  }
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <random>
 
+#include "core/cuda_util.h"
 #include "sparse3d/glb.h"
 
 namespace {
@@ -102,6 +103,15 @@ TEST(MeshExport, PlainBranchMeetsItsContract) {
   const sparse3d::TexturedMesh m = sparse3d::to_glb(asset().view(), o);
   expect_result_contract(m, 1501, false);
   EXPECT_EQ(stages.size(), m.stage_seconds().size());
+  // use_gpu (the default) without a usable GPU is a fallback, said; with one, nothing is.
+  if (s3d::cuda_available()) {
+    EXPECT_TRUE(m.fallbacks().empty());
+  } else {
+    ASSERT_EQ(m.fallbacks().size(), 1u);
+    EXPECT_NE(m.fallbacks()[0].find("no usable CUDA device"), std::string::npos);
+  }
+  o.use_gpu = false;
+  EXPECT_TRUE(sparse3d::to_glb(asset().view(), o).fallbacks().empty());
 }
 
 TEST(MeshExport, RemeshBranchMeetsItsContract) {
