@@ -19,8 +19,24 @@ struct RemeshOptions {
   float project_back = 0;   // 0: none; 1: vertices moved onto the input surface
 };
 
-// `bvh` is over the input surface. Throws s3d::Error for a resolution that does not halve to
-// 32 or below through even numbers, a band <= 0 or a project_back outside [0, 1].
-TriMesh remesh_narrow_band_dc(const Bvh& bvh, const RemeshOptions& options);
+// What a run did and how long each phase took (seconds), for reports and benchmarks.
+struct RemeshStats {
+  int64_t voxels = 0;         // at the finest level
+  int64_t grid_vertices = 0;  // their corners, each once (one distance query each)
+  int64_t udf_queries = 0;    // all levels and the corners
+  double refine_s = 0;        // coarse-to-fine band search (its distance queries included)
+  double vertex_udf_s = 0;    // the corners' distances
+  double contour_s = 0;       // dual vertices, quads, triangles
+  double project_s = 0;       // project_back
+};
+
+// `bvh` is over the input surface. The result is the boundary of the band {udf < band voxels},
+// faces wound outward from the band (so a closed input gives two shells, the inner one facing
+// inward); where the band reaches the cube's faces it is left open; an empty mesh when the band
+// misses the cube. Throws s3d::Error for a resolution that does not halve to 32 or below
+// through even numbers (or above 16384), a scale or band <= 0, a project_back outside [0, 1], a
+// non-finite center, and when a level of the band search would hold more than 2^27 voxels.
+TriMesh remesh_narrow_band_dc(const Bvh& bvh, const RemeshOptions& options,
+                              RemeshStats* stats = nullptr);
 
 }  // namespace s3d::mesh

@@ -1,0 +1,483 @@
+// TRELLIS.2's remesh branch (remesh.h), computing what CuMesh's remesh_narrow_band_dc does:
+//  1. band search: all voxels of a grid of at most 32^3 over the cube, then, level by level,
+//     the voxels whose centre's |udf - eps| is under 0.87 of their edge (sqrt(3)/2: the band
+//     can reach into them), split in eight for the next level, down to `resolution`;
+//  2. the corners of the finest voxels, each once, with value udf - eps at the corner;
+//  3. dual contouring: per voxel, the mean of the zero crossings on its 12 edges (linear
+//     interpolation; the centre when none); for each of the three edges at its high corner
+//     that changes sign, the quad of the four voxels around it, wound so that it faces from
+//     the band (negative) to the outside, split as CuMesh splits it; unreferenced dual
+//     vertices dropped; then optionally pulled back toward the input surface.
+// Voxels keep the order the band search finds them in (CuMesh's), so vertices and faces come
+// out in CuMesh's order. Neighbours are found by sweeping the voxels in sorted key order.
+#include "mesh/remesh.h"
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "core/error.h"
+#include "mesh/voxel_index.h"
+
+namespace s3d::mesh {
+namespace {
+
+using detail::pack_key;
+using detail::Row;
+using detail::UpperNeighbours;
+using detail::upper_slot;
+using Clock = std::chrono::steady_clock;
+
+constexpr int32_t kMaxResolution = 1 << 14;
+constexpr int64_t kChunk = 1 << 20;  // distance queries per batch: bounded scratch memory
+// Voxels of one level at most: about 6 GiB of working memory at the finest level.
+constexpr int64_t kMaxVoxels = int64_t(1) << 27;
+// A voxel's eight children, and its corners: index ox + 2 oy + 4 oz (CuMesh's order).
+constexpr int kOffset[8][3] = {{0, 0, 0}, {1, 0, 0}, {0, 1, 0}, {1, 1, 0},
+                               {0, 0, 1}, {1, 0, 1}, {0, 1, 1}, {1, 1, 1}};
+// The voxels around the edge on axis a at a voxel's high corner (the voxel first), as the
+// dual grid's decoder joins them.
+constexpr int kNeighbour[3][4][3] = {
+    {{0, 0, 0}, {0, 0, 1}, {0, 1, 1}, {0, 1, 0}},
+    {{0, 0, 0}, {1, 0, 0}, {1, 0, 1}, {0, 0, 1}},
+    {{0, 0, 0}, {0, 1, 0}, {1, 1, 0}, {1, 0, 0}},
+};
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+int32_t base_resolution(const RemeshOptions& o) {
+  S3D_CHECK(o.resolution >= 1 && o.resolution <= kMaxResolution,
+            "remesh_narrow_band_dc: resolution ", o.resolution, ", expected 1..", kMaxResolution);
+  int32_t base = o.resolution;
+  while (base > 32) {
+    S3D_CHECK(base % 2 == 0, "remesh_narrow_band_dc: resolution ", o.resolution,
+              " does not halve to 32 or below through even numbers (", base, " is odd)");
+    base /= 2;
+  }
+  return base;
+}
+
+void check_options(const RemeshOptions& o) {
+  S3D_CHECK(std::isfinite(o.scale) && o.scale > 0, "remesh_narrow_band_dc: scale ", o.scale,
+            ", expected > 0");
+  S3D_CHECK(std::isfinite(o.band) && o.band > 0, "remesh_narrow_band_dc: band ", o.band,
+            ", expected > 0");
+  S3D_CHECK(o.project_back >= 0 && o.project_back <= 1, "remesh_narrow_band_dc: project_back ",
+            o.project_back, ", expected 0..1");
+  for (int k = 0; k < 3; ++k)
+    S3D_CHECK(std::isfinite(o.center[k]), "remesh_narrow_band_dc: center[", k, "] is ",
+              o.center[k]);
+}
+
+// ---- 1. Band search ----------------------------------------------------------------------
+
+// The candidates (the parents themselves, or their eight children each when `split`) whose
+// centre's |udf - eps| is under 0.87 voxel at resolution `res`, in candidate order.
+std::vector<int32_t> keep_band(const Bvh& bvh, const std::vector<int32_t>& parents, bool split,
+                               int32_t res, const RemeshOptions& o, float eps, int64_t& queries) {
+  const int64_t per = split ? 8 : 1;
+  const int64_t n = static_cast<int64_t>(parents.size() / 3) * per;
+  const float limit = static_cast<float>(0.87 * double(o.scale) / res);
+  std::vector<int32_t> kept, cand;
+  std::vector<float> pts;
+  std::vector<ClosestHit> hits;
+  for (int64_t start = 0; start < n; start += kChunk) {
+    const int64_t m = std::min(kChunk, n - start);
+    cand.resize(3 * m);
+    pts.resize(3 * m);
+    hits.resize(m);
+#pragma omp parallel for schedule(static)
+    for (int64_t j = 0; j < m; ++j) {
+      const int64_t c = start + j;
+      const int32_t* p = &parents[3 * (c / per)];
+      for (int k = 0; k < 3; ++k) {
+        cand[3 * j + k] = split ? 2 * p[k] + kOffset[c % 8][k] : p[k];
+        pts[3 * j + k] =
+            ((static_cast<float>(cand[3 * j + k]) + 0.5f) / static_cast<float>(res) - 0.5f) *
+                o.scale +
+            o.center[k];
+      }
+    }
+    bvh.closest_many(pts.data(), m, hits.data());
+    queries += m;
+    for (int64_t j = 0; j < m; ++j)
+      if (std::abs(hits[j].distance - eps) < limit)
+        kept.insert(kept.end(), &cand[3 * j], &cand[3 * j + 3]);
+  }
+  return kept;
+}
+
+std::vector<int32_t> band_voxels(const Bvh& bvh, const RemeshOptions& o, float eps,
+                                 RemeshStats& st) {
+  int32_t res = base_resolution(o);
+  std::vector<int32_t> coords;
+  coords.reserve(3 * res * res * res);
+  for (int32_t x = 0; x < res; ++x)
+    for (int32_t y = 0; y < res; ++y)
+      for (int32_t z = 0; z < res; ++z) coords.insert(coords.end(), {x, y, z});
+  coords = keep_band(bvh, coords, false, res, o, eps, st.udf_queries);
+  while (res < o.resolution) {
+    const int64_t children = static_cast<int64_t>(coords.size() / 3) * 8;
+    S3D_CHECK(children <= kMaxVoxels, "remesh_narrow_band_dc: ", children,
+              " candidate voxels at resolution ", 2 * res, ", over ", kMaxVoxels,
+              " (memory); lower the resolution");
+    res *= 2;
+    coords = keep_band(bvh, coords, true, res, o, eps, st.udf_queries);
+  }
+  return coords;
+}
+
+// ---- 2. Corners ----------------------------------------------------------------------------
+
+// Voxels sorted by key, and the 3 x 3 x 3 block of voxels around each, for voxels visited in
+// ascending order (one Block per thread).
+struct SortedVoxels {
+  std::vector<uint64_t> keys;  // ascending
+  std::vector<int32_t> index;  // sorted position -> voxel (band-search order)
+};
+
+SortedVoxels sort_voxels(const std::vector<int32_t>& coords) {
+  const int64_t n = static_cast<int64_t>(coords.size() / 3);
+  std::vector<uint64_t> keys(n);
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i)
+    keys[i] = pack_key(coords[3 * i], coords[3 * i + 1], coords[3 * i + 2]);
+  SortedVoxels s;
+  s.index = detail::sort_order(keys);
+  s.keys.resize(n);
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) s.keys[i] = keys[s.index[i]];
+  return s;
+}
+
+// nb[(dx + 1) * 9 + (dy + 1) * 3 + dz + 1]: sorted position of voxel c + d, or -1.
+class Block {
+ public:
+  explicit Block(const std::vector<uint64_t>& keys) : keys_(keys) {
+    for (int dx = -1; dx <= 1; ++dx)
+      for (int dy = -1; dy <= 1; ++dy) rows_.emplace_back(keys, dx, dy, -1, 1);
+  }
+  void find(int64_t s, int64_t nb[27], int32_t c[3]) {
+    const uint64_t k = keys_[s];
+    c[0] = static_cast<int32_t>(k >> (2 * detail::kKeyBits));
+    c[1] = static_cast<int32_t>((k >> detail::kKeyBits) & detail::kMaxKeyCoord);
+    c[2] = static_cast<int32_t>(k & detail::kMaxKeyCoord);
+    for (int r = 0; r < 9; ++r) rows_[r].find(c[0], c[1], c[2], nb + 3 * r);
+  }
+
+ private:
+  const std::vector<uint64_t>& keys_;
+  std::vector<Row> rows_;
+};
+
+// Set bits of each byte (the builtin is a library call without -mpopcnt).
+constexpr auto kBits = [] {
+  std::array<uint8_t, 256> t{};
+  for (int i = 1; i < 256; ++i) t[i] = static_cast<uint8_t>((i & 1) + t[i / 2]);
+  return t;
+}();
+
+int block_slot(int dx, int dy, int dz) { return (dx + 1) * 9 + (dy + 1) * 3 + dz + 1; }
+
+// Which voxel sharing corner `o` of the voxel at the block's centre owns that corner: the one
+// with the smallest key (offsets d = o - e, e in {0, 1}^3, in ascending order). Returns its
+// block slot; the centre (13) itself is always a candidate.
+int corner_owner(const int64_t nb[27], int o) {
+  const int ox = kOffset[o][0], oy = kOffset[o][1], oz = kOffset[o][2];
+  for (int dx = ox - 1; dx <= ox; ++dx)
+    for (int dy = oy - 1; dy <= oy; ++dy)
+      for (int dz = oz - 1; dz <= oz; ++dz)
+        if (nb[block_slot(dx, dy, dz)] >= 0) return block_slot(dx, dy, dz);
+  return 13;
+}
+
+// Grid vertices: voxel s owns the corners in owned[s]; its first one is vertex first[s].
+struct Corners {
+  std::vector<uint8_t> owned;  // per sorted voxel, bit o: corner o
+  std::vector<int64_t> first;  // per sorted voxel, and the total at the end
+  // The vertex of corner o of the voxel at the centre of `nb`.
+  int64_t vertex(const int64_t nb[27], int o) const {
+    const int slot = corner_owner(nb, o);
+    const int64_t w = nb[slot];
+    const int d[3] = {slot / 9 - 1, slot / 3 % 3 - 1, slot % 3 - 1};
+    const int e = (kOffset[o][0] - d[0]) + 2 * (kOffset[o][1] - d[1]) + 4 * (kOffset[o][2] - d[2]);
+    return first[w] + kBits[owned[w] & ((1u << e) - 1)];
+  }
+};
+
+Corners find_corners(const SortedVoxels& sv) {
+  const int64_t n = static_cast<int64_t>(sv.keys.size());
+  Corners c;
+  c.owned.resize(n);
+  c.first.assign(n + 1, 0);
+#pragma omp parallel
+  {
+    Block block(sv.keys);
+#pragma omp for schedule(static)
+    for (int64_t s = 0; s < n; ++s) {
+      int64_t nb[27];
+      int32_t xyz[3];
+      block.find(s, nb, xyz);
+      uint8_t mask = 0;
+      for (int o = 0; o < 8; ++o)
+        if (corner_owner(nb, o) == 13) mask |= 1 << o;
+      c.owned[s] = mask;
+      c.first[s + 1] = kBits[mask];
+    }
+  }
+  for (int64_t s = 0; s < n; ++s) c.first[s + 1] += c.first[s];
+  return c;
+}
+
+// udf - eps at every grid vertex, batch by batch.
+std::vector<float> corner_values(const Bvh& bvh, const SortedVoxels& sv, const Corners& c,
+                                 const RemeshOptions& o, float eps, int64_t& queries) {
+  const int64_t n = static_cast<int64_t>(sv.keys.size());
+  std::vector<float> values(c.first[n]);
+  std::vector<float> pts;
+  std::vector<ClosestHit> hits;
+  const float res = static_cast<float>(o.resolution);
+  for (int64_t s0 = 0; s0 < n; s0 += kChunk / 2) {
+    const int64_t s1 = std::min(n, s0 + kChunk / 2);
+    const int64_t v0 = c.first[s0], m = c.first[s1] - v0;
+    pts.resize(3 * m);
+    hits.resize(m);
+#pragma omp parallel for schedule(static)
+    for (int64_t s = s0; s < s1; ++s) {
+      const uint64_t k = sv.keys[s];
+      const int64_t xyz[3] = {static_cast<int64_t>(k >> (2 * detail::kKeyBits)),
+                              static_cast<int64_t>((k >> detail::kKeyBits) & detail::kMaxKeyCoord),
+                              static_cast<int64_t>(k & detail::kMaxKeyCoord)};
+      int64_t v = c.first[s] - v0;
+      for (int e = 0; e < 8; ++e) {
+        if (!(c.owned[s] >> e & 1)) continue;
+        for (int j = 0; j < 3; ++j)
+          pts[3 * v + j] =
+              (static_cast<float>(xyz[j] + kOffset[e][j]) / res - 0.5f) * o.scale + o.center[j];
+        ++v;
+      }
+    }
+    bvh.closest_many(pts.data(), m, hits.data());
+    queries += m;
+    for (int64_t j = 0; j < m; ++j) values[v0 + j] = hits[j].distance - eps;
+  }
+  return values;
+}
+
+// ---- 3. Dual contouring --------------------------------------------------------------------
+
+// Per voxel (band-search order): dual vertex in grid units and, per axis, the sign change of
+// the edge at its high corner (+1: negative to non-negative going up the axis, -1: the other
+// way, 0: none).
+struct Contour {
+  std::vector<float> dual;
+  std::vector<int8_t> dir;
+};
+
+void contour_voxel(const float val[8], const int32_t c[3], float* dual, int8_t* dir) {
+  float sum[3] = {0, 0, 0};
+  int count = 0;
+  for (int a = 0; a < 3; ++a) {
+    const int b = a == 0 ? 1 : 0, cc = a == 2 ? 1 : 2;  // CuMesh's (u, v) axes per edge axis
+    for (int u = 0; u <= 1; ++u)
+      for (int v = 0; v <= 1; ++v) {
+        int lo[3] = {0, 0, 0};
+        lo[b] = u, lo[cc] = v;
+        int hi[3] = {lo[0], lo[1], lo[2]};
+        hi[a] = 1;
+        const float v1 = val[lo[0] + 2 * lo[1] + 4 * lo[2]];
+        const float v2 = val[hi[0] + 2 * hi[1] + 4 * hi[2]];
+        const bool changes = (v1 < 0 && v2 >= 0) || (v1 >= 0 && v2 < 0);
+        if (changes) {
+          const float t = -v1 / (v2 - v1);
+          for (int k = 0; k < 3; ++k)
+            sum[k] += k == a ? static_cast<float>(c[k]) + t : static_cast<float>(c[k] + lo[k]);
+          ++count;
+        }
+        if (u == 1 && v == 1) dir[a] = changes ? (v1 < 0 ? 1 : -1) : 0;
+      }
+  }
+  for (int k = 0; k < 3; ++k)
+    dual[k] = count > 0 ? sum[k] / static_cast<float>(count) : static_cast<float>(c[k]) + 0.5f;
+}
+
+Contour contour(const SortedVoxels& sv, const Corners& corners, const std::vector<float>& values) {
+  const int64_t n = static_cast<int64_t>(sv.keys.size());
+  Contour out;
+  out.dual.resize(3 * n);
+  out.dir.resize(3 * n);
+#pragma omp parallel
+  {
+    Block block(sv.keys);
+#pragma omp for schedule(static)
+    for (int64_t s = 0; s < n; ++s) {
+      int64_t nb[27];
+      int32_t c[3];
+      block.find(s, nb, c);
+      float val[8];
+      for (int e = 0; e < 8; ++e) val[e] = values[corners.vertex(nb, e)];
+      const int64_t i = sv.index[s];
+      contour_voxel(val, c, &out.dual[3 * i], &out.dir[3 * i]);
+    }
+  }
+  return out;
+}
+
+// Visits the voxels with a sign change in sorted order, in parallel over contiguous runs:
+// visit(i, quads), quads[a] the four voxels (band-search indices) around its edge on axis a,
+// quads[a][0] = -1 when that edge has no sign change or one of the four is absent.
+template <class Visit>
+void for_each_quad(const SortedVoxels& sv, const Contour& ct, Visit&& visit) {
+  const int64_t n = static_cast<int64_t>(sv.keys.size());
+#pragma omp parallel
+  {
+    UpperNeighbours upper(sv.keys);
+#pragma omp for schedule(static)
+    for (int64_t s = 0; s < n; ++s) {
+      const int64_t i = sv.index[s];
+      const int8_t* dir = &ct.dir[3 * i];
+      if (!(dir[0] | dir[1] | dir[2])) continue;
+      int64_t nb[6];
+      upper.find(s, nb);
+      int32_t quads[3][4];
+      for (int a = 0; a < 3; ++a) {
+        quads[a][0] = -1;
+        if (!dir[a]) continue;
+        int32_t q[4] = {static_cast<int32_t>(i), 0, 0, 0};
+        bool all = true;
+        for (int j = 1; j < 4 && all; ++j) {
+          const int64_t at = nb[upper_slot(kNeighbour[a][j])];
+          all = at >= 0;
+          if (all) q[j] = sv.index[at];
+        }
+        if (all) std::copy(q, q + 4, quads[a]);
+      }
+      visit(i, quads);
+    }
+  }
+}
+
+// CuMesh's split: its alignment of the second split multiplies by a zero normal (a cross
+// product of a vector with itself) and that of the first squares the normal of the first
+// candidate triangle, so the first split stays unless that triangle is degenerate in float.
+void split_quad(const std::vector<float>& pos, const int32_t q[4], bool up, int32_t* tri) {
+  static constexpr int kFirst[2][6] = {{0, 1, 2, 0, 2, 3}, {0, 2, 1, 0, 3, 2}};
+  static constexpr int kSecond[2][6] = {{0, 1, 3, 3, 1, 2}, {0, 3, 1, 3, 2, 1}};
+  auto p = [&](int j) {
+    const int32_t v = q[kFirst[up][j]];
+    return Vec3{pos[3 * v], pos[3 * v + 1], pos[3 * v + 2]};
+  };
+  const Vec3 n0 = cross(p(1) - p(0), p(2) - p(0));
+  const Vec3 n1 = cross(p(2) - p(1), p(3) - p(1));
+  const int(&order)[6] = std::abs(dot(n0, n1)) > 0 ? kFirst[up] : kSecond[up];
+  for (int j = 0; j < 6; ++j) tri[j] = q[order[j]];
+}
+
+TriMesh build_mesh(const SortedVoxels& sv, const Contour& ct, const RemeshOptions& o) {
+  const int64_t n = static_cast<int64_t>(sv.keys.size());
+  std::vector<uint8_t> referenced(n, 0);
+  std::vector<int64_t> start(n + 1, 0);
+  for_each_quad(sv, ct, [&](int64_t i, const int32_t quads[3][4]) {
+    int made = 0;
+    for (int a = 0; a < 3; ++a) {
+      if (quads[a][0] < 0) continue;
+      ++made;
+      for (int j = 0; j < 4; ++j)
+        std::atomic_ref<uint8_t>(referenced[quads[a][j]]).store(1, std::memory_order_relaxed);
+    }
+    start[i + 1] = 2 * made;
+  });
+  // Kept dual vertices in voxel order (CuMesh's torch.unique of the quads' indices).
+  std::vector<int32_t> vertex_of(n, -1);
+  int32_t nv = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (referenced[i]) vertex_of[i] = nv++;
+    start[i + 1] += start[i];
+  }
+  TriMesh out;
+  out.positions.resize(3 * static_cast<int64_t>(nv));
+  const float res = static_cast<float>(o.resolution);
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    if (vertex_of[i] < 0) continue;
+    for (int k = 0; k < 3; ++k)
+      out.positions[3 * int64_t(vertex_of[i]) + k] =
+          (ct.dual[3 * i + k] / res - 0.5f) * o.scale + o.center[k];
+  }
+  out.faces.resize(3 * start[n]);
+  for_each_quad(sv, ct, [&](int64_t i, const int32_t quads[3][4]) {
+    int64_t at = 3 * start[i];
+    for (int a = 0; a < 3; ++a) {
+      if (quads[a][0] < 0) continue;
+      int32_t q[4];
+      for (int j = 0; j < 4; ++j) q[j] = vertex_of[quads[a][j]];
+      split_quad(out.positions, q, ct.dir[3 * i + a] == 1, &out.faces[at]);
+      at += 6;
+    }
+  });
+  return out;
+}
+
+// Moves every vertex the fraction p of the way to its closest point on the input surface.
+void project_back(const Bvh& bvh, float p, TriMesh& m) {
+  const TriMesh& in = bvh.mesh();
+  std::vector<ClosestHit> hits;
+  for (int64_t v0 = 0; v0 < m.num_vertices(); v0 += kChunk) {
+    const int64_t cnt = std::min(kChunk, m.num_vertices() - v0);
+    hits.resize(cnt);
+    bvh.closest_many(&m.positions[3 * v0], cnt, hits.data());
+#pragma omp parallel for schedule(static)
+    for (int64_t j = 0; j < cnt; ++j) {
+      const int32_t* f = &in.faces[3 * int64_t(hits[j].face)];
+      float* x = &m.positions[3 * (v0 + j)];
+      for (int k = 0; k < 3; ++k) {
+        const float q = in.positions[3 * int64_t(f[0]) + k] * hits[j].uvw[0] +
+                        in.positions[3 * int64_t(f[1]) + k] * hits[j].uvw[1] +
+                        in.positions[3 * int64_t(f[2]) + k] * hits[j].uvw[2];
+        x[k] -= p * (x[k] - q);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+TriMesh remesh_narrow_band_dc(const Bvh& bvh, const RemeshOptions& options, RemeshStats* stats) {
+  check_options(options);
+  base_resolution(options);
+  RemeshStats st;
+  const float eps = static_cast<float>(double(options.band) * options.scale / options.resolution);
+  auto t = Clock::now();
+  const std::vector<int32_t> coords = band_voxels(bvh, options, eps, st);
+  st.voxels = static_cast<int64_t>(coords.size() / 3);
+  st.refine_s = seconds_since(t);
+
+  t = Clock::now();
+  const SortedVoxels sv = sort_voxels(coords);
+  const Corners corners = find_corners(sv);
+  st.grid_vertices = corners.first.back();
+  S3D_CHECK(st.grid_vertices <= std::numeric_limits<int32_t>::max(),
+            "remesh_narrow_band_dc: ", st.grid_vertices,
+            " grid vertices, more than int32 indices can name");
+  const std::vector<float> values = corner_values(bvh, sv, corners, options, eps, st.udf_queries);
+  st.vertex_udf_s = seconds_since(t);
+
+  t = Clock::now();
+  const Contour ct = contour(sv, corners, values);
+  TriMesh out = build_mesh(sv, ct, options);
+  st.contour_s = seconds_since(t);
+
+  t = Clock::now();
+  if (options.project_back > 0) project_back(bvh, options.project_back, out);
+  st.project_s = seconds_since(t);
+  if (stats) *stats = st;
+  return out;
+}
+
+}  // namespace s3d::mesh
