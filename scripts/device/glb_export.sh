@@ -4,7 +4,8 @@
 # (docs/EXPORT.md; tools/glb_judge/README.md).
 #
 # Carried (git-ignored; see docs/EXPORT.md "Measuring"):
-#   build/bin/sparse3d            built on the development machine
+#   .deps/glb/bin/                sparse3d and sparse3d_gpu_tests, built on the development
+#                                 machine and stripped
 #   .deps/glb/lib/                its runtime libraries the GPU image lacks (meshoptimizer,
 #                                 libwebp, libpng), copied from the development machine
 #   .deps/glb/sources/*.safetensors  the source meshes (tools/glb_judge/sources.py)
@@ -13,12 +14,14 @@
 #                                 nvdiffrast), prebuilt for this machine's PyTorch; without
 #                                 them only sparse3d's side runs, and the table says so
 # Environment: RES (1024), SETTINGS ("500000:2048 1000000:4096"), CASES (all sources), REMESH (1),
-# ORIGINAL (1), JUDGE (1), TIMEOUT_S per run (300).
+# ORIGINAL (1), JUDGE (1; the judges run at the end, JUDGE_JOBS (8) at a time, with
+# JUDGE_ARGS), GPU_TESTS (1: the mesh GPU tests first), TIMEOUT_S per run (300).
 # Writes $OUT/glb_export.tar.gz (every JSON, log and view) and $OUT/glb_export_table.md; prints
 # the table last.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/device/env.sh
+BIN=${GLB_BIN:-.deps/glb/bin}
 RES=${RES:-1024}
 SETTINGS=${SETTINGS:-500000:2048 1000000:4096}
 REMESH=${REMESH:-1}
@@ -42,6 +45,10 @@ if [ "${ORIGINAL:-1}" = 1 ] && [ -d .deps/baseline/site ]; then
 fi
 echo "machine: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1); $(nproc) cores; torch $(python3 -c 'import torch; print(torch.__version__)')"
 "$BIN/sparse3d" --version
+if [ "${GPU_TESTS:-1}" = 1 ] && [ -x "$BIN/sparse3d_gpu_tests" ]; then
+  "$BIN/sparse3d_gpu_tests" --gtest_filter='MeshGpu.*' > "$W/res/gpu_tests.log" 2>&1
+  echo "mesh GPU tests: exit $?; $(grep -E '^\[  (PASSED|FAILED) ' "$W/res/gpu_tests.log" | tr '\n' ' ')"
+fi
 
 remesh_flags=(--remesh --remesh-band 1 --remesh-project 0)
 orig_flags=(--remesh --remesh-band 1 --remesh-project 0)
@@ -50,35 +57,39 @@ orig_flags=(--remesh --remesh-band 1 --remesh-project 0)
 for src in .deps/glb/sources/*.safetensors; do
   name=$(basename "$src" .safetensors)
   [ -n "${CASES:-}" ] && [[ " $CASES " != *" $name "* ]] && continue
-  /usr/bin/time -f "%e s %M KB" -o "$W/res/make_$name.time" \
-    "$BIN/sparse3d" make-glb-input --source "$src" --resolution "$RES" --out "$W/cases/$name.safetensors" \
+  t0=$(date +%s.%N)
+  "$BIN/sparse3d" make-glb-input --source "$src" --resolution "$RES" --out "$W/cases/$name.safetensors" \
     > "$W/res/make_$name.log" 2>&1 || { echo "make-glb-input $name failed: $(tail -1 "$W/res/make_$name.log")"; continue; }
-  echo "case $name: $(head -1 "$W/res/make_$name.log" | sed 's/^wrote [^:]*: //') in $(cat "$W/res/make_$name.time")"
+  echo "case $name: $(head -1 "$W/res/make_$name.log" | sed 's/^wrote [^:]*: //') in $(awk "BEGIN{printf \"%.1f\", $(date +%s.%N) - $t0}") s"
   for s in $SETTINGS; do
     target=${s%%:*}; tex=${s##*:}; tag="${name}_${target}_${tex}"
-    # sparse3d, device-wide memory polled by nvidia-smi is not needed: this path is the CPU's.
-    /usr/bin/time -f "%e %M" -o "$W/res/ours_$tag.time" timeout "$TIMEOUT_S" \
-      "$BIN/sparse3d" export-glb --input "$W/cases/$name.safetensors" --out "$W/glb/ours_$tag.glb" \
+    # sparse3d, the device's memory in use polled every 20 ms (its peak against the original's).
+    nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 20 > "$W/res/ours_$tag.mem" 2>/dev/null &
+    poller=$!
+    timeout "$TIMEOUT_S" "$BIN/sparse3d" export-glb --input "$W/cases/$name.safetensors" --out "$W/glb/ours_$tag.glb" \
       --decimation-target "$target" --texture-size "$tex" "${remesh_flags[@]}" \
       > "$W/res/ours_$tag.log" 2>&1 || echo "ours $tag failed: $(tail -1 "$W/res/ours_$tag.log")"
+    kill $poller 2>/dev/null; wait $poller 2>/dev/null
     if [ $HAVE_ORIGINAL = 1 ]; then
       timeout "$TIMEOUT_S" python3 tools/glb_judge/run_original.py --case "$W/cases/$name.safetensors" \
         --out "$W/glb/orig_$tag.glb" --decimation-target "$target" --texture-size "$tex" \
         "${orig_flags[@]}" --json "$W/res/orig_$tag.json" > "$W/res/orig_$tag.log" 2>&1 ||
         echo "original $tag failed: $(tail -1 "$W/res/orig_$tag.log")"
     fi
-    if [ "${JUDGE:-1}" = 1 ]; then
-      glbs=(--glb "sparse3d=$W/glb/ours_$tag.glb")
-      [ -f "$W/glb/orig_$tag.glb" ] && glbs+=(--glb "original=$W/glb/orig_$tag.glb")
-      timeout "$TIMEOUT_S" python3 tools/glb_judge/judge.py --case "$W/cases/$name.safetensors" \
-        "${glbs[@]}" --target-faces "$target" --out "$W/res/judge_$tag" > "$W/res/judge_$tag.log" 2>&1 ||
-        echo "judge $tag failed: $(tail -1 "$W/res/judge_$tag.log")"
+    if [ "${JUDGE:-1}" = 1 ]; then  # judged at the end, several at a time
+      glbs="--glb sparse3d=$W/glb/ours_$tag.glb"
+      [ -f "$W/glb/orig_$tag.glb" ] && glbs="$glbs --glb original=$W/glb/orig_$tag.glb"
+      echo "timeout $TIMEOUT_S python3 tools/glb_judge/judge.py --case $W/cases/$name.safetensors $glbs --target-faces $target --out $W/res/judge_$tag ${JUDGE_ARGS:---samples 300000 --texture-samples 100000 --view-size 320} > $W/res/judge_$tag.log 2>&1 || echo judge $tag failed" >> "$W/judges.sh"
     fi
-    rm -f "$W/glb/"*"_$tag.glb"
   done
-  rm -f "$W/cases/$name.safetensors"
 done
+if [ -f "$W/judges.sh" ]; then
+  t0=$(date +%s)
+  xargs -P "${JUDGE_JOBS:-8}" -I{} bash -c '{}' < "$W/judges.sh"
+  echo "judges: $(wc -l < "$W/judges.sh") in $(( $(date +%s) - t0 )) s"
+fi
 python3 tools/glb_judge/table.py "$W/res" > "$OUT/glb_export_table.md" 2> "$W/res/table.err" ||
   echo "table failed: $(tail -1 "$W/res/table.err")"
-tar -czf "$OUT/glb_export.tar.gz" -C "$W" res
+tar -czf "$OUT/glb_export.tar.gz" -C "$W" --exclude='*.png' res
+tar -czf "$OUT/glb_views.tar.gz" -C "$W" $(cd "$W" && ls res/judge_*/views_*.png 2>/dev/null)
 cat "$OUT/glb_export_table.md"
