@@ -87,29 +87,29 @@ class GlbMesh:
 
     @property
     def vertices(self):
-        return self._m.vertices
+        return self._m.vertices()
 
     @property
     def faces(self):
-        return self._m.faces
+        return self._m.faces()
 
     @property
     def uvs(self):
-        return self._m.uvs
+        return self._m.uvs()
 
     @property
     def vertex_normals(self):
-        return self._m.vertex_normals
+        return self._m.vertex_normals()
 
     @property
     def base_color_texture(self):
         """uint8 [S, S, 4]: base colour and alpha."""
-        return self._m.base_color_rgba.reshape(self._m.texture_size, self._m.texture_size, 4)
+        return self._m.base_color_rgba().reshape(self._m.texture_size, self._m.texture_size, 4)
 
     @property
     def metallic_roughness_texture(self):
         """uint8 [S, S, 3]: 0, roughness, metallic (glTF's packing)."""
-        return self._m.metallic_roughness_rgb.reshape(self._m.texture_size, self._m.texture_size, 3)
+        return self._m.metallic_roughness_rgb().reshape(self._m.texture_size, self._m.texture_size, 3)
 
     def stage_seconds(self) -> Dict[str, float]:
         return dict(self._m.stage_seconds())

@@ -3,6 +3,7 @@
 // trellis2.py) takes o_voxel.postprocess.to_glb's arguments and calls this.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
+#include <nanobind/stl/array.h>
 #include <nanobind/stl/function.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
@@ -91,14 +92,14 @@ void bind_glb(nb::module_& m) {
       .def_prop_ro("num_faces", &TexturedMesh::num_faces)
       .def_prop_ro("texture_size", &TexturedMesh::texture_size)
       .def_prop_ro("double_sided", &TexturedMesh::double_sided)
-      .def_prop_ro("vertices", [](const TexturedMesh& t) { return numpy_copy(t.positions(), 3); })
-      .def_prop_ro("vertex_normals", [](const TexturedMesh& t) { return numpy_copy(t.normals(), 3); })
-      .def_prop_ro("uvs", [](const TexturedMesh& t) { return numpy_copy(t.uvs(), 2); })
-      .def_prop_ro("faces", [](const TexturedMesh& t) { return numpy_copy(t.faces(), 3); })
-      .def_prop_ro("base_color_rgba", [](const TexturedMesh& t) {
+      .def("vertices", [](const TexturedMesh& t) { return numpy_copy(t.positions(), 3); })
+      .def("vertex_normals", [](const TexturedMesh& t) { return numpy_copy(t.normals(), 3); })
+      .def("uvs", [](const TexturedMesh& t) { return numpy_copy(t.uvs(), 2); })
+      .def("faces", [](const TexturedMesh& t) { return numpy_copy(t.faces(), 3); })
+      .def("base_color_rgba", [](const TexturedMesh& t) {
         return numpy_copy(t.base_color_rgba(), 4);
       })
-      .def_prop_ro("metallic_roughness_rgb", [](const TexturedMesh& t) {
+      .def("metallic_roughness_rgb", [](const TexturedMesh& t) {
         return numpy_copy(t.metallic_roughness_rgb(), 3);
       })
       .def("stage_seconds", [](const TexturedMesh& t) {

@@ -1,0 +1,111 @@
+"""sparse3d_engine.trellis2.to_glb: the original's arguments in, a GlbMesh out whose export()
+writes a GLB; the input conversions (NumPy, torch where installed, voxel_size or grid_size,
+slices as the layout) and the errors, each naming what is wrong."""
+import math
+import os
+
+import numpy as np
+import pytest
+
+import sparse3d_engine as s3d
+from sparse3d_engine.trellis2 import GlbMesh, to_glb
+
+LAYOUT = {"base_color": slice(0, 3), "metallic": slice(3, 4), "roughness": slice(4, 5),
+          "alpha": slice(5, 6)}
+AABB = [[-0.5, -0.5, -0.5], [0.5, 0.5, 0.5]]
+RES = 33
+
+
+def sphere(rings=21, segs=31, r=0.3):
+    """An odd-sized UV sphere, and voxels of a RES^3 grid within two voxels of it carrying a
+    smooth colour field (what a decoder would hand over, near enough for the contract)."""
+    th = np.linspace(0, math.pi, rings + 1)[:, None]
+    ph = np.linspace(0, 2 * math.pi, segs, endpoint=False)[None, :]
+    v = np.stack([r * np.sin(th) * np.cos(ph), r * np.sin(th) * np.sin(ph),
+                  r * np.cos(th) + 0 * ph], -1).reshape(-1, 3).astype(np.float32)
+    f = []
+    for i in range(rings):
+        for k in range(segs):
+            a, b = i * segs + k, i * segs + (k + 1) % segs
+            f += [[a, a + segs, b], [b, a + segs, b + segs]]
+    f = np.array(f, dtype=np.int32)
+    g = np.stack(np.meshgrid(*[np.arange(RES)] * 3, indexing="ij"), -1).reshape(-1, 3)
+    centre = (g + 0.5) / RES - 0.5
+    near = np.abs(np.linalg.norm(centre, axis=1) - r) < 2.0 / RES
+    coords = g[near].astype(np.int32)
+    c = centre[near]
+    attrs = np.concatenate([0.5 + c, np.full((len(c), 1), 0.25), np.full((len(c), 1), 0.75),
+                            np.ones((len(c), 1))], 1).astype(np.float32)
+    return v, f, attrs, coords
+
+
+def test_to_glb_takes_the_originals_arguments_and_exports(tmp_path):
+    v, f, attrs, coords = sphere()
+    glb = to_glb(vertices=v, faces=f, attr_volume=attrs, coords=coords, attr_layout=LAYOUT,
+                 aabb=AABB, grid_size=RES, decimation_target=700, texture_size=65, remesh=False)
+    assert isinstance(glb, GlbMesh)
+    assert 0 < glb.faces.shape[0] <= 700
+    assert glb.base_color_texture.shape == (65, 65, 4)
+    assert glb.metallic_roughness_texture.shape == (65, 65, 3)
+    assert set(glb.stage_seconds()) >= {"fill holes", "UV atlas", "bake textures"}
+    # Metallic 0.25 and roughness 0.75 everywhere: every texel, filled ones too.
+    mr = glb.metallic_roughness_texture
+    assert (mr[..., 0] == 0).all() and (abs(mr[..., 1].astype(int) - 191) <= 1).all()
+    assert (abs(mr[..., 2].astype(int) - 63) <= 1).all()
+    for webp in (True, False):
+        out = tmp_path / ("a_webp.glb" if webp else "a_png.glb")
+        glb.export(str(out), extension_webp=webp)
+        data = out.read_bytes()
+        assert data[:4] == b"glTF"
+        assert (b"EXT_texture_webp" in data) == webp
+
+
+def test_voxel_size_gives_the_same_grid_as_grid_size():
+    v, f, attrs, coords = sphere()
+    kw = dict(vertices=v, faces=f, attr_volume=attrs, coords=coords, attr_layout=LAYOUT,
+              aabb=AABB, decimation_target=400, texture_size=32, use_gpu=False)
+    a = to_glb(grid_size=RES, **kw)
+    b = to_glb(voxel_size=1.0 / RES, **kw)
+    assert np.array_equal(a.base_color_texture, b.base_color_texture)
+
+
+def test_torch_tensors_are_taken_as_they_are():
+    torch = pytest.importorskip("torch")
+    v, f, attrs, coords = sphere()
+    kw = dict(attr_layout=LAYOUT, aabb=torch.tensor(AABB), grid_size=RES,
+              decimation_target=400, texture_size=32, use_gpu=False)
+    a = to_glb(torch.from_numpy(v), torch.from_numpy(f), torch.from_numpy(attrs).half(),
+               torch.from_numpy(coords).long(), **kw)
+    b = to_glb(v, f, attrs.astype(np.float16).astype(np.float32), coords, **kw)
+    assert np.array_equal(a.base_color_texture, b.base_color_texture)
+
+
+@pytest.mark.parametrize("change, needle", [
+    (dict(decimation_target=0), "decimation_target"),
+    (dict(texture_size=0), "texture_size"),
+    (dict(attr_layout={"base_color": slice(0, 3)}), "metallic"),
+    (dict(attr_layout=dict(LAYOUT, alpha=slice(6, 7))), "alpha"),
+    (dict(grid_size=None), "voxel_size or grid_size"),
+    (dict(aabb=[0, 1]), "aabb"),
+    (dict(faces=np.array([[0, 1, 99999]], dtype=np.int32)), "outside"),
+    (dict(vertices=np.full((5, 3), np.nan, dtype=np.float32)), "non-finite"),
+    (dict(coords=np.zeros((3, 3), dtype=np.int32)), "rows"),
+    (dict(faces=np.zeros((4, 3), dtype=np.float32)), "integers"),
+])
+def test_bad_input_is_one_error_naming_it(change, needle):
+    v, f, attrs, coords = sphere()
+    kw = dict(vertices=v, faces=f, attr_volume=attrs, coords=coords, attr_layout=LAYOUT,
+              aabb=AABB, grid_size=RES, decimation_target=400, texture_size=32)
+    kw.update(change)
+    with pytest.raises(s3d.Error, match=needle):
+        to_glb(**kw)
+
+
+def test_export_to_a_folder_is_refused_and_leaves_nothing(tmp_path):
+    v, f, attrs, coords = sphere()
+    glb = to_glb(v, f, attrs, coords, LAYOUT, AABB, grid_size=RES, decimation_target=300,
+                 texture_size=16)
+    (tmp_path / "taken.glb").mkdir()
+    with pytest.raises(s3d.Error):
+        glb.export(str(tmp_path / "taken.glb"))
+    assert sorted(os.listdir(tmp_path)) == ["taken.glb"]
