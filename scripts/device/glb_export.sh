@@ -10,11 +10,12 @@
 #                                 libwebp, libpng), copied from the development machine
 #   .deps/glb/sources/*.safetensors  the source meshes (tools/glb_judge/sources.py)
 #   .deps/glb/wheels/             trimesh and pygltflib wheels, for the judge and the original
-#   .deps/baseline/site/          TRELLIS.2's export packages (o_voxel, cumesh, flex_gemm,
+#   .deps/baseline/site/ (or $BASELINE/site)  TRELLIS.2's export packages (o_voxel, cumesh, flex_gemm,
 #                                 nvdiffrast), prebuilt for this machine's PyTorch; without
 #                                 them only sparse3d's side runs, and the table says so
 # Environment: RES (1024), SETTINGS ("500000:2048 1000000:4096"), CASES (all sources), REMESH (1),
-# ORIGINAL (1), JUDGE (1; the judges run at the end, JUDGE_JOBS (8) at a time, with
+# ORIGINAL (1), REQUIRE_ORIGINAL (0; 1: stop at once when it does not import), BASELINE
+# (.deps/baseline), JUDGE (1; the judges run at the end, JUDGE_JOBS (8) at a time, with
 # JUDGE_ARGS), GPU_TESTS (1: the mesh GPU tests first), TIMEOUT_S per run (300).
 # Writes $OUT/glb_export.tar.gz (every JSON, log and view) and $OUT/glb_export_table.md; prints
 # the table last.
@@ -26,6 +27,7 @@ RES=${RES:-1024}
 SETTINGS=${SETTINGS:-500000:2048 1000000:4096}
 REMESH=${REMESH:-1}
 TIMEOUT_S=${TIMEOUT_S:-300}
+B=${BASELINE:-.deps/baseline}  # the original's prebuilt packages: site/ and wheels/
 W=/tmp/glb_export
 rm -rf "$W"; mkdir -p "$W/cases" "$W/glb" "$W/res"
 export LD_LIBRARY_PATH="$PWD/.deps/glb/lib:$LD_LIBRARY_PATH"
@@ -35,13 +37,22 @@ if ls .deps/glb/wheels/*.whl >/dev/null 2>&1; then
   export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
 fi
 HAVE_ORIGINAL=0
-if [ "${ORIGINAL:-1}" = 1 ] && [ -d .deps/baseline/site ]; then
-  export PYTHONPATH="$PWD/.deps/baseline/site:$PYTHONPATH"
+if [ "${ORIGINAL:-1}" = 1 ] && [ -d $B/site ]; then
+  # The original's pure-Python needs (easydict, plyfile, zstandard, filelock; trimesh comes with
+  # the judge's wheels) and FlexGEMM's autotune cache, writable.
+  ls $B/wheels/*.whl 2>/dev/null | grep -v trimesh | xargs -r python3 -m pip install -q \
+    --no-index --no-deps --no-compile --target /tmp/site >> "$W/pip.log" 2>&1
+  cp $B/site/flex_gemm_autotune_cache.json /tmp/flex_gemm_autotune_cache.json 2>/dev/null &&
+    export FLEX_GEMM_AUTOTUNE_CACHE_PATH=/tmp/flex_gemm_autotune_cache.json
+  export PYTHONPATH="/tmp/site:$PWD/$B/site:${PYTHONPATH:-}"
   if python3 -c "import o_voxel.postprocess, cumesh, flex_gemm, nvdiffrast.torch" > "$W/import.log" 2>&1; then
     HAVE_ORIGINAL=1
   else
     echo "original: import failed: $(tail -1 "$W/import.log")"
   fi
+fi
+if [ "${REQUIRE_ORIGINAL:-0}" = 1 ] && [ $HAVE_ORIGINAL = 0 ]; then
+  tail -n 25 "$W/import.log" 2>/dev/null; echo "REQUIRE_ORIGINAL=1 and the original does not import"; exit 3
 fi
 echo "machine: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1); $(nproc) cores; torch $(python3 -c 'import torch; print(torch.__version__)')"
 "$BIN/sparse3d" --version
