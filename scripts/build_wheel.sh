@@ -31,7 +31,8 @@ fi
 
 src=$PWD
 export CCACHE_BASEDIR="$src"
-defines=(-C cmake.define.SPARSE3D_CUDNN_FRONTEND_INCLUDE="$PWD/.deps/cudnn_frontend/include")
+defines=(-C cmake.define.SPARSE3D_CUDNN_FRONTEND_INCLUDE="$PWD/.deps/cudnn_frontend/include"
+         -C cmake.define.SPARSE3D_XATLAS_DIR="$PWD/.deps/xatlas")
 case "$CUDA" in
   13)
     name=sparse3d_engine

@@ -200,7 +200,8 @@ ClosestHit Bvh::closest(const Vec3& p) const {
     }
     const Node& l = nodes_[n.left];
     const Node& r = nodes_[n.right];
-    const float dl = box_distance2(l.lo, l.hi, p.data()), dr = box_distance2(r.lo, r.hi, p.data());
+    const float dl = box_distance2(l.lo, l.hi, p.data());
+    const float dr = box_distance2(r.lo, r.hi, p.data());
     // Push the farther child first so the nearer one is searched first. The stack holds at
     // most one entry per level plus one, and the build bounds the depth (kSahDepth).
     if (dl <= dr) {
