@@ -3,7 +3,7 @@
 # trellis2-shape-1024 model (synthetic weights), the released sampler (12 Euler steps, CFG 7.5
 # on t in [0.6, 1]) on the default path, for the smallest and largest benchmark payloads
 # (3,664 and 30,227 tokens). Without a GPU: the CPU backend on the tiny preset and two small
-# payloads.
+# payloads. Then a GLB export of a procedural asset (both machines).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -26,3 +26,8 @@ else
   $bin run --checkpoint "$out/ckpt/tiny.json" --manifest "$out/payloads-small/manifest.json" \
     --out "$out/latents-tiny" "$@"
 fi
+# The GLB export (docs/EXPORT.md): a procedural textured torus made decoder-like at 256, then
+# TRELLIS.2's app settings scaled down (remesh, band 1, no pull-back; 50,000 faces, 1024²).
+$bin make-glb-input --procedural torus --resolution 256 --out "$out/glb/torus256.safetensors"
+$bin export-glb --input "$out/glb/torus256.safetensors" --out "$out/glb/torus256.glb" \
+  --decimation-target 50000 --texture-size 1024 --remesh --remesh-project 0

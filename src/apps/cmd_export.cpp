@@ -2,6 +2,7 @@
 // (include/sparse3d/glb.h), and decoder-like inputs for it made from textured meshes.
 #include <CLI/CLI.hpp>
 
+#include <cmath>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -83,9 +84,39 @@ Command add_export_glb(CLI::App& app) {
   };
 }
 
+namespace {
+
+// --procedural torus: a torus (major radius 0.3, minor 0.12, 181 x 67 quads) with the
+// documented procedural PBR field: base colour in smooth bands of position, metallic 0/1 in
+// 0.1-unit cells, roughness a gradient along z, alpha 1.
+void procedural_torus(std::vector<float>& v, std::vector<int32_t>& f, std::vector<float>& pbr) {
+  const int nu = 181, nv = 67;
+  const float R = 0.3f, r = 0.12f, two_pi = 6.2831853f;
+  for (int i = 0; i < nu; ++i)
+    for (int j = 0; j < nv; ++j) {
+      const float u = two_pi * i / nu, w = two_pi * j / nv;
+      const float x = (R + r * std::cos(w)) * std::cos(u), y = (R + r * std::cos(w)) * std::sin(u),
+                  z = r * std::sin(w);
+      v.insert(v.end(), {x, y, z});
+      const int cell = static_cast<int>(std::floor(x * 10)) + static_cast<int>(std::floor(y * 10)) +
+                       static_cast<int>(std::floor(z * 10));
+      pbr.insert(pbr.end(), {0.5f + 0.5f * std::sin(9 * x), 0.5f + 0.5f * std::sin(9 * y + 1),
+                             0.5f + 0.5f * std::sin(9 * z + 2), (cell & 1) ? 1.0f : 0.0f,
+                             0.2f + 0.6f * (z + 0.5f), 1.0f});
+    }
+  for (int i = 0; i < nu; ++i)
+    for (int j = 0; j < nv; ++j) {
+      const int a = i * nv + j, b = ((i + 1) % nu) * nv + j, c = i * nv + (j + 1) % nv,
+                d = ((i + 1) % nu) * nv + (j + 1) % nv;
+      f.insert(f.end(), {a, b, d, a, d, c});
+    }
+}
+
+}  // namespace
+
 Command add_make_glb_input(CLI::App& app) {
   struct Args {
-    std::string source, out;
+    std::string source, procedural, out;
     int resolution = 256;
   };
   auto a = std::make_shared<Args>();
@@ -95,31 +126,44 @@ Command add_make_glb_input(CLI::App& app) {
   sub->add_option("--source", a->source,
                   "Source mesh: safetensors with vertices F32 [V,3] in [-0.5,0.5], faces I32 "
                   "[F,3], pbr F32 [V,6]")
-      ->required()
       ->check(kNonEmptyPath);
+  auto* proc = sub->add_option("--procedural", a->procedural,
+                               "Instead of --source: a built-in textured surface")
+                   ->check(CLI::IsMember({"torus"}));
+  sub->get_option("--source")->excludes(proc);
   sub->add_option("--resolution", a->resolution, "Voxels per side (TRELLIS.2: 512, 1024, 1536)")
       ->transform(integer_in(2, 4096))
       ->capture_default_str();
   sub->add_option("--out", a->out, "Output GLB input file")->required()->check(kNonEmptyPath);
   return [a]() {
     io::check_output_file(a->out, "--out " + a->out);
-    const std::string what = "source mesh " + a->source;
-    const auto f = io::SafetensorsFile::open(a->source, what);
-    f.check_tensor_bytes(uint64_t{4} << 30, "a source mesh");
-    const Tensor v = f.load("vertices", DType::F32), t = f.load("faces", DType::I32),
-                 p = f.load("pbr", DType::F32);
-    S3D_CHECK(v.ndim() == 2 && v.size(1) == 3 && t.ndim() == 2 && t.size(1) == 3 &&
-                  p.ndim() == 2 && p.size(0) == v.size(0) && p.size(1) == 6,
-              what, ": needs vertices [V, 3], faces [F, 3] and pbr [V, 6] (got ",
-              v.describe(), ", ", t.describe(), ", ", p.describe(), ")");
-    const auto src = f.metadata().find("name");
-    const std::string source =
-        (src == f.metadata().end() ? a->source : src->second) + " at " +
-        std::to_string(a->resolution);
-    const sparse3d::GlbAsset asset = sparse3d::voxelize_textured_mesh(
-        {v.data_as<float>(), v.data_as<float>() + v.numel()},
-        {t.data_as<int32_t>(), t.data_as<int32_t>() + t.numel()},
-        {p.data_as<float>(), p.data_as<float>() + p.numel()}, 6, a->resolution, source);
+    S3D_CHECK(!a->source.empty() || !a->procedural.empty(),
+              "make-glb-input: give --source FILE or --procedural torus");
+    sparse3d::GlbAsset asset;
+    if (!a->procedural.empty()) {
+      std::vector<float> v, pbr;
+      std::vector<int32_t> f;
+      procedural_torus(v, f, pbr);
+      asset = sparse3d::voxelize_textured_mesh(
+          v, f, pbr, 6, a->resolution, "procedural torus at " + std::to_string(a->resolution));
+    } else {
+      const std::string what = "source mesh " + a->source;
+      const auto f = io::SafetensorsFile::open(a->source, what);
+      f.check_tensor_bytes(uint64_t{4} << 30, "a source mesh");
+      const Tensor v = f.load("vertices", DType::F32), t = f.load("faces", DType::I32),
+                   p = f.load("pbr", DType::F32);
+      S3D_CHECK(v.ndim() == 2 && v.size(1) == 3 && t.ndim() == 2 && t.size(1) == 3 &&
+                    p.ndim() == 2 && p.size(0) == v.size(0) && p.size(1) == 6,
+                what, ": needs vertices [V, 3], faces [F, 3] and pbr [V, 6] (got ",
+                v.describe(), ", ", t.describe(), ", ", p.describe(), ")");
+      const auto src = f.metadata().find("name");
+      const std::string source = (src == f.metadata().end() ? a->source : src->second) +
+                                 " at " + std::to_string(a->resolution);
+      asset = sparse3d::voxelize_textured_mesh(
+          {v.data_as<float>(), v.data_as<float>() + v.numel()},
+          {t.data_as<int32_t>(), t.data_as<int32_t>() + t.numel()},
+          {p.data_as<float>(), p.data_as<float>() + p.numel()}, 6, a->resolution, source);
+    }
     sparse3d::save_glb_input(asset, a->out);
     std::printf("wrote %s: %zu vertices, %zu faces, %zu voxels at %d^3\n", a->out.c_str(),
                 asset.vertices.size() / 3, asset.faces.size() / 3, asset.coords.size() / 3,
