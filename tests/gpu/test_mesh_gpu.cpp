@@ -7,6 +7,7 @@
 #include <random>
 #include <vector>
 
+#include "../mesh/mesh_test_shapes.h"
 #include "core/cuda_util.h"
 #include "core/tensor.h"
 #include "gpu_test_util.h"
@@ -17,25 +18,7 @@
 namespace s3d::mesh {
 namespace {
 
-TriMesh wavy_sphere(int rings, int segs, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> n(-0.03f, 0.03f);
-  TriMesh m;
-  for (int r = 0; r <= rings; ++r) {
-    const float th = 3.14159265f * r / rings;
-    for (int s = 0; s < segs; ++s) {
-      const float ph = 6.2831853f * s / segs, rad = 0.4f + n(rng);
-      m.positions.insert(m.positions.end(), {rad * std::sin(th) * std::cos(ph),
-                                             rad * std::sin(th) * std::sin(ph), rad * std::cos(th)});
-    }
-  }
-  for (int r = 0; r < rings; ++r)
-    for (int s = 0; s < segs; ++s) {
-      const int a = r * segs + s, b = r * segs + (s + 1) % segs, c = a + segs, d = b + segs;
-      m.faces.insert(m.faces.end(), {a, c, b, b, c, d});
-    }
-  return m;
-}
+using test::uv_sphere;
 
 void expect_same_hits(const TriMesh& m, int64_t n, float spread, uint32_t seed) {
   const Bvh bvh(m);
@@ -63,13 +46,14 @@ void expect_same_hits(const TriMesh& m, int64_t n, float spread, uint32_t seed) 
 
 TEST(MeshGpu, ClosestPointIsTheCpusBitForBit) {
   S3D_REQUIRE_CUDA();
-  expect_same_hits(wavy_sphere(61, 97, 3), 100003, 0.6f, 5);   // near the surface
-  expect_same_hits(wavy_sphere(7, 11, 4), 4097, 3.0f, 6);      // far points, a small tree
+  // Spheres of radius 0.4 with noise 0.03.
+  expect_same_hits(uv_sphere(61, 97, 0.4f, 0.03f, 3), 100003, 0.6f, 5);  // near the surface
+  expect_same_hits(uv_sphere(7, 11, 0.4f, 0.03f, 4), 4097, 3.0f, 6);  // far, a small tree
 }
 
 TEST(MeshGpu, NoPointsIsNoWork) {
   S3D_REQUIRE_CUDA();
-  const Bvh bvh(wavy_sphere(5, 7, 1));
+  const Bvh bvh(uv_sphere(5, 7, 0.4f, 0.03f, 1));
   const DeviceBvh dev(bvh);
   dev.closest_many(nullptr, 0, nullptr);
   synchronize();
@@ -79,7 +63,7 @@ TEST(MeshGpu, NoPointsIsNoWork) {
 // The whole export with the closest points on the GPU gives the CPU's file, byte for byte.
 TEST(MeshGpu, ExportOnTheGpuIsTheCpusFile) {
   S3D_REQUIRE_CUDA();
-  const TriMesh s = wavy_sphere(31, 45, 9);
+  const TriMesh s = uv_sphere(31, 45, 0.4f, 0.03f, 9);
   std::vector<float> pbr;
   for (int64_t v = 0; v < s.num_vertices(); ++v) {
     const Vec3 p = s.vertex(v);

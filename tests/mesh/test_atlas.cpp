@@ -8,13 +8,15 @@
 #include <array>
 #include <cmath>
 #include <random>
-#include <string>
 
-#include "core/error.h"
+#include "../expect_error.h"
 #include "mesh/atlas.h"
+#include "mesh_test_shapes.h"
 
 namespace s3d::mesh {
 namespace {
+
+using test::uv_sphere;
 
 TriMesh cube(float s, Vec3 c) {
   TriMesh m;
@@ -24,31 +26,6 @@ TriMesh cube(float s, Vec3 c) {
   // Counter-clockwise from outside.
   m.faces = {0, 2, 1, 1, 2, 3, 4, 5, 6, 5, 7, 6, 0, 1, 4, 1, 5, 4,
              2, 6, 3, 3, 6, 7, 0, 4, 2, 2, 4, 6, 1, 3, 5, 3, 7, 5};
-  return m;
-}
-
-// A UV sphere with noise; `skip_rings` drops the faces of the top rings (a hole).
-TriMesh noisy_sphere(int rings, int segments, int skip_rings, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> n(-0.01f, 0.01f);
-  TriMesh m;
-  for (int r = 0; r <= rings; ++r) {
-    const float th = 3.14159265f * r / rings;
-    for (int s = 0; s < segments; ++s) {
-      const float ph = 6.2831853f * s / segments;
-      const float rad = 0.4f + n(rng);
-      m.positions.insert(m.positions.end(),
-                         {rad * std::sin(th) * std::cos(ph), rad * std::sin(th) * std::sin(ph),
-                          rad * std::cos(th)});
-    }
-  }
-  for (int r = skip_rings; r < rings; ++r)
-    for (int s = 0; s < segments; ++s) {
-      const int a = r * segments + s, b = r * segments + (s + 1) % segments;
-      const int c = a + segments, d = b + segments;
-      if (r > 0) m.faces.insert(m.faces.end(), {a, c, b});
-      if (r < rings - 1) m.faces.insert(m.faces.end(), {b, c, d});
-    }
   return m;
 }
 
@@ -156,11 +133,12 @@ TEST(MeshAtlas, SphereWithHole) {
   ChartOptions o;
   o.texture_size = 1024;
   o.padding = 3;
-  expect_good_atlas(noisy_sphere(17, 23, 3, 1), o);
+  // Radius 0.4, noise 0.01, the top 3 rings left out, no slivers at the poles.
+  expect_good_atlas(uv_sphere(17, 23, 0.4f, 0.01f, 1, 3, false), o);
 }
 
 TEST(MeshAtlas, TwoComponentsAndConeAngle) {
-  TriMesh m = noisy_sphere(11, 13, 0, 2);
+  TriMesh m = uv_sphere(11, 13, 0.4f, 0.01f, 2, 0, false);
   append(m, cube(0.2f, {1.5f, 0.1f, -0.3f}));
   ChartOptions o;
   o.texture_size = 512;
@@ -176,7 +154,7 @@ TEST(MeshAtlas, TwoComponentsAndConeAngle) {
 TEST(MeshAtlas, SpatialGroupsAndChartCap) {
   // Small groups and a small chart cap (the 1M-face settings, scaled down): the same
   // properties hold, with more charts than one group and no cap give.
-  const TriMesh m = noisy_sphere(21, 27, 2, 4);  // 999 faces
+  const TriMesh m = uv_sphere(21, 27, 0.4f, 0.01f, 4, 2, false);  // 999 faces
   ChartOptions o;
   o.texture_size = 1024;
   o.faces_per_chart = 0;
@@ -222,37 +200,28 @@ TEST(MeshAtlas, StatsCountFlippedAndEmptyPerChart) {
   EXPECT_GT(overlapping_texels(m, 64), 400);
 }
 
-void expect_error(const TriMesh& m, const ChartOptions& o, const std::string& part) {
-  try {
-    uv_unwrap(m, o);
-    ADD_FAILURE() << "no error; expected one naming '" << part << "'";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
-  }
-}
-
 TEST(MeshAtlas, RejectsBadInput) {
   ChartOptions o;
-  expect_error(TriMesh{}, o, "no faces");
+  EXPECT_ERROR(uv_unwrap(TriMesh{}, o), "no faces");
   TriMesh bad = cube(1, {0, 0, 0});
   bad.faces[4] = 99;
-  expect_error(bad, o, "face 1 names vertex 99");
+  EXPECT_ERROR(uv_unwrap(bad, o), "face 1 names vertex 99");
   TriMesh flat;  // every face without area
   flat.positions = {0, 0, 0, 1, 0, 0, 2, 0, 0};
   flat.faces = {0, 1, 2};
-  expect_error(flat, o, "no face of the mesh has an area");
+  EXPECT_ERROR(uv_unwrap(flat, o), "no face of the mesh has an area");
   ChartOptions t = o;
   t.texture_size = 0;
-  expect_error(cube(1, {0, 0, 0}), t, "texture_size");
+  EXPECT_ERROR(uv_unwrap(cube(1, {0, 0, 0}), t), "texture_size");
   t = o;
   t.cone_half_angle_rad = 0;
-  expect_error(cube(1, {0, 0, 0}), t, "cone_half_angle_rad");
+  EXPECT_ERROR(uv_unwrap(cube(1, {0, 0, 0}), t), "cone_half_angle_rad");
   t = o;
   t.padding = -1;
-  expect_error(cube(1, {0, 0, 0}), t, "padding");
+  EXPECT_ERROR(uv_unwrap(cube(1, {0, 0, 0}), t), "padding");
   t = o;
   t.faces_per_group = -5;
-  expect_error(cube(1, {0, 0, 0}), t, "faces_per_group");
+  EXPECT_ERROR(uv_unwrap(cube(1, {0, 0, 0}), t), "faces_per_group");
 }
 
 }  // namespace

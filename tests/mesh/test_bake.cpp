@@ -6,25 +6,14 @@
 
 #include <algorithm>
 #include <cmath>
-#include <functional>
 #include <limits>
 #include <random>
-#include <string>
 
-#include "core/error.h"
+#include "../expect_error.h"
 #include "mesh/bake.h"
 
 namespace s3d::mesh {
 namespace {
-
-void expect_error(const std::function<void()>& f, const std::string& part) {
-  try {
-    f();
-    ADD_FAILURE() << "no error; expected one naming '" << part << "'";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
-  }
-}
 
 // ---- rasterize_uv ---------------------------------------------------------------------------
 
@@ -200,16 +189,16 @@ TEST(MeshBake, RasterRejectsBadInput) {
   m.uvs = {0, 0, 1, 0, 0, 1};
   m.positions.assign(9, 0.0f);
   m.faces = {0, 1, 2};
-  expect_error([&] { rasterize_uv(m, 0); }, "size must be in");
+  EXPECT_ERROR(rasterize_uv(m, 0), "size must be in");
   UvMesh bad = m;
   bad.faces[2] = 3;
-  expect_error([&] { rasterize_uv(bad, 8); }, "face 0 names vertex 3");
+  EXPECT_ERROR(rasterize_uv(bad, 8), "face 0 names vertex 3");
   bad = m;
   bad.uvs[3] = std::numeric_limits<float>::quiet_NaN();
-  expect_error([&] { rasterize_uv(bad, 8); }, "vertex 1 has uv coordinate");
+  EXPECT_ERROR(rasterize_uv(bad, 8), "vertex 1 has uv coordinate");
   bad = m;
   bad.uvs[0] = 5;
-  expect_error([&] { rasterize_uv(bad, 8); }, "within [-1, 2]");
+  EXPECT_ERROR(rasterize_uv(bad, 8), "within [-1, 2]");
 }
 
 // ---- bake -----------------------------------------------------------------------------------
@@ -340,17 +329,17 @@ TEST(MeshBake, BakeRejectsBadInput) {
   BakeInputs in{&m, &surface, &vol, {-0.5f, -0.5f, -0.5f}, {0.3f, 0.3f, 0.3f}};
   BakeInputs none = in;
   none.volume = nullptr;
-  expect_error([&] { bake(r, none); }, "must all be set");
+  EXPECT_ERROR(bake(r, none), "must all be set");
   BakeInputs zero = in;
   zero.voxel_size[1] = 0;
-  expect_error([&] { bake(r, zero); }, "axis 1");
+  EXPECT_ERROR(bake(r, zero), "axis 1");
   UvRaster short_raster = r;
   short_raster.bary.pop_back();
-  expect_error([&] { bake(short_raster, in); }, "barycentrics");
+  EXPECT_ERROR(bake(short_raster, in), "barycentrics");
   UvRaster beyond = r;
   for (auto& f : beyond.face)
     if (f >= 0) f = 1000;
-  expect_error([&] { bake(beyond, in); }, "beyond the UV mesh");
+  EXPECT_ERROR(bake(beyond, in), "beyond the UV mesh");
 }
 
 // ---- fill_uncovered -------------------------------------------------------------------------
@@ -431,8 +420,8 @@ TEST(MeshBake, FillWithoutCoverageLeavesImage) {
   std::vector<uint8_t> image(5 * 3 * 2, 0x5A), mask(15, 0);
   fill_uncovered(image, mask, 5, 3, 2);
   for (uint8_t v : image) ASSERT_EQ(v, 0x5A);
-  expect_error([&] { fill_uncovered(image, mask, 5, 4, 2); }, "needs 40 bytes");
-  expect_error([&] { fill_uncovered(image, mask, 0, 3, 2); }, "must be positive");
+  EXPECT_ERROR(fill_uncovered(image, mask, 5, 4, 2), "needs 40 bytes");
+  EXPECT_ERROR(fill_uncovered(image, mask, 0, 3, 2), "must be positive");
 }
 
 }  // namespace

@@ -9,45 +9,13 @@
 
 #include "core/error.h"
 #include "mesh/bvh.h"
+#include "mesh_test_shapes.h"
 
 namespace s3d::mesh {
 namespace {
 
-TriMesh random_soup(int faces, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-1, 1), s(-0.1f, 0.1f);
-  TriMesh m;
-  for (int f = 0; f < faces; ++f) {
-    const float c[3] = {u(rng), u(rng), u(rng)};
-    for (int k = 0; k < 3; ++k) {
-      for (int j = 0; j < 3; ++j) m.positions.push_back(c[j] + s(rng));
-      m.faces.push_back(3 * f + k);
-    }
-  }
-  return m;
-}
-
-TriMesh noisy_sphere(int rings, int segments, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> n(-0.02f, 0.02f);
-  TriMesh m;
-  for (int r = 0; r <= rings; ++r) {
-    const float th = 3.14159265f * r / rings;
-    for (int s = 0; s < segments; ++s) {
-      const float ph = 6.2831853f * s / segments;
-      const float rad = 0.5f + n(rng);
-      m.positions.insert(m.positions.end(), {rad * std::sin(th) * std::cos(ph),
-                                             rad * std::sin(th) * std::sin(ph), rad * std::cos(th)});
-    }
-  }
-  for (int r = 0; r < rings; ++r)
-    for (int s = 0; s < segments; ++s) {
-      const int a = r * segments + s, b = r * segments + (s + 1) % segments;
-      const int c = a + segments, d = b + segments;
-      m.faces.insert(m.faces.end(), {a, c, b, b, c, d});
-    }
-  return m;
-}
+using test::random_soup;
+using test::uv_sphere;
 
 void expect_matches_brute_force(const TriMesh& m, int queries, float spread, uint32_t seed) {
   Bvh bvh(m);
@@ -81,12 +49,12 @@ void expect_matches_brute_force(const TriMesh& m, int queries, float spread, uin
 }
 
 TEST(MeshBvh, ClosestPointMatchesBruteForceOnASoup) {
-  expect_matches_brute_force(random_soup(517, 3), 301, 1.3f, 11);
+  expect_matches_brute_force(random_soup(517, 3, 1.0f, 0.1f), 301, 1.3f, 11);
 }
 
 TEST(MeshBvh, ClosestPointMatchesBruteForceOnASphere) {
-  expect_matches_brute_force(noisy_sphere(23, 37, 5), 257, 0.8f, 12);
-  expect_matches_brute_force(noisy_sphere(9, 13, 6), 129, 4.0f, 13);  // far points
+  expect_matches_brute_force(uv_sphere(23, 37, 0.5f, 0.02f, 5), 257, 0.8f, 12);
+  expect_matches_brute_force(uv_sphere(9, 13, 0.5f, 0.02f, 6), 129, 4.0f, 13);  // far points
 }
 
 TEST(MeshBvh, CoincidentFacesTieToTheLowestIndex) {

@@ -13,6 +13,7 @@
 
 #include "../expect_error.h"
 #include "mesh/dual_grid.h"
+#include "mesh_test_shapes.h"
 #include "voxel_test_shapes.h"
 
 namespace s3d::mesh {
@@ -21,6 +22,7 @@ namespace {
 using test::box_mesh;
 using test::closed_and_oriented;
 using test::icosphere;
+using test::random_soup;
 using test::torus;
 
 // Does triangle t (world) overlap box [lo, hi]? Reference: clip the triangle by the six
@@ -129,20 +131,6 @@ void expect_matches_brute_force(const TriMesh& m, const GridBox& box) {
       }
   EXPECT_GT(flagged, 10);  // the test saw crossings
   EXPECT_GT(touched, flagged / 3);
-}
-
-TriMesh random_soup(int faces, uint32_t seed, float spread, float size) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-spread, spread), s(-size, size);
-  TriMesh m;
-  for (int f = 0; f < faces; ++f) {
-    const float c[3] = {u(rng), u(rng), u(rng)};
-    for (int k = 0; k < 3; ++k) {
-      for (int j = 0; j < 3; ++j) m.positions.push_back(c[j] + s(rng));
-      m.faces.push_back(3 * f + k);
-    }
-  }
-  return m;
 }
 
 TEST(MeshDualGrid, VoxelsAndFlagsMatchBruteForceOnASoup) {

@@ -5,12 +5,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <functional>
 #include <limits>
 #include <random>
-#include <string>
 
-#include "core/error.h"
+#include "../expect_error.h"
 #include "mesh/volume.h"
 
 namespace s3d::mesh {
@@ -173,37 +171,19 @@ TEST(MeshVolume, ManyVoxelsAllFound) {
     ASSERT_EQ(vol.find(d.coords[3 * i], d.coords[3 * i + 1], d.coords[3 * i + 2]), i);
 }
 
-void expect_error(const std::function<void()>& f, const std::string& part) {
-  try {
-    f();
-    ADD_FAILURE() << "no error; expected one naming '" << part << "'";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
-  }
-}
-
 TEST(MeshVolume, RejectsBadInput) {
-  expect_error(
-      [] {
-        SparseVolume({0, 0, 0, 1, 3, 0}, {1, 2}, 1, {3, 3, 3});
-      },
-      "voxel 1 (1, 3, 0) lies outside the grid");
-  expect_error([] { SparseVolume({0, 0, 0, -1, 0, 0}, {1, 2}, 1, {3, 3, 3}); }, "voxel 1");
-  expect_error(
-      [] {
-        SparseVolume({0, 1, 2, 2, 2, 2, 0, 1, 2}, {1, 2, 3}, 1, {3, 3, 3});
-      },
-      "voxel 2 (0, 1, 2) repeats voxel 0");
-  expect_error(
-      [] {
-        SparseVolume({0, 0, 0, 1, 1, 1}, {1, 2, 3, std::numeric_limits<float>::quiet_NaN()}, 2,
-                     {3, 3, 3});
-      },
-      "voxel 1 channel 1 is not finite");
-  expect_error([] { SparseVolume({0, 0, 0}, {1}, 1, {3, 0, 3}); }, "must be positive");
-  expect_error([] { SparseVolume({0, 0, 0}, {1}, 0, {3, 3, 3}); }, "channels");
-  expect_error([] { SparseVolume({0, 0, 0}, {1, 2}, 1, {3, 3, 3}); }, "need 1 attributes");
-  expect_error([] { SparseVolume({0, 0}, {1}, 1, {3, 3, 3}); }, "whole triples");
+  EXPECT_ERROR(SparseVolume({0, 0, 0, 1, 3, 0}, {1, 2}, 1, {3, 3, 3}),
+               "voxel 1 (1, 3, 0) lies outside the grid");
+  EXPECT_ERROR(SparseVolume({0, 0, 0, -1, 0, 0}, {1, 2}, 1, {3, 3, 3}), "voxel 1");
+  EXPECT_ERROR(SparseVolume({0, 1, 2, 2, 2, 2, 0, 1, 2}, {1, 2, 3}, 1, {3, 3, 3}),
+               "voxel 2 (0, 1, 2) repeats voxel 0");
+  EXPECT_ERROR(SparseVolume({0, 0, 0, 1, 1, 1}, {1, 2, 3, std::numeric_limits<float>::quiet_NaN()},
+                            2, {3, 3, 3}),
+               "voxel 1 channel 1 is not finite");
+  EXPECT_ERROR(SparseVolume({0, 0, 0}, {1}, 1, {3, 0, 3}), "must be positive");
+  EXPECT_ERROR(SparseVolume({0, 0, 0}, {1}, 0, {3, 3, 3}), "channels");
+  EXPECT_ERROR(SparseVolume({0, 0, 0}, {1, 2}, 1, {3, 3, 3}), "need 1 attributes");
+  EXPECT_ERROR(SparseVolume({0, 0}, {1}, 1, {3, 3, 3}), "whole triples");
 }
 
 }  // namespace
