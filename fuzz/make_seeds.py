@@ -66,6 +66,29 @@ for tokens, grid, L, C, Cc in [(1, 8, 1, 1, 0), (7, 16, 3, 8, 0), (300, 64, 9, 1
 put("fuzz_asset", "large", "valid_t4096_g1024",
     prefix(1024, 64, 64, 8, 4096) + asset(rng, 4096, 1024, 64, 64, 8))
 
+# fuzz_glb_input: valid GLB input files (docs/FORMATS.md), small odd sizes and one large.
+def glb_input(rng, V, F, L, C, grid):
+    import numpy as np
+    g = np.random.default_rng(rng.randrange(1 << 30))
+    verts = g.uniform(-0.5, 0.5, (V, 3)).astype("<f4")
+    faces = g.integers(0, V, (F, 3)).astype("<i4")
+    flat = g.choice(grid ** 3, size=L, replace=False)
+    coords = np.stack([flat // (grid * grid), (flat // grid) % grid, flat % grid], 1).astype("<i4")
+    attrs = g.uniform(0, 1, (L, C)).astype("<f4")
+    meta = {"format": "sparse3d-glb-input/1", "aabb": "[[-0.5,-0.5,-0.5],[0.5,0.5,0.5]]",
+            "grid_size": json.dumps([grid] * 3), "source": "fuzz seed",
+            "attr_layout": '{"base_color":[0,3],"metallic":[3,4],"roughness":[4,5],"alpha":[5,6]}'}
+    return safetensors([("vertices", "F32", [V, 3], verts.tobytes()),
+                        ("faces", "I32", [F, 3], faces.tobytes()),
+                        ("coords", "I32", [L, 3], coords.tobytes()),
+                        ("attrs", "F32", [L, C], attrs.tobytes())], meta)
+
+
+for V, F, L, C, grid in [(3, 1, 1, 6, 2), (7, 5, 11, 6, 5), (40, 77, 33, 9, 8)]:
+    put("fuzz_glb_input", "small", f"valid_v{V}_f{F}_l{L}_c{C}", glb_input(rng, V, F, L, C, grid))
+put("fuzz_glb_input", "large", "valid_v100k_f200k_l100k",
+    glb_input(rng, 100000, 200000, 100000, 6, 64))
+
 # fuzz_cli: command lines (arguments separated by NUL), good and refused ones.
 lines = [
     "run --checkpoint ck.json --manifest m.json --steps 12 --cfg 7.5 --path beyond",
@@ -74,6 +97,9 @@ lines = [
     "run --checkpoint ck.json --manifest m.json --steps -1",
     "run --checkpoint ck.json --manifest m.json --cfg nan --path beyond-cuda_graphs --enable gelu_tanh",
     "bench --checkpoint ck.json --manifest m.json --paths pure_eager,beyond --repeats 3 --warmup 1",
+    "export-glb --input a.safetensors --out a.glb --decimation-target 500000 --texture-size 2048 --remesh --remesh-project 0",
+    "export-glb --input a.safetensors --out a.glb --texture-size 0 --texture-format jpg",
+    "make-glb-input --procedural torus --resolution 1024 --out t.safetensors",
     "bench --checkpoint ck.json --manifest m.json --ablate --sampler protocol --max-device-memory 8",
     "profile --checkpoint ck.json --manifest m.json --asset a --t 0.5",
     "make-checkpoint --preset tiny --seed 3 --dtype bf16 --out ck",

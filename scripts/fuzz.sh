@@ -4,6 +4,7 @@
 #   fuzz_safetensors, fuzz_config, fuzz_manifest  the three parsers, seeded with the committed
 #                                                 corrupt-file corpus (tests/data/corrupt);
 #   fuzz_asset   the payload asset reader against a manifest the input chooses;
+#   fuzz_glb_input  the GLB input reader (docs/FORMATS.md), the export's checks of its input
 #   fuzz_cli     the command line (the same CLI11 app as main.cpp; commands never run).
 # Each target first reads, once, the generated large inputs at the real size limits
 # (fuzz/make_seeds.py: 64 MiB manifests, 100,000,000-byte headers, 2^20 values, deep
@@ -41,7 +42,8 @@ BUILD=${FUZZ_BUILD:-build-fuzz}
 CUDA=${CUDA_HOME:-/usr/local/cuda}
 CXX=clang++
 TARGETS=("$@")
-[ ${#TARGETS[@]} -eq 0 ] && TARGETS=(fuzz_safetensors fuzz_config fuzz_manifest fuzz_asset fuzz_cli)
+[ ${#TARGETS[@]} -eq 0 ] && TARGETS=(fuzz_safetensors fuzz_config fuzz_manifest fuzz_asset fuzz_glb_input
+                                     fuzz_cli)
 RUNS=${FUZZ_RUNS:-10000000}
 JOBS=${FUZZ_JOBS:-$(nproc)}
 mkdir -p "$BUILD/obj"
@@ -129,6 +131,13 @@ for target in "${TARGETS[@]}"; do
     for src in "${APP_SOURCES[@]}"; do extra+=("$(compile "$src")"); done
     extra+=(-Wl,--start-group $libs -Wl,--end-group "-L$CUDA/lib" -lcublasLt -lcudnn -lnvrtc
             -lmeshoptimizer -lpng -lwebp -lgomp "-Wl,-rpath,$CUDA/lib")
+  elif [ "$target" = fuzz_glb_input ]; then
+    # The GLB input reader (src/mesh/glb_files.cpp) and the input checks (export.cpp)
+    # instrumented; the rest of the mesh layer from the CMake build.
+    MESH_LIB="${BUILD_DIR:-build}/libsparse3d_mesh.a"
+    [ -f "$MESH_LIB" ] || { echo "== $target: skipped: no $MESH_LIB (run scripts/build.sh)" >&2; status=1; continue; }
+    extra+=("$(compile src/mesh/glb_files.cpp)" "$(compile src/mesh/export.cpp)" "${OBJS[@]}"
+            "$MESH_LIB" "$KERNELS_LIB" -lmeshoptimizer -lpng -lwebp -lgomp)
   else
     [ -f "$KERNELS_LIB" ] || { echo "== $target: skipped: no $KERNELS_LIB (run scripts/build.sh)" >&2; status=1; continue; }
     extra+=("${OBJS[@]}" "$KERNELS_LIB" -lgomp)

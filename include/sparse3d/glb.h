@@ -115,6 +115,11 @@ class TexturedMesh {
 
 TexturedMesh to_glb(const GlbInput& input, const GlbOptions& options);
 
+// Every check to_glb makes of its input, without the work: the mesh (faces, finite vertices,
+// indices in range), the layout against the channels, aabb and grid_size, and the voxels (each
+// inside the grid, none twice, finite attributes). One sparse3d::Error naming the first problem.
+void check_glb_input(const GlbInput& input);
+
 // A decoded asset that owns its arrays: what `sparse3d export-glb` reads and `sparse3d
 // make-glb-input` writes (docs/FORMATS.md, "GLB input files": one safetensors file with the
 // tensors vertices F32 [V, 3], faces I32 [F, 3], coords I32 [L, 3], attrs F32 [L, C] and the
@@ -132,8 +137,8 @@ struct GlbAsset {
   GlbInput view() const;  // borrows this asset's arrays
 };
 
-// Reads and validates a GLB input file (every check of to_glb's input, plus the format's own:
-// names the file and the problem). Refuses files over 16 GiB of tensor data.
+// Reads and validates a GLB input file (check_glb_input, plus the format's own: names the
+// file and the problem). Refuses files over 16 GiB of tensor data.
 GlbAsset load_glb_input(const std::string& path);
 // Writes one atomically.
 void save_glb_input(const GlbAsset& asset, const std::string& path);

@@ -210,6 +210,15 @@ void to_gltf_axes(std::vector<float>& xyz) {
 
 }  // namespace
 
+void check_glb_input(const GlbInput& in) {
+  check_input(in);
+  // The voxels' checks are the volume's own (volume.h); the copy is dropped.
+  const s3d::mesh::SparseVolume volume(
+      std::vector<int32_t>(in.coords, in.coords + 3 * in.num_voxels),
+      std::vector<float>(in.attrs, in.attrs + in.num_voxels * in.channels), in.channels,
+      in.grid_size);
+}
+
 TexturedMesh to_glb(const GlbInput& in, const GlbOptions& o) {
   namespace sm = s3d::mesh;
   check_options(o);

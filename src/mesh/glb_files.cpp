@@ -96,6 +96,11 @@ GlbAsset load_glb_input(const std::string& path) {
   a.layout.alpha = layout_first(layout, "alpha", 1, what);
   const auto src = f.metadata().find("source");
   if (src != f.metadata().end()) a.source = src->second;
+  try {
+    check_glb_input(a.view());
+  } catch (const Error& e) {
+    s3d::fail(what, ": ", e.what());
+  }
   return a;
 }
 
