@@ -3,10 +3,12 @@
 #include <nlohmann/json.hpp>
 
 #include <cmath>
+#include <filesystem>
 #include <string>
 
 #include "core/error.h"
 #include "core/tensor.h"
+#include "io/atomic_file.h"
 #include "io/safetensors.h"
 #include "mesh/bvh.h"
 #include "mesh/clean.h"
@@ -106,6 +108,12 @@ GlbAsset load_glb_input(const std::string& path) {
 
 void save_glb_input(const GlbAsset& a, const std::string& path) {
   using s3d::Tensor;
+  // Missing folders are made, and removed again when the write fails (as the GLB writer does).
+  const std::string what = "GLB input " + path;
+  s3d::io::check_output_file(path, what);
+  s3d::io::NewFolders folders;
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  if (!parent.empty()) folders.make(parent.string(), what);
   const int64_t V = a.vertices.size() / 3, F = a.faces.size() / 3, L = a.coords.size() / 3;
   auto borrow_f = [](const std::vector<float>& v, s3d::Shape s) {
     return Tensor::borrow(const_cast<float*>(v.data()), s, DType::F32, Device::CPU);
@@ -129,6 +137,7 @@ void save_glb_input(const GlbAsset& a, const std::string& path) {
        {"grid_size", nlohmann::json(a.grid_size).dump()},
        {"attr_layout", layout.dump()},
        {"source", a.source}});
+  folders.keep();
 }
 
 GlbAsset voxelize_textured_mesh(const std::vector<float>& vertices,

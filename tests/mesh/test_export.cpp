@@ -203,8 +203,8 @@ TEST(MeshExport, RefusesBadInputNamingIt) {
 TEST(MeshExport, InputFileRoundTripsAndRefusesAWrongFormat) {
   const fs::path dir = fs::temp_directory_path() / ("s3d_input_" + std::to_string(getpid()));
   fs::create_directories(dir);
-  const std::string path = (dir / "case.safetensors").string();
-  sparse3d::save_glb_input(asset(), path);
+  const std::string path = (dir / "new" / "folders" / "case.safetensors").string();
+  sparse3d::save_glb_input(asset(), path);  // makes the missing folders
   const sparse3d::GlbAsset b = sparse3d::load_glb_input(path);
   EXPECT_EQ(b.vertices, asset().vertices);
   EXPECT_EQ(b.faces, asset().faces);
