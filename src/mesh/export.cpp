@@ -208,15 +208,19 @@ void to_gltf_axes(std::vector<float>& xyz) {
   }
 }
 
+// The attribute volume; its constructor makes the voxels' checks (volume.h).
+s3d::mesh::SparseVolume volume_of(const GlbInput& in) {
+  return s3d::mesh::SparseVolume(
+      std::vector<int32_t>(in.coords, in.coords + 3 * in.num_voxels),
+      std::vector<float>(in.attrs, in.attrs + in.num_voxels * in.channels), in.channels,
+      in.grid_size);
+}
+
 }  // namespace
 
 void check_glb_input(const GlbInput& in) {
   check_input(in);
-  // The voxels' checks are the volume's own (volume.h); the copy is dropped.
-  const s3d::mesh::SparseVolume volume(
-      std::vector<int32_t>(in.coords, in.coords + 3 * in.num_voxels),
-      std::vector<float>(in.attrs, in.attrs + in.num_voxels * in.channels), in.channels,
-      in.grid_size);
+  volume_of(in);  // the checks; the copy is dropped
 }
 
 TexturedMesh to_glb(const GlbInput& in, const GlbOptions& o) {
@@ -231,10 +235,7 @@ TexturedMesh to_glb(const GlbInput& in, const GlbOptions& o) {
   TriMesh decoded;
   decoded.positions.assign(in.vertices, in.vertices + 3 * in.num_vertices);
   decoded.faces.assign(in.faces, in.faces + 3 * in.num_faces);
-  const sm::SparseVolume volume(
-      std::vector<int32_t>(in.coords, in.coords + 3 * in.num_voxels),
-      std::vector<float>(in.attrs, in.attrs + in.num_voxels * in.channels), in.channels,
-      in.grid_size);
+  const sm::SparseVolume volume = volume_of(in);  // checked before any work
   sm::fill_holes(decoded, kHolePerimeter);
 
   clock.start("build BVH");
@@ -246,7 +247,8 @@ TexturedMesh to_glb(const GlbInput& in, const GlbOptions& o) {
       try {
         bvh.use_device();
       } catch (const s3d::Error& e) {
-        out.fallbacks.push_back(std::string("use_gpu: ") + e.what() + "; closest points on the CPU");
+        out.fallbacks.push_back(std::string("use_gpu: ") + e.what() +
+                                "; closest points on the CPU");
       }
     }
   }
