@@ -4,7 +4,7 @@
 // Conventions (o-voxel's): the flag of voxel c on axis a stands for the lattice edge along a
 // that spans the voxel at its HIGH corner in the two other axes, e.g. for a = x the edge from
 // grid vertex (x, y+1, z+1) to (x+1, y+1, z+1). The four voxels around that edge are c and c
-// plus the offsets of kNeighbour[a]; the quad joins their dual vertices in that order, which
+// plus the offsets of detail::kEdgeRing[a]; the quad joins their dual vertices in that order, which
 // faces -a. o-voxel's flags are booleans (its decoded meshes are oriented afterwards); ours
 // also say which way the surface faces: 1 = toward -a (o-voxel's winding), 2 = toward +a
 // (winding reversed), so that a watertight input decodes to a consistently oriented mesh.
@@ -39,12 +39,6 @@ constexpr double kRegularization = 0.1;  // o-voxel's regularization_weight
 constexpr double kMinArea = 1e-12;       // in voxels^2: below it a piece has no plane
 constexpr int64_t kMaxBinned = int64_t(1) << 27;  // (block, face) pairs: 1.5 GiB of bins
 
-// The voxels around the edge a voxel's flag stands for (the voxel itself first).
-constexpr int kNeighbour[3][4][3] = {
-    {{0, 0, 0}, {0, 0, 1}, {0, 1, 1}, {0, 1, 0}},
-    {{0, 0, 0}, {1, 0, 0}, {1, 0, 1}, {0, 0, 1}},
-    {{0, 0, 0}, {0, 1, 0}, {1, 1, 0}, {1, 0, 0}},
-};
 
 std::vector<uint64_t> voxel_keys(const DualGrid& g) {
   const int64_t n = g.num_voxels();
@@ -547,11 +541,11 @@ void add_missing_neighbours(DualGrid& g, std::vector<OutVoxel>& vox) {
       for (int a = 0; a < 3; ++a) {
         if (!g.intersected[3 * i + a]) continue;
         for (int j = 1; j < 4; ++j) {
-          if (nb[upper_slot(kNeighbour[a][j])] >= 0) continue;
+          if (nb[upper_slot(detail::kEdgeRing[a][j])] >= 0) continue;
           OutVoxel v{};
           for (int k = 0; k < 3; ++k) {
-            v.c[k] = g.coords[3 * i + k] + kNeighbour[a][j][k];
-            v.d[k] = k == a ? 0.5f : 1.0f - kNeighbour[a][j][k];
+            v.c[k] = g.coords[3 * i + k] + detail::kEdgeRing[a][j][k];
+            v.d[k] = k == a ? 0.5f : 1.0f - detail::kEdgeRing[a][j][k];
           }
           mine.push_back(v);
         }
@@ -704,14 +698,10 @@ void for_each_quad(const DualGrid& g, const std::vector<uint64_t>& keys,
       for (int a = 0; a < 3; ++a) {
         quads[a][0] = -1;
         if (!f[a]) continue;
-        int32_t q[4] = {static_cast<int32_t>(i), 0, 0, 0};
-        bool all = true;
-        for (int j = 1; j < 4 && all; ++j) {
-          const int64_t at = nb[upper_slot(kNeighbour[a][j])];
-          all = at >= 0;
-          if (all) q[j] = order.empty() ? static_cast<int32_t>(at) : order[at];
-        }
-        if (all) std::copy(q, q + 4, quads[a]);
+        int64_t ring[4];
+        if (!detail::edge_ring(s, nb, a, ring)) continue;
+        for (int j = 0; j < 4; ++j)
+          quads[a][j] = order.empty() ? static_cast<int32_t>(ring[j]) : order[ring[j]];
       }
       visit(i, quads);
     }

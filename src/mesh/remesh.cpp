@@ -39,13 +39,6 @@ constexpr int64_t kMaxVoxels = int64_t(1) << 27;
 // A voxel's eight children, and its corners: index ox + 2 oy + 4 oz (CuMesh's order).
 constexpr int kOffset[8][3] = {{0, 0, 0}, {1, 0, 0}, {0, 1, 0}, {1, 1, 0},
                                {0, 0, 1}, {1, 0, 1}, {0, 1, 1}, {1, 1, 1}};
-// The voxels around the edge on axis a at a voxel's high corner (the voxel first), as the
-// dual grid's decoder joins them.
-constexpr int kNeighbour[3][4][3] = {
-    {{0, 0, 0}, {0, 0, 1}, {0, 1, 1}, {0, 1, 0}},
-    {{0, 0, 0}, {1, 0, 0}, {1, 0, 1}, {0, 0, 1}},
-    {{0, 0, 0}, {0, 1, 0}, {1, 1, 0}, {1, 0, 0}},
-};
 
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
@@ -349,14 +342,9 @@ void for_each_quad(const SortedVoxels& sv, const Contour& ct, Visit&& visit) {
       for (int a = 0; a < 3; ++a) {
         quads[a][0] = -1;
         if (!dir[a]) continue;
-        int32_t q[4] = {static_cast<int32_t>(i), 0, 0, 0};
-        bool all = true;
-        for (int j = 1; j < 4 && all; ++j) {
-          const int64_t at = nb[upper_slot(kNeighbour[a][j])];
-          all = at >= 0;
-          if (all) q[j] = sv.index[at];
-        }
-        if (all) std::copy(q, q + 4, quads[a]);
+        int64_t ring[4];
+        if (!detail::edge_ring(s, nb, a, ring)) continue;
+        for (int j = 0; j < 4; ++j) quads[a][j] = sv.index[ring[j]];
       }
       visit(i, quads);
     }

@@ -90,6 +90,14 @@ class Row {
 // Slot of offset o (in {0, 1}^3, not all zero) in UpperNeighbours' answer.
 inline int upper_slot(const int o[3]) { return o[0] * 4 + o[1] * 2 + o[2] - 1; }
 
+// The four voxels around the lattice edge along axis a at a voxel's high corner, the voxel
+// itself first, in the order their dual vertices make the quad (o-voxel's and CuMesh's table).
+constexpr int kEdgeRing[3][4][3] = {
+    {{0, 0, 0}, {0, 0, 1}, {0, 1, 1}, {0, 1, 0}},
+    {{0, 0, 0}, {1, 0, 0}, {1, 0, 1}, {0, 0, 1}},
+    {{0, 0, 0}, {0, 1, 0}, {1, 1, 0}, {1, 0, 0}},
+};
+
 // The sorted positions of the six voxels c + o, o in {0, 1}^3 other than 0 (slot
 // upper_slot(o)), or -1, for the voxel at sorted position s: all the voxels around the three
 // edges at a voxel's high corner. Voxels visited in ascending order (one per thread).
@@ -114,5 +122,17 @@ class UpperNeighbours {
   const std::vector<uint64_t>& keys_;
   Row r01_, r10_, r11_;
 };
+
+// The sorted positions of the four voxels around the edge along `axis` at the high corner of
+// the voxel at sorted position s (nb: UpperNeighbours' answer for s), in kEdgeRing's order;
+// false when one of them is absent (no quad there).
+inline bool edge_ring(int64_t s, const int64_t nb[6], int axis, int64_t ring[4]) {
+  ring[0] = s;
+  for (int j = 1; j < 4; ++j) {
+    ring[j] = nb[upper_slot(kEdgeRing[axis][j])];
+    if (ring[j] < 0) return false;
+  }
+  return true;
+}
 
 }  // namespace s3d::mesh::detail
