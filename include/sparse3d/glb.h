@@ -53,6 +53,11 @@ struct GlbInput {
   std::array<int32_t, 3> grid_size{0, 0, 0};  // voxels per axis (TRELLIS.2: the resolution)
 };
 
+// How the UV atlas is made (docs/EXPORT.md, "The atlas"): our own planar charts packed at
+// exactly texture_size (the default), or xatlas over the whole mesh (the reference: the
+// original's library, slower, and packed into an atlas it sizes itself).
+enum class UvAtlas : uint8_t { Planar, Xatlas };
+
 struct GlbOptions {
   int64_t decimation_target = 1000000;  // faces at most in the result
   int32_t texture_size = 2048;          // texels per side, 1..16384
@@ -67,6 +72,7 @@ struct GlbOptions {
   // bake's projection) run on it, with the CPU's bits; false keeps everything on the CPU. A
   // GPU that cannot be used is a fallback, listed in TexturedMesh::fallbacks().
   bool use_gpu = true;
+  UvAtlas atlas = UvAtlas::Planar;
   // Called at the start of each stage with its name, its index and the number of stages (the
   // original's use_tqdm bar); may be empty.
   std::function<void(const std::string& stage, int index, int total)> progress;

@@ -145,10 +145,13 @@ def to_glb(vertices: Any, faces: Any, attr_volume: Any, coords: Any,
            mesh_cluster_threshold_cone_half_angle_rad: float = math.radians(90.0),
            mesh_cluster_refine_iterations: int = 0, mesh_cluster_global_iterations: int = 1,
            mesh_cluster_smooth_strength: float = 1, verbose: bool = False,
-           use_tqdm: bool = False, *, use_gpu: bool = True) -> GlbMesh:
+           use_tqdm: bool = False, *, use_gpu: bool = True,
+           atlas: str = "planar") -> GlbMesh:
     """``o_voxel.postprocess.to_glb``'s arguments and defaults; see the module's doc.
     ``use_gpu`` (sparse3d's own, keyword only): run the closest-point queries on the GPU where
-    one is usable (the same bits as the CPU); what fell back is in ``GlbMesh.fallbacks()``."""
+    one is usable (the same bits as the CPU); what fell back is in ``GlbMesh.fallbacks()``.
+    ``atlas`` (keyword only): ``"planar"`` (sparse3d's charts, packed at exactly
+    ``texture_size``) or ``"xatlas"`` (the original's library, slower)."""
     v = _host(vertices, "vertices", "float32")
     f = _host(faces, "faces", "int32")
     a = _host(attr_volume, "attr_volume", "float32")
@@ -174,7 +177,7 @@ def to_glb(vertices: Any, faces: Any, attr_volume: Any, coords: Any,
     if use_tqdm or verbose:
         if use_tqdm:
             from tqdm import tqdm
-            bar = tqdm(total=6, desc="Extracting GLB")
+            bar = tqdm(total=7 if remesh else 6, desc="Extracting GLB")
 
         def progress(stage: str, index: int, total: int) -> None:
             if bar is not None:
@@ -190,7 +193,8 @@ def to_glb(vertices: Any, faces: Any, attr_volume: Any, coords: Any,
                                 float(mesh_cluster_threshold_cone_half_angle_rad),
                                 int(mesh_cluster_refine_iterations),
                                 int(mesh_cluster_global_iterations),
-                                float(mesh_cluster_smooth_strength), bool(use_gpu), progress)
+                                float(mesh_cluster_smooth_strength), bool(use_gpu), str(atlas),
+                                progress)
     finally:
         if bar is not None:
             bar.update(bar.total - bar.n)

@@ -17,7 +17,7 @@ namespace s3d::apps {
 
 Command add_export_glb(CLI::App& app) {
   struct Args {
-    std::string input, out, format = "webp";
+    std::string input, out, format = "webp", atlas = "planar";
     int64_t decimation_target = 1000000;
     int texture_size = 2048;
     bool remesh = false, progress = false, cpu = false;
@@ -50,6 +50,11 @@ Command add_export_glb(CLI::App& app) {
       ->check(CLI::IsMember({"webp", "png"}))
       ->capture_default_str();
   sub->add_flag("--progress", a->progress, "A line per stage on stderr");
+  sub->add_option("--atlas", a->atlas,
+                  "UV atlas: planar (our charts, packed at exactly the texture size) or xatlas "
+                  "(the original's library; slower)")
+      ->check(CLI::IsMember({"planar", "xatlas"}))
+      ->capture_default_str();
   sub->add_flag("--cpu", a->cpu, "Keep the closest-point queries on the CPU (same bits)");
   return [a]() {
     io::check_output_file(a->out, "--out " + a->out);  // before the work, not after it
@@ -61,6 +66,7 @@ Command add_export_glb(CLI::App& app) {
     o.remesh_band = a->remesh_band;
     o.remesh_project = a->remesh_project;
     o.use_gpu = !a->cpu;
+    o.atlas = a->atlas == "xatlas" ? sparse3d::UvAtlas::Xatlas : sparse3d::UvAtlas::Planar;
     if (a->progress)
       o.progress = [](const std::string& stage, int i, int n) {
         std::fprintf(stderr, "[%d/%d] %s\n", i + 1, n, stage.c_str());

@@ -1,4 +1,5 @@
-// UV unwrapping with xatlas (atlas.h). The whole mesh goes to xatlas as one mesh: its chart
+// UV unwrapping with xatlas (atlas.h), the reference method, and the dispatch between it and
+// the planar atlas (planar_atlas.cpp). The whole mesh goes to xatlas as one mesh: its chart
 // growing stands in for CuMesh's normal-cone clustering, and its LSCM / piecewise
 // parameterisation and packer do the rest, as in to_glb.
 //
@@ -44,7 +45,9 @@ struct AtlasDeleter {
 };
 using AtlasPtr = std::unique_ptr<xatlas::Atlas, AtlasDeleter>;
 
-void check_options(const ChartOptions& o) {
+}  // namespace
+
+void check_chart_options(const ChartOptions& o) {
   S3D_CHECK(std::isfinite(o.cone_half_angle_rad) && o.cone_half_angle_rad > 0 &&
                 o.cone_half_angle_rad <= 3.1415927f,
             "uv_unwrap: cone_half_angle_rad must be in (0, pi], got ", o.cone_half_angle_rad);
@@ -62,7 +65,14 @@ void check_options(const ChartOptions& o) {
   S3D_CHECK(o.faces_per_chart >= 0 && o.faces_per_group >= 0,
             "uv_unwrap: faces_per_chart and faces_per_group must be >= 0, got ", o.faces_per_chart,
             " and ", o.faces_per_group);
+  S3D_CHECK(std::isfinite(o.planar_cone_rad) && o.planar_cone_rad > 0.01f &&
+                o.planar_cone_rad < 1.5f,
+            "uv_unwrap: planar_cone_rad must be in (0.01, 1.5) radians, got ", o.planar_cone_rad);
+  S3D_CHECK(o.method == AtlasMethod::planar || o.method == AtlasMethod::xatlas,
+            "uv_unwrap: unknown atlas method ", int(o.method));
 }
+
+namespace {
 
 // xatlas grows a chart face by face and refits, reprojects and re-checks the whole chart at
 // every step, so a chart of S faces costs O(S^2): with 90-degree cones the charts of a 1M-face
@@ -184,8 +194,14 @@ UvMesh gather(const TriMesh& m, const xatlas::Atlas& a) {
 }  // namespace
 
 UvMesh uv_unwrap(const TriMesh& m, const ChartOptions& options) {
+  check_chart_options(options);
+  return options.method == AtlasMethod::xatlas ? xatlas_unwrap(m, options)
+                                               : planar_unwrap(m, options);
+}
+
+UvMesh xatlas_unwrap(const TriMesh& m, const ChartOptions& options) {
   check_mesh(m, "uv_unwrap");
-  check_options(options);
+  check_chart_options(options);
   S3D_CHECK(m.num_vertices() < (int64_t(1) << 31) && m.num_faces() * 3 < (int64_t(1) << 31),
             "uv_unwrap: the mesh is too large for 32-bit indices (", m.num_vertices(),
             " vertices, ", m.num_faces(), " faces)");

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 
@@ -39,13 +40,12 @@ struct FixedTri {
   int32_t r0 = 0, r1 = -1, c0 = 0, c1 = -1;  // texel rows and columns whose centres it spans
 };
 
-FixedTri setup_face(const UvMesh& m, int64_t f, int32_t size) {
+FixedTri setup_triangle(const float* const uv[3], int32_t size) {
   FixedTri t;
   const double scale = double(size) * double(kOne);
   for (int k = 0; k < 3; ++k) {
-    const float* uv = &m.uvs[2 * m.faces[3 * f + k]];
-    t.x[k] = std::llround(uv[0] * scale);
-    t.y[k] = std::llround(uv[1] * scale);
+    t.x[k] = std::llround(uv[k][0] * scale);
+    t.y[k] = std::llround(uv[k][1] * scale);
   }
   t.area = (t.x[1] - t.x[0]) * (t.y[2] - t.y[0]) - (t.y[1] - t.y[0]) * (t.x[2] - t.x[0]);
   if (t.area == 0) return t;
@@ -66,13 +66,21 @@ FixedTri setup_face(const UvMesh& m, int64_t f, int32_t size) {
   return t;
 }
 
-// Rasterises face f over rows [row_lo, row_hi]. An edge function is zero on the edge and
-// positive inside; a centre exactly on an edge counts as inside when the centre nudged by
-// (e, e^2), e -> 0, is inside: for edge direction (dx, dy) that is dy < 0, or dy == 0 and dx > 0
-// (a top-left rule). The nudge is one fixed direction, so of two faces sharing an edge, or of
-// the fan around a shared vertex, exactly one takes the centre.
-void raster_face(const FixedTri& t, int32_t f, int32_t size, int32_t row_lo, int32_t row_hi,
-                 UvRaster& out) {
+FixedTri setup_face(const UvMesh& m, int64_t f, int32_t size) {
+  const float* const uv[3] = {&m.uvs[2 * m.faces[3 * f]], &m.uvs[2 * m.faces[3 * f + 1]],
+                              &m.uvs[2 * m.faces[3 * f + 2]]};
+  return setup_triangle(uv, size);
+}
+
+// Calls visit(texel, e) for every texel centre of rows [row_lo, row_hi] inside t, where e holds
+// the three edge functions there. An edge function is zero on the edge and positive inside; a
+// centre exactly on an edge counts as inside when the centre nudged by (e, e^2), e -> 0, is
+// inside: for edge direction (dx, dy) that is dy < 0, or dy == 0 and dx > 0 (a top-left rule).
+// The nudge is one fixed direction, so of two faces sharing an edge, or of the fan around a
+// shared vertex, exactly one takes the centre.
+template <typename Visit>
+void for_each_texel(const FixedTri& t, int32_t size, int32_t row_lo, int32_t row_hi,
+                    Visit&& visit) {
   int64_t dx[3], dy[3], bias[3];
   for (int i = 0; i < 3; ++i) {
     const int j = (i + 1) % 3;
@@ -80,7 +88,6 @@ void raster_face(const FixedTri& t, int32_t f, int32_t size, int32_t row_lo, int
     dy[i] = t.y[j] - t.y[i];
     bias[i] = (dy[i] < 0 || (dy[i] == 0 && dx[i] > 0)) ? 0 : 1;
   }
-  const double inv_area = 1.0 / double(t.area);
   const int32_t r_begin = std::max(row_lo, t.r0), r_end = std::min(row_hi, t.r1);
   for (int32_t r = r_begin; r <= r_end; ++r) {
     const int64_t py = int64_t(r) * kOne + kHalf;
@@ -88,20 +95,25 @@ void raster_face(const FixedTri& t, int32_t f, int32_t size, int32_t row_lo, int
     int64_t e[3];
     for (int i = 0; i < 3; ++i) e[i] = dx[i] * (py - t.y[i]) - dy[i] * (px0 - t.x[i]);
     for (int32_t c = t.c0; c <= t.c1; ++c) {
-      if (e[0] >= bias[0] && e[1] >= bias[1] && e[2] >= bias[2]) {
-        const int64_t texel = int64_t(r) * size + c;
-        if (f > out.face[texel]) {
-          // Weight of a vertex = the edge function of the edge facing it, over the area.
-          const float w1 = static_cast<float>(double(e[2]) * inv_area);  // facing vertex 1
-          const float w2 = static_cast<float>(double(e[0]) * inv_area);  // facing vertex 2
-          out.face[texel] = f;
-          out.bary[2 * texel] = t.swapped ? w2 : w1;
-          out.bary[2 * texel + 1] = t.swapped ? w1 : w2;
-        }
-      }
+      if (e[0] >= bias[0] && e[1] >= bias[1] && e[2] >= bias[2]) visit(int64_t(r) * size + c, e);
       for (int i = 0; i < 3; ++i) e[i] -= dy[i] * kOne;
     }
   }
+}
+
+// Rasterises face f over rows [row_lo, row_hi] into out: the higher face index wins a texel.
+void raster_face(const FixedTri& t, int32_t f, int32_t size, int32_t row_lo, int32_t row_hi,
+                 UvRaster& out) {
+  const double inv_area = 1.0 / double(t.area);
+  for_each_texel(t, size, row_lo, row_hi, [&](int64_t texel, const int64_t* e) {
+    if (f <= out.face[texel]) return;
+    // Weight of a vertex = the edge function of the edge facing it, over the area.
+    const float w1 = static_cast<float>(double(e[2]) * inv_area);  // facing vertex 1
+    const float w2 = static_cast<float>(double(e[0]) * inv_area);  // facing vertex 2
+    out.face[texel] = f;
+    out.bary[2 * texel] = t.swapped ? w2 : w1;
+    out.bary[2 * texel + 1] = t.swapped ? w1 : w2;
+  });
 }
 
 void check_uv_mesh(const UvMesh& m, const char* what) {
@@ -325,6 +337,14 @@ void push(Level& fine, const Level& coarse, int32_t C) {
 
 }  // namespace
 
+void covered_texels(const float* uv0, const float* uv1, const float* uv2, int32_t size,
+                    std::vector<int64_t>& out) {
+  const float* const uv[3] = {uv0, uv1, uv2};
+  const FixedTri t = setup_triangle(uv, size);
+  if (t.area == 0) return;
+  for_each_texel(t, size, t.r0, t.r1, [&](int64_t texel, const int64_t*) { out.push_back(texel); });
+}
+
 UvRaster rasterize_uv(const UvMesh& m, int32_t size) {
   S3D_CHECK(size > 0 && size <= kMaxRasterSize, "rasterize_uv: size must be in [1, ",
             kMaxRasterSize, "], got ", size);
@@ -350,6 +370,62 @@ UvRaster rasterize_uv(const UvMesh& m, int32_t size) {
     }
   }
   return out;
+}
+
+int64_t dilate_raster(UvRaster& r, const UvMesh& m, int32_t radius) {
+  S3D_CHECK(radius >= 0 && radius <= 64, "dilate_raster: radius must be in [0, 64], got ", radius);
+  const int32_t S = r.size;
+  const int64_t n = int64_t(S) * S;
+  S3D_CHECK(S > 0 && static_cast<int64_t>(r.face.size()) == n &&
+                static_cast<int64_t>(r.bary.size()) == 2 * n,
+            "dilate_raster: the raster of size ", S, " has ", r.face.size(), " faces and ",
+            r.bary.size(), " barycentrics");
+  if (radius == 0) return 0;
+  for (int32_t f : r.face)
+    S3D_CHECK(f < m.num_faces(), "dilate_raster: the raster names face ", f, " of ",
+              m.num_faces());
+  // Decided from the covered texels alone, then written, so no texel reads a dilated one.
+  std::vector<int32_t> face(n, -1);
+  std::vector<float> bary(2 * n, 0.0f);
+  int64_t given = 0;
+#pragma omp parallel for schedule(static) reduction(+ : given) if (n > kSerialBelow)
+  for (int32_t y = 0; y < S; ++y) {
+    for (int32_t x = 0; x < S; ++x) {
+      if (r.face[int64_t(y) * S + x] >= 0) continue;
+      int64_t best = -1, best_d = INT64_MAX;
+      for (int32_t yy = std::max(0, y - radius); yy <= std::min(S - 1, y + radius); ++yy)
+        for (int32_t xx = std::max(0, x - radius); xx <= std::min(S - 1, x + radius); ++xx) {
+          const int64_t t = int64_t(yy) * S + xx;
+          const int64_t d = int64_t(yy - y) * (yy - y) + int64_t(xx - x) * (xx - x);
+          if (r.face[t] >= 0 && d < best_d) best = t, best_d = d;
+        }
+      if (best < 0) continue;
+      const int32_t f = r.face[best];
+      double u[3], v[3];
+      for (int k = 0; k < 3; ++k) {
+        u[k] = double(m.uvs[2 * m.faces[3 * int64_t(f) + k]]) * S;
+        v[k] = double(m.uvs[2 * m.faces[3 * int64_t(f) + k] + 1]) * S;
+      }
+      const double px = x + 0.5, py = y + 0.5;
+      const double det = (u[1] - u[0]) * (v[2] - v[0]) - (v[1] - v[0]) * (u[2] - u[0]);
+      if (det == 0) continue;  // the covered texel's face has area, so this is rounding only
+      const double b1 = ((px - u[0]) * (v[2] - v[0]) - (py - v[0]) * (u[2] - u[0])) / det;
+      const double b2 = ((u[1] - u[0]) * (py - v[0]) - (v[1] - v[0]) * (px - u[0])) / det;
+      const int64_t o = int64_t(y) * S + x;
+      face[o] = f;
+      bary[2 * o] = static_cast<float>(b1);
+      bary[2 * o + 1] = static_cast<float>(b2);
+      ++given;
+    }
+  }
+#pragma omp parallel for schedule(static) if (n > kSerialBelow)
+  for (int64_t t = 0; t < n; ++t)
+    if (face[t] >= 0) {
+      r.face[t] = face[t];
+      r.bary[2 * t] = bary[2 * t];
+      r.bary[2 * t + 1] = bary[2 * t + 1];
+    }
+  return given;
 }
 
 BakedTexture bake(const UvRaster& raster, const BakeInputs& in) {

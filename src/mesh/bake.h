@@ -23,6 +23,19 @@ struct UvRaster {
 };
 UvRaster rasterize_uv(const UvMesh& m, int32_t size);
 
+// Gives each uncovered texel within `radius` texels (a square window) of a covered one the face
+// of the nearest covered texel (by centre distance; ties to the lower texel index), with the
+// barycentrics of its own centre in that face's UV triangle: outside [0, 1], the face's plane
+// continued past the chart's edge. The bake then gives the texels that bilinear filtering
+// reads just outside a chart the surface's own values there, not a fill. Returns how many
+// texels it gave a face. Covered texels are unchanged; radius 0 changes nothing.
+int64_t dilate_raster(UvRaster& raster, const UvMesh& m, int32_t radius);
+
+// The texel centres (row * size + column) the UV triangle (uv0, uv1, uv2) covers at `size`
+// under rasterize_uv's rules, appended to out (the atlas's overlap check). Either winding.
+void covered_texels(const float* uv0, const float* uv1, const float* uv2, int32_t size,
+                    std::vector<int64_t>& out);
+
 struct BakeInputs {
   const UvMesh* uv_mesh = nullptr;    // the output mesh, with UVs
   const Bvh* surface = nullptr;       // the decoded surface (before simplification)

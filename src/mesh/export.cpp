@@ -61,7 +61,10 @@ using Clock = std::chrono::steady_clock;
 constexpr int32_t kMaxTextureSize = 16384;
 constexpr double kHolePerimeter = 3e-2;     // to_glb's fill_holes(max_hole_perimeter=3e-2)
 constexpr double kSmallComponent = 1e-5;    // remove_small_connected_components(1e-5)
-constexpr int kStages = 6;
+constexpr int kStages = 6;  // 7 with the remesh: remesh and simplify are two
+// Texels past a chart's edge baked from the surface itself (bake.h, dilate_raster): bilinear
+// filtering reads one, the first mip level two.
+constexpr int32_t kDilateTexels = 2;
 
 void check_options(const GlbOptions& o) {
   S3D_CHECK(o.decimation_target >= 1, "to_glb: decimation_target must be at least 1 (got ",
@@ -119,10 +122,11 @@ void check_input(const GlbInput& in) {
 
 class StageClock {
  public:
-  StageClock(const GlbOptions& o, std::vector<StageSeconds>& out) : o_(o), out_(out) {}
+  StageClock(const GlbOptions& o, std::vector<StageSeconds>& out)
+      : o_(o), out_(out), total_(o.remesh ? kStages + 1 : kStages) {}
   void start(const char* name) {
     stop();
-    if (o_.progress) o_.progress(name, index_, kStages);
+    if (o_.progress) o_.progress(name, index_, total_);
     name_ = name;
     t0_ = Clock::now();
     ++index_;
@@ -136,12 +140,14 @@ class StageClock {
  private:
   const GlbOptions& o_;
   std::vector<StageSeconds>& out_;
+  int total_;
   std::string name_;
   Clock::time_point t0_;
   int index_ = 0;
 };
 
-// The remesh branch: narrow-band dual contouring around the filled surface, then the budget.
+// The remesh branch's first half: narrow-band dual contouring around the filled surface (the
+// budget is simplify's, a stage of its own).
 TriMesh remesh_branch(const s3d::mesh::Bvh& bvh, const GlbInput& in, const GlbOptions& o) {
   s3d::mesh::RemeshOptions r;
   float scale = 0;
@@ -154,9 +160,7 @@ TriMesh remesh_branch(const s3d::mesh::Bvh& bvh, const GlbInput& in, const GlbOp
   r.scale = (res + 3 * o.remesh_band) / res * scale;
   r.band = o.remesh_band;
   r.project_back = o.remesh_project;
-  TriMesh m = s3d::mesh::remesh_narrow_band_dc(bvh, r);
-  s3d::mesh::simplify(m, o.decimation_target);
-  return m;
+  return s3d::mesh::remesh_narrow_band_dc(bvh, r);
 }
 
 // The plain branch: simplify to 3x, clean, simplify to the target, clean, orient.
@@ -253,8 +257,16 @@ TexturedMesh to_glb(const GlbInput& in, const GlbOptions& o) {
     }
   }
 
-  clock.start(o.remesh ? "remesh and simplify" : "clean and simplify");
-  TriMesh simplified = o.remesh ? remesh_branch(bvh, in, o) : plain_branch(decoded, o);
+  TriMesh simplified;
+  if (o.remesh) {
+    clock.start("remesh");
+    simplified = remesh_branch(bvh, in, o);
+    clock.start("simplify");
+    sm::simplify(simplified, o.decimation_target);
+  } else {
+    clock.start("clean and simplify");
+    simplified = plain_branch(decoded, o);
+  }
   S3D_CHECK(simplified.num_faces() > 0, "to_glb: no faces are left after ",
             o.remesh ? "remeshing" : "cleaning", " (is the mesh inside its aabb?)");
 
@@ -267,6 +279,7 @@ TexturedMesh to_glb(const GlbInput& in, const GlbOptions& o) {
   charts.global_iterations = o.mesh_cluster_global_iterations;
   charts.smooth_strength = o.mesh_cluster_smooth_strength;
   charts.texture_size = o.texture_size;
+  charts.method = o.atlas == UvAtlas::Xatlas ? sm::AtlasMethod::xatlas : sm::AtlasMethod::planar;
   const sm::UvMesh uv = sm::uv_unwrap(simplified, charts);
   const std::vector<float> vn = sm::vertex_normals(simplified);
   out.normals.resize(3 * uv.vertex_of.size());
@@ -274,7 +287,8 @@ TexturedMesh to_glb(const GlbInput& in, const GlbOptions& o) {
     for (int k = 0; k < 3; ++k) out.normals[3 * v + k] = vn[3 * uv.vertex_of[v] + k];
 
   clock.start("bake textures");
-  const sm::UvRaster raster = sm::rasterize_uv(uv, o.texture_size);
+  sm::UvRaster raster = sm::rasterize_uv(uv, o.texture_size);
+  sm::dilate_raster(raster, uv, kDilateTexels);
   sm::BakeInputs bake_in;
   bake_in.uv_mesh = &uv;
   bake_in.surface = &bvh;
@@ -314,8 +328,23 @@ s3d::mesh::GlbMesh encoded_glb(const TexturedMesh& m, TextureFormat format) {
   g.codec = e.codec;
   g.double_sided = m.double_sided();
   const int32_t s = m.texture_size();
-  g.base_color_image = sm::encode_image(m.base_color_rgba().data(), s, s, 4, e);
-  g.metallic_roughness_image = sm::encode_image(m.metallic_roughness_rgb().data(), s, s, 3, e);
+  // The two images are independent and each encoder is mostly serial: one thread each. An
+  // exception leaves its thread as a message, rethrown here.
+  std::string error[2];
+#pragma omp parallel for schedule(static, 1) num_threads(2)
+  for (int image = 0; image < 2; ++image) {
+    try {
+      if (image == 0)
+        g.base_color_image = sm::encode_image(m.base_color_rgba().data(), s, s, 4, e);
+      else
+        g.metallic_roughness_image =
+            sm::encode_image(m.metallic_roughness_rgb().data(), s, s, 3, e);
+    } catch (const std::exception& ex) {
+      error[image] = ex.what();
+    }
+  }
+  for (const std::string& what : error)
+    if (!what.empty()) s3d::fail(what);
   return g;
 }
 

@@ -1,13 +1,19 @@
 // uv_unwrap's stated properties on small odd meshes (a cube, a noisy sphere with a hole, two
-// components, a degenerate face): every input face comes back once with its 3D corners,
-// vertex_of points at identical positions, UVs lie in [0, 1], and no texel centre lies strictly
-// inside two faces' UV triangles (checked by brute force over each face's bounding box).
+// components, a degenerate face), for both methods (planar and xatlas): every input face comes
+// back once with its 3D corners, vertex_of points at identical positions, UVs lie in [0, 1],
+// and no texel centre lies strictly inside two faces' UV triangles (checked by brute force
+// over each face's bounding box). Then the planar atlas's own promises: one texel density for
+// every chart within its cone's bound, a surface that winds over itself split until nothing
+// overlaps, the same atlas whatever the thread count.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <random>
+#include <set>
+
+#include <omp.h>
 
 #include "../expect_error.h"
 #include "mesh/atlas.h"
@@ -77,9 +83,12 @@ void expect_vertices_consistent(const TriMesh& in, const UvMesh& out) {
   }
 }
 
-// Texel centres strictly inside (by a margin) more than one face's UV triangle.
-int64_t overlapping_texels(const UvMesh& m, int size) {
-  std::vector<int> count(size * size, 0);
+// Texel centres strictly inside (by a margin) the UV triangles of two faces; with
+// `skip_neighbours`, of two faces that are not neighbours on the input surface (sharing an
+// input vertex, or with input vertices joined by an edge: the local folds the planar atlas
+// leaves, atlas.h).
+int64_t overlapping_texels(const UvMesh& m, int size, bool skip_neighbours = false) {
+  std::vector<std::vector<int32_t>> cover(size * size);
   for (int64_t f = 0; f < m.num_faces(); ++f) {
     double x[3], y[3];
     for (int k = 0; k < 3; ++k) {
@@ -102,10 +111,33 @@ int64_t overlapping_texels(const UvMesh& m, int size) {
           const double e = (ex * (py - y[i]) - ey * (px - x[i])) / std::hypot(ex, ey);
           inside = (area > 0 ? e : -e) > 1e-4;  // distance from the edge, in texels
         }
-        count[r * size + c] += inside;
+        if (inside) cover[r * size + c].push_back(static_cast<int32_t>(f));
       }
   }
-  return std::count_if(count.begin(), count.end(), [](int n) { return n > 1; });
+  std::set<std::pair<int32_t, int32_t>> edges;  // input vertex pairs joined by an edge
+  auto input = [&](int32_t f, int k) { return m.vertex_of.empty() ? m.faces[3 * f + k] : m.vertex_of[m.faces[3 * f + k]]; };
+  for (int64_t f = 0; f < m.num_faces() && skip_neighbours; ++f)
+    for (int k = 0; k < 3; ++k) {
+      const int32_t a = input(f, k), b = input(f, (k + 1) % 3);
+      edges.insert({std::min(a, b), std::max(a, b)});
+    }
+  auto neighbours = [&](int32_t f, int32_t g) {
+    for (int i = 0; i < 3; ++i)
+      for (int j = 0; j < 3; ++j) {
+        const int32_t a = input(f, i), b = input(g, j);
+        if (a == b || edges.count({std::min(a, b), std::max(a, b)})) return true;
+      }
+    return false;
+  };
+  int64_t bad = 0;
+  for (const auto& faces : cover) {
+    bool found = false;
+    for (size_t i = 0; i < faces.size() && !found; ++i)
+      for (size_t j = i + 1; j < faces.size() && !found; ++j)
+        found = !skip_neighbours || !neighbours(faces[i], faces[j]);
+    bad += found;
+  }
+  return bad;
 }
 
 void expect_good_atlas(const TriMesh& in, const ChartOptions& o, int64_t allowed_empty = 0) {
@@ -113,15 +145,24 @@ void expect_good_atlas(const TriMesh& in, const ChartOptions& o, int64_t allowed
   expect_faces_kept(in, out);
   expect_vertices_consistent(in, out);
   EXPECT_GE(out.num_charts, 1);
-  EXPECT_EQ(overlapping_texels(out, 512), 0);
+  EXPECT_EQ(overlapping_texels(out, 512, o.method == AtlasMethod::planar), 0);
   const AtlasStats st = atlas_stats(out, 256);
   EXPECT_GT(st.utilization, 0.2);
   EXPECT_LE(st.utilization, 1.0);
   EXPECT_EQ(st.flipped_or_empty, allowed_empty);
 }
 
-TEST(MeshAtlas, Cube) {
-  ChartOptions o;
+class MeshAtlasBoth : public ::testing::TestWithParam<AtlasMethod> {
+ protected:
+  ChartOptions options() const {
+    ChartOptions o;
+    o.method = GetParam();
+    return o;
+  }
+};
+
+TEST_P(MeshAtlasBoth, Cube) {
+  ChartOptions o = options();
   o.texture_size = 512;
   expect_good_atlas(cube(0.3f, {0, 0, 0}), o);
   const UvMesh out = uv_unwrap(cube(0.3f, {0, 0, 0}), o);
@@ -129,18 +170,18 @@ TEST(MeshAtlas, Cube) {
   EXPECT_GT(out.num_vertices(), 8);
 }
 
-TEST(MeshAtlas, SphereWithHole) {
-  ChartOptions o;
+TEST_P(MeshAtlasBoth, SphereWithHole) {
+  ChartOptions o = options();
   o.texture_size = 1024;
   o.padding = 3;
   // Radius 0.4, noise 0.01, the top 3 rings left out, no slivers at the poles.
   expect_good_atlas(uv_sphere(17, 23, 0.4f, 0.01f, 1, 3, false), o);
 }
 
-TEST(MeshAtlas, TwoComponentsAndConeAngle) {
+TEST_P(MeshAtlasBoth, TwoComponentsAndConeAngle) {
   TriMesh m = uv_sphere(11, 13, 0.4f, 0.01f, 2, 0, false);
   append(m, cube(0.2f, {1.5f, 0.1f, -0.3f}));
-  ChartOptions o;
+  ChartOptions o = options();
   o.texture_size = 512;
   expect_good_atlas(m, o);
   // A narrower cone makes more charts.
@@ -156,6 +197,7 @@ TEST(MeshAtlas, SpatialGroupsAndChartCap) {
   // properties hold, with more charts than one group and no cap give.
   const TriMesh m = uv_sphere(21, 27, 0.4f, 0.01f, 4, 2, false);  // 999 faces
   ChartOptions o;
+  o.method = AtlasMethod::xatlas;
   o.texture_size = 1024;
   o.faces_per_chart = 0;
   o.faces_per_group = 0;
@@ -169,10 +211,10 @@ TEST(MeshAtlas, SpatialGroupsAndChartCap) {
   EXPECT_GT(split.num_vertices(), plain.num_vertices());
 }
 
-TEST(MeshAtlas, DegenerateFaceStaysInOutput) {
+TEST_P(MeshAtlasBoth, DegenerateFaceStaysInOutput) {
   TriMesh m = cube(0.3f, {0.1f, 0.2f, 0.3f});
   m.faces.insert(m.faces.end(), {0, 1, 1});  // a repeated corner: no area
-  ChartOptions o;
+  ChartOptions o = options();
   o.texture_size = 256;
   expect_good_atlas(m, o, 1);
 }
@@ -200,8 +242,8 @@ TEST(MeshAtlas, StatsCountFlippedAndEmptyPerChart) {
   EXPECT_GT(overlapping_texels(m, 64), 400);
 }
 
-TEST(MeshAtlas, RejectsBadInput) {
-  ChartOptions o;
+TEST_P(MeshAtlasBoth, RejectsBadInput) {
+  ChartOptions o = options();
   EXPECT_ERROR(uv_unwrap(TriMesh{}, o), "no faces");
   TriMesh bad = cube(1, {0, 0, 0});
   bad.faces[4] = 99;
@@ -222,6 +264,110 @@ TEST(MeshAtlas, RejectsBadInput) {
   t = o;
   t.faces_per_group = -5;
   EXPECT_ERROR(uv_unwrap(cube(1, {0, 0, 0}), t), "faces_per_group");
+}
+
+INSTANTIATE_TEST_SUITE_P(Methods, MeshAtlasBoth,
+                         ::testing::Values(AtlasMethod::planar, AtlasMethod::xatlas),
+                         [](const auto& info) {
+                           return info.param == AtlasMethod::planar ? "planar" : "xatlas";
+                         });
+
+// A ramp that winds 1.6 times around the z axis, rising slowly: every normal is within a few
+// degrees of +z, so it is one chart by the cone, but its projection onto the xy plane covers
+// part of itself twice.
+TriMesh spiral_ramp() {
+  TriMesh m;
+  const int steps = 97, across = 3;
+  for (int i = 0; i <= steps; ++i) {
+    const double a = 1.6 * 2 * M_PI * i / steps;
+    for (int j = 0; j <= across; ++j) {
+      const double r = 0.3 + 0.2 * j / across;
+      m.positions.insert(m.positions.end(), {float(r * std::cos(a)), float(r * std::sin(a)),
+                                             float(0.04 * a)});
+    }
+  }
+  for (int i = 0; i < steps; ++i)
+    for (int j = 0; j < across; ++j) {
+      const int32_t v = i * (across + 1) + j, w = v + across + 1;
+      m.faces.insert(m.faces.end(), {v, v + 1, w + 1, v, w + 1, w});
+    }
+  return m;
+}
+
+TEST(MeshAtlasPlanar, SelfOverlapIsSplit) {
+  const TriMesh m = spiral_ramp();
+  ChartOptions o;
+  o.texture_size = 512;
+  expect_good_atlas(m, o);
+  EXPECT_GE(uv_unwrap(m, o).num_charts, 2);
+}
+
+// Every face's UV area over its 3D area is scale^2 * cos(angle to its chart's axis): within
+// [cos(75 degrees), 1] of the largest (the hard bound), and within [cos(cone), 1] for nearly
+// all of the surface (the cone bounds the smoothed normals).
+TEST(MeshAtlasPlanar, OneTexelDensityWithinTheCone) {
+  const TriMesh m = uv_sphere(23, 31, 0.4f, 0.02f, 3, 0, false);
+  ChartOptions o;
+  o.texture_size = 1024;
+  const UvMesh out = uv_unwrap(m, o);
+  double lo = INFINITY, hi = 0;
+  std::vector<std::pair<double, double>> ratio_area;
+  for (int64_t f = 0; f < out.num_faces(); ++f) {
+    const int32_t* t = &out.faces[3 * f];
+    const Vec3 a = {out.positions[3 * t[0]], out.positions[3 * t[0] + 1], out.positions[3 * t[0] + 2]};
+    const Vec3 b = {out.positions[3 * t[1]], out.positions[3 * t[1] + 1], out.positions[3 * t[1] + 2]};
+    const Vec3 c = {out.positions[3 * t[2]], out.positions[3 * t[2] + 1], out.positions[3 * t[2] + 2]};
+    const double a3 = 0.5 * length(cross(b - a, c - a));
+    const float* p = &out.uvs[2 * t[0]];
+    const float* q = &out.uvs[2 * t[1]];
+    const float* r = &out.uvs[2 * t[2]];
+    const double a2 = 0.5 * std::fabs((double(q[0]) - p[0]) * (double(r[1]) - p[1]) -
+                                      (double(q[1]) - p[1]) * (double(r[0]) - p[0]));
+    if (a3 < 1e-6) continue;
+    lo = std::min(lo, a2 / a3);
+    hi = std::max(hi, a2 / a3);
+    ratio_area.push_back({a2 / a3, a3});
+  }
+  ASSERT_GT(lo, 0);
+  EXPECT_LE(hi / lo, 1.0 / std::cos(75.0 * M_PI / 180.0) * 1.01);
+  double total = 0, within = 0;
+  for (const auto& [ratio, area] : ratio_area) {
+    total += area;
+    within += ratio >= hi * std::cos(o.planar_cone_rad) / 1.01 ? area : 0;
+  }
+  EXPECT_GT(within / total, 0.9);
+  // The atlas fills the texture: the charts reach (nearly) its far side.
+  float umax = 0, vmax = 0;
+  for (int64_t v = 0; v < out.num_vertices(); ++v)
+    umax = std::max(umax, out.uvs[2 * v]), vmax = std::max(vmax, out.uvs[2 * v + 1]);
+  EXPECT_GT(std::max(umax, vmax), 0.95f);
+}
+
+TEST(MeshAtlasPlanar, SameAtlasWhateverTheThreadCount) {
+  TriMesh m = uv_sphere(19, 25, 0.4f, 0.01f, 5, 2, false);
+  append(m, spiral_ramp());
+  ChartOptions o;
+  o.texture_size = 777;
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  const UvMesh one = uv_unwrap(m, o);
+  omp_set_num_threads(std::max(3, threads));
+  const UvMesh many = uv_unwrap(m, o);
+  omp_set_num_threads(threads);
+  EXPECT_EQ(one.faces, many.faces);
+  EXPECT_EQ(one.uvs, many.uvs);
+  EXPECT_EQ(one.vertex_of, many.vertex_of);
+}
+
+TEST(MeshAtlasPlanar, TooManyChartsForTheTexture) {
+  // Twenty separate cubes make twenty charts at least; boxes of at least 2 x 2 texels
+  // (padding 1) fit an 8 x 8 texture sixteen times.
+  TriMesh m;
+  for (int i = 0; i < 20; ++i) append(m, cube(0.1f, {float(i), 0, 0}));
+  ChartOptions o;
+  o.texture_size = 8;
+  o.padding = 1;
+  EXPECT_ERROR(uv_unwrap(m, o), "do not fit a 8^2 texture");
 }
 
 }  // namespace

@@ -291,6 +291,56 @@ TEST(MeshBake, BakesLinearFieldWhereMeshIsTheSurface) {
   EXPECT_GT(covered, size * size / 2);
 }
 
+// dilate_raster: every uncovered texel within the radius of a covered one (brute force over
+// the window) gets the nearest covered texel's face, and barycentrics that put its own centre
+// back on that face's plane in UV space; covered texels and farther ones are untouched.
+TEST(MeshBake, DilationExtendsTheNearestFace) {
+  const UvMesh m = random_grid_mesh(9, 37, 9, 1234u);
+  const int size = 37;
+  for (int radius : {1, 2, 3}) {
+    const UvRaster before = rasterize_uv(m, size);
+    UvRaster r = before;
+    const int64_t given = dilate_raster(r, m, radius);
+    int64_t counted = 0;
+    for (int y = 0; y < size; ++y)
+      for (int x = 0; x < size; ++x) {
+        const int64_t t = int64_t(y) * size + x;
+        if (before.face[t] >= 0) {
+          ASSERT_EQ(r.face[t], before.face[t]);
+          ASSERT_EQ(r.bary[2 * t], before.bary[2 * t]);
+          continue;
+        }
+        int64_t best = -1, best_d = 1 << 30;
+        for (int yy = std::max(0, y - radius); yy <= std::min(size - 1, y + radius); ++yy)
+          for (int xx = std::max(0, x - radius); xx <= std::min(size - 1, x + radius); ++xx) {
+            const int64_t d = int64_t(yy - y) * (yy - y) + int64_t(xx - x) * (xx - x);
+            if (before.face[int64_t(yy) * size + xx] >= 0 && d < best_d)
+              best = int64_t(yy) * size + xx, best_d = d;
+          }
+        if (best < 0) {
+          ASSERT_EQ(r.face[t], -1) << "texel " << t << " has no covered texel in reach";
+          continue;
+        }
+        ++counted;
+        ASSERT_EQ(r.face[t], before.face[best]) << "texel " << t;
+        const int32_t* tri = &m.faces[3 * r.face[t]];
+        const double b1 = r.bary[2 * t], b2 = r.bary[2 * t + 1], b0 = 1 - b1 - b2;
+        for (int k = 0; k < 2; ++k) {
+          const double got = (b0 * m.uvs[2 * tri[0] + k] + b1 * m.uvs[2 * tri[1] + k] +
+                              b2 * m.uvs[2 * tri[2] + k]) * size;
+          ASSERT_NEAR(got, (k == 0 ? x : y) + 0.5, 1e-3) << "texel " << t;
+        }
+      }
+    EXPECT_EQ(given, counted);
+    EXPECT_GT(given, 0);
+  }
+  UvRaster r = rasterize_uv(m, size);
+  const UvRaster same = r;
+  EXPECT_EQ(dilate_raster(r, m, 0), 0);
+  EXPECT_EQ(r.face, same.face);
+  EXPECT_ERROR(dilate_raster(r, m, -1), "radius");
+}
+
 TEST(MeshBake, ProjectsOntoTheSurface) {
   // The output mesh floats 0.03 above a flat surface: every texel's point moves straight down.
   const int n = 15;

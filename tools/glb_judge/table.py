@@ -68,6 +68,13 @@ def main():
           "faces (orig / ours) | Chamfer /D | Hausdorff /D | base colour MAE | atlas use | unfilled band texels | GLB ok |")
     print("|---|---:|---:|---:|---|---|---|---|---|---|---|---|")
     print("\n".join(rows))
+    # Seconds per stage, ours and the original's, one row per case (the stages' own names).
+    print()
+    for tag in tags:
+        ours = detail[tag]["sparse3d_stages_s"]
+        orig = detail[tag]["original"].get("stages_s", {})
+        print(f"- {tag}: sparse3d " + ", ".join(f"{k} {v:.2f}" for k, v in ours.items()) +
+              ("; original " + ", ".join(f"{k} {v:.2f}" for k, v in orig.items()) if orig else ""))
     with open(os.path.join(res, "summary.json"), "w") as fh:
         json.dump(detail, fh, indent=1)
 
