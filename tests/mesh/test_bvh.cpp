@@ -1,11 +1,16 @@
 // The BVH's closest-point queries against brute force over every face, on random odd-sized
 // meshes (a noisy sphere, scattered triangles, coincident faces), points inside, on and far
-// from the surface.
+// from the surface; and its tree, which must be a valid tree and the same bits for any thread
+// count.
 #include <gtest/gtest.h>
+#include <omp.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
+#include <vector>
 
 #include "core/error.h"
 #include "mesh/bvh.h"
@@ -86,6 +91,131 @@ TEST(MeshBvh, RefusesAnUnusableMesh) {
   bad.faces = {0, 1, 2};
   bad.positions[4] = std::numeric_limits<float>::infinity();
   EXPECT_THROW(Bvh{bad}, Error);
+}
+
+// Appends `part` to `m`, its vertices moved by `offset`.
+void append(TriMesh& m, const TriMesh& part, const Vec3& offset) {
+  const auto base = static_cast<int32_t>(m.num_vertices());
+  for (int64_t v = 0; v < part.num_vertices(); ++v)
+    for (int k = 0; k < 3; ++k) m.positions.push_back(part.positions[3 * v + k] + offset[k]);
+  for (int32_t i : part.faces) m.faces.push_back(base + i);
+}
+
+// 150,001 faces in several components: a noisy sphere with a hole, a soup of scattered
+// triangles (every 97th degenerate, a segment) off to one side, and 301 copies of one face.
+// Big enough that the build's top ranges are split by every thread at once and the ones below
+// by tasks, not just by one thread.
+TriMesh several_components() {
+  TriMesh m;
+  append(m, uv_sphere(200, 301, 0.4f, 0.01f, 31, 5), {0, 0, 0});  // 117,390 faces
+  TriMesh soup = random_soup(32310, 32, 0.5f, 0.02f);
+  for (int64_t f = 0; f < soup.num_faces(); f += 97) {
+    const int32_t a = soup.faces[3 * f], c = soup.faces[3 * f + 2];
+    for (int k = 0; k < 3; ++k) soup.positions[3 * c + k] = soup.positions[3 * a + k];
+  }
+  append(m, soup, {1.2f, 0.3f, -0.1f});
+  TriMesh copies;
+  copies.positions = {0, 0, 0, 0.1f, 0, 0, 0, 0.1f, 0};
+  for (int i = 0; i < 301; ++i) copies.faces.insert(copies.faces.end(), {0, 1, 2});
+  append(m, copies, {-0.9f, 0.2f, 0.6f});
+  return m;
+}
+
+// Sets OpenMP's thread count for a scope and puts the old one back, even when a test fails.
+struct ThreadCount {
+  const int before = omp_get_max_threads();
+  explicit ThreadCount(int n) { omp_set_num_threads(n); }
+  ~ThreadCount() { omp_set_num_threads(before); }
+};
+
+TEST(MeshBvh, TreeIsTheSameForAnyThreadCount) {
+  const TriMesh m = several_components();
+  ASSERT_EQ(m.num_faces(), 150001);
+  std::vector<Bvh::Node> nodes;
+  std::vector<int32_t> order;
+  {
+    const ThreadCount one(1);
+    const Bvh bvh(m);
+    nodes = bvh.nodes();
+    order = bvh.order();
+  }
+  // Three threads do not divide the chunks evenly; eight are more than this machine may have.
+  for (int threads : {2, 3, 8}) {
+    const ThreadCount many(threads);
+    const Bvh bvh(m);
+    ASSERT_EQ(bvh.nodes().size(), nodes.size()) << threads << " threads";
+    EXPECT_EQ(std::memcmp(bvh.nodes().data(), nodes.data(), nodes.size() * sizeof nodes[0]), 0)
+        << threads << " threads";
+    EXPECT_EQ(bvh.order(), order) << threads << " threads";
+  }
+}
+
+// What check_subtree found.
+struct TreeWalk {
+  int32_t next = 0;     // where the next leaf must start in order()
+  int deepest = 0;
+  int64_t outside = 0;  // corners outside their leaf's box, child boxes outside their parent's
+};
+
+// Walks the subtree of node i at `depth`: leaves must cover order() in sequence and each box
+// must hold its faces' corners and its children's boxes. Returns the subtree's faces.
+int64_t check_subtree(const Bvh& bvh, int32_t i, int depth, TreeWalk& w) {
+  const auto& nodes = bvh.nodes();
+  const Bvh::Node& n = nodes.at(i);
+  w.deepest = std::max(w.deepest, depth);
+  const auto outside = [&](const float lo[3], const float hi[3]) {
+    for (int k = 0; k < 3; ++k) w.outside += lo[k] < n.lo[k] || hi[k] > n.hi[k];
+  };
+  if (n.left < 0) {
+    EXPECT_EQ(n.first, w.next) << "leaf " << i;
+    EXPECT_GT(n.count, 0) << "leaf " << i;
+    w.next = n.first + n.count;
+    const TriMesh& m = bvh.mesh();
+    for (int32_t j = n.first; j < n.first + n.count; ++j)
+      for (int c = 0; c < 3; ++c) {
+        const Vec3 p = m.vertex(m.faces[3 * bvh.order().at(j) + c]);
+        outside(p.data(), p.data());
+      }
+    return n.count;
+  }
+  // Depth-first numbering puts children after their parent, left first; this also rules out
+  // cycles, so the walk ends.
+  if (n.left <= i || n.right <= n.left) {
+    ADD_FAILURE() << "node " << i << " has children " << n.left << " and " << n.right;
+    return 0;
+  }
+  for (const int32_t c : {n.left, n.right}) outside(nodes.at(c).lo, nodes.at(c).hi);
+  return check_subtree(bvh, n.left, depth + 1, w) + check_subtree(bvh, n.right, depth + 1, w);
+}
+
+TEST(MeshBvh, TreeCoversEveryFaceOnceInBoxesThatHoldThem) {
+  const TriMesh m = several_components();
+  const Bvh bvh(m);
+  std::vector<int32_t> sorted = bvh.order();
+  std::sort(sorted.begin(), sorted.end());
+  for (int32_t f = 0; f < m.num_faces(); ++f) ASSERT_EQ(sorted[f], f);
+  TreeWalk w;
+  EXPECT_EQ(check_subtree(bvh, 0, 0, w), m.num_faces());
+  EXPECT_EQ(w.next, m.num_faces());
+  EXPECT_EQ(w.outside, 0);
+  EXPECT_LE(w.deepest, 48 + 31);  // what the queries' fixed stacks hold
+  // Every node but the one leaf of 301 coincident faces has at most 4; the tree is a full
+  // binary one, so leaves are one more than the splits.
+  int leaves = 0, big = 0;
+  for (const Bvh::Node& n : bvh.nodes()) {
+    leaves += n.left < 0;
+    if (n.left < 0 && n.count > 4) {
+      ++big;
+      EXPECT_EQ(n.count, 301);
+    }
+  }
+  EXPECT_EQ(big, 1);
+  EXPECT_EQ(2 * leaves - 1, static_cast<int>(bvh.nodes().size()));
+}
+
+TEST(MeshBvh, ClosestPointMatchesBruteForceOnSeveralComponents) {
+  // The queries search the tree the threads built, so they check its boxes too.
+  expect_matches_brute_force(several_components(), 41, 1.6f, 14);
 }
 
 }  // namespace
