@@ -53,6 +53,8 @@ constexpr int kMaxSplitRounds = 40;   // each round halves the overlapping chart
 constexpr int kScaleTries = 16;       // skyline scales tried at once, per round
 constexpr int kStepsPerWidth = 16;    // skyline columns tried: one per 1/16 of the chart's width,
 constexpr int kMaxPositions = 512;    // and no more than about this many per chart
+constexpr int kScaleRounds = 1;       // rounds of kScaleTries (a second: 1% more covered)
+constexpr double kMostCovered = 0.75;  // of the texture, by the skyline's packing
 constexpr int kSmoothPasses = 2;
 constexpr int kBorderPasses = 4;
 // Orientations tried per chart: upright and half a turn (all four: 6% more of the texture
@@ -468,7 +470,8 @@ bool shelf_pack(const std::vector<Chart>& charts, const std::vector<int32_t>& or
 struct Profile {
   int32_t w = 0;
   std::vector<double> lo, hi;
-  double top = 0;  // the highest hi
+  double top = 0;                // the highest hi
+  std::vector<int32_t> tallest;  // the non-empty columns, tallest band first
 };
 
 // A chart vertex's coordinates after `turns` quarter turns, in the turned chart's own box
@@ -504,7 +507,14 @@ Profile profile_of(const Chart& c, double scale, int32_t padding, int turns) {
     }
   }
   for (int32_t j = 0; j < p.w; ++j)
-    if (p.lo[j] <= p.hi[j]) p.top = std::max(p.top, p.hi[j]);
+    if (p.lo[j] <= p.hi[j]) {
+      p.top = std::max(p.top, p.hi[j]);
+      p.tallest.push_back(j);
+    }
+  // fits() tries the tallest bands first: they are the likeliest not to fit a gap.
+  std::stable_sort(p.tallest.begin(), p.tallest.end(), [&](int32_t a, int32_t b) {
+    return p.hi[a] - p.lo[a] > p.hi[b] - p.lo[b];
+  });
   return p;
 }
 
@@ -535,13 +545,14 @@ class Skyline {
     int32_t j0 = 0;
     while (j0 < p.w && !(p.lo[j0] <= p.hi[j0])) ++j0;
     if (j0 == p.w) return limit;
-    double best = limit;
+    // Gaps are kept in rising order: the first that fits is the lowest.
     for (const Gap& g : gaps_[x + j0]) {
       const double y = std::max(0.0, g.lo - p.lo[j0]);
-      if (y >= best || y + p.hi[j0] > g.hi || y + p.top > size_) continue;
-      if (fits(p, x, y)) best = y;
+      if (y >= limit) break;
+      if (y + p.hi[j0] > g.hi || y + p.top > size_) continue;
+      if (fits(p, x, y)) return y;
     }
-    return best;
+    return limit;
   }
 
   void place(const Profile& p, int32_t x, double y) {
@@ -550,19 +561,20 @@ class Skyline {
       const int32_t c = x + j;
       const double a = y + p.lo[j], b = y + p.hi[j];
       std::vector<Gap>& gs = gaps_[c];
-      if (a >= sky_[c] - kTouch) {
+      if (a >= sky_[c] - kTouch) {  // above the skyline: every gap is below, in order
         if (a - sky_[c] >= min_gap_) gs.push_back({sky_[c], a});
         sky_[c] = std::max(sky_[c], b);
         continue;
       }
-      for (size_t k = 0; k < gs.size(); ++k) {
-        if (!(gs[k].lo <= a + kTouch && b <= gs[k].hi + kTouch)) continue;
-        const Gap g = gs[k];
-        gs.erase(gs.begin() + static_cast<std::ptrdiff_t>(k));
-        if (a - g.lo >= min_gap_) gs.push_back({g.lo, a});
-        if (g.hi - b >= min_gap_) gs.push_back({b, g.hi});
-        break;
-      }
+      const auto k = containing(gs, a, b);
+      if (k == gs.end()) continue;  // cannot be: fits() found the gap
+      const Gap g = *k;
+      const auto at = gs.erase(k);
+      Gap pieces[2];
+      int n = 0;
+      if (a - g.lo >= min_gap_) pieces[n++] = {g.lo, a};
+      if (g.hi - b >= min_gap_) pieces[n++] = {b, g.hi};
+      gs.insert(at, pieces, pieces + n);
     }
   }
 
@@ -572,19 +584,22 @@ class Skyline {
   };
   static constexpr double kTouch = 1e-9;  // texels: bands that touch do not overlap
 
+  // The gap of a column (disjoint, in rising order) that holds [a, b], or end().
+  static std::vector<Gap>::const_iterator containing(const std::vector<Gap>& gs, double a,
+                                                     double b) {
+    auto k = std::upper_bound(gs.begin(), gs.end(), a + kTouch,
+                              [](double v, const Gap& g) { return v < g.lo; });
+    if (k == gs.begin()) return gs.end();
+    --k;
+    return b <= k->hi + kTouch ? k : gs.end();
+  }
+
   bool fits(const Profile& p, int32_t x, double y) const {
-    for (int32_t j = 0; j < p.w; ++j) {
-      if (!(p.lo[j] <= p.hi[j])) continue;
+    for (const int32_t j : p.tallest) {
       const int32_t c = x + j;
       const double a = y + p.lo[j], b = y + p.hi[j];
       if (a >= sky_[c] - kTouch) continue;
-      bool inside = false;
-      for (const Gap& g : gaps_[c])
-        if (g.lo <= a + kTouch && b <= g.hi + kTouch) {
-          inside = true;
-          break;
-        }
-      if (!inside) return false;
+      if (containing(gaps_[c], a, b) == gaps_[c].end()) return false;
     }
     return true;
   }
@@ -657,11 +672,13 @@ double pack(const std::vector<Chart>& charts, int32_t size, int32_t padding,
     (shelf_pack(charts, order, mid, size, padding, out) ? lo : top) = mid;
   }
   shelf_pack(charts, order, lo, size, padding, out);
-  // Two rounds of kScaleTries scales at once: first spread over [lo, hi], then between the
-  // largest that fitted and the next.
+  // kScaleTries scales at once between the shelves' and the most the skyline reaches on
+  // real meshes (kMostCovered of the texture: 0.5-0.6 measured), in kScaleRounds rounds,
+  // each between the largest scale that fitted and the next.
+  hi = std::max(lo, std::min(hi, std::sqrt(kMostCovered) * hi));
   double best = lo;
   std::vector<Placement> best_out = out;
-  for (int round = 0; round < 2 && hi > best * (1 + 1e-3); ++round) {
+  for (int round = 0; round < kScaleRounds && hi > best * (1 + 1e-3); ++round) {
     std::vector<double> scales(kScaleTries);
     for (int k = 0; k < kScaleTries; ++k)
       scales[k] = best + (hi - best) * double(k + 1) / (kScaleTries + 1);
