@@ -14,4 +14,15 @@ namespace s3d::mesh {
 // are removed. Throws s3d::Error for target_faces < 1.
 void simplify(TriMesh& m, int64_t target_faces);
 
+// Internal: the knobs of the parallel path (spatial blocks; simplify.cpp says what it does),
+// for tests and benchmarks. simplify(m, target) uses the defaults. Results depend on these,
+// never on the thread count. Throws s3d::Error for a block knob < 1.
+struct SimplifyOptions {
+  int64_t parallel_min_faces = 200000;  // smaller inputs take the serial path
+  int64_t block_faces = 60000;          // input faces per block, at least
+  int64_t block_budget = 8000;          // output faces per block (share of the target), at least
+  int32_t max_blocks = 64;              // blocks at most
+};
+void simplify(TriMesh& m, int64_t target_faces, const SimplifyOptions& options);
+
 }  // namespace s3d::mesh
