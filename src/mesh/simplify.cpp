@@ -12,9 +12,9 @@
 //
 // That loop is serial, and the remesh hands it 6-13 million faces for a budget of 0.5-1
 // million: seconds. A large input therefore first goes through spatial blocks, in parallel:
-// - Blocks: the faces are cut into up to 64 blocks (median cuts of the face centroids, binned
-//   on a grid, along the longest side; a block keeps at least 60,000 input and 8,000 output
-//   faces, SimplifyOptions), and each block, with its own compact vertex set, is simplified
+// - Blocks: the faces are cut into up to 16 blocks (median cuts of the face centroids,
+//   binned on a grid, along the longest side; a block keeps at least 60,000 input and 8,000
+//   output faces; SimplifyOptions, which says why 16), and each block, with its own compact vertex set, is simplified
 //   on its own thread to its share of the budget. Small meshes are also faster for
 //   meshoptimizer per face (its passes touch every vertex), so this pays on one thread too.
 // - Locked borders: meshopt_SimplifyLockBorder keeps every vertex on an open edge where it

@@ -21,7 +21,11 @@ struct SimplifyOptions {
   int64_t parallel_min_faces = 200000;  // smaller inputs take the serial path
   int64_t block_faces = 60000;          // input faces per block, at least
   int64_t block_budget = 8000;          // output faces per block (share of the target), at least
-  int32_t max_blocks = 64;              // blocks at most
+  // Blocks at most. Each block's locked border is a seam the later passes thin out less
+  // well: on a 2.3M-face horse remeshed to 500,000 faces, the Hausdorff distance to the input
+  // was 1.61e-3 of the diagonal with 64 blocks, 1.57e-3 with 24, 1.34e-3 with 16, 1.28e-3
+  // with 8 and 1.36e-3 serial; 16 keeps a 16-core machine busy.
+  int32_t max_blocks = 16;
 };
 void simplify(TriMesh& m, int64_t target_faces, const SimplifyOptions& options);
 
