@@ -539,12 +539,12 @@ class Skyline {
     return y;
   }
 
-  // The lowest y below `limit` at which the profile at column x starts at the bottom of a
-  // gap of its first column and fits every column (in a gap or above the skyline), or limit.
+  // The lowest y below `limit` at which the profile at column x has its tallest band at the
+  // bottom of a gap and fits every column (in a gap or above the skyline), or limit.
   double gap_height(const Profile& p, int32_t x, double limit) const {
-    int32_t j0 = 0;
-    while (j0 < p.w && !(p.lo[j0] <= p.hi[j0])) ++j0;
-    if (j0 == p.w) return limit;
+    // Anchored on the tallest band: the fewest gaps hold it.
+    if (p.tallest.empty()) return limit;
+    const int32_t j0 = p.tallest[0];
     // Gaps are kept in rising order: the first that fits is the lowest.
     for (const Gap& g : gaps_[x + j0]) {
       const double y = std::max(0.0, g.lo - p.lo[j0]);
@@ -777,6 +777,7 @@ std::pair<int32_t, int32_t> planar_overlap(const Chart& c) {
   const int32_t gy = std::min<int32_t>(4096, static_cast<int32_t>(c.h / cell) + 1);
   const double sx = gx / c.w * (1 - 1e-12), sy = gy / c.h * (1 - 1e-12);
   std::vector<std::array<int32_t, 4>> box(n);  // cell range per face
+  std::vector<std::array<double, 4>> extent(n);  // x0, x1, y0, y1 per face
   std::vector<int32_t> count(size_t(gx) * gy + 1, 0);
   auto cells_of = [&](int32_t f) {
     double x0 = INFINITY, x1 = -INFINITY, y0 = INFINITY, y1 = -INFINITY;
@@ -785,6 +786,7 @@ std::pair<int32_t, int32_t> planar_overlap(const Chart& c) {
       x0 = std::min(x0, q[0]), x1 = std::max(x1, q[0]), y0 = std::min(y0, q[1]),
       y1 = std::max(y1, q[1]);
     }
+    extent[f] = {x0, x1, y0, y1};
     auto clampi = [](double v, int32_t hi) {
       return std::clamp(static_cast<int32_t>(v), int32_t{0}, hi - 1);
     };
@@ -813,6 +815,17 @@ std::pair<int32_t, int32_t> planar_overlap(const Chart& c) {
           const int32_t g = list[i];
           if (g <= f || seen[g] == f) continue;
           seen[g] = f;
+          // Cheap rejections first: faces sharing a vertex are neighbours (left alone), and
+          // boxes apart cannot meet.
+          const int32_t* a = &c.corners[3 * f];
+          const int32_t* b = &c.corners[3 * g];
+          if (a[0] == b[0] || a[0] == b[1] || a[0] == b[2] || a[1] == b[0] || a[1] == b[1] ||
+              a[1] == b[2] || a[2] == b[0] || a[2] == b[1] || a[2] == b[2])
+            continue;
+          const auto& e = extent[f];
+          const auto& d = extent[g];
+          if (e[1] <= d[0] + eps || d[1] <= e[0] + eps || e[3] <= d[2] + eps || d[3] <= e[2] + eps)
+            continue;
           const double* q[3] = {&c.xy[2 * c.corners[3 * g]], &c.xy[2 * c.corners[3 * g + 1]],
                                 &c.xy[2 * c.corners[3 * g + 2]]};
           if (triangles_meet(p, q, eps) && !hood.near(f, g)) return {f, g};
