@@ -669,6 +669,8 @@ class Acceleration:
         self.samplers: Dict[str, EngineSampler] = {}
         self.skipped: Dict[str, str] = {}     # name -> why it stayed on PyTorch
         self.warm_up_seconds: Dict[str, float] = {}  # name -> seconds its warm-up took
+        # accelerate(export=True): o_voxel.postprocess's own to_glb, while ours stands in for it
+        self.replaced_to_glb: Optional[Any] = None
 
     def warm_up(self, models: Optional[Iterable[str]] = None, tokens: Optional[int] = None,
                 cond_tokens: Optional[Mapping[str, int]] = None,
@@ -736,6 +738,8 @@ class Acceleration:
             lines.append(f"{name}: whole loops in the engine {s.stats.calls.get('sample', 0)}")
             for (what, reason), n in sorted(s.stats.fallbacks.items()):
                 lines.append(f"  ran the original sampler x{n}: {reason}")
+        if self.replaced_to_glb is not None:
+            lines.append("o_voxel.postprocess.to_glb: sparse3d's export (sparse3d_engine.trellis2.to_glb)")
         for name, why in self.skipped.items():
             lines.append(f"{name}: left on PyTorch: {why}")
         return "\n".join(lines)
@@ -749,13 +753,19 @@ class Acceleration:
         return out
 
     def restore(self) -> None:
-        """Puts the original modules and samplers back."""
+        """Puts the original modules, samplers and o_voxel's to_glb back."""
         for name, m in self.models.items():
             self.pipeline.models[name] = m.original
         for name, s in self.samplers.items():
             setattr(self.pipeline, name, s.original)
         self.models.clear()
         self.samplers.clear()
+        if self.replaced_to_glb is not None:
+            import sys
+            module = sys.modules.get("o_voxel.postprocess")
+            if module is not None and getattr(module, "to_glb", None) is to_glb:
+                module.to_glb = self.replaced_to_glb
+            self.replaced_to_glb = None
 
     def __repr__(self):
         return self.report()
@@ -882,7 +892,7 @@ def accelerate(pipeline: Any, path: Optional[str] = None, models: Sequence[str] 
                samplers: Sequence[str] = FLOW_SAMPLERS,
                checkpoints: Optional[Mapping[str, str]] = None,
                pipeline_dir: Optional[str] = None, release_on_cpu: bool = True,
-               warm_up: Union[bool, str, Sequence[str]] = False,
+               warm_up: Union[bool, str, Sequence[str]] = False, export: bool = False,
                **engine_options: Any) -> Acceleration:
     """Serves `pipeline`'s flow models (FLOW_MODELS: the sparse-structure model and the four
     structured-latent ones) and their samplers (FLOW_SAMPLERS) from sparse3d_engine.
@@ -896,7 +906,11 @@ def accelerate(pipeline: Any, path: Optional[str] = None, models: Sequence[str] 
     the engine and all it has built stay (EngineFlowModel.offload); False keeps them on the
     GPU. warm_up: True builds every engine now on the pipeline's device and runs a small
     request on each (Acceleration.warm_up), so that the first pipeline.run() builds nothing;
-    a list of model names warms up those only. engine_options go to s3d.Engine
+    a list of model names warms up those only. export: True also puts sparse3d's GLB export
+    in place of o_voxel.postprocess.to_glb (same arguments; it returns a GlbMesh, whose
+    .export(path, extension_webp=True) writes the file, not a trimesh.Trimesh; restore() puts
+    the original back); without o_voxel installed that is skipped, and said. engine_options go
+    to s3d.Engine
     (ENGINE_OPTIONS: cache_dir, max_device_memory_gib, log, ...). Returns an Acceleration.
 
     The caller's mistakes raise before anything is replaced: an unknown keyword is a
@@ -904,6 +918,7 @@ def accelerate(pipeline: Any, path: Optional[str] = None, models: Sequence[str] 
     serve stays on PyTorch, counted (docs/PYTHON.md)."""
     _check_arguments(path, models, samplers, checkpoints, pipeline_dir, release_on_cpu,
                      warm_up, engine_options)
+    _flag(export, "accelerate: export")
     acc = Acceleration(pipeline)
     table = getattr(pipeline, "models", None)
     if not isinstance(table, dict):
@@ -942,6 +957,8 @@ def accelerate(pipeline: Any, path: Optional[str] = None, models: Sequence[str] 
         wrapped = EngineSampler(attr, original)
         setattr(pipeline, attr, wrapped)
         acc.samplers[attr] = wrapped
+    if export:
+        _replace_to_glb(acc)
     if warm_up is True:
         acc.warm_up()
     elif warm_up:
@@ -952,6 +969,23 @@ def accelerate(pipeline: Any, path: Optional[str] = None, models: Sequence[str] 
 
 
 from .glb import GlbMesh, to_glb  # noqa: E402  (the export, re-exported for the drop-in)
+
+
+def _replace_to_glb(acc: Acceleration) -> None:
+    """accelerate(export=True): o_voxel.postprocess.to_glb becomes ours, or acc.skipped says why
+    not. TRELLIS.2's example.py and app.py call it as o_voxel.postprocess.to_glb(...), so the
+    module attribute is what they see."""
+    try:
+        import o_voxel.postprocess as postprocess
+    except ImportError as e:
+        acc.skipped["to_glb"] = f"o_voxel.postprocess does not import ({e})"
+        return
+    current = getattr(postprocess, "to_glb", None)
+    if current is to_glb:
+        acc.skipped["to_glb"] = "already sparse3d's"
+        return
+    acc.replaced_to_glb = current
+    postprocess.to_glb = to_glb
 
 __all__ = ["accelerate", "to_glb", "GlbMesh", "Acceleration", "ENGINE_OPTIONS", "EngineFlowModel", "EngineSampler", "config_of_module",
            "family_of_module", "FLOW_MODELS", "FLOW_SAMPLERS", "COND_TOKENS", "WARM_UP_TOKENS"]

@@ -109,3 +109,47 @@ def test_export_to_a_folder_is_refused_and_leaves_nothing(tmp_path):
     with pytest.raises(s3d.Error):
         glb.export(str(tmp_path / "taken.glb"))
     assert sorted(os.listdir(tmp_path)) == ["taken.glb"]
+
+
+def test_atlas_keyword_picks_the_method_and_refuses_others():
+    v, f, attrs, coords = sphere()
+    args = dict(vertices=v, faces=f, attr_volume=attrs, coords=coords, attr_layout=LAYOUT,
+                aabb=AABB, grid_size=RES, decimation_target=900, texture_size=64)
+    planar = to_glb(**args)
+    xatlas = to_glb(**args, atlas="xatlas")
+    assert planar.faces.shape == xatlas.faces.shape  # the same mesh, other UVs
+    assert not np.array_equal(planar.uvs, xatlas.uvs)
+    with pytest.raises(s3d.Error, match="atlas must be 'planar' or 'xatlas'"):
+        to_glb(**args, atlas="lscm")
+
+
+def test_accelerate_export_replaces_o_voxels_to_glb_and_restore_puts_it_back(monkeypatch):
+    import sys
+    import types
+
+    from sparse3d_engine.trellis2 import accelerate
+
+    def original(*args, **kwargs):
+        return "the original"
+
+    package = types.ModuleType("o_voxel")
+    postprocess = types.ModuleType("o_voxel.postprocess")
+    postprocess.to_glb = original
+    package.postprocess = postprocess
+    monkeypatch.setitem(sys.modules, "o_voxel", package)
+    monkeypatch.setitem(sys.modules, "o_voxel.postprocess", postprocess)
+
+    class Pipeline:
+        models = {}
+
+    acc = accelerate(Pipeline(), models=[], samplers=[], export=True)
+    assert postprocess.to_glb is to_glb
+    assert "o_voxel.postprocess.to_glb: sparse3d's export" in acc.report()
+    acc.restore()
+    assert postprocess.to_glb is original
+    # Without o_voxel the flag is said to have done nothing, and nothing fails.
+    monkeypatch.setitem(sys.modules, "o_voxel.postprocess", None)
+    acc = accelerate(Pipeline(), models=[], samplers=[], export=True)
+    assert "to_glb" in acc.skipped and "does not import" in acc.skipped["to_glb"]
+    with pytest.raises(s3d.Error, match="export"):
+        accelerate(Pipeline(), models=[], samplers=[], export="yes")
