@@ -153,3 +153,26 @@ def test_accelerate_export_replaces_o_voxels_to_glb_and_restore_puts_it_back(mon
     assert "to_glb" in acc.skipped and "does not import" in acc.skipped["to_glb"]
     with pytest.raises(s3d.Error, match="export"):
         accelerate(Pipeline(), models=[], samplers=[], export="yes")
+
+
+@pytest.mark.skipif(not os.environ.get("SPARSE3D_CLI"), reason="SPARSE3D_CLI (the C++ CLI) not set")
+def test_command_line_export_takes_either_atlas(tmp_path):
+    import subprocess
+    cli = os.environ["SPARSE3D_CLI"]
+    case = tmp_path / "torus.safetensors"
+    made = subprocess.run([cli, "make-glb-input", "--procedural", "torus", "--resolution", "32",
+                           "--out", str(case)], capture_output=True, text=True, timeout=300)
+    assert made.returncode == 0, made.stderr
+    for atlas in ("planar", "xatlas"):
+        out = tmp_path / f"{atlas}.glb"
+        run = subprocess.run([cli, "export-glb", "--input", str(case), "--out", str(out),
+                              "--decimation-target", "2001", "--texture-size", "97", "--remesh",
+                              "--atlas", atlas, "--cpu"], capture_output=True, text=True,
+                             timeout=300)
+        assert run.returncode == 0, run.stderr
+        assert out.read_bytes()[:4] == b"glTF"
+        assert "remesh" in run.stdout and "simplify" in run.stdout and "UV atlas" in run.stdout
+    bad = subprocess.run([cli, "export-glb", "--input", str(case), "--out", str(tmp_path / "x.glb"),
+                          "--atlas", "lscm"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode != 0 and "--atlas" in bad.stderr
+    assert not (tmp_path / "x.glb").exists()
