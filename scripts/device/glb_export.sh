@@ -16,7 +16,10 @@
 # Environment: RES (1024), SETTINGS ("500000:2048 1000000:4096"), CASES (all sources), REMESH (1),
 # ORIGINAL (1), REQUIRE_ORIGINAL (0; 1: stop at once when it does not import), BASELINE
 # (.deps/baseline), JUDGE (1; the judges run at the end, JUDGE_JOBS (8) at a time, with
-# JUDGE_ARGS), GPU_TESTS (1: the mesh GPU tests first), TIMEOUT_S per run (300).
+# JUDGE_ARGS), GPU_TESTS (1: the mesh GPU tests first), TIMEOUT_S per run (300), DEADLINE_S
+# (540: no run starts after this many seconds, and the judges get what is left of 590 s, so
+# that a call within the device's 600 s limit still returns what it measured; every log and
+# JSON is also copied to $OUT/res as it is written).
 # Writes $OUT/glb_export.tar.gz (every JSON, log and view) and $OUT/glb_export_table.md; prints
 # the table last.
 set -uo pipefail
@@ -29,6 +32,9 @@ REMESH=${REMESH:-1}
 TIMEOUT_S=${TIMEOUT_S:-300}
 B=${BASELINE:-.deps/baseline}  # the original's prebuilt packages: site/ and wheels/
 W=/tmp/glb_export
+DEADLINE_S=${DEADLINE_S:-540}
+started=$(date +%s)
+late() { [ $(( $(date +%s) - started )) -ge "$DEADLINE_S" ]; }
 rm -rf "$W"; mkdir -p "$W/cases" "$W/glb" "$W/res"
 export LD_LIBRARY_PATH="$PWD/.deps/glb/lib:$LD_LIBRARY_PATH"
 if ls .deps/glb/wheels/*.whl >/dev/null 2>&1; then
@@ -74,6 +80,7 @@ for src in .deps/glb/sources/*.safetensors; do
   echo "case $name: $(head -1 "$W/res/make_$name.log" | sed 's/^wrote [^:]*: //') in $(awk "BEGIN{printf \"%.1f\", $(date +%s.%N) - $t0}") s"
   for s in $SETTINGS; do
     target=${s%%:*}; tex=${s##*:}; tag="${name}_${target}_${tex}"
+    if late; then echo "skipped $tag: past DEADLINE_S=$DEADLINE_S"; continue; fi
     # sparse3d, the device's memory in use polled every 20 ms (its peak against the original's).
     nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 20 > "$W/res/ours_$tag.mem" 2>/dev/null &
     poller=$!
@@ -81,7 +88,9 @@ for src in .deps/glb/sources/*.safetensors; do
       --decimation-target "$target" --texture-size "$tex" "${remesh_flags[@]}" \
       > "$W/res/ours_$tag.log" 2>&1 || echo "ours $tag failed: $(tail -1 "$W/res/ours_$tag.log")"
     kill $poller 2>/dev/null; wait $poller 2>/dev/null
-    if [ $HAVE_ORIGINAL = 1 ]; then
+    if [ $HAVE_ORIGINAL = 1 ] && late; then
+      echo "original $tag skipped: past DEADLINE_S=$DEADLINE_S"
+    elif [ $HAVE_ORIGINAL = 1 ]; then
       timeout "$TIMEOUT_S" python3 tools/glb_judge/run_original.py --case "$W/cases/$name.safetensors" \
         --out "$W/glb/orig_$tag.glb" --decimation-target "$target" --texture-size "$tex" \
         "${orig_flags[@]}" --json "$W/res/orig_$tag.json" > "$W/res/orig_$tag.log" 2>&1 ||
@@ -90,12 +99,16 @@ for src in .deps/glb/sources/*.safetensors; do
     if [ "${JUDGE:-1}" = 1 ]; then  # judged at the end, several at a time
       glbs="--glb sparse3d=$W/glb/ours_$tag.glb"
       [ -f "$W/glb/orig_$tag.glb" ] && glbs="$glbs --glb original=$W/glb/orig_$tag.glb"
-      echo "timeout $TIMEOUT_S python3 tools/glb_judge/judge.py --case $W/cases/$name.safetensors $glbs --target-faces $target --out $W/res/judge_$tag ${JUDGE_ARGS:---samples 300000 --texture-samples 100000 --view-size 320} > $W/res/judge_$tag.log 2>&1 || echo judge $tag failed" >> "$W/judges.sh"
+      echo "timeout \$JUDGE_TIMEOUT python3 tools/glb_judge/judge.py --case $W/cases/$name.safetensors $glbs --target-faces $target --out $W/res/judge_$tag ${JUDGE_ARGS:---samples 300000 --texture-samples 100000 --view-size 320} > $W/res/judge_$tag.log 2>&1 || echo judge $tag failed" >> "$W/judges.sh"
     fi
+    mkdir -p "$OUT/res" && cp "$W"/res/*.log "$W"/res/*.json "$OUT/res/" 2>/dev/null
   done
 done
 if [ -f "$W/judges.sh" ]; then
   t0=$(date +%s)
+  export JUDGE_TIMEOUT=$(( 590 - (t0 - started) ))
+  [ "$JUDGE_TIMEOUT" -gt "$TIMEOUT_S" ] && JUDGE_TIMEOUT=$TIMEOUT_S
+  [ "$JUDGE_TIMEOUT" -lt 10 ] && JUDGE_TIMEOUT=10
   xargs -P "${JUDGE_JOBS:-8}" -I{} bash -c '{}' < "$W/judges.sh"
   echo "judges: $(wc -l < "$W/judges.sh") in $(( $(date +%s) - t0 )) s"
 fi
