@@ -12,6 +12,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "mesh/timing.h"
 
 namespace s3d::mesh {
 namespace {
@@ -443,6 +444,7 @@ BakedTexture bake(const UvRaster& raster, const BakeInputs& in) {
     texels.push_back(t);
     out.mask[t] = 1;
   }
+  SubTimer timer("bake");
   const int64_t N = static_cast<int64_t>(texels.size());
   std::vector<float> points(3 * std::min(N, kBakeChunk));
   std::vector<ClosestHit> hits(std::min(N, kBakeChunk));
@@ -450,9 +452,12 @@ BakedTexture bake(const UvRaster& raster, const BakeInputs& in) {
   for (int64_t start = 0; start < N; start += kBakeChunk) {
     const int64_t k = std::min(kBakeChunk, N - start);
     texel_points(raster, *in.uv_mesh, &texels[start], k, points.data());
+    timer.mark("texel points");
     in.surface->closest_many(points.data(), k, hits.data());
+    timer.mark("closest points");
     project_to_grid(in, hits.data(), k, points.data());
     in.volume->sample_trilinear(points.data(), k, sampled.data());
+    timer.mark("volume samples");
 #pragma omp parallel for schedule(static) if (k > kSerialBelow)
     for (int64_t i = 0; i < k; ++i)
       std::memcpy(&out.attrs[texels[start + i] * C], &sampled[i * C], sizeof(float) * C);

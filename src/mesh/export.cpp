@@ -17,6 +17,7 @@
 #include "mesh/image_codec.h"
 #include "mesh/remesh.h"
 #include "mesh/simplify.h"
+#include "mesh/timing.h"
 #include "mesh/volume.h"
 #include "sparse3d/glb.h"
 
@@ -271,8 +272,10 @@ TexturedMesh to_glb(const GlbInput& in, const GlbOptions& o) {
             o.remesh ? "remeshing" : "cleaning", " (is the mesh inside its aabb?)");
 
   clock.start("UV atlas");
+  sm::SubTimer clean_timer("UV atlas");
   sm::remove_degenerate_faces(simplified);
   sm::remove_unreferenced_vertices(simplified);
+  clean_timer.mark("clean");
   sm::ChartOptions charts;
   charts.cone_half_angle_rad = o.mesh_cluster_threshold_cone_half_angle_rad;
   charts.refine_iterations = o.mesh_cluster_refine_iterations;
@@ -281,14 +284,19 @@ TexturedMesh to_glb(const GlbInput& in, const GlbOptions& o) {
   charts.texture_size = o.texture_size;
   charts.method = o.atlas == UvAtlas::Xatlas ? sm::AtlasMethod::xatlas : sm::AtlasMethod::planar;
   const sm::UvMesh uv = sm::uv_unwrap(simplified, charts);
+  sm::SubTimer normals_timer("UV atlas");
   const std::vector<float> vn = sm::vertex_normals(simplified);
   out.normals.resize(3 * uv.vertex_of.size());
   for (size_t v = 0; v < uv.vertex_of.size(); ++v)
     for (int k = 0; k < 3; ++k) out.normals[3 * v + k] = vn[3 * uv.vertex_of[v] + k];
+  normals_timer.mark("vertex normals");
 
   clock.start("bake textures");
+  sm::SubTimer timer("bake textures");
   sm::UvRaster raster = sm::rasterize_uv(uv, o.texture_size);
+  timer.mark("rasterize");
   sm::dilate_raster(raster, uv, kDilateTexels);
+  timer.mark("dilate");
   sm::BakeInputs bake_in;
   bake_in.uv_mesh = &uv;
   bake_in.surface = &bvh;
@@ -357,7 +365,11 @@ std::string TexturedMesh::glb_bytes(TextureFormat format) const {
 double TexturedMesh::export_glb(const std::string& path, TextureFormat format) const {
   const auto t0 = Clock::now();
   s3d::io::check_output_file(path, "export_glb: " + path);
-  s3d::mesh::write_glb(encoded_glb(*this, format), path);
+  s3d::mesh::SubTimer timer("export");
+  s3d::mesh::GlbMesh glb = encoded_glb(*this, format);
+  timer.mark("encode images");
+  s3d::mesh::write_glb(glb, path);
+  timer.mark("write");
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 

@@ -43,6 +43,7 @@
 #include "core/error.h"
 #include "mesh/atlas.h"
 #include "mesh/bake.h"
+#include "mesh/timing.h"
 
 namespace s3d::mesh {
 namespace {
@@ -982,12 +983,14 @@ UvMesh planar_unwrap(const TriMesh& m, const ChartOptions& options) {
   S3D_CHECK(m.num_vertices() < (int64_t(1) << 31) && m.num_faces() * 3 < (int64_t(1) << 31),
             "uv_unwrap: the mesh is too large for 32-bit indices (", m.num_vertices(),
             " vertices, ", m.num_faces(), " faces)");
+  SubTimer timer("uv_unwrap");
   const Faces faces = face_frames(m);
   S3D_CHECK(std::any_of(faces.area.begin(), faces.area.end(), [](double a) { return a > 0; }),
             "uv_unwrap: no face of the mesh has an area that can be charted (", m.num_faces(),
             " faces)");
   const double cone = std::min<double>(options.planar_cone_rad, options.cone_half_angle_rad);
   std::vector<Chart> charts = initial_charts(m, faces, std::cos(cone));
+  timer.mark("charts");
   std::vector<char> fresh(charts.size(), 1);  // charts whose coordinates are not made yet
   const int32_t size = options.texture_size, padding = options.padding;
   auto parameterize_fresh = [&] {
@@ -1006,11 +1009,13 @@ UvMesh planar_unwrap(const TriMesh& m, const ChartOptions& options) {
     if (std::all_of(pairs.begin(), pairs.end(), [](const auto& p) { return p.first < 0; })) break;
     split_overlapping(charts, fresh, pairs);
   }
+  timer.mark("parameterize and split overlaps");
   // Then at the packed scale; a chart that overlaps only there is split and all is packed anew.
   for (int round = 0;; ++round) {
     parameterize_fresh();
     std::vector<Placement> places;
     const double scale = pack(charts, size, padding, places);
+    timer.mark("pack");
     std::vector<std::vector<float>> uvs(charts.size());
     std::vector<std::pair<int32_t, int32_t>> pairs(charts.size(), {-1, -1});
 #pragma omp parallel for schedule(dynamic, 8)
@@ -1020,7 +1025,12 @@ UvMesh planar_unwrap(const TriMesh& m, const ChartOptions& options) {
     }
     const bool any =
         std::any_of(pairs.begin(), pairs.end(), [](const auto& p) { return p.first >= 0; });
-    if (!any || round == kMaxSplitRounds) return assemble(charts, uvs, m);
+    timer.mark("overlaps at the packed scale");
+    if (!any || round == kMaxSplitRounds) {
+      UvMesh out = assemble(charts, uvs, m);
+      timer.mark("assemble");
+      return out;
+    }
     std::fill(fresh.begin(), fresh.end(), 0);
     split_overlapping(charts, fresh, pairs);
   }

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "mesh/timing.h"
 #include "mesh/voxel_index.h"
 
 namespace s3d::mesh {
@@ -440,25 +441,31 @@ TriMesh remesh_narrow_band_dc(const Bvh& bvh, const RemeshOptions& options, Reme
   check_options(options);
   base_resolution(options);
   RemeshStats st;
+  SubTimer timer("remesh");
   const float eps = static_cast<float>(double(options.band) * options.scale / options.resolution);
   auto t = Clock::now();
   const std::vector<int32_t> coords = band_voxels(bvh, options, eps, st);
   st.voxels = static_cast<int64_t>(coords.size() / 3);
   st.refine_s = seconds_since(t);
+  timer.mark("band search");
 
   t = Clock::now();
   const SortedVoxels sv = sort_voxels(coords);
   const Corners corners = find_corners(sv);
+  timer.mark("sort voxels and find corners");
   st.grid_vertices = corners.first.back();
   S3D_CHECK(st.grid_vertices <= std::numeric_limits<int32_t>::max(),
             "remesh_narrow_band_dc: ", st.grid_vertices,
             " grid vertices, more than int32 indices can name");
   const std::vector<float> values = corner_values(bvh, sv, corners, options, eps, st.udf_queries);
   st.vertex_udf_s = seconds_since(t);
+  timer.mark("corner distances");
 
   t = Clock::now();
   const Contour ct = contour(sv, corners, values);
+  timer.mark("contour");
   TriMesh out = build_mesh(sv, ct, options);
+  timer.mark("build mesh");
   st.contour_s = seconds_since(t);
 
   t = Clock::now();
