@@ -525,8 +525,8 @@ Profile profile_of(const Chart& c, double scale, int32_t padding, int turns) {
 // skyline where it does not; its column profile is what must be free.
 class Skyline {
  public:
-  Skyline(int32_t size, double min_gap) : size_(size), min_gap_(min_gap), sky_(size, 0.0),
-                                          gaps_(size) {}
+  Skyline(int32_t size, double min_gap)
+      : size_(size), min_gap_(min_gap), sky_(size, 0.0), tallest_gap_(size, 0.0), gaps_(size) {}
 
   // The lowest y at which the profile rests on the skyline at column x; `limit` when it would
   // be no lower than limit (the search's pruning).
@@ -546,6 +546,7 @@ class Skyline {
     // Anchored on the tallest band: the fewest gaps hold it.
     if (p.tallest.empty()) return limit;
     const int32_t j0 = p.tallest[0];
+    if (p.hi[j0] - p.lo[j0] > tallest_gap_[x + j0] + kTouch) return limit;
     // Gaps are kept in rising order: the first that fits is the lowest.
     for (const Gap& g : gaps_[x + j0]) {
       const double y = std::max(0.0, g.lo - p.lo[j0]);
@@ -563,7 +564,10 @@ class Skyline {
       const double a = y + p.lo[j], b = y + p.hi[j];
       std::vector<Gap>& gs = gaps_[c];
       if (a >= sky_[c] - kTouch) {  // above the skyline: every gap is below, in order
-        if (a - sky_[c] >= min_gap_) gs.push_back({sky_[c], a});
+        if (a - sky_[c] >= min_gap_) {
+          gs.push_back({sky_[c], a});
+          tallest_gap_[c] = std::max(tallest_gap_[c], a - sky_[c]);
+        }
         sky_[c] = std::max(sky_[c], b);
         continue;
       }
@@ -576,6 +580,10 @@ class Skyline {
       if (a - g.lo >= min_gap_) pieces[n++] = {g.lo, a};
       if (g.hi - b >= min_gap_) pieces[n++] = {b, g.hi};
       gs.insert(at, pieces, pieces + n);
+      if (g.hi - g.lo >= tallest_gap_[c] - kTouch) {  // it may have been the tallest
+        tallest_gap_[c] = 0;
+        for (const Gap& h : gs) tallest_gap_[c] = std::max(tallest_gap_[c], h.hi - h.lo);
+      }
     }
   }
 
@@ -600,6 +608,7 @@ class Skyline {
       const int32_t c = x + j;
       const double a = y + p.lo[j], b = y + p.hi[j];
       if (a >= sky_[c] - kTouch) continue;
+      if (b - a > tallest_gap_[c] + kTouch) return false;
       if (containing(gaps_[c], a, b) == gaps_[c].end()) return false;
     }
     return true;
@@ -608,6 +617,7 @@ class Skyline {
   int32_t size_;
   double min_gap_;
   std::vector<double> sky_;
+  std::vector<double> tallest_gap_;  // per column: the tallest of its gaps (a quick refusal)
   std::vector<std::vector<Gap>> gaps_;
 };
 
