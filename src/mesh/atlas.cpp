@@ -38,6 +38,14 @@
 #include "xatlas.h"
 
 namespace s3d::mesh {
+void check_atlas_input(const TriMesh& m, const ChartOptions& options) {
+  check_mesh(m, "uv_unwrap");
+  check_chart_options(options);
+  S3D_CHECK(m.num_vertices() < (int64_t(1) << 31) && m.num_faces() * 3 < (int64_t(1) << 31),
+            "uv_unwrap: the mesh is too large for 32-bit indices (", m.num_vertices(),
+            " vertices, ", m.num_faces(), " faces)");
+}
+
 namespace {
 
 struct AtlasDeleter {
@@ -200,11 +208,7 @@ UvMesh uv_unwrap(const TriMesh& m, const ChartOptions& options) {
 }
 
 UvMesh xatlas_unwrap(const TriMesh& m, const ChartOptions& options) {
-  check_mesh(m, "uv_unwrap");
-  check_chart_options(options);
-  S3D_CHECK(m.num_vertices() < (int64_t(1) << 31) && m.num_faces() * 3 < (int64_t(1) << 31),
-            "uv_unwrap: the mesh is too large for 32-bit indices (", m.num_vertices(),
-            " vertices, ", m.num_faces(), " faces)");
+  check_atlas_input(m, options);
   silence_xatlas();
   AtlasPtr atlas(xatlas::Create());
   xatlas::MeshDecl decl;

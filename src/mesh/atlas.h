@@ -62,8 +62,10 @@ UvMesh planar_unwrap(const TriMesh& m, const ChartOptions& options);
 // xatlas over the whole mesh (atlas.cpp).
 UvMesh xatlas_unwrap(const TriMesh& m, const ChartOptions& options);
 
-// Throws s3d::Error naming the first option out of range (both methods check their options).
+// Throws s3d::Error naming the first option out of range.
 void check_chart_options(const ChartOptions& options);
+// The checks both methods make first: the mesh (check_mesh), the options, 32-bit indices.
+void check_atlas_input(const TriMesh& m, const ChartOptions& options);
 
 // Atlas figures for reports and tests: the fraction of the unit square covered by charts
 // (rasterised at `resolution`), and the number of faces whose UV triangle is flipped or empty.

@@ -988,11 +988,7 @@ std::vector<Chart> initial_charts(const TriMesh& m, const Faces& faces, double c
 }  // namespace
 
 UvMesh planar_unwrap(const TriMesh& m, const ChartOptions& options) {
-  check_mesh(m, "uv_unwrap");
-  check_chart_options(options);
-  S3D_CHECK(m.num_vertices() < (int64_t(1) << 31) && m.num_faces() * 3 < (int64_t(1) << 31),
-            "uv_unwrap: the mesh is too large for 32-bit indices (", m.num_vertices(),
-            " vertices, ", m.num_faces(), " faces)");
+  check_atlas_input(m, options);
   SubTimer timer("uv_unwrap");
   const Faces faces = face_frames(m);
   S3D_CHECK(std::any_of(faces.area.begin(), faces.area.end(), [](double a) { return a > 0; }),
