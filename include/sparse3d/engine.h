@@ -26,6 +26,37 @@ namespace sparse3d {
 
 enum class DeviceChoice : uint8_t { Auto, CUDA, CPU };
 
+// A device workspace shared by engines that never run at once, e.g. the flow models of one
+// pipeline (EngineOptions::workspace): one caching allocator for their activations, library
+// workspaces and CUDA-graph pools on one GPU, so that the blocks one engine's request freed
+// serve the next engine's request, and one release_cache() gives them all back. Requests of
+// engines sharing a workspace run one at a time (a second waits for the first; one started
+// from inside another's callback is refused, as it could never start), and each ends with its
+// device work finished, so that its blocks are free for the next whatever its stream. The
+// memory counters of each engine (Counters::device_bytes_*) then read the shared allocator.
+// Engines hold a reference: the workspace lives while any of them does.
+class Workspace {
+ public:
+  explicit Workspace(int device_index = 0);  // throws without that CUDA device
+  ~Workspace();
+  Workspace(const Workspace&) = delete;
+  Workspace& operator=(const Workspace&) = delete;
+
+  int device_index() const;
+  // The cached blocks back to the driver (waits for a request in flight); the bytes released.
+  size_t release_cache();
+  size_t bytes_in_use() const;
+  size_t bytes_reserved() const;
+  size_t peak_bytes() const;  // in use, since the last reset_peak()
+  void reset_peak();
+
+  struct Impl;
+  Impl& impl() { return *impl_; }
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
 struct EngineOptions {
   // Execution path (a spec such as "beyond-cuda_graphs") and edits. Empty: the fastest
   // path whose contracts hold, default_path() (fast); on the CPU backend without
@@ -55,6 +86,15 @@ struct EngineOptions {
   // ("sequence_parallel") to the devices that can run.
   std::vector<int> devices;
   int64_t parallel_min_tokens = 8192;
+  // A workspace shared with other engines on the same GPU (null: the engine's own allocator).
+  // Not with `devices` (several GPUs) or the CPU backend.
+  std::shared_ptr<Workspace> workspace;
+  // Hold each request's memory-costly flags to what the original PyTorch module would
+  // allocate for the same request (its eager forward, one CFG branch at a time; the Python
+  // drop-in's default): the condition K/V cache, then batched CFG, are dropped for a request
+  // whose estimate is above that reference, each drop a counted fallback naming the sizes.
+  // Nothing is refused for it: a request that does not fit the device still is, as always.
+  bool fit_to_reference = false;
 };
 
 struct StepInfo {
@@ -215,6 +255,10 @@ struct Residency {
   size_t bytes_reloaded = 0;     // host -> device bytes copied
   size_t device_bytes_released = 0;  // device memory the offloads returned to the driver
   double offload_seconds = 0, reload_seconds = 0;
+  // Whose memory the weights are: "own copy", "borrowed in place" (the caller's tensors on
+  // the engine's device, or on the host for the CPU backend; an offload makes a copy of the
+  // engine's own and lets them go) or "borrowed host home" (InMemoryCheckpoint::borrow).
+  std::string weights_source = "own copy";
 };
 
 // The null-context state per condition length L (docs/CONTRACTS.md).
@@ -236,11 +280,25 @@ struct QualificationState {
 
 // A checkpoint held in memory, e.g. the state dict of the PyTorch module an Engine replaces:
 // the NAME.json text and every tensor by its checkpoint name (bf16 or f32, host or device).
-// The views need to stay valid only during the constructor, which copies them.
+// Without `borrow` the views need to stay valid only during the constructor, which copies them.
+//
+// With `borrow` the engine keeps the caller's tensors as its weights instead of a copy of its
+// own (one copy of the weights in the process, docs/API.md "Residency"), when every tensor
+// has its run-time dtype (bf16 for the blocks' Linear layers, f32 for the rest): tensors on the
+// engine's GPU are used in place (each must start at a 256-byte boundary, as the library plans
+// assume); tensors on the host are, for an engine on a GPU, the home its weights are uploaded
+// from and that offload() returns to without copying anything (the larger ones page-locked in
+// place while the engine lives), and for the CPU backend the weights themselves. `keep_alive`
+// is held for as long as the engine uses them; the caller must not change their values. When
+// the tensors cannot be borrowed (another dtype, several devices, a tensor on another device
+// than the engine's, an unaligned one), the engine copies them as without `borrow` and
+// says why in its log; residency().weights_source tells which happened.
 struct InMemoryCheckpoint {
   std::string config_json;
   std::vector<std::pair<std::string, TensorView>> tensors;
   std::string name = "in-memory checkpoint";  // how messages and ModelInfo name it
+  bool borrow = false;
+  std::shared_ptr<void> keep_alive;
 };
 
 class Engine {
@@ -282,6 +340,12 @@ class Engine {
   void offload();
   void reload();
   Residency residency() const;
+  // Returns the device memory the engine's allocator keeps cached between requests (the
+  // blocks a finished request freed) to the driver, keeping the weights and everything built:
+  // what a caller that shares the device with other work (PyTorch's own allocator, other
+  // engines) calls after a request, so that its workspace is held only while it runs.
+  // Returns the bytes released; a no-op on the CPU backend.
+  size_t release_cache();
 
   Counters counters() const;
   void reset_counters();  // launches, fallbacks and the memory peak

@@ -49,7 +49,7 @@ except ImportError as e:  # pragma: no cover - depends on the machine
 Error = _native.Error
 __version__: str = _native.version()
 
-__all__ = ["Engine", "Error", "SamplerSettings", "SAMPLER_PRESETS", "SLAT", "DENSE", "model_families",
+__all__ = ["Engine", "Workspace", "Error", "SamplerSettings", "SAMPLER_PRESETS", "SLAT", "DENSE", "model_families",
            "default_path", "paths", "flags", "draw_noise", "timesteps", "build_info",
            "engine_by_id", "set_progress", "progress_enabled", "synthetic_presets",
            "make_synthetic_checkpoint", "logger", "__version__"]
@@ -429,6 +429,48 @@ def _feats(x):
 
 # ---- The engine ------------------------------------------------------------------------------
 
+class Workspace:
+    """A device workspace that engines which never run at once share (the flow models of one
+    pipeline): one caching allocator for their activations, library workspaces and CUDA-graph
+    pools on one GPU, so that what one engine's request freed serves the next engine's, and
+    release_cache() gives it all back. Pass it as Engine(..., workspace=ws). Requests of the
+    engines sharing it run one at a time, each ending with its device work done; their memory
+    counters read the shared allocator. docs/API.md, "Residency"."""
+
+    def __init__(self, device_index: int = 0):
+        self._w = _native.Workspace(_integer(device_index, "device_index", 0, _INT32[1]))
+
+    @property
+    def device_index(self) -> int:
+        return int(self._w.device_index)
+
+    def release_cache(self) -> int:
+        """The cached blocks back to the driver (after a request in flight); bytes released."""
+        return int(self._w.release_cache())
+
+    def stats(self) -> Dict[str, int]:
+        """{bytes_in_use, bytes_reserved, peak_bytes} of the shared allocator."""
+        return dict(self._w.stats())
+
+    def reset_peak(self) -> None:
+        self._w.reset_peak()
+
+    def __repr__(self) -> str:
+        st = self.stats()
+        return (f"Workspace(cuda:{self.device_index}, {st['bytes_in_use'] / 2**30:.2f} GiB in use, "
+                f"{st['bytes_reserved'] / 2**30:.2f} GiB reserved)")
+
+
+def _workspace(value: Any) -> Any:
+    """The native workspace of a `workspace` argument (None: the engine's own allocator)."""
+    if value is None:
+        return None
+    if not isinstance(value, Workspace):
+        raise Error(f"workspace must be a sparse3d_engine.Workspace or None, got "
+                    f"{type(value).__name__}")
+    return value._w
+
+
 class Engine:
     """One model loaded once; requests run on it one at a time (see docs/PYTHON.md).
 
@@ -449,7 +491,8 @@ class Engine:
                  cache_dir: Union[str, "os.PathLike[str]"] = "",
                  persist_qualification: bool = True, qualify_m: Sequence[int] = (),
                  log: Optional[Callable[[str], Any]] = None, devices: Sequence[int] = (),
-                 parallel_min_tokens: int = 8192, _native_engine: Any = None):
+                 parallel_min_tokens: int = 8192, workspace: Optional["Workspace"] = None,
+                 fit_to_reference: bool = False, _native_engine: Any = None):
         self._user_log = log
         if _native_engine is not None:
             self._e = _native_engine
@@ -459,6 +502,8 @@ class Engine:
             options = _engine_options(path, device, device_index, max_device_memory_gib,
                                       cache_dir, persist_qualification, qualify_m, devices,
                                       parallel_min_tokens)
+            options["workspace"] = _workspace(workspace)
+            options["fit_to_reference"] = _flag(fit_to_reference, "fit_to_reference")
             checkpoint = _text(checkpoint, "checkpoint", path=True)
             if not checkpoint:
                 raise Error("checkpoint must be the path of a NAME.json, got '' (an empty path)")
@@ -480,7 +525,15 @@ class Engine:
 
         config: the checkpoint's NAME.json as a dict or JSON text ({"name": "SLatFlowModel",
         "args": {...}}). state_dict: name -> tensor (bf16 or f32, or f16, converted here to
-        f32 exactly; any device). The names, shapes and values are checked as for a file."""
+        f32 exactly; any device). The names, shapes and values are checked as for a file.
+
+        borrow=True: the engine keeps these tensors as its weights instead of a copy of its
+        own, when each already has its run-time dtype (bf16 for the blocks' Linear layers, f32
+        for the rest, as TRELLIS.2's modules hold them): on the engine's GPU they are used in
+        place; on the host they are the home the engine uploads from and offload() returns to,
+        copying nothing (docs/API.md, "Residency"). The engine holds a reference to them; do
+        not change their values while it lives. Where they cannot be borrowed the engine
+        copies them and says why in its log; residency()["weights_source"] tells which."""
         if isinstance(config, dict):
             try:
                 config = json.dumps(config)
@@ -515,6 +568,10 @@ class Engine:
             options.pop("cache_dir", ""), options.pop("persist_qualification", True),
             options.pop("qualify_m", ()), options.pop("devices", ()),
             options.pop("parallel_min_tokens", 8192)))
+        kwargs["borrow"] = _flag(options.pop("borrow", False), "borrow")
+        kwargs["workspace"] = _workspace(options.pop("workspace", None))
+        kwargs["fit_to_reference"] = _flag(options.pop("fit_to_reference", False),
+                                           "fit_to_reference")
         if options:
             raise Error(f"Engine.from_state_dict: unknown option(s) {', '.join(sorted(options))}")
         with _routing(log):
@@ -743,8 +800,17 @@ class Engine:
     def residency(self) -> Dict[str, Any]:
         """Where the weights are and what moving them cost: {resident, weight_bytes,
         host_copy_bytes, offloads, reloads, bytes_offloaded, bytes_reloaded,
-        device_bytes_released, offload_seconds, reload_seconds} (totals)."""
+        device_bytes_released, offload_seconds, reload_seconds} (totals), and
+        weights_source: "own copy", "borrowed in place" or "borrowed host home"
+        (from_state_dict(borrow=True))."""
         return self._e.residency()
+
+    def release_cache(self) -> int:
+        """Returns the device memory the engine's allocator keeps cached between requests
+        to the driver (weights and everything built stay), so that other work on the device
+        (PyTorch, other engines) can use it; the next request allocates its workspace again.
+        Returns the bytes released (0 on the CPU backend)."""
+        return self._e.release_cache()
 
     @property
     def resident(self) -> bool:

@@ -49,8 +49,9 @@ import types
 from collections import Counter
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
-from . import (DENSE, SLAT, Engine, Error, SamplerSettings, _engine_options, _flag, _framework,
-               _integer, _optional_text, _real, _text, model_families, progress_enabled)
+from . import (DENSE, SLAT, Engine, Error, SamplerSettings, Workspace, _engine_options, _flag,
+               _framework, _integer, _optional_text, _real, _text, default_path,
+               model_families, progress_enabled)
 
 # The flow models of a TRELLIS.2 image-to-3D pipeline (pipeline.models keys): the dense
 # sparse-structure model, then the structured-latent ones.
@@ -209,10 +210,19 @@ class EngineFlowModel(_module_base()):  # type: ignore[misc]  # torch.nn.Module 
     def __init__(self, name: str, original: Any, config: Dict[str, Any], config_source: str,
                  checkpoint: Optional[str] = None, path: Optional[str] = None,
                  engine_options: Optional[Dict[str, Any]] = None, stats: Optional[_Stats] = None,
-                 release_on_cpu: bool = True):
+                 release_on_cpu: bool = True, share_weights: bool = True,
+                 release_workspace: bool = True,
+                 workspaces: Optional[Dict[int, Workspace]] = None):
         if _module_base() is not object:
             super().__init__()
         object.__setattr__(self, "_release_on_cpu", release_on_cpu)
+        # The engine uses the module's own parameters (Engine.from_state_dict(borrow=True)):
+        # one copy of the weights in the process. After each whole sampler loop the engine's
+        # cached workspace goes back to the driver (Engine.release_cache).
+        object.__setattr__(self, "_share_weights", share_weights)
+        object.__setattr__(self, "_release_workspace", release_workspace)
+        # {CUDA ordinal: Workspace} shared by the pipeline's engines (None: each its own).
+        object.__setattr__(self, "_workspaces", workspaces)
         object.__setattr__(self, "_original_moved", False)
         # Not a registered submodule: .to() on this module must not copy the original's
         # weights to the GPU beside the engine's. It is moved when a fallback needs it.
@@ -285,6 +295,10 @@ class EngineFlowModel(_module_base()):  # type: ignore[misc]  # torch.nn.Module 
         if options.get("devices"):
             # The inputs' device first (the engine's own), then the others to split over.
             options["devices"] = [device[1]] + [d for d in options["devices"] if d != device[1]]
+        elif device[0] == "cuda" and self._workspaces is not None:
+            if device[1] not in self._workspaces:
+                self._workspaces[device[1]] = Workspace(device[1])
+            options["workspace"] = self._workspaces[device[1]]
         if self._checkpoint:
             engine = Engine(self._checkpoint, **options)
         else:
@@ -297,7 +311,8 @@ class EngineFlowModel(_module_base()):  # type: ignore[misc]  # torch.nn.Module 
                 raise Error(f"the module's state_dict() returned a {type(weights).__name__}, "
                             f"not a mapping of names to tensors")
             engine = Engine.from_state_dict(self._config, _weights(weights),
-                                            name=f"{self.name} (state dict)", **options)
+                                            name=f"{self.name} (state dict)",
+                                            borrow=self._share_weights, **options)
         self._engine, self._engine_device = engine, device
         return engine
 
@@ -316,8 +331,28 @@ class EngineFlowModel(_module_base()):  # type: ignore[misc]  # torch.nn.Module 
         """The pipeline moved this model to the CPU (.cpu() in low_vram mode): with
         release_on_cpu, the engine's device memory goes (offload); an engine on the CPU
         backend has none to free and is left as it is."""
-        if self._release_on_cpu and self._engine_device and self._engine_device[0] == "cuda":
-            self.offload()
+        if not (self._release_on_cpu and self._engine_device and self._engine_device[0] == "cuda"):
+            return
+        if self._engine is not None and self.weights_source() == "borrowed in place":
+            # The engine runs on the module's own device parameters: .cpu() moves them, as it
+            # would without the drop-in, and the engine is built again from the host copy on
+            # its next use (borrowing that copy), so that no second host copy is made.
+            if hasattr(self._original, "cpu"):
+                self._original.cpu()
+            self._engine = None
+            self._engine_device = None
+            self._offloaded = False
+            return
+        self.offload()
+
+    def weights_source(self) -> Optional[str]:
+        """Whose memory the engine's weights are (Engine.residency()["weights_source"]):
+        "borrowed in place" (the module's own parameters on the GPU), "borrowed host home"
+        (the module's host parameters, uploaded per use), "own copy"; None before the engine
+        is built."""
+        if self._engine is None:
+            return None
+        return self._engine.residency()["weights_source"]
 
     def warm_up(self, device: Tuple[str, int], tokens: Optional[int] = None,
                 cond_tokens: Optional[int] = None) -> float:
@@ -639,16 +674,45 @@ class EngineSampler:
         progress = desc if verbose and progress_enabled() else False
         ops = _torch_ops() if _framework(feats) == "torch" else None
         if ops is not None:
+            _make_room(engine, feats, cond_t, dense)
             latent = ops.sample(engine, coords, cond_t, noise=feats, concat_cond=concat_t,
                                 sampler=settings, progress=progress)
         else:
             latent = engine.sample(coords, cond_t, noise=feats, concat_cond=concat_t,
                                    sampler=settings, progress=progress)
+        if model._release_workspace and model._engine_device and model._engine_device[0] == "cuda":
+            engine.release_cache()   # the workspace is held only while a loop runs
         dtype = getattr(noise if dense else noise.feats, "dtype", None)
         if _framework(latent) == "torch" and latent.dtype != dtype:
             latent = latent.to(dtype)
         samples = latent if dense else noise.replace(latent)
         return types.SimpleNamespace(samples=samples, pred_x_t=None, pred_x_0=None)
+
+
+def _make_room(engine, feats, cond, dense):
+    """Before a whole loop on a GPU: when the request would not fit with the engine's flags
+    (Engine.fits), the blocks PyTorch's allocator keeps cached (free, but not the driver's)
+    go back to the driver first, so that the engine drops its memory-costly flags only for
+    memory nobody holds: the device the request meets is what PyTorch's own code would meet,
+    where those blocks serve it."""
+    import torch
+    if feats.device.type != "cuda" or len(cond.shape) != 3:
+        return
+    batch = int(cond.shape[0])
+    tokens = int(feats.shape[0]) if not dense else batch * int(_voxels_per_asset(feats))
+    if tokens < 1 or batch < 1:
+        return
+    if engine.fits(tokens, batch, int(cond.shape[1])):
+        with torch.cuda.device(feats.device):
+            torch.cuda.empty_cache()
+
+
+def _voxels_per_asset(volume):
+    """Voxels per asset of a dense volume [B, C, R, R, R]."""
+    n = 1
+    for d in volume.shape[2:]:
+        n *= int(d)
+    return n
 
 
 def _nonzero(x):
@@ -671,6 +735,8 @@ class Acceleration:
         self.warm_up_seconds: Dict[str, float] = {}  # name -> seconds its warm-up took
         # accelerate(export=True): o_voxel.postprocess's own to_glb, while ours stands in for it
         self.replaced_to_glb: Optional[Any] = None
+        # The device workspace per CUDA ordinal that the engines share (share_workspace).
+        self.workspaces: Dict[int, Workspace] = {}
 
     def warm_up(self, models: Optional[Iterable[str]] = None, tokens: Optional[int] = None,
                 cond_tokens: Optional[Mapping[str, int]] = None,
@@ -725,8 +791,9 @@ class Acceleration:
                 where = "the CPU" if kind == "cpu" else f"cuda:{index}"
                 state = "on the device" if r["resident"] else "offloaded to host memory"
                 lines.append(f"  engine on {where}, weights {state} ({r['weight_bytes'] / 2**30:.2f} "
-                             f"GiB; offloads {r['offloads']}, reloads {r['reloads']}, "
-                             f"{(r['bytes_offloaded'] + r['bytes_reloaded']) / 2**30:.2f} GiB moved)")
+                             f"GiB, {r['weights_source']}; offloads {r['offloads']}, reloads "
+                             f"{r['reloads']}, {(r['bytes_offloaded'] + r['bytes_reloaded']) / 2**30:.2f} "
+                             f"GiB moved)")
                 for f in engine.counters()["fallbacks"]:
                     lines.append(f"  engine fallback {f['optimization']} x{f['count']}: {f['reason']}")
             for (what, reason), n in sorted(m.stats.fallbacks.items()):
@@ -893,6 +960,8 @@ def accelerate(pipeline: Any, path: Optional[str] = None, models: Sequence[str] 
                checkpoints: Optional[Mapping[str, str]] = None,
                pipeline_dir: Optional[str] = None, release_on_cpu: bool = True,
                warm_up: Union[bool, str, Sequence[str]] = False, export: bool = False,
+               share_weights: bool = True, release_workspace: bool = True,
+               share_workspace: bool = True, fit_memory: bool = True,
                **engine_options: Any) -> Acceleration:
     """Serves `pipeline`'s flow models (FLOW_MODELS: the sparse-structure model and the four
     structured-latent ones) and their samplers (FLOW_SAMPLERS) from sparse3d_engine.
@@ -900,11 +969,24 @@ def accelerate(pipeline: Any, path: Optional[str] = None, models: Sequence[str] 
     path: the engine's execution path (default: the fastest whose contracts hold).
     checkpoints: {model name: NAME.json} to load from files; pipeline_dir: the pipeline's
     folder (its pipeline.json names the ckpts/); otherwise the weights are read from the
-    module's state dict in memory, and the config from its attributes. release_on_cpu: a
+    module's state dict in memory, and the config from its attributes. share_weights (True):
+    the engines use the modules' own parameters, not a copy (one copy of the weights in the
+    process: on the GPU in place, with low_vram the host parameters the engine uploads from);
+    False gives each engine a copy of its own. share_workspace (True): the engines on one GPU
+    share one device workspace (s3d.Workspace: one allocator for activations, library
+    workspaces and graph pools; they never run at once); False gives each its own.
+    fit_memory (True): each request's memory-costly flags are held to what the original
+    PyTorch module would allocate for it (Engine fit_to_reference: the condition K/V cache,
+    then batched CFG, dropped where they are above it, counted in acc.report()), and without
+    a `path` the engines run the default path without CUDA graphs (their pools hold a second
+    copy of the activations); False: the fastest path, every flag the device has room for.
+    release_workspace (True): after each whole sampler loop the cached workspace goes back to
+    the driver, so that PyTorch's decoders and the next stage have that memory. release_on_cpu: a
     model's .cpu() (the pipeline's low_vram mode, TRELLIS.2's default) frees its engine's
-    device memory: the weights move to pinned host memory and come back on the next call,
-    the engine and all it has built stay (EngineFlowModel.offload); False keeps them on the
-    GPU. warm_up: True builds every engine now on the pipeline's device and runs a small
+    device memory (the weights' device buffer; with share_weights nothing is copied, as the
+    module's host parameters are the engine's home; otherwise they move to pinned host
+    memory) and they come back on the next call, the engine and all it has built stay
+    (EngineFlowModel.offload); False keeps them on the GPU. warm_up: True builds every engine now on the pipeline's device and runs a small
     request on each (Acceleration.warm_up), so that the first pipeline.run() builds nothing;
     a list of model names warms up those only. export: True also puts sparse3d's GLB export
     in place of o_voxel.postprocess.to_glb (same arguments; it returns a GlbMesh, whose
@@ -919,6 +1001,17 @@ def accelerate(pipeline: Any, path: Optional[str] = None, models: Sequence[str] 
     _check_arguments(path, models, samplers, checkpoints, pipeline_dir, release_on_cpu,
                      warm_up, engine_options)
     _flag(export, "accelerate: export")
+    _flag(share_weights, "accelerate: share_weights")
+    _flag(release_workspace, "accelerate: release_workspace")
+    _flag(share_workspace, "accelerate: share_workspace")
+    _flag(fit_memory, "accelerate: fit_memory")
+    if fit_memory:
+        engine_options = dict(engine_options, fit_to_reference=True)
+        if path is None:
+            # CUDA graphs keep a private pool of each captured segment's activations beside the
+            # shared workspace: in TRELLIS.2's pipeline they cost 1.8 GiB at 31,006 tokens and
+            # no time (the engine's path without them, measured 2026-12-02 on the H200).
+            path = default_path() + "-cuda_graphs"
     acc = Acceleration(pipeline)
     table = getattr(pipeline, "models", None)
     if not isinstance(table, dict):
@@ -944,7 +1037,10 @@ def accelerate(pipeline: Any, path: Optional[str] = None, models: Sequence[str] 
             continue
         table[name] = EngineFlowModel(name, module, config, source, checkpoint=checkpoint,
                                       path=path, engine_options=engine_options,
-                                      release_on_cpu=release_on_cpu)
+                                      release_on_cpu=release_on_cpu,
+                                      share_weights=share_weights,
+                                      release_workspace=release_workspace,
+                                      workspaces=acc.workspaces if share_workspace else None)
         acc.models[name] = table[name]
     for attr in samplers:
         original = getattr(pipeline, attr, None)

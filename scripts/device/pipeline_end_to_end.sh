@@ -50,14 +50,10 @@ if [ "${WHEEL:-0}" = 1 ]; then
   fi
 else
   t0=$(date +%s)
-  { cmake -S . -B build-py -G Ninja -DCMAKE_BUILD_TYPE=Release -DSPARSE3D_BUILD_PYTHON=ON \
-      -DSPARSE3D_BUILD_TESTS=OFF -DCMAKE_CUDA_ARCHITECTURES=90a -DPython_EXECUTABLE="$(command -v python3)" \
-      -DCUDNN_LIBRARY="$CUDNN_SITE/lib/libcudnn.so.9" -DCUDNN_INCLUDE_DIR="$CUDNN_SITE/include" &&
-    cmake --build build-py --target sparse3d_native -j 16; } > "$OUT/build_module.log" 2>&1
+  build_module
   rc_build=$?
   summary+=("module built here: exit $rc_build in $(( $(date +%s) - t0 )) s")
   [ $rc_build = 0 ] || tail -n 15 "$OUT/build_module.log"
-  export PYTHONPATH="$PWD/build-py/python${PYTHONPATH:+:$PYTHONPATH}"
 fi
 # Without LD_LIBRARY_PATH when the package finds its libraries itself (python_package.sh).
 PYENV="env -u LD_LIBRARY_PATH"

@@ -98,6 +98,7 @@ io::Json raw_json(const BenchResult& r) {
                           {"launches_by_op", c.launches_by_op},
                           {"peak_bytes", c.peak_bytes},
                           {"peak_reserved_bytes", c.peak_reserved_bytes},
+                          {"device_peak_bytes", c.device_peak_bytes},
                           {"attention_seconds", c.attention_seconds},
                           {"gemm_seconds", c.gemm_seconds},
                           {"attention_flops", c.attention_flops},

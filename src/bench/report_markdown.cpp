@@ -125,10 +125,12 @@ void memory_table(std::ostringstream& o, const BenchResult& r,
       }
   if (paths.empty()) return;
   const auto torch = std::find(paths.begin(), paths.end(), "torch_eager");
-  o << "## Device memory per asset\n\nPeak GiB in use / reserved during one request: bytes in "
-       "tensors (the weights included; comparable to torch.cuda.max_memory_allocated) and "
-       "bytes held from the driver (max_memory_reserved: cached blocks and CUDA-graph pools "
-       "included).";
+  o << "## Device memory per asset\n\nPeak GiB in use / reserved / device-wide during one "
+       "request: bytes in tensors (the weights included; comparable to "
+       "torch.cuda.max_memory_allocated), bytes held from the driver (max_memory_reserved: "
+       "cached blocks and CUDA-graph pools included), and device-wide (cudaMemGetInfo read "
+       "every 2 ms: the weights plus everything the request made the device hold, library "
+       "workspaces included, from nothing cached).";
   if (torch != paths.end())
     o << " A * marks an engine path whose peak in use is above torch_eager's for that asset.";
   o << "\n\n";
@@ -148,7 +150,8 @@ void memory_table(std::ostringstream& o, const BenchResult& r,
       }
       const bool above = t && c != t && c->peak_bytes > t->peak_bytes;
       cells.push_back(gib(c->peak_bytes) + " / " +
-                      (c->peak_reserved_bytes ? gib(c->peak_reserved_bytes) : kDash) +
+                      (c->peak_reserved_bytes ? gib(c->peak_reserved_bytes) : kDash) + " / " +
+                      (c->device_peak_bytes ? gib(c->device_peak_bytes) : kDash) +
                       (above ? " *" : ""));
     }
     row(o, cells);

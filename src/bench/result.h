@@ -45,6 +45,11 @@ struct Cell {
   // torch.cuda.max_memory_allocated) and bytes held from the driver (max_memory_reserved).
   size_t peak_bytes = 0;
   size_t peak_reserved_bytes = 0;
+  // Device-wide (cudaMemGetInfo, read every 2 ms: every allocation on the device, library
+  // workspaces and CUDA-graph memory included): the weights plus the highest reading during
+  // the request above the reading before it, the request starting with nothing cached (an
+  // engine path's cache released; PyTorch's emptied). 0 = not measured.
+  size_t device_peak_bytes = 0;
   double attention_seconds = 0;  // GPU time inside attention calls (instrumented loop)
   double gemm_seconds = 0;       // GPU time inside GEMM calls (instrumented loop)
   double attention_flops = 0;    // per denoise loop

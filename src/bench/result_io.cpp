@@ -142,6 +142,7 @@ BenchResult result_from_json(const io::Json& j, const std::string& what) {
       cell.launches_by_op = c.at("launches_by_op").get<std::map<std::string, uint64_t>>();
       cell.peak_bytes = c.at("peak_bytes").get<size_t>();
       cell.peak_reserved_bytes = c.value("peak_reserved_bytes", size_t{0});  // since 2026-11-30
+      cell.device_peak_bytes = c.value("device_peak_bytes", size_t{0});      // since 2026-12-02
       cell.attention_seconds = c.at("attention_seconds").get<double>();
       cell.gemm_seconds = c.at("gemm_seconds").get<double>();
       cell.attention_flops = c.at("attention_flops").get<double>();
@@ -209,6 +210,9 @@ void add_baseline_timing(BenchResult& r, const io::Json& timing, const std::stri
     // Optional (run.py on a GPU): torch.cuda.max_memory_allocated / max_memory_reserved.
     c.peak_bytes = e.value("peak_allocated_bytes", size_t{0});
     c.peak_reserved_bytes = e.value("peak_reserved_bytes", size_t{0});
+    // Since 2026-12-02: device-wide (the weights + the highest cudaMemGetInfo reading during
+    // the timed calls above the reading before them, PyTorch's cache emptied first).
+    c.device_peak_bytes = e.value("device_peak_bytes", size_t{0});
     r.cells.push_back(std::move(c));
     ++timed;
   }

@@ -1,5 +1,7 @@
 #include "bench/runner.h"
 
+#include "bench/device_peak.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -299,7 +301,17 @@ void instrument_cell(Run& run, size_t pi, size_t ai) {
   // kernels eagerly; a graph path's launches come from one more, unprofiled, whole loop.
   const bool graphs = q.flags->on(Flag::cuda_graphs);
   q.flags->set(Flag::cuda_graphs, false);
-  const sparse3d::RequestStats st = engine.sample(q).stats;
+  const int device = run.plan_devices[pi].empty() ? 0 : run.plan_devices[pi][0];
+  // Device-wide memory of one request from nothing cached: the weights plus what the request
+  // made the device hold (the whole loop's when it runs as graphs, below).
+  auto device_peak = [&](const sparse3d::SampleRequest& req) {
+    engine.release_cache();
+    DevicePeak poll(device);
+    const sparse3d::RequestStats s = engine.sample(req).stats;
+    return std::make_pair(s, poll.stop() + engine.residency().weight_bytes);
+  };
+  const auto [st, eager_device_peak] = device_peak(q);
+  c.device_peak_bytes = eager_device_peak;
   run.log(cat("[instrumented] ", c.asset, " ", c.path, ": ", st.loop_seconds, " s, ",
               st.launches, " launches"));
   // Per whole loop: counts and times of a shorter instrumented loop scaled up (every step
@@ -321,7 +333,8 @@ void instrument_cell(Run& run, size_t pi, size_t ai) {
   c.peak_reserved_bytes = st.peak_device_reserved_bytes;
   c.devices = st.devices;
   if (graphs) {
-    const sparse3d::RequestStats whole = engine.sample(run.request(pi, ai)).stats;
+    const auto [whole, graph_device_peak] = device_peak(run.request(pi, ai));
+    c.device_peak_bytes = graph_device_peak;
     c.graphs_captured = whole.graphs_captured;
     c.graph_capture_seconds = whole.graph_capture_seconds;
     c.graph_nodes = whole.graph_nodes;

@@ -16,6 +16,11 @@ Context::Context(int device)
       allocator_(std::make_shared<DeviceAllocator>()),
       profiler_(profiler::make_state()) {}
 
+Context::Context(int device, std::shared_ptr<DeviceAllocator> allocator)
+    : device_(device),
+      allocator_(allocator ? std::move(allocator) : std::make_shared<DeviceAllocator>()),
+      profiler_(profiler::make_state()) {}
+
 Context::~Context() {
   // Upper layers' state first, newest first (a cuDNN workspace returns to the allocator).
   states_.clear();

@@ -34,6 +34,8 @@ class Context {
  public:
   // device: the CUDA ordinal this context's work runs on (-1: none, a CPU-only context).
   explicit Context(int device = -1);
+  // A context whose allocator is `allocator` (shared with other contexts: a Workspace).
+  Context(int device, std::shared_ptr<DeviceAllocator> allocator);
   ~Context();
   Context(const Context&) = delete;
   Context& operator=(const Context&) = delete;

@@ -126,11 +126,25 @@ Engine::Impl::Impl(const std::string& checkpoint,
     S3D_CHECK(options.device_index >= 0 && options.device_index < count, "device_index ",
               options.device_index, " is not a CUDA device (", count, " found)");
   }
+  if (options.workspace) {
+    S3D_CHECK(device == Device::CUDA, "workspace: a workspace is a GPU's; this engine runs on "
+              "the CPU backend");
+    S3D_CHECK(options.devices.size() <= 1, "workspace: not with devices (an engine over ",
+              options.devices.size(), " GPUs); a workspace serves engines on one GPU");
+    S3D_CHECK(options.workspace->device_index() == options.device_index, "workspace: it is "
+              "cuda:", options.workspace->device_index(), "'s, the engine runs on cuda:",
+              options.device_index);
+    workspace = &options.workspace->impl();
+  }
   // CUDA's start-up (the device's primary context) overlaps reading the checkpoint.
   const auto t0 = std::chrono::steady_clock::now();
   s3d::model::Checkpoint host = read_while_cuda_starts(read, device, options.device_index);
   const auto t1 = std::chrono::steady_clock::now();
-  context = std::make_unique<s3d::Context>(device == Device::CUDA ? options.device_index : -1);
+  // The device work of the build runs while no request of an engine sharing the workspace
+  // does (they share its allocator; a capture in flight must not see these allocations).
+  WorkspaceHold hold(workspace, "Engine (construction)");
+  context = std::make_unique<s3d::Context>(device == Device::CUDA ? options.device_index : -1,
+                                           workspace ? workspace->allocator : nullptr);
   try {  // what is made from here on goes when construction fails (out of device memory)
     s3d::ContextScope scope(*context);
     if (device == Device::CUDA) {
@@ -167,7 +181,8 @@ void Engine::Impl::release() {
     // Results may outlive the engine (each keeps the allocator alive): what is cached goes
     // back to the driver now, and a result's memory when it is dropped, so that destroying
     // an engine frees its device memory (the Python drop-in's .cpu()).
-    if (device == Device::CUDA) {
+    // A shared workspace's cache stays the workspace's (Workspace::release_cache).
+    if (device == Device::CUDA && !workspace) {
       s3d::DeviceAllocator& allocator = s3d::DeviceAllocator::current();
       allocator.set_caching(false);
       allocator.empty_cache();
@@ -196,10 +211,21 @@ EngineLock::EngineLock(EngineAccess::Impl& impl, const char* call, Access access
   impl.mu.lock();
   impl.holder.store(std::this_thread::get_id());
   owns_ = true;
+  if (access == Access::Write && impl.workspace) {
+    try {
+      workspace_.emplace(impl.workspace, call);
+    } catch (...) {
+      impl.holder.store(std::thread::id());
+      impl.mu.unlock();
+      owns_ = false;
+      throw;
+    }
+  }
 }
 
 EngineLock::~EngineLock() {
   if (!owns_) return;
+  workspace_.reset();  // first: its device work finished before another request may start
   impl_.holder.store(std::thread::id());
   impl_.mu.unlock();
 }
@@ -217,6 +243,37 @@ void check_cpu_size(const s3d::model::ModelConfig& cfg, const std::string& check
             "run this checkpoint on a GPU");
 }
 
+// Empty when InMemoryCheckpoint::borrow can be honoured for `ck` under `o`; else why not.
+std::string borrow_refusal(const InMemoryCheckpoint& ck, const EngineOptions& o) {
+  if (o.devices.size() > 1) return "the engine splits requests over several devices";
+  const Device device = choose_device(o.device);
+  bool host = false, gpu = false;
+  std::vector<s3d::model::BorrowedTensor> tensors;
+  for (const auto& [name, view] : ck.tensors) {
+    if (view.dtype != DType::BF16 && view.dtype != DType::F32)
+      return s3d::cat("tensor ", name, " is ", view.describe(), "; weights are bf16 or f32");
+    if (view.device == Device::CUDA) {
+      gpu = true;
+      if (device != Device::CUDA || view.device_index != o.device_index)
+        return s3d::cat("tensor ", name, " is ", view.describe(), ", not on the engine's device");
+      if (reinterpret_cast<uintptr_t>(view.data) % 256 != 0)
+        return s3d::cat("tensor ", name, " does not start at a 256-byte boundary");
+    } else {
+      host = true;
+    }
+    tensors.push_back({name, s3d::Tensor::borrow(view.data, view.shape, view.dtype, view.device)});
+  }
+  if (host && gpu) return "the tensors are partly on the host, partly on the GPU";
+  std::string config_error;
+  try {
+    const auto cfg = s3d::model::config_from_json(
+        s3d::io::parse_json(ck.config_json, "config of " + ck.name), "config of " + ck.name);
+    return s3d::model::borrow_refusal(cfg, tensors);
+  } catch (const std::exception&) {
+    return "";  // the config's own error comes from the load, as without borrow
+  }
+}
+
 }  // namespace
 
 Engine::Engine(const std::string& checkpoint_json, EngineOptions options) {
@@ -232,6 +289,23 @@ Engine::Engine(const InMemoryCheckpoint& checkpoint, EngineOptions options) {
                      s3d::io::parse_json(checkpoint.config_json, "config of " + what),
                      "config of " + what),
                  what, options.device);
+  if (checkpoint.borrow) {
+    const std::string refusal = borrow_refusal(checkpoint, options);
+    if (refusal.empty()) {
+      std::vector<s3d::model::BorrowedTensor> tensors;
+      for (const auto& [name, view] : checkpoint.tensors)
+        tensors.push_back({name, s3d::Tensor::borrow(view.data, view.shape, view.dtype, view.device)});
+      impl_ = std::make_unique<Impl>(
+          what,
+          [&] {
+            return s3d::model::checkpoint_borrowed(checkpoint.config_json, what, tensors,
+                                                   checkpoint.keep_alive);
+          },
+          std::move(options));
+      return;
+    }
+    if (options.log) options.log(s3d::cat("weights: copied, not borrowed: ", refusal));
+  }
   // Device tensors are copied to the host first: the checkpoint's conversion and hash run
   // there, as for a file.
   std::vector<std::vector<char>> copies;

@@ -8,10 +8,12 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <tuple>
 
+#include "core/allocator.h"
 #include "core/context.h"
 #include "core/tensor.h"
 #include "engine/qualification_cache.h"
@@ -25,8 +27,33 @@
 
 namespace sparse3d {
 
+// A Workspace's state (include/sparse3d/engine.h): the shared allocator, and the lock that
+// lets one request of its engines run at a time (with the thread holding it, as Impl::holder).
+struct Workspace::Impl {
+  int device = 0;
+  std::shared_ptr<s3d::DeviceAllocator> allocator;
+  std::mutex run;
+  std::atomic<std::thread::id> holder{};
+};
+
+// Holds a workspace's run lock for a scope (null: nothing): refuses at once on a thread that
+// holds it already (a callback of a request of an engine sharing it, which could never end);
+// on release waits for the device's work, so that the blocks the holder freed are free.
+class WorkspaceHold {
+ public:
+  WorkspaceHold(Workspace::Impl* workspace, const char* call);
+  ~WorkspaceHold();
+  WorkspaceHold(const WorkspaceHold&) = delete;
+  WorkspaceHold& operator=(const WorkspaceHold&) = delete;
+
+ private:
+  Workspace::Impl* workspace_;
+};
+
 struct Engine::Impl {
   EngineOptions options;
+  // EngineOptions::workspace's state (null: the engine's own allocator, no shared lock).
+  Workspace::Impl* workspace = nullptr;
   Device device = Device::CPU;
   ExecutionPlan plan;
   std::unique_ptr<s3d::Context> context;  // stream, allocator, counters, library state
@@ -160,6 +187,7 @@ class EngineLock {
  private:
   EngineAccess::Impl& impl_;
   bool owns_ = false;  // false for a Read call from inside a callback: nothing to release
+  std::optional<WorkspaceHold> workspace_;  // a Write call of an engine sharing a workspace
 };
 
 // Runs the engine's work on `stream` (or the engine's own) for the scope's lifetime. The

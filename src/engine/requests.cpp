@@ -311,7 +311,13 @@ size_t Engine::Impl::memory_available() const {
 
 FlagSet Engine::Impl::fit_to_memory(int64_t tokens, int batch, int cond_tokens,
                                     FlagSet flags) const {
-  const size_t available = memory_available();
+  const size_t device_available = memory_available();
+  // Under fit_to_reference, what the original PyTorch module would allocate for the request.
+  const size_t reference =
+      options.fit_to_reference ? model->reference_activation_bytes(tokens, batch, cond_tokens)
+                               : SIZE_MAX;
+  const size_t available = std::min(device_available, reference);
+  const bool by_reference = reference < device_available;
   for (const Flag f : {Flag::cond_kv_cache, Flag::batched_cfg}) {
     const size_t need = memory_need(tokens, batch, cond_tokens, flags);
     if (need <= available || !flags.on(f)) continue;
@@ -320,8 +326,12 @@ FlagSet Engine::Impl::fit_to_memory(int64_t tokens, int batch, int cond_tokens,
     s3d::record_fallback(
         f, s3d::cat("the request would need an estimated ", gib(need), " GiB of activations with ",
                     sparse3d::name(f), ", ", gib(memory_need(tokens, batch, cond_tokens, without)),
-                    " GiB without; ", gib(available), " GiB available",
-                    options.max_device_memory_gib > 0 ? " under max_device_memory_gib" : "",
+                    " GiB without; ", gib(available),
+                    by_reference ? " GiB are what the original PyTorch module would allocate "
+                                   "for it (fit_to_reference)"
+                                 : " GiB available",
+                    !by_reference && options.max_device_memory_gib > 0
+                        ? " under max_device_memory_gib" : "",
                     ": off for this request"));
     flags = without;
   }

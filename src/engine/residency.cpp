@@ -94,7 +94,23 @@ Residency Engine::residency() const {
   r.resident = impl_->model->weights_resident();
   r.weight_bytes = impl_->model->weight_bytes();
   r.host_copy_bytes = impl_->model->host_copy_bytes();
+  r.weights_source = impl_->model->weights_source();
   return r;
+}
+
+size_t Engine::release_cache() {
+  EngineLock lock(*impl_, "release_cache", Access::Write);
+  if (impl_->device != Device::CUDA) return 0;
+  s3d::ContextScope scope(*impl_->context);
+  s3d::DeviceAllocator& allocator = s3d::DeviceAllocator::current();
+  const size_t before = allocator.stats().reserved_bytes;
+  allocator.empty_cache();
+  for (Impl::Rank& r : impl_->ranks) {
+    s3d::ContextScope rank_scope(*r.context);
+    s3d::DeviceAllocator::current().empty_cache();
+  }
+  const size_t after = allocator.stats().reserved_bytes;
+  return before > after ? before - after : 0;
 }
 
 }  // namespace sparse3d

@@ -195,7 +195,13 @@ struct Staging {
 // One device allocation for every weight (hundreds of cudaMallocs and synchronised copies
 // cost more than the bytes), filled through pinned staging buffers.
 Checkpoint to_device(Checkpoint ck, Device device) {
-  if (device == Device::CPU) return ck;
+  if (device == Device::CPU) {
+    if (ck.borrowed) ck.borrowed_in_place = true;  // the caller's host tensors, as they are
+    return ck;
+  }
+  if (ck.borrowed_in_place) return ck;
+  // Borrowed host tensors stay the weights' home: uploaded from now and after each offload.
+  if (ck.borrowed) ck.home = ck.tensors;
   size_t total = 0;
   for (const auto& [name, t] : ck.tensors) total += aligned(t.nbytes());
   ck.arena = Tensor::empty({static_cast<int64_t>(total / 2)}, DType::BF16, device);
@@ -236,11 +242,21 @@ Checkpoint read_checkpoint(const std::string& json_path) {
   return ck;
 }
 
-Checkpoint checkpoint_from_memory(const std::string& config_json, const std::string& what,
-                                  const std::vector<TensorBytes>& tensors) {
+namespace {
+
+// The start of a checkpoint held in memory: named `what`, its config parsed from the text.
+Checkpoint with_config(const std::string& config_json, const std::string& what) {
   Checkpoint ck;
   ck.path = what;
   ck.config = config_from_json(io::parse_json(config_json, "config of " + what), "config of " + what);
+  return ck;
+}
+
+}  // namespace
+
+Checkpoint checkpoint_from_memory(const std::string& config_json, const std::string& what,
+                                  const std::vector<TensorBytes>& tensors) {
+  Checkpoint ck = with_config(config_json, what);
   const std::vector<ParamSpec> specs = param_specs(ck.config);
   std::vector<io::TensorEntry> entries;
   std::map<std::string, const TensorBytes*> by_name;
@@ -271,6 +287,92 @@ Checkpoint checkpoint_from_memory(const std::string& config_json, const std::str
     S3D_CHECK(nonfinite[i] < 0, non_finite_message(what, specs[i].name, host[i], nonfinite[i]));
   for (size_t i = 0; i < specs.size(); ++i) ck.tensors[specs[i].name] = host[i];
   ck.version = version_of(specs, hashes);
+  return ck;
+}
+
+std::string borrow_refusal(const ModelConfig& config, const std::vector<BorrowedTensor>& tensors) {
+  std::map<std::string, DType> runtime;
+  for (const ParamSpec& s : param_specs(config)) runtime.emplace(s.name, s.runtime_dtype);
+  for (const BorrowedTensor& t : tensors) {
+    auto it = runtime.find(t.name);
+    if (it == runtime.end()) continue;  // checkpoint_borrowed names it as unexpected
+    if (t.view.dtype() != it->second)
+      return cat("tensor ", t.name, " is ", dtype_name(t.view.dtype()), ", its run-time dtype is ",
+                 dtype_name(it->second), " (a conversion needs a copy)");
+  }
+  return "";
+}
+
+Checkpoint checkpoint_borrowed(const std::string& config_json, const std::string& what,
+                               const std::vector<BorrowedTensor>& tensors,
+                               std::shared_ptr<void> keep_alive) {
+  Checkpoint ck = with_config(config_json, what);
+  const std::vector<ParamSpec> specs = param_specs(ck.config);
+  std::vector<io::TensorEntry> entries;
+  std::map<std::string, const Tensor*> by_name;
+  bool on_device = false, on_host = false;
+  for (const auto& t : tensors) {
+    S3D_CHECK(by_name.emplace(t.name, &t.view).second, what, ": tensor ", t.name, " is given twice");
+    entries.push_back(io::TensorEntry{t.name, io::file_dtype(t.view.dtype()), t.view.shape(), 0, 0});
+    (t.view.is_cuda() ? on_device : on_host) = true;
+  }
+  check_entries(specs, entries, what, " does not match its config");
+  S3D_CHECK(!(on_device && on_host), what, ": borrowed tensors must all be on the host or all "
+            "on the engine's device, not both");
+  const std::string refusal = borrow_refusal(ck.config, tensors);
+  S3D_CHECK(refusal.empty(), what, ": cannot borrow the weights: ", refusal);
+  std::vector<const Tensor*> source(specs.size());
+  for (size_t i = 0; i < specs.size(); ++i) {
+    source[i] = by_name.at(specs[i].name);
+    S3D_CHECK(source[i]->data() != nullptr || source[i]->nbytes() == 0, what, ": tensor ",
+              specs[i].name, " has no data");
+  }
+  std::vector<uint64_t> hashes(specs.size(), 0);
+  std::vector<int64_t> nonfinite(specs.size(), -1);
+  // Hash and finite check: host tensors where they are, on all cores; device tensors
+  // through one host buffer of at most kBatchBytes, a batch of whole tensors at a time.
+  auto check_range = [&](size_t lo, size_t hi, const std::vector<Tensor>& host) {
+#pragma omp parallel for schedule(dynamic)
+    for (size_t i = lo; i < hi; ++i) {
+      const Tensor& h = host[i - lo];
+      hashes[i] = content_hash(h.data(), h.nbytes());
+      nonfinite[i] = h.first_non_finite();
+    }
+  };
+  if (!on_device) {
+    std::vector<Tensor> host;
+    for (const Tensor* t : source) host.push_back(*t);
+    check_range(0, specs.size(), host);
+    for (size_t i = 0; i < specs.size(); ++i)
+      S3D_CHECK(nonfinite[i] < 0, non_finite_message(what, specs[i].name, host[i], nonfinite[i]));
+  } else {
+    constexpr size_t kBatchBytes = size_t(256) << 20;
+    size_t widest = 0;
+    for (const Tensor* t : source) widest = std::max(widest, t->nbytes());
+    std::vector<char> buffer(std::max(kBatchBytes, widest));
+    for (size_t lo = 0; lo < specs.size();) {
+      std::vector<Tensor> host;
+      size_t used = 0, hi = lo;
+      while (hi < specs.size() && (hi == lo || used + source[hi]->nbytes() <= buffer.size())) {
+        const Tensor& t = *source[hi];
+        if (t.nbytes() > 0)
+          S3D_CUDA_CHECK(cudaMemcpy(buffer.data() + used, t.data(), t.nbytes(), cudaMemcpyDeviceToHost));
+        host.push_back(Tensor::borrow(buffer.data() + used, t.shape(), t.dtype(), Device::CPU));
+        used += t.nbytes();
+        ++hi;
+      }
+      check_range(lo, hi, host);
+      for (size_t i = lo; i < hi; ++i)
+        if (nonfinite[i] >= 0)  // the message reads the value from the host copy, still here
+          fail(non_finite_message(what, specs[i].name, host[i - lo], nonfinite[i]));
+      lo = hi;
+    }
+  }
+  for (size_t i = 0; i < specs.size(); ++i) ck.tensors[specs[i].name] = *source[i];
+  ck.version = version_of(specs, hashes);
+  ck.keep_alive = std::move(keep_alive);
+  ck.borrowed = true;
+  ck.borrowed_in_place = on_device;
   return ck;
 }
 

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,14 @@ struct Checkpoint {
   uint64_t version = 0;  // content hash of the tensors read (a reload of other weights changes it)
   // On a GPU: one allocation holding every tensor (`tensors` are views into it).
   Tensor arena;
+  // Borrowed weights (checkpoint_borrowed): the caller's memory, kept alive by `keep_alive`.
+  // On the host, `home` holds views of them: what an engine on a GPU uploads from and an
+  // offload returns to, nothing copied; on the engine's GPU, `tensors` are the caller's own
+  // (in place) and `home` is empty.
+  std::shared_ptr<void> keep_alive;
+  std::map<std::string, Tensor> home;
+  bool borrowed = false;           // checkpoint_borrowed made it: the tensors are the caller's
+  bool borrowed_in_place = false;
 };
 
 // NAME.json -> NAME.safetensors beside it. Keys are checked strictly against param_specs:
@@ -42,6 +51,22 @@ struct TensorBytes {
 // `what` names it in messages.
 Checkpoint checkpoint_from_memory(const std::string& config_json, const std::string& what,
                                   const std::vector<TensorBytes>& tensors);
+
+// A checkpoint over the caller's tensors without a copy of them (InMemoryCheckpoint::borrow,
+// include/sparse3d/engine.h): `tensors` are views (Tensor::borrow) of host or device memory
+// that `keep_alive` holds, every one already in its run-time dtype. The same strict check,
+// finite check and content hash as checkpoint_from_memory (device tensors are read through a
+// bounded host buffer for it); the result's tensors are those views.
+struct BorrowedTensor {
+  std::string name;
+  Tensor view;
+};
+Checkpoint checkpoint_borrowed(const std::string& config_json, const std::string& what,
+                               const std::vector<BorrowedTensor>& tensors,
+                               std::shared_ptr<void> keep_alive);
+// Empty when `tensors` can be borrowed as the weights of `config`; else why not (a tensor in
+// another dtype than its run-time one, which needs a conversion, hence a copy).
+std::string borrow_refusal(const ModelConfig& config, const std::vector<BorrowedTensor>& tensors);
 
 // Writes OUT.json and OUT.safetensors with deterministic synthetic weights (trunk/weights.h),
 // stored as `dtype` (bf16 like the released files, or f32).

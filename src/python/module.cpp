@@ -4,6 +4,7 @@
 // The package's Python layer (python/sparse3d_engine/__init__.py) adds the friendly signatures,
 // the caller's stream and framework, and the TRELLIS.2 drop-in; docs/PYTHON.md.
 #include <nanobind/nanobind.h>
+#include <nanobind/stl/shared_ptr.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/function.h>
 #include <nanobind/stl/optional.h>
@@ -417,7 +418,21 @@ nb::dict residency_dict(const sparse3d::Residency& r) {
   d["device_bytes_released"] = r.device_bytes_released;
   d["offload_seconds"] = r.offload_seconds;
   d["reload_seconds"] = r.reload_seconds;
+  d["weights_source"] = r.weights_source;
   return d;
+}
+
+// The arrays a borrowing engine keeps as its weights (InMemoryCheckpoint::keep_alive): let go
+// with the GIL held, from whichever thread drops the last reference; left alone once the
+// interpreter is finalizing (the process is ending and their memory with it).
+std::shared_ptr<void> hold_arrays(std::vector<std::pair<std::string, AnyArray>> arrays) {
+  auto* held = new std::vector<std::pair<std::string, AnyArray>>(std::move(arrays));
+  return std::shared_ptr<void>(held, [](void* p) {
+    auto* h = static_cast<std::vector<std::pair<std::string, AnyArray>>*>(p);
+    if (!Py_IsInitialized() || !nb::is_alive()) return;
+    nb::gil_scoped_acquire gil;
+    delete h;
+  });
 }
 
 nb::list qualification_list(const std::vector<sparse3d::QualificationState>& states) {
@@ -473,12 +488,15 @@ class PyEngine {
     engine_ = std::make_unique<sparse3d::Engine>(checkpoint, std::move(options));
   }
   PyEngine(const std::string& config_json, const std::vector<std::pair<std::string, AnyArray>>& tensors,
-           const std::string& name, sparse3d::EngineOptions options, std::shared_ptr<LogSink> log)
+           const std::string& name, sparse3d::EngineOptions options, std::shared_ptr<LogSink> log,
+           bool borrow)
       : log_(std::move(log)) {
     sparse3d::InMemoryCheckpoint ck;
     ck.config_json = config_json;
     ck.name = name;
     for (const auto& [key, array] : tensors) ck.tensors.emplace_back(key, view_of(array, key.c_str()));
+    ck.borrow = borrow;
+    if (borrow) ck.keep_alive = hold_arrays(tensors);
     nb::gil_scoped_release release;
     engine_ = std::make_unique<sparse3d::Engine>(ck, std::move(options));
   }
@@ -673,6 +691,24 @@ nb::dict synthetic_checkpoint(const std::string& preset, uint64_t seed, const st
 
 }  // namespace
 
+// A device workspace shared by engines (sparse3d::Workspace).
+static void bind_workspace(nb::module_& m) {
+  nb::class_<sparse3d::Workspace>(m, "Workspace")
+      .def(nb::init<int>(), "device_index"_a = 0)
+      .def_prop_ro("device_index", &sparse3d::Workspace::device_index)
+      .def("release_cache", [](sparse3d::Workspace& w) {
+        return unlocked([&] { return w.release_cache(); });
+      })
+      .def("stats", [](sparse3d::Workspace& w) {
+        nb::dict d;
+        d["bytes_in_use"] = w.bytes_in_use();
+        d["bytes_reserved"] = w.bytes_reserved();
+        d["peak_bytes"] = w.peak_bytes();
+        return d;
+      })
+      .def("reset_peak", &sparse3d::Workspace::reset_peak);
+}
+
 // The Engine class: construction (from a file or tensors), requests, state and residency.
 static void bind_engine(nb::module_& m) {
   nb::class_<PyEngine>(m, "Engine", nb::type_slots(engine_slots))
@@ -681,17 +717,21 @@ static void bind_engine(nb::module_& m) {
               const std::string& device, int device_index, double max_device_memory_gib,
               const std::string& cache_dir, bool persist_qualification,
               const std::vector<int64_t>& qualify_m, std::optional<nb::callable> log,
-              const std::vector<int>& devices, int64_t parallel_min_tokens) {
+              const std::vector<int>& devices, int64_t parallel_min_tokens,
+              std::shared_ptr<sparse3d::Workspace> workspace, bool fit_to_reference) {
              auto sink = log_sink(log);
              auto options = engine_options(path, device, device_index, max_device_memory_gib,
                                            cache_dir, persist_qualification, qualify_m, sink,
                                            devices, parallel_min_tokens);
+             options.workspace = std::move(workspace);
+             options.fit_to_reference = fit_to_reference;
              new (self) PyEngine(checkpoint, std::move(options), std::move(sink));
            },
            "checkpoint"_a, "path"_a = "", "device"_a = "auto", "device_index"_a = 0,
            "max_device_memory_gib"_a = 0.0, "cache_dir"_a = "", "persist_qualification"_a = true,
            "qualify_m"_a = std::vector<int64_t>{}, "log"_a = nb::none(),
-           "devices"_a = std::vector<int>{}, "parallel_min_tokens"_a = int64_t{8192})
+           "devices"_a = std::vector<int>{}, "parallel_min_tokens"_a = int64_t{8192},
+           "workspace"_a = nb::none(), "fit_to_reference"_a = false)
       .def_static(
           "from_tensors",
           [](const std::string& config_json, nb::handle tensors_arg, const std::string& name,
@@ -699,19 +739,25 @@ static void bind_engine(nb::module_& m) {
              int device_index, double max_device_memory_gib, const std::string& cache_dir,
              bool persist_qualification, const std::vector<int64_t>& qualify_m,
              std::optional<nb::callable> log, const std::vector<int>& devices,
-             int64_t parallel_min_tokens) {
-            const auto tensors = named_arrays(tensors_arg);  // kept while the engine copies them
+             int64_t parallel_min_tokens, bool borrow,
+             std::shared_ptr<sparse3d::Workspace> workspace, bool fit_to_reference) {
+            // Kept while the engine copies them; with borrow, for as long as it uses them.
+            const auto tensors = named_arrays(tensors_arg);
             auto sink = log_sink(log);
             auto options = engine_options(path, device, device_index, max_device_memory_gib,
                                           cache_dir, persist_qualification, qualify_m, sink,
                                           devices, parallel_min_tokens);
-            return new PyEngine(config_json, tensors, name, std::move(options), std::move(sink));
+            options.workspace = std::move(workspace);
+            options.fit_to_reference = fit_to_reference;
+            return new PyEngine(config_json, tensors, name, std::move(options), std::move(sink),
+                                borrow);
           },
           "config_json"_a, "tensors"_a, "name"_a = "in-memory checkpoint", "path"_a = "",
           "device"_a = "auto", "device_index"_a = 0, "max_device_memory_gib"_a = 0.0,
           "cache_dir"_a = "", "persist_qualification"_a = true,
           "qualify_m"_a = std::vector<int64_t>{}, "log"_a = nb::none(),
           "devices"_a = std::vector<int>{}, "parallel_min_tokens"_a = int64_t{8192},
+          "borrow"_a = false, "workspace"_a = nb::none(), "fit_to_reference"_a = false,
           nb::rv_policy::take_ownership)
       .def("sample", &PyEngine::sample, "coords"_a.none(), "cond"_a.none(), "batch"_a, "noise"_a.none() = nb::none(),
            "seed"_a = 0, "concat_cond"_a.none() = nb::none(), "sampler"_a = nb::dict(),
@@ -739,6 +785,9 @@ static void bind_engine(nb::module_& m) {
       // Residency: moves of gigabytes, without the GIL.
       .def("offload", [](PyEngine& e) { unlocked([&] { e.engine().offload(); return 0; }); })
       .def("reload", [](PyEngine& e) { unlocked([&] { e.engine().reload(); return 0; }); })
+      .def("release_cache", [](PyEngine& e) {
+        return unlocked([&] { return e.engine().release_cache(); });
+      })
       .def("residency", [](PyEngine& e) {
         return residency_dict(unlocked([&] { return e.engine().residency(); }));
       })
@@ -812,6 +861,7 @@ NB_MODULE(_native, m) {
         "Writes OUT_PREFIX.json and OUT_PREFIX.safetensors with synthetic weights; returns "
         "{json, safetensors, family, parameters, preset, seed, dtype}.");
 
+  bind_workspace(m);
   bind_engine(m);
   bind_glb(m);
 }

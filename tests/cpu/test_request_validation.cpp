@@ -5,6 +5,8 @@
 // anything is allocated; non-finite values in every host input by name; sampler settings
 // outside their documented ranges. Each refusal is one error naming the problem, fast.
 #include <gtest/gtest.h>
+
+#include <cstring>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -252,6 +254,36 @@ TEST_F(RequestValidation, AMemoryLimitDropsTheCostlyFlagsInOrderBeforeRefusing) 
     return;
   }
   FAIL() << "no limit up to " << cap << " GiB ran the request";
+}
+
+// fit_to_reference (the Python drop-in's default): the request's estimate is held to what
+// the original PyTorch module would allocate for it, one CFG branch at a time. Here, with
+// batched CFG and the condition K/V cache requested, both are above it: each is dropped, in
+// that order, as a counted fallback naming the reference, and the result is the bits of the
+// same path without them. Nothing is refused for it, however small the reference.
+TEST_F(RequestValidation, FitToReferenceDropsTheCostlyFlagsAboveWhatPyTorchWouldAllocate) {
+  make_inputs(3000);
+  sparse3d::EngineOptions o = options("beyond");
+  o.fit_to_reference = true;
+  sparse3d::Engine e(kTiny, o);
+  const sparse3d::SampleResult fitted = e.sample(request());
+  std::vector<std::string> dropped;
+  for (const auto& f : e.counters().fallbacks)
+    if (f.reason.find("what the original PyTorch module would allocate") != std::string::npos)
+      dropped.push_back(f.optimization);
+  EXPECT_EQ(dropped, (std::vector<std::string>{"batched_cfg", "cond_kv_cache"}))
+      << "(counters list fallbacks by name)";
+  sparse3d::Engine plain(kTiny, options("beyond-batched_cfg-cond_kv_cache"));
+  const sparse3d::SampleResult want = plain.sample(request());
+  ASSERT_EQ(fitted.latent.view.nbytes(), want.latent.view.nbytes());
+  EXPECT_EQ(std::memcmp(fitted.latent.view.data, want.latent.view.data,
+                        want.latent.view.nbytes()), 0);
+  // Without fit_to_reference the same engine options keep both (the host has room).
+  sparse3d::Engine roomy(kTiny, options("beyond"));
+  roomy.sample(request());
+  for (const auto& f : roomy.counters().fallbacks)
+    EXPECT_TRUE(f.optimization != "batched_cfg" && f.optimization != "cond_kv_cache")
+        << f.optimization << ": " << f.reason;
 }
 
 TEST_F(RequestValidation, MaxDeviceMemoryCapsTheCpuBackendsRequests) {

@@ -13,6 +13,8 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <memory>
+#include <vector>
 #include <string>
 
 #include "core/cuda_util.h"
@@ -162,6 +164,152 @@ TEST_F(ResidencyGpu, AFailedReloadLeavesTheEngineOffloadedAndUsable) {
   EXPECT_EQ(e.residency().reloads, 0u);
   e.reload();
   EXPECT_EQ(bytes_of(e.sample(r).latent), before);
+}
+
+// The checkpoint's tensors where a PyTorch module keeps them: each in an allocation of its
+// own on the GPU (as PyTorch's caching allocator hands out, 512-byte aligned), or on the host.
+struct CallerTensors {
+  s3d::model::Checkpoint host;
+  std::vector<void*> device_blocks;
+  sparse3d::InMemoryCheckpoint ck;
+
+  CallerTensors(const std::string& checkpoint, bool on_gpu, std::shared_ptr<void> keep_alive)
+      : host(s3d::model::read_checkpoint(checkpoint)) {
+    ck.config_json = s3d::model::config_to_json(host.config).dump();
+    ck.name = "caller's tensors";
+    ck.borrow = true;
+    ck.keep_alive = std::move(keep_alive);
+    for (auto& [name, t] : host.tensors) {
+      void* data = t.data();
+      if (on_gpu) {
+        EXPECT_EQ(cudaMalloc(&data, t.nbytes()), cudaSuccess);
+        EXPECT_EQ(cudaMemcpy(data, t.data(), t.nbytes(), cudaMemcpyHostToDevice), cudaSuccess);
+        device_blocks.push_back(data);
+      }
+      ck.tensors.emplace_back(name, sparse3d::TensorView{data, t.dtype(),
+                                                         on_gpu ? Device::CUDA : Device::CPU, 0,
+                                                         t.shape()});
+    }
+  }
+  ~CallerTensors() {
+    for (void* p : device_blocks) cudaFree(p);
+  }
+};
+
+TEST_F(ResidencyGpu, AnEngineUsesTheCallersDeviceTensorsInPlace) {
+  auto in = inputs();
+  const sparse3d::SampleRequest r = request(in);
+  const std::vector<uint8_t> from_file = bytes_of(sparse3d::Engine(checkpoint, options("")).sample(r).latent);
+  auto token = std::make_shared<int>(0);
+  std::weak_ptr<int> held = token;
+  CallerTensors caller(checkpoint, true, token);
+  token.reset();
+  const size_t free_before = device_free_bytes();
+  sparse3d::Engine e(caller.ck, options(""));
+  caller.ck.keep_alive.reset();  // the engine's reference is the last one now
+  const sparse3d::Residency res = e.residency();
+  EXPECT_EQ(res.weights_source, "borrowed in place");
+  // No weight copy on the device: the engine's build took far less than the weights' bytes.
+  EXPECT_LT(free_before - std::min(free_before, device_free_bytes()), res.weight_bytes / 4);
+  EXPECT_EQ(bytes_of(e.sample(r).latent), from_file);
+  EXPECT_FALSE(held.expired());
+  // offload(): a pinned copy of the engine's own, and the caller's tensors let go.
+  e.offload();
+  EXPECT_TRUE(held.expired());
+  EXPECT_EQ(e.residency().weights_source, "own copy");
+  EXPECT_EQ(e.residency().bytes_offloaded, res.weight_bytes);
+  EXPECT_EQ(bytes_of(e.sample(r).latent), from_file);
+}
+
+TEST_F(ResidencyGpu, AHostHomeIsUploadedFromAndOffloadCopiesNothing) {
+  auto in = inputs();
+  const sparse3d::SampleRequest r = request(in);
+  const std::vector<uint8_t> from_file = bytes_of(sparse3d::Engine(checkpoint, options("")).sample(r).latent);
+  CallerTensors caller(checkpoint, false, nullptr);
+  sparse3d::Engine e(caller.ck, options(""));
+  EXPECT_EQ(e.residency().weights_source, "borrowed host home");
+  EXPECT_EQ(bytes_of(e.sample(r).latent), from_file);
+  const size_t weights = e.residency().weight_bytes;
+  const size_t free_before = device_free_bytes();
+  e.offload();
+  const sparse3d::Residency off = e.residency();
+  EXPECT_EQ(off.bytes_offloaded, 0u);          // the home is the caller's: nothing copied
+  EXPECT_EQ(off.host_copy_bytes, 0u);          // and keeps no copy of its own
+  EXPECT_GE(device_free_bytes(), free_before + weights);
+  e.reload();
+  const sparse3d::Residency on = e.residency();
+  std::printf("[ residency ] host home: reload %.3f s (%.1f GB/s)\n", on.reload_seconds,
+              on.bytes_reloaded / on.reload_seconds / 1e9);
+  EXPECT_EQ(bytes_of(e.sample(r).latent), from_file);
+  EXPECT_EQ(e.residency().weights_source, "borrowed host home");
+}
+
+TEST_F(ResidencyGpu, ReleaseCacheReturnsTheWorkspaceAndChangesNoBits) {
+  sparse3d::Engine e(checkpoint, options(""));
+  auto in = inputs();
+  const sparse3d::SampleRequest r = request(in);
+  const std::vector<uint8_t> first = bytes_of(e.sample(r).latent);
+  const size_t cached = e.counters().device_bytes_reserved - e.counters().device_bytes_in_use;
+  const size_t free_before = device_free_bytes();
+  const size_t released = e.release_cache();
+  EXPECT_GT(released, 0u);
+  EXPECT_GE(released, cached);
+  EXPECT_GE(device_free_bytes() + (size_t(2) << 20), free_before + released);
+  EXPECT_EQ(bytes_of(e.sample(r).latent), first);
+}
+
+TEST_F(ResidencyGpu, TwoEnginesSharingAWorkspaceGiveTheBitsOfTwoAlone) {
+  // Two models (the checkpoint and a second one of other weights), two request sizes each.
+  const std::string other = dir + "/other";
+  if (!fs::exists(other + ".json")) {
+    s3d::model::ModelConfig c = s3d::model::preset("trellis2-shape-1024");
+    c.num_blocks = 4;
+    s3d::model::make_checkpoint(c, 8, other, DType::BF16);
+  }
+  auto small = s3d::testing::synthetic_inputs({900}, 1029, 1024, 32, 8);
+  auto large = inputs();
+  std::vector<std::vector<uint8_t>> alone;
+  for (const std::string& ck : {checkpoint, other + ".json"}) {
+    sparse3d::Engine e(ck, options(""));
+    alone.push_back(bytes_of(e.sample(request(large)).latent));
+    alone.push_back(bytes_of(e.sample(request(small)).latent));
+  }
+  auto ws = std::make_shared<sparse3d::Workspace>(0);
+  sparse3d::EngineOptions o = options("");
+  o.workspace = ws;
+  sparse3d::Engine a(checkpoint, o), b(other + ".json", o);
+  // Interleaved, as a pipeline's stages: each request reuses what the other's freed.
+  for (int round = 0; round < 2; ++round) {
+    EXPECT_EQ(bytes_of(a.sample(request(large)).latent), alone[0]) << "round " << round;
+    EXPECT_EQ(bytes_of(b.sample(request(small)).latent), alone[3]) << "round " << round;
+    EXPECT_EQ(bytes_of(b.sample(request(large)).latent), alone[2]) << "round " << round;
+    EXPECT_EQ(bytes_of(a.sample(request(small)).latent), alone[1]) << "round " << round;
+  }
+  // One allocator: both engines' counters read it, and one release gives back its cache.
+  EXPECT_EQ(a.counters().device_bytes_reserved, ws->bytes_reserved());
+  EXPECT_EQ(b.counters().device_bytes_reserved, ws->bytes_reserved());
+  const size_t cached = ws->bytes_reserved() - ws->bytes_in_use();
+  EXPECT_GT(cached, 0u);
+  EXPECT_EQ(ws->release_cache(), cached);
+  EXPECT_EQ(ws->bytes_reserved(), ws->bytes_in_use());
+}
+
+TEST_F(ResidencyGpu, ARequestFromACallbackOfAnEngineSharingTheWorkspaceIsRefused) {
+  auto ws = std::make_shared<sparse3d::Workspace>(0);
+  sparse3d::EngineOptions o = options("");
+  o.workspace = ws;
+  sparse3d::Engine a(checkpoint, o), b(checkpoint, o);
+  auto in = s3d::testing::synthetic_inputs({300}, 64, 1024, 32, 8);
+  sparse3d::SampleRequest r = request(in);
+  std::string refused;
+  r.on_step = [&](const sparse3d::StepInfo&) {
+    if (refused.empty()) refused = error_of([&] { b.sample(request(in)); });
+  };
+  a.sample(r);
+  EXPECT_NE(refused.find("sharing this workspace"), std::string::npos) << refused;
+  EXPECT_NE(refused.find("could never start"), std::string::npos) << refused;
+  r.on_step = nullptr;
+  b.sample(r);  // after the request returned: runs
 }
 
 TEST_F(ResidencyGpu, TheWeightsWaitInPinnedHostMemoryAndComeBackAligned) {

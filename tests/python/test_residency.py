@@ -332,3 +332,37 @@ def test_the_dense_drop_in_offloads_too(full, cache_dir):
     np.testing.assert_array_equal(full.sample_sparse_structure(cond, noise), z)
     assert model._engine.residency()["reloads"] == 1
     assert acc.fallbacks() == []
+
+
+def test_weights_that_need_a_conversion_are_copied_and_the_log_says_why(tiny_config,
+                                                                       tiny_state_dict,
+                                                                       cache_dir):
+    # f32 arrays: the blocks' Linear layers run in bf16, so borrowing them would need a copy.
+    lines = []
+    e = s3d.Engine.from_state_dict(tiny_config, tiny_state_dict, device="cpu",
+                                   cache_dir=cache_dir, borrow=True, log=lines.append)
+    assert e.residency()["weights_source"] == "own copy"
+    assert any("copied, not borrowed" in line and "run-time dtype is bf16" in line
+               for line in lines), lines
+    coords, cond = make_request([41, 30], 5)
+    ref = s3d.Engine(TINY, device="cpu", cache_dir=cache_dir)
+    np.testing.assert_array_equal(e.sample(coords, cond, seed=3, sampler=QUICK),
+                                  ref.sample(coords, cond, seed=3, sampler=QUICK))
+    assert ref.residency()["weights_source"] == "own copy"
+    with pytest.raises(s3d.Error, match="borrow"):
+        s3d.Engine.from_state_dict(tiny_config, tiny_state_dict, device="cpu", borrow="yes")
+
+
+def test_release_cache_and_workspaces_without_a_gpu(engine, cache_dir):
+    assert engine.release_cache() == 0
+    coords, cond = make_request([41], 6)
+    latent = engine.sample(coords, cond, seed=4, sampler=QUICK)
+    assert engine.release_cache() == 0
+    np.testing.assert_array_equal(engine.sample(coords, cond, seed=4, sampler=QUICK), latent)
+    with pytest.raises(s3d.Error, match="workspace must be a sparse3d_engine.Workspace"):
+        s3d.Engine(TINY, device="cpu", cache_dir=cache_dir, workspace="shared")
+    try:
+        ws = s3d.Workspace(0)          # a GPU machine: one to share
+        assert ws.device_index == 0 and ws.stats()["bytes_in_use"] == 0
+    except s3d.Error as e:             # none here: refused by name, not a crash
+        assert "no usable CUDA device" in str(e)

@@ -1,6 +1,8 @@
 """The package with PyTorch tensors: zero copy both ways, the caller's stream, a module's
 state dict, the drop-in's .cpu()/.to() and dtype handling. CPU tensors everywhere torch is
 installed; CUDA tensors where a GPU is (the H200 runs these from the installed wheel)."""
+import re
+
 import numpy as np
 import pytest
 
@@ -140,6 +142,112 @@ def test_the_drop_in_follows_the_pipelines_devices(device, tiny_config, tiny_sta
     assert torch.equal(v2.feats, v.feats)
     assert model._engine is engine and engine.resident
     assert acc.fallbacks() == []
+
+
+# The blocks' Linear layers run in bf16, everything else in f32: TRELLIS.2's modules hold
+# their parameters in these dtypes, so the engine can use them as they are.
+_BF16 = re.compile(r"blocks\.\d+\.(self_attn\.to_qkv|self_attn\.to_out|cross_attn\.to_q|"
+                   r"cross_attn\.to_kv|cross_attn\.to_out|mlp\.mlp\.\d|adaLN_modulation\.1)\.")
+
+
+def run_time_module(config, state_dict, device):
+    m = Original(config, state_dict)
+    for k, prm in m.weights.items():
+        if _BF16.match(k.replace("__", ".")):
+            prm.data = prm.data.bfloat16()
+    return m.to(device)
+
+
+def _snapshot(module):
+    return {k: (v.data_ptr(), v.detach().clone()) for k, v in module.state_dict().items()}
+
+
+def _same(module, snapshot):
+    now = module.state_dict()
+    return set(now) == set(snapshot) and all(
+        now[k].data_ptr() == ptr and torch.equal(now[k], value)
+        for k, (ptr, value) in snapshot.items())
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_the_drop_in_uses_the_modules_own_parameters_and_restore_gives_them_back(
+        device, tiny_config, tiny_state_dict, cache_dir):
+    class Pipeline:
+        pass
+    p = Pipeline()
+    original = run_time_module(tiny_config, tiny_state_dict, device)
+    p.models = {"shape_slat_flow_model_512": original}
+    before = _snapshot(original)
+    acc = t2.accelerate(p, cache_dir=cache_dir)
+    model = p.models["shape_slat_flow_model_512"]
+    coords, cond, noise = inputs(device, (40, 21), 4)
+    t = torch.full((2,), 800.0, device=device)
+    v = model(SparseTensor(noise, coords), t, cond)
+    # One copy of the weights: the engine's are the module's own tensors.
+    assert model.weights_source() == "borrowed in place"
+    r = model._engine.residency()
+    assert r["host_copy_bytes"] == 0
+    assert torch.equal(v.feats, engine_on(device, cache_dir).forward(noise, t, cond, coords=coords))
+    assert "borrowed in place" in acc.report()
+    acc.restore()
+    assert p.models["shape_slat_flow_model_512"] is original
+    assert _same(original, before)
+    # share_weights=False: a copy of the engine's own, as before.
+    acc = t2.accelerate(p, cache_dir=cache_dir, share_weights=False)
+    model = p.models["shape_slat_flow_model_512"]
+    assert torch.equal(model(SparseTensor(noise, coords), t, cond).feats, v.feats)
+    assert model.weights_source() == "own copy"
+    acc.restore()
+    assert _same(original, before)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_low_vram_uploads_from_the_modules_host_parameters_and_copies_nothing_back(
+        tiny_config, tiny_state_dict, cache_dir):
+    class Pipeline:
+        pass
+    p = Pipeline()
+    original = run_time_module(tiny_config, tiny_state_dict, "cpu")   # low_vram keeps it here
+    p.models = {"shape_slat_flow_model_512": original}
+    p.low_vram = True
+    before = _snapshot(original)
+    acc = t2.accelerate(p, cache_dir=cache_dir)
+    model = p.models["shape_slat_flow_model_512"]
+    coords, cond, noise = inputs("cuda", (40, 21), 4)
+    t = torch.full((2,), 800.0, device="cuda")
+    model.to("cuda")
+    v = model(SparseTensor(noise, coords), t, cond)
+    assert model.weights_source() == "borrowed host home"
+    model.cpu()
+    r = model._engine.residency()
+    assert not r["resident"] and r["bytes_offloaded"] == 0 and r["host_copy_bytes"] == 0
+    assert r["device_bytes_released"] >= r["weight_bytes"]
+    model.to("cuda")
+    assert torch.equal(model(SparseTensor(noise, coords), t, cond).feats, v.feats)
+    assert torch.equal(v.feats, engine_on("cuda", cache_dir).forward(noise, t, cond, coords=coords))
+    acc.restore()
+    assert _same(original, before)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_the_engines_of_a_pipeline_share_one_workspace(tiny_config, tiny_state_dict, cache_dir):
+    class Pipeline:
+        pass
+    p = Pipeline()
+    p.models = {name: run_time_module(tiny_config, tiny_state_dict, "cuda")
+                for name in ("shape_slat_flow_model_512", "tex_slat_flow_model_512")}
+    acc = t2.accelerate(p, cache_dir=cache_dir)
+    coords, cond, noise = inputs("cuda", (40, 21), 4)
+    t = torch.full((2,), 800.0, device="cuda")
+    outs = [p.models[n](SparseTensor(noise, coords), t, cond).feats for n in p.models]
+    assert list(acc.workspaces) == [0]
+    ws = acc.workspaces[0]
+    for n in p.models:
+        assert p.models[n]._engine.counters()["device_bytes_reserved"] == ws.stats()["bytes_reserved"]
+    ws.release_cache()
+    assert ws.stats()["bytes_reserved"] == ws.stats()["bytes_in_use"]
+    assert torch.equal(outs[0], outs[1])   # the same weights: the same bits
+    acc.restore()
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -397,8 +397,10 @@ def test_the_dense_model_is_served_per_forward(full, full_acc, dense_config, den
     np.testing.assert_array_equal(v, engine.forward(noise, t, cond))
     assert model.original.calls == 0 and model.stats.calls["forward"] == 1
     assert full_acc.fallbacks() == []
-    assert "sparse_structure_flow_model: sparse3d engine (SparseStructureFlowModel; path " \
-           "default; config from module attributes); forward calls served 1" in full_acc.report()
+    # fit_memory (the default): the default path without CUDA graphs.
+    assert ("sparse_structure_flow_model: sparse3d engine (SparseStructureFlowModel; path "
+            f"{s3d.default_path()}-cuda_graphs; config from module attributes); forward calls "
+            "served 1") in full_acc.report()
 
 
 def test_the_dense_whole_loop_runs_in_the_engine_bit_for_bit(full, full_acc, dense_config,

@@ -84,6 +84,7 @@ import argparse
 import contextlib
 import functools
 import importlib
+import importlib.machinery
 import importlib.util
 import json
 import math
@@ -257,11 +258,14 @@ def install_stand_ins(root):
     if importlib.util.find_spec("tqdm") is None:
         m = types.ModuleType("tqdm")
         m.tqdm = _NoBar
+        # A spec, as an imported module has: torch._dynamo's import looks tqdm up by it.
+        m.__spec__ = importlib.machinery.ModuleSpec("tqdm", None)
         sys.modules["tqdm"] = m
         used.append("tqdm (no progress bars)")
     if importlib.util.find_spec("easydict") is None:
         m = types.ModuleType("easydict")
         m.EasyDict = _EasyDict
+        m.__spec__ = importlib.machinery.ModuleSpec("easydict", None)
         sys.modules["easydict"] = m
         used.append("easydict (a dict with attribute access)")
     pkg = types.ModuleType("trellis2")
@@ -564,9 +568,9 @@ class StagePipeline:
         mean, std = self._norm("shape_slat_normalization", slat)
         return slat, slat * std + mean
 
-    # sample_tex_slat: returns (sampler output, denormalised).
-    def texture(self, cond, shape_slat, seed):
-        model = self.models["tex_slat_flow_model_1024"]
+    # sample_tex_slat with model `key`: returns (sampler output, denormalised).
+    def texture(self, cond, shape_slat, seed, key="tex_slat_flow_model_1024"):
+        model = self.models[key]
         mean, std = self._norm("shape_slat_normalization", shape_slat)
         shape_slat = (shape_slat - mean) / std
         channels = model.in_channels - shape_slat.feats.shape[1]

@@ -390,6 +390,40 @@ def write_timing(a, device, settings, results, compile_info=None, warmup_request
         json.dump(doc, f, indent=1)
 
 
+class DevicePeak:
+    """Device-wide memory in use (cudaMemGetInfo: every allocation on the device) read every
+    2 ms on a thread while a `with` block runs; .above_start is the highest reading above the
+    one taken on entry (what sparse3d bench's DevicePeak measures for an engine path)."""
+
+    def __init__(self, device):
+        self.device = device
+        self.above_start = 0
+
+    def _used(self):
+        free, total = torch.cuda.mem_get_info(self.device)
+        return total - free
+
+    def __enter__(self):
+        import threading
+        self.start = self.peak = self._used()
+        self.stop = threading.Event()
+
+        def poll():
+            while not self.stop.is_set():
+                self.peak = max(self.peak, self._used())
+                self.stop.wait(0.002)
+        self.thread = threading.Thread(target=poll, daemon=True)
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.thread.join()
+        self.peak = max(self.peak, self._used())
+        self.above_start = self.peak - self.start
+        return False
+
+
 def _sync(device):
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -454,18 +488,21 @@ def _run_groups(a, cfg, model, manifest, entries, settings, device, log, comp=No
         if device.type == "cuda":
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
+            torch.cuda.empty_cache()     # the device-wide figure starts from nothing cached
         res = first[gi][0] if gi in first else None
-        for _ in range(a.repeat if a.service else max(1, a.repeat)):
-            res, seconds = whole_call(device, lambda: call(
-                "timed", lambda: sample(model, noise, coords, cond, concat, settings,
-                                        progress=progress)))
-            totals.append(res["total_seconds"])
-            per_step.append(res["step_seconds"])
-            calls.append(seconds)
-            if a.time:
-                steps = " ".join(f"{s * 1e3:.1f}" for s in res["step_seconds"])
-                log(f"time {names}: total {res['total_seconds'] * 1e3:.1f} ms; "
-                    f"per step (ms): {steps}")
+        poll = DevicePeak(device) if device.type == "cuda" else contextlib.nullcontext()
+        with poll:
+            for _ in range(a.repeat if a.service else max(1, a.repeat)):
+                res, seconds = whole_call(device, lambda: call(
+                    "timed", lambda: sample(model, noise, coords, cond, concat, settings,
+                                            progress=progress)))
+                totals.append(res["total_seconds"])
+                per_step.append(res["step_seconds"])
+                calls.append(seconds)
+                if a.time:
+                    steps = " ".join(f"{s * 1e3:.1f}" for s in res["step_seconds"])
+                    log(f"time {names}: total {res['total_seconds'] * 1e3:.1f} ms; "
+                        f"per step (ms): {steps}")
         if a.time and len(totals) > 1:
             log(f"time {names}: median {statistics.median(totals) * 1e3:.1f} ms, "
                 f"min {min(totals) * 1e3:.1f}, max {max(totals) * 1e3:.1f} over {len(totals)}")
@@ -490,9 +527,11 @@ def _run_groups(a, cfg, model, manifest, entries, settings, device, log, comp=No
             if gi in first:
                 results[x["name"]]["first_seconds"] = first[gi][1]
             if device.type == "cuda" and totals:
+                weights = sum(t.numel() * t.element_size() for t in model.parameters())
                 results[x["name"]].update(
                     peak_allocated_bytes=int(torch.cuda.max_memory_allocated()),
-                    peak_reserved_bytes=int(torch.cuda.max_memory_reserved()))
+                    peak_reserved_bytes=int(torch.cuda.max_memory_reserved()),
+                    device_peak_bytes=int(weights + poll.above_start))
             if a.out:
                 path = os.path.join(a.out, f"{x['name']}.safetensors")
                 io_formats.write_output(path, tensors)

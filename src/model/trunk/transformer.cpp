@@ -48,6 +48,17 @@ Transformer::Transformer(Checkpoint checkpoint)
   device_ = ck_.tensors.begin()->second.device();
   weights_ = bind_weights(ck_.config, ck_.tensors);
   positions_ = family_->positions(ck_.config, device_);
+  if (!ck_.home.empty()) {
+    host_copy_.emplace(HostWeights::borrowed(ck_.home, std::move(ck_.keep_alive),
+                                             device_ == Device::CUDA));
+    ck_.home.clear();
+  }
+}
+
+const char* Transformer::weights_source() const {
+  if (ck_.borrowed_in_place) return "borrowed in place";
+  if (host_copy_ && host_copy_->is_borrowed()) return "borrowed host home";
+  return "own copy";
 }
 
 ModelSummary Transformer::summary() const {
@@ -454,6 +465,10 @@ size_t Transformer::offload_weights() {
   // The last owner of the device buffer (the tensors were views into it): back to the
   // allocator. On the CPU backend the tensors owned their memory, freed by bind().
   ck_.arena = Tensor();
+  // Weights borrowed in place now have a copy of the engine's own: the caller's go.
+  ck_.keep_alive.reset();
+  ck_.borrowed_in_place = false;
+  ck_.borrowed = false;
   resident_ = false;
   return copied;
 }
@@ -498,6 +513,16 @@ size_t Transformer::activation_bytes(int64_t tokens, int batch, int cond_tokens,
   bytes += BL * (2 * static_cast<size_t>(c.cond_channels) + 2 * 3 * C);
   // Allocator rounding and blocks reused at larger sizes: a quarter more, and 64 MiB.
   return bytes + bytes / 4 + (64u << 20);
+}
+
+size_t Transformer::reference_activation_bytes(int64_t tokens, int batch,
+                                               int cond_tokens) const {
+  const ModelConfig& c = config();
+  const auto T = static_cast<size_t>(tokens);
+  const auto C = static_cast<size_t>(c.model_channels);
+  const size_t BL = static_cast<size_t>(batch) * static_cast<size_t>(cond_tokens);
+  return T * 15 * 2 * C + BL * (2 * static_cast<size_t>(c.cond_channels) + 2 * 2 * C) +
+         (64u << 20);
 }
 
 }  // namespace s3d::model

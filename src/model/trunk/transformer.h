@@ -92,6 +92,14 @@ class Transformer {
   // point, a quarter more for the allocator; docs/CONTRACTS.md, "Memory").
   size_t activation_bytes(int64_t tokens, int batch, int cond_tokens,
                           const sparse3d::FlagSet& flags = {}) const;
+  // What the original PyTorch module's eager forward allocates at its worst point for the
+  // same request, one CFG branch at a time (TRELLIS.2's samplers call the model once per
+  // branch): about fifteen bf16 [T, C]-sized tensors (the fp32 LayerNorm output counts two,
+  // the MLP's hidden and its GELU four each), the condition and one block's K/V of it. The
+  // per-token term is what PyTorch's allocated peak grew by per token in TRELLIS.2's pipeline
+  // on the H200 (47 KB at C = 1536, 2026-12-01). EngineOptions::fit_to_reference holds the
+  // plan's flags under it (docs/CONTRACTS.md, "Memory").
+  size_t reference_activation_bytes(int64_t tokens, int batch, int cond_tokens) const;
   size_t weight_bytes() const;
 
   // Residency (the engine's offload and reload, docs/API.md "Residency"). offload_weights
@@ -105,7 +113,15 @@ class Transformer {
   size_t offload_weights();
   size_t reload_weights();
   bool weights_resident() const { return resident_; }
-  size_t host_copy_bytes() const { return host_copy_ ? host_copy_->bytes() : 0; }
+  // Whose memory the weights are (model/checkpoint.h, borrowed checkpoints): "own copy",
+  // "borrowed in place" (the caller's device tensors; an offload makes an own host copy and
+  // lets them go) or "borrowed host home" (uploaded from the caller's host tensors; an
+  // offload frees the device buffer and copies nothing).
+  const char* weights_source() const;
+  // The engine's own host copy (none for a borrowed home, which is the caller's memory).
+  size_t host_copy_bytes() const {
+    return host_copy_ && !host_copy_->is_borrowed() ? host_copy_->bytes() : 0;
+  }
 
  private:
   // Throws unless the forward's operands fit the request, the config and each other.

@@ -182,6 +182,39 @@ HostWeights::HostWeights(const std::map<std::string, Tensor>& tensors, bool pinn
   if (gpu) synchronize();
 }
 
+HostWeights HostWeights::borrowed(const std::map<std::string, Tensor>& tensors,
+                                  std::shared_ptr<void> keep_alive, bool gpu) {
+  HostWeights w;
+  std::vector<void*> registered;
+  // Registration takes page-aligned ranges; two tensors in one page cannot both be
+  // registered (the second fails and is staged), which only small tensors do.
+  for (const auto& [name, t] : tensors) {
+    S3D_CHECK(!t.is_cuda(), "model: the borrowed home of tensor ", name, " is on the GPU");
+    w.slots_[name] = Slot{w.bytes_, t.shape(), t.dtype()};
+    w.bytes_ += aligned(t.nbytes());
+    w.sources_[name] = t.data();
+    if (!gpu || t.nbytes() < (size_t(1) << 20)) continue;
+    cudaPointerAttributes attributes{};
+    if (cudaPointerGetAttributes(&attributes, t.data()) == cudaSuccess &&
+        attributes.type == cudaMemoryTypeHost)
+      continue;  // page-locked already (e.g. a pinned torch tensor)
+    cudaGetLastError();
+    if (cudaHostRegister(const_cast<void*>(t.data()), t.nbytes(), cudaHostRegisterPortable) ==
+        cudaSuccess)
+      registered.push_back(const_cast<void*>(t.data()));
+    else
+      cudaGetLastError();  // shares a page with another registration, or not allowed: staged
+  }
+  // Unregistered before the caller's memory can go: this holds `keep_alive` until then.
+  w.keep_alive_ = std::shared_ptr<void>(
+      nullptr, [keep = std::move(keep_alive), registered](void*) mutable {
+        for (void* p : registered) cudaHostUnregister(p);
+        keep.reset();
+      });
+  w.borrowed_ = true;
+  return w;
+}
+
 std::map<std::string, Tensor> HostWeights::views_at(char* base, Device device) const {
   std::map<std::string, Tensor> out;
   for (const auto& [name, s] : slots_)
@@ -190,7 +223,12 @@ std::map<std::string, Tensor> HostWeights::views_at(char* base, Device device) c
 }
 
 std::map<std::string, Tensor> HostWeights::host_views() const {
-  return views_at(static_cast<char*>(buffer_.get()), Device::CPU);
+  if (!is_borrowed()) return views_at(static_cast<char*>(buffer_.get()), Device::CPU);
+  std::map<std::string, Tensor> out;
+  for (const auto& [name, s] : slots_)
+    out.emplace(name, Tensor::borrow(const_cast<void*>(sources_.at(name)), s.shape, s.dtype,
+                                     Device::CPU));
+  return out;
 }
 
 std::pair<Tensor, std::map<std::string, Tensor>> HostWeights::upload(Device device) const {
@@ -201,7 +239,13 @@ std::pair<Tensor, std::map<std::string, Tensor>> HostWeights::upload(Device devi
       Tensor::empty({static_cast<int64_t>((bytes_ + kSlotAlign) / 2)}, DType::BF16, device);
   char* base = align_up(arena.data());
   const bool gpu = device == Device::CUDA;
-  copy_bytes(base, buffer_.get(), bytes_, gpu);
+  if (is_borrowed()) {
+    for (const auto& [name, s] : slots_)
+      copy_bytes(base + s.offset, sources_.at(name),
+                 static_cast<size_t>(shape_numel(s.shape)) * dtype_size(s.dtype), gpu);
+  } else {
+    copy_bytes(base, buffer_.get(), bytes_, gpu);
+  }
   if (gpu) synchronize();
   return {arena, views_at(base, device)};
 }

@@ -103,6 +103,14 @@ class HostWeights {
   // Copies every tensor (on the host, or on the current context's device) into a new buffer;
   // synchronous. Throws on a failed allocation or copy, having changed nothing.
   HostWeights(const std::map<std::string, Tensor>& tensors, bool pinned);
+  // The caller's host tensors as the copy, nothing copied (a borrowed checkpoint's home,
+  // model/checkpoint.h): `keep_alive` holds them. With `gpu`, each tensor of 1 MiB or more
+  // that is not page-locked already is registered with CUDA in place (cudaHostRegister) while
+  // this object lives, so that an upload runs at the bus's speed; one that cannot be is
+  // copied through the driver's staging instead (slower, same bytes).
+  static HostWeights borrowed(const std::map<std::string, Tensor>& tensors,
+                              std::shared_ptr<void> keep_alive, bool gpu);
+  bool is_borrowed() const { return borrowed_; }
 
   size_t bytes() const { return bytes_; }  // the buffer: the tensors and their alignment gaps
   // The tensors as views into the host copy (valid while this object lives).
@@ -119,9 +127,16 @@ class HostWeights {
   };
   std::map<std::string, Tensor> views_at(char* base, Device device) const;
 
+  HostWeights() = default;
+
   std::map<std::string, Slot> slots_;
   size_t bytes_ = 0;
   std::shared_ptr<void> buffer_;  // freed by cudaFreeHost or host_release
+  // Borrowed: each tensor's own host memory (the caller's), and what keeps it alive and
+  // undoes the in-place registrations.
+  bool borrowed_ = false;
+  std::map<std::string, const void*> sources_;
+  std::shared_ptr<void> keep_alive_;
 };
 
 }  // namespace s3d::model
