@@ -1013,6 +1013,18 @@ def sparse3d_side(s3d, pl, models, assets, conds, torch_side, a, result, problem
                 problems.append(f"{name}/{stage} ran on: {rec['ran_on']}")
 
 
+def write_outputs(json_path, table_path, result, text=None):
+    """The full result as JSON at `json_path` and the table at `table_path` (each when given;
+    text None writes no table)."""
+    if json_path:
+        os.makedirs(os.path.dirname(os.path.abspath(json_path)), exist_ok=True)
+        with open(json_path, "w") as f:
+            json.dump(result, f, indent=1, default=str)
+    if table_path and text is not None:
+        with open(table_path, "w") as f:
+            f.write(text + "\n")
+
+
 # ---------------------------------------------------------------------------------------
 
 def main():
@@ -1224,13 +1236,7 @@ def main():
         print(full)
         if scratch_cache:
             shutil.rmtree(scratch_cache, ignore_errors=True)
-    if a.json:
-        os.makedirs(os.path.dirname(os.path.abspath(a.json)), exist_ok=True)
-        with open(a.json, "w") as f:
-            json.dump(result, f, indent=1, default=str)
-    if a.table:
-        with open(a.table, "w") as f:
-            f.write(text + "\n")
+    write_outputs(a.json, a.table, result, text)
     print(f"\nwhole run {result['total_seconds']:.1f} s (models built in {build_seconds:.1f} s)")
     if problems:
         loud(["PROBLEMS (%d):" % len(problems)] + problems)

@@ -424,22 +424,14 @@ def main():
             if not same:
                 bad = [k for k in before if after.get(k) != before[k]][:5]
                 problems.append(f"{side}: after restore() the originals differ: {bad}")
-        if a.json:   # what is done so far, in case a later side runs past the call's limit
-            os.makedirs(os.path.dirname(os.path.abspath(a.json)), exist_ok=True)
-            with open(a.json, "w") as f:
-                json.dump(result, f, indent=1, default=str)
+        # What is done so far, in case a later side runs past the call's limit.
+        e2e.write_outputs(a.json, None, result)
     poller.close()
     result["problems"] = problems
     result["total_seconds"] = time.perf_counter() - t_start
     text = table(result, a.sides, a.types, assets)
     result["table"] = text
-    if a.json:
-        os.makedirs(os.path.dirname(os.path.abspath(a.json)), exist_ok=True)
-        with open(a.json, "w") as f:
-            json.dump(result, f, indent=1, default=str)
-    if a.table:
-        with open(a.table, "w") as f:
-            f.write(text + "\n")
+    e2e.write_outputs(a.json, a.table, result, text)
     print(f"\nwhole run {result['total_seconds']:.1f} s; restore() checks: "
           f"{result['restore_checks']}")
     for line in problems:
