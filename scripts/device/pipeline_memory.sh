@@ -12,6 +12,7 @@
 #   Default: "off/1024/all on/1024/all".
 # TOKENS (default "3000 7000 12000 20000 31000"): the assets' 64-grid token counts.
 # GPU_TESTS=1: first the residency and workspace GPU tests ($BIN/sparse3d_gpu_tests, carried).
+# PY_TESTS="test_torch.py ...": those Python test files on the GPU, after the module's build.
 # Needs, carried: .deps/trellis2-src (a TRELLIS.2 checkout) and .deps/cudnn_frontend (the
 # module is built here from this tree into build-py/, kept while the machine stays warm).
 # TIMEOUT_S per run (default 300).
@@ -39,6 +40,15 @@ build_module
 rc_build=$?
 summary+=("module built here: exit $rc_build in $(( $(date +%s) - t0 )) s")
 [ $rc_build = 0 ] || { tail -n 20 "$OUT/build_module.log"; printf '%s\n' "${summary[@]}"; exit 1; }
+
+if [ -n "${PY_TESTS:-}" ]; then
+  # The Python tests named (e.g. "test_torch.py test_residency.py") on this GPU, with the
+  # module just built and this machine's PyTorch: their CUDA cases run here and only here.
+  files=(); for f in $PY_TESTS; do files+=("tests/python/$f"); done
+  SPARSE3D_TEST_DATA=tests/data timeout 300 python3 -m pytest -q \
+    -p no:cacheprovider -rs "${files[@]}" > "$OUT/python_tests.log" 2>&1
+  summary+=("Python tests ($PY_TESTS) on the GPU: exit $? $(tail -1 "$OUT/python_tests.log")")
+fi
 
 n=0
 rc=0

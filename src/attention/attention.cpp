@@ -251,4 +251,6 @@ int64_t sdpa_graphs_built() { return detail::cudnn_sdpa_graphs_built(); }
 
 void release_resources() { detail::release_cudnn_sdpa(); }
 
+size_t release_workspaces() { return detail::release_cudnn_sdpa_workspaces(); }
+
 }  // namespace s3d::attention

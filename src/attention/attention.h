@@ -46,6 +46,10 @@ void sdpa_varlen(const RowView& q, const SeqLayout& q_layout, const RowView& k,
 // Frees the cuDNN handles, cached graphs and workspaces (the next call rebuilds them): for a
 // clean shutdown, e.g. before compute-sanitizer's leak check or to hand memory back.
 void release_resources();
+// Returns the current context's cuDNN workspaces to its allocator and keeps the handles and
+// graphs (the next run takes one again). Never while a CUDA graph that captured them may
+// replay. Bytes returned.
+size_t release_workspaces();
 
 // "9.19.0", or "none" without a GPU.
 std::string cudnn_version();

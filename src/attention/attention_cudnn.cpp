@@ -515,6 +515,18 @@ int64_t cudnn_sdpa_graphs_built() { return current_context().state<ContextStates
 
 void release_cudnn_sdpa() { release_states(all_states()); }
 
+size_t release_cudnn_sdpa_workspaces() {
+  size_t released = 0;
+  for (auto& [device, st] : all_states()) {
+    if (st.workspace == nullptr) continue;
+    st.allocator->release(st.workspace, st.workspace_capacity);
+    released += st.workspace_capacity;
+    st.workspace = nullptr;
+    st.workspace_capacity = 0;
+  }
+  return released;
+}
+
 std::string cudnn_sdpa_cache_summary() {
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess) {

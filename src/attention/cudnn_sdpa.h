@@ -44,6 +44,8 @@ void cudnn_sdpa_forward(const SdpaShape& shape, const SdpaPointers& ptrs, cudaSt
 int64_t cudnn_sdpa_graphs_built();
 // Destroys the handles and cached graphs and returns the workspaces.
 void release_cudnn_sdpa();
+// Returns the workspaces and keeps the handles and graphs; the next run takes one again.
+size_t release_cudnn_sdpa_workspaces();
 // One line per cached graph: its shape, the implementation cuDNN chose and its workspace.
 std::string cudnn_sdpa_cache_summary();
 // cudnnGetVersion(), e.g. 91900.

@@ -10,6 +10,7 @@
 #include <map>
 #include <mutex>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "core/context.h"
 #include "core/cuda_util.h"
@@ -34,10 +35,14 @@ std::string mib(size_t bytes) { return cat(bytes / (1024.0 * 1024.0), " MiB"); }
 thread_local uint64_t t_active_pool = 0;  // PoolScope: 0 = the shared cache
 
 // Best fit from a free list, never a block more than twice the request (plus one large
-// round); nullptr when none fits.
+// round for a large request); nullptr when none fits. A small request (under 1 MiB) takes no
+// slack: a row kept for the engine's life (a null-context value, say) would otherwise settle
+// in the block a freed temporary of up to 2 MiB left, and hold all of it between requests
+// (measured on the H200: 13.3 MB held by two 4-block engines' few kilobytes of rows).
 void* take_block(std::multimap<size_t, void*>& free_list, size_t size, size_t* got) {
   auto it = free_list.lower_bound(size);
-  if (it == free_list.end() || it->first > 2 * size + kLargeRound) return nullptr;
+  const size_t slack = size < kLargeThreshold ? 0 : kLargeRound;
+  if (it == free_list.end() || it->first > 2 * size + slack) return nullptr;
   void* p = it->second;
   *got = it->first;
   free_list.erase(it);
@@ -154,6 +159,19 @@ void DeviceAllocator::release(void* ptr, size_t /*bytes*/) {
 AllocatorStats DeviceAllocator::stats() const {
   std::lock_guard<std::mutex> lock(impl_->mu);
   return impl_->stats;
+}
+
+std::vector<size_t> DeviceAllocator::live_block_sizes() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  std::unordered_multiset<void*> cached;
+  for (const auto& [size, ptr] : impl_->free_blocks) cached.insert(ptr);
+  for (const auto& [pool, blocks] : impl_->pool_free)
+    for (const auto& [size, ptr] : blocks) cached.insert(ptr);
+  std::vector<size_t> out;
+  for (const auto& [ptr, size] : impl_->block_sizes)
+    if (cached.count(ptr) == 0) out.push_back(size);
+  std::sort(out.rbegin(), out.rend());
+  return out;
 }
 
 void DeviceAllocator::reset_peak() {

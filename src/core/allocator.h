@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 namespace s3d {
 
@@ -34,6 +35,9 @@ class DeviceAllocator {
   void release(void* ptr, size_t bytes);
 
   AllocatorStats stats() const;
+  // The sizes of the blocks handed out and not yet released, largest first (diagnostics:
+  // what an engine holds between requests).
+  std::vector<size_t> live_block_sizes() const;
   void reset_peak();
   void set_caching(bool enabled);
   bool caching() const;

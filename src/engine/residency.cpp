@@ -12,9 +12,11 @@
 #include <chrono>
 #include <cstdio>
 
+#include "attention/attention.h"
 #include "core/allocator.h"
 #include "core/error.h"
 #include "engine/engine_impl.h"
+#include "gemm/linear.h"
 
 namespace sparse3d {
 namespace {
@@ -104,9 +106,17 @@ size_t Engine::release_cache() {
   s3d::ContextScope scope(*impl_->context);
   s3d::DeviceAllocator& allocator = s3d::DeviceAllocator::current();
   const size_t before = allocator.stats().reserved_bytes;
+  // The libraries' workspaces too (their handles, plans and graphs stay): between requests
+  // an engine holds nothing but its weights and a few rows, so that engines sharing a
+  // workspace add no fixed cost each. CUDA graphs live within one request, so none still
+  // holds these pointers.
+  s3d::gemm::release_workspaces();
+  s3d::attention::release_workspaces();
   allocator.empty_cache();
   for (Impl::Rank& r : impl_->ranks) {
     s3d::ContextScope rank_scope(*r.context);
+    s3d::gemm::release_workspaces();
+    s3d::attention::release_workspaces();
     s3d::DeviceAllocator::current().empty_cache();
   }
   const size_t after = allocator.stats().reserved_bytes;

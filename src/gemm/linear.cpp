@@ -147,4 +147,6 @@ void linear(const Tensor& x, const Tensor& weight, const Tensor* bias, Tensor& y
 
 void release_resources() { detail::release_cublaslt(); }
 
+size_t release_workspaces() { return detail::release_cublaslt_workspaces(); }
+
 }  // namespace s3d::gemm

@@ -20,6 +20,10 @@ void linear(const Tensor& x, const Tensor& weight, const Tensor* bias, Tensor& y
 // Frees the cuBLASLt handles, cached plans and workspaces (the next call makes new ones):
 // for a clean shutdown, e.g. before compute-sanitizer's leak check or to hand memory back.
 void release_resources();
+// Returns the current context's cuBLASLt workspaces to its allocator and keeps the handles
+// and plans: an engine between requests holds no workspace (the next GEMM takes one again).
+// Never while a CUDA graph that captured them may replay. Bytes returned.
+size_t release_workspaces();
 
 // The cuBLASLt version string ("13.1.0"), or "none" without a GPU.
 std::string cublaslt_version();

@@ -381,6 +381,17 @@ void linear_cublaslt(const Tensor& x, const Tensor& weight, const Tensor* bias, 
 
 void release_cublaslt() { release_states(all_states()); }
 
+size_t release_cublaslt_workspaces() {
+  size_t released = 0;
+  for (auto& [device, s] : all_states()) {
+    if (s.workspace == nullptr) continue;
+    s.allocator->release(s.workspace, kWorkspaceBytes);
+    s.workspace = nullptr;
+    released += kWorkspaceBytes;
+  }
+  return released;
+}
+
 }  // namespace detail
 
 std::string cublaslt_version() {

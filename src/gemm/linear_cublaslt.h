@@ -12,5 +12,8 @@ void linear_cublaslt(const Tensor& x, const Tensor& weight, const Tensor* bias, 
 
 // Destroys every handle and plan and returns the workspaces (gemm::release_resources).
 void release_cublaslt();
+// Returns the workspaces to their allocator and keeps the handles and plans; the next GEMM
+// takes a workspace again (gemm::release_workspaces). Bytes returned.
+size_t release_cublaslt_workspaces();
 
 }  // namespace s3d::gemm::detail

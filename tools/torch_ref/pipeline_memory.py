@@ -18,8 +18,11 @@ pipeline is held, which is the user's way:
   the engines' alike, and each one's cached blocks), and the process's resident host memory
   (/proc/self/statm) at the same time. Per stage and per asset: the highest reading minus
   nothing (the CUDA context and the resident models are in it, as a user's nvidia-smi shows).
-* Sides, in order, each a fresh service (PyTorch's cache emptied, the drop-in's qualification
-  cache a new empty folder): `pytorch` (TRELLIS.2's modules), `sparse3d-copy` (the drop-in as
+* Sides, in order, each in a process of its own (a user's process runs the pipeline one way:
+  in one process the second side would also carry the kernels the first one loaded, about
+  0.1 GiB of device memory that cudaMemGetInfo counts; --one-process runs them all in this
+  process, as before 2026-12-02 evening), each a fresh service (PyTorch's cache emptied, the
+  drop-in's qualification cache a new empty folder): `pytorch` (TRELLIS.2's modules), `sparse3d-copy` (the drop-in as
   it was before one copy of the weights: accelerate(share_weights=False,
   release_workspace=False, share_workspace=False, fit_memory=False)), `sparse3d` (the
   drop-in's defaults), and `sparse3d@SPEC` (the defaults on execution path SPEC). After each drop-in side
@@ -326,6 +329,60 @@ def table(result, sides, types, assets):
     return "\n".join(lines)
 
 
+def run_isolated(a):
+    """Each side in a child process of its own (this script with --sides SIDE), one after the
+    other; their JSONs merged into one result as the one-process run writes it."""
+    import subprocess
+    t_start = time.perf_counter()
+    merged = None
+    problems = []
+    with tempfile.TemporaryDirectory(prefix="s3d-mem-sides-") as tmp:
+        for i, side in enumerate(a.sides):
+            child_json = os.path.join(tmp, f"side_{i}.json")
+            argv = [sys.executable, os.path.abspath(__file__), "--trellis2", a.trellis2,
+                    "--device", a.device, "--types", *a.types, "--sides", side,
+                    "--seed", str(a.seed), "--json", child_json]
+            argv += ["--tiny"] if a.tiny else []
+            argv += ["--low-vram"] if a.low_vram else []
+            argv += ["--tokens", *map(str, a.tokens)] if a.tokens else []
+            argv += ["--warmup-tokens", str(a.warmup_tokens)] if a.warmup_tokens else []
+            argv += ["--limit-gib", str(a.limit_gib)] if a.limit_gib else []
+            argv += ["--path", a.path] if a.path else []
+            print(f"== side {side}: a process of its own", flush=True)
+            rc = subprocess.call(argv)
+            if not os.path.exists(child_json):
+                problems.append(f"{side}: the child process wrote no result (exit {rc})")
+                continue
+            with open(child_json) as f:
+                part = json.load(f)
+            if rc != 0:
+                problems.append(f"{side}: the child process exited {rc}")
+            if merged is None:
+                merged = dict(part)
+                merged["options"] = vars(a)
+                merged["sides"], merged["restore_checks"], merged["after_build"] = {}, {}, {}
+            merged["sides"].update(part.get("sides", {}))
+            merged["restore_checks"].update(part.get("restore_checks", {}))
+            merged["after_build"][side] = part.get("after_build")
+            problems += part.get("problems", [])
+            e2e.write_outputs(a.json, None, merged)
+    if merged is None:
+        print("no side produced a result")
+        return 1
+    merged["problems"] = problems
+    merged["total_seconds"] = time.perf_counter() - t_start
+    assets = list(merged["assets"])
+    text = table(merged, [s for s in a.sides if s in merged["sides"]], a.types, assets)
+    merged["table"] = text
+    e2e.write_outputs(a.json, a.table, merged, text)
+    print(f"\nwhole run {merged['total_seconds']:.1f} s (a process per side); restore() checks: "
+          f"{merged['restore_checks']}")
+    for line in problems:
+        print("!! " + line)
+    print(text)
+    return 1 if problems else 0
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--trellis2", required=True)
@@ -343,10 +400,14 @@ def main():
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--json", default=None)
     p.add_argument("--table", default=None)
+    p.add_argument("--one-process", action="store_true",
+                   help="run every side in this process (default: one child process per side)")
     a = p.parse_args()
     bad = [x for x in a.sides if x not in SIDES and not x.startswith("sparse3d@")]
     if bad:
         raise SystemExit(f"--sides: unknown {bad} (choose from {SIDES} or sparse3d@SPEC)")
+    if len(a.sides) > 1 and not a.one_process:
+        return run_isolated(a)
     device = torch.device(a.device)
     cuda = device.type == "cuda"
     t_start = time.perf_counter()
