@@ -163,15 +163,23 @@ def _engine_options(path, device, device_index, max_device_memory_gib, cache_dir
         raise Error(f"qualify_m must be a sequence of integers, got {qualify_m!r}")
     if isinstance(devices, (str, bytes)) or not hasattr(devices, "__iter__"):
         raise Error(f"devices must be a sequence of CUDA device ordinals, got {devices!r}")
+    devices = [_integer(d, "devices", 0, _INT32[1]) for d in devices]
+    twice = sorted({d for d in devices if devices.count(d) > 1})
+    if twice:
+        raise Error(f"devices: device {twice[0]} is listed twice")
+    qualify_m = [_integer(m, "qualify_m", *_INT64) for m in qualify_m]
+    for m in qualify_m:
+        if not 1 <= m <= 1 << 20:
+            raise Error(f"qualify_m: candidate M must be in [1, 1048576], got {m}")
     return dict(path=_text(path, "path"), device=_text(device, "device"),
-                devices=[_integer(d, "devices", 0, _INT32[1]) for d in devices],
+                devices=devices,
                 parallel_min_tokens=_integer(parallel_min_tokens, "parallel_min_tokens", 1,
                                              _INT64[1]),
                 device_index=_integer(device_index, "device_index", 0, _INT32[1]),
                 max_device_memory_gib=_real(max_device_memory_gib, "max_device_memory_gib"),
                 cache_dir=_text(cache_dir, "cache_dir", path=True),
                 persist_qualification=_flag(persist_qualification, "persist_qualification"),
-                qualify_m=[_integer(m, "qualify_m", *_INT64) for m in qualify_m])
+                qualify_m=qualify_m)
 
 # ---- Messages ---------------------------------------------------------------------------------
 # The C++ side sends its messages (a fast path refused: "fallback: FLAG: REASON") to one

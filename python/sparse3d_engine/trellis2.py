@@ -955,6 +955,28 @@ def _check_arguments(path, models, samplers, checkpoints, pipeline_dir, release_
         _names(warm_up, "warm_up")
 
 
+def _check_warm_up(pipeline, models, warm_up) -> None:
+    """accelerate(warm_up=...): the names it gives must be models accelerate() serves and the
+    pipeline has, and the pipeline's device one the engines can run on, before anything is
+    replaced (a warm-up that fails later, after the replacement, would leave the pipeline half
+    changed with no Acceleration to restore it)."""
+    if warm_up is False:
+        return
+    if warm_up is not True:
+        names = [warm_up] if isinstance(warm_up, str) else list(warm_up)
+        table = getattr(pipeline, "models", None)
+        held = set(table) if isinstance(table, dict) else set()
+        unknown = [n for n in names if n not in models or n not in held]
+        if unknown:
+            raise Error(f"accelerate: warm_up names {', '.join(map(repr, unknown))}, which "
+                        f"{'is' if len(unknown) == 1 else 'are'} not among the models it "
+                        f"accelerates here ({', '.join(n for n in models if n in held) or 'none'})")
+    try:
+        _device_tuple(_pipeline_device(pipeline))
+    except Error as e:
+        raise Error(f"accelerate: warm_up runs on the pipeline's device, and {e}") from None
+
+
 def accelerate(pipeline: Any, path: Optional[str] = None, models: Sequence[str] = FLOW_MODELS,
                samplers: Sequence[str] = FLOW_SAMPLERS,
                checkpoints: Optional[Mapping[str, str]] = None,
@@ -996,7 +1018,9 @@ def accelerate(pipeline: Any, path: Optional[str] = None, models: Sequence[str] 
     (ENGINE_OPTIONS: cache_dir, max_device_memory_gib, log, ...). Returns an Acceleration.
 
     The caller's mistakes raise before anything is replaced: an unknown keyword is a
-    TypeError, an argument of the wrong type an Error naming it. What the drop-in cannot
+    TypeError, an argument of the wrong type or value (the engine's own checks, a warm-up
+    name the pipeline lacks, a pipeline device a warm-up cannot use) an Error naming it; what
+    raises after the replacement began puts everything back first. What the drop-in cannot
     serve stays on PyTorch, counted (docs/PYTHON.md)."""
     _check_arguments(path, models, samplers, checkpoints, pipeline_dir, release_on_cpu,
                      warm_up, engine_options)
@@ -1005,6 +1029,7 @@ def accelerate(pipeline: Any, path: Optional[str] = None, models: Sequence[str] 
     _flag(release_workspace, "accelerate: release_workspace")
     _flag(share_workspace, "accelerate: share_workspace")
     _flag(fit_memory, "accelerate: fit_memory")
+    _check_warm_up(pipeline, models, warm_up)
     if fit_memory:
         engine_options = dict(engine_options, fit_to_reference=True)
         if path is None:
@@ -1016,51 +1041,57 @@ def accelerate(pipeline: Any, path: Optional[str] = None, models: Sequence[str] 
     table = getattr(pipeline, "models", None)
     if not isinstance(table, dict):
         raise Error("accelerate: the pipeline has no `models` dict (a TRELLIS.2 pipeline has one)")
-    for name in models:
-        module = table.get(name)
-        if module is None:
-            continue
-        if isinstance(module, EngineFlowModel):
-            acc.skipped[name] = "already accelerated"
-            continue
-        checkpoint = _checkpoint_for(name, module, checkpoints, pipeline_dir)
-        try:
-            if checkpoint:
-                with open(checkpoint) as f:
-                    config = json.load(f)
-                source = checkpoint
-            else:
-                config, source = config_of_module(module)
-            _check_config(config, source)
-        except (OSError, *_UNSERVABLE) as e:
-            acc.skipped[name] = _reason(e)
-            continue
-        table[name] = EngineFlowModel(name, module, config, source, checkpoint=checkpoint,
-                                      path=path, engine_options=engine_options,
-                                      release_on_cpu=release_on_cpu,
-                                      share_weights=share_weights,
-                                      release_workspace=release_workspace,
-                                      workspaces=acc.workspaces if share_workspace else None)
-        acc.models[name] = table[name]
-    for attr in samplers:
-        original = getattr(pipeline, attr, None)
-        if original is None or isinstance(original, EngineSampler):
-            continue
-        why = _sampler_refusal(original)
-        if why is not None:
-            acc.skipped[attr] = why
-            continue
-        wrapped = EngineSampler(attr, original)
-        setattr(pipeline, attr, wrapped)
-        acc.samplers[attr] = wrapped
-    if export:
-        _replace_to_glb(acc)
-    if warm_up is True:
-        acc.warm_up()
-    elif warm_up:
-        names = [warm_up] if isinstance(warm_up, str) else list(warm_up)
-        # A model left on PyTorch (acc.skipped says why) has no engine to warm up.
-        acc.warm_up(models=[n for n in names if n not in acc.skipped])
+    # Either the pipeline is accelerated as asked or left as it was: whatever raises on the
+    # way (an interrupt, an engine that cannot be warmed up raising) puts back what was replaced.
+    try:
+        for name in models:
+            module = table.get(name)
+            if module is None:
+                continue
+            if isinstance(module, EngineFlowModel):
+                acc.skipped[name] = "already accelerated"
+                continue
+            checkpoint = _checkpoint_for(name, module, checkpoints, pipeline_dir)
+            try:
+                if checkpoint:
+                    with open(checkpoint) as f:
+                        config = json.load(f)
+                    source = checkpoint
+                else:
+                    config, source = config_of_module(module)
+                _check_config(config, source)
+            except (OSError, *_UNSERVABLE) as e:
+                acc.skipped[name] = _reason(e)
+                continue
+            table[name] = EngineFlowModel(name, module, config, source, checkpoint=checkpoint,
+                                          path=path, engine_options=engine_options,
+                                          release_on_cpu=release_on_cpu,
+                                          share_weights=share_weights,
+                                          release_workspace=release_workspace,
+                                          workspaces=acc.workspaces if share_workspace else None)
+            acc.models[name] = table[name]
+        for attr in samplers:
+            original = getattr(pipeline, attr, None)
+            if original is None or isinstance(original, EngineSampler):
+                continue
+            why = _sampler_refusal(original)
+            if why is not None:
+                acc.skipped[attr] = why
+                continue
+            wrapped = EngineSampler(attr, original)
+            setattr(pipeline, attr, wrapped)
+            acc.samplers[attr] = wrapped
+        if export:
+            _replace_to_glb(acc)
+        if warm_up is True:
+            acc.warm_up()
+        elif warm_up:
+            names = [warm_up] if isinstance(warm_up, str) else list(warm_up)
+            # A model left on PyTorch (acc.skipped says why) has no engine to warm up.
+            acc.warm_up(models=[n for n in names if n not in acc.skipped])
+    except BaseException:
+        acc.restore()
+        raise
     return acc
 
 

@@ -46,12 +46,53 @@ void EngineFlags::add_qualify_m(CLI::App* sub, std::vector<int64_t>& qualify_m) 
       ->transform(integer_in(1, 1 << 20));
 }
 
+namespace {
+
+// --devices: comma-separated ordinals, every item one (an empty item is a mistake, not
+// nothing) and none twice; a usage error (exit 2) otherwise, as every other bad value.
+CLI::Validator device_list() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        const CLI::Validator ordinal = integer_in(0, 1 << 16);
+        std::vector<std::string> seen;
+        size_t start = 0;
+        while (true) {
+          const size_t comma = text.find(',', start);
+          std::string item = text.substr(start, comma == std::string::npos ? std::string::npos
+                                                                           : comma - start);
+          if (item.empty())
+            return "an empty item in the list (give CUDA device ordinals separated by commas, "
+                   "e.g. 0,1)";
+          const std::string why = ordinal(item);
+          if (!why.empty()) return why;
+          for (const std::string& s : seen)
+            if (s == item) return "device " + item + " is listed twice";
+          seen.push_back(item);
+          if (comma == std::string::npos) break;
+          start = comma + 1;
+        }
+        return "";
+      },
+      "INT[,INT...]", "device_list");
+}
+
+}  // namespace
+
 void EngineFlags::add_devices(CLI::App* sub, std::vector<int>& devices) {
-  sub->add_option("--devices", devices,
-                  "CUDA devices to split one request over (sequence parallelism), the engine's "
-                  "own first, e.g. 0,1 (default: one device)")
-      ->delimiter(',')
-      ->transform(integer_in(0, 1 << 16));
+  sub->add_option_function<std::string>(
+         "--devices",
+         [&devices](const std::string& text) {
+           devices.clear();
+           for (size_t start = 0;;) {  // checked by device_list() already
+             const size_t comma = text.find(',', start);
+             devices.push_back(std::stoi(text.substr(start, comma - start)));
+             if (comma == std::string::npos) break;
+             start = comma + 1;
+           }
+         },
+         "CUDA devices to split one request over (sequence parallelism), the engine's own "
+         "first, e.g. 0,1 (default: one device)")
+      ->check(device_list());
 }
 
 sparse3d::EngineOptions EngineFlags::resolve() const {

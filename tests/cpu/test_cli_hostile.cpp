@@ -177,6 +177,13 @@ TEST_F(CliHostile, NumericOptionsAreRefusedByNameNotCoerced) {
       {pl + "--tokens 5,-1", "--tokens: token count '-1' is not"},
       {pl + "--tokens 1e3,", "--tokens: token count '1e3' is not"},
       {run + "--qualify-m 0", "--qualify-m: '0' is outside [1, 1048576]"},
+      // --devices: an empty item was dropped and a duplicate exited 1 from the engine.
+      {run + "--devices 0,", "--devices: an empty item in the list"},
+      {run + "--devices ,0", "--devices: an empty item in the list"},
+      {bench + "--devices 0,,1", "--devices: an empty item in the list"},
+      {run + "--devices 0,0", "--devices: device 0 is listed twice"},
+      {bench + "--devices 1,0,1", "--devices: device 1 is listed twice"},
+      {run + "--devices 0,x", "--devices: 'x' is not a non-negative integer"},
       {run + "--max-device-memory nan", "--max-device-memory: 'nan' is not a finite decimal number"},
       {run + "--max-device-memory 1e999", "--max-device-memory: '1e999' is not a finite"},
       {run + "--steps 010", ""},  // a valid form: reaches the missing checkpoint (below)

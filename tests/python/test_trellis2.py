@@ -617,6 +617,16 @@ def test_an_unknown_keyword_is_a_type_error(pipeline, cache_dir):
     (dict(devices=[0, None]), "accelerate: devices must be an integer, got None"),
     (dict(parallel_min_tokens=0.5), "accelerate: parallel_min_tokens must be an integer, "
                                     "got 0.5"),
+    # The engine's own value checks, run before anything is replaced.
+    (dict(qualify_m=[-64]), "accelerate: qualify_m: candidate M must be in [1, 1048576], "
+                            "got -64"),
+    (dict(devices=[0, 0]), "accelerate: devices: device 0 is listed twice"),
+    # A warm-up that could only fail after the replacement.
+    (dict(warm_up="bogus"), "accelerate: warm_up names 'bogus', which is not among the models "
+                            "it accelerates here (shape_slat_flow_model_512)"),
+    (dict(warm_up=["shape_slat_flow_model_512", "tex_slat_flow_model_1024"]),
+     "accelerate: warm_up names 'tex_slat_flow_model_1024', which is not among the models"),
+    (dict(warm_up=["image_cond_model"]), "accelerate: warm_up names 'image_cond_model'"),
 ])
 def test_an_option_of_the_wrong_type_is_refused_by_name(pipeline, cache_dir, kwargs, message):
     original = pipeline.models["shape_slat_flow_model_512"]
@@ -627,6 +637,44 @@ def test_an_option_of_the_wrong_type_is_refused_by_name(pipeline, cache_dir, kwa
     assert str(e.value).startswith(message), str(e.value)
     assert "\n" not in str(e.value)
     assert pipeline.models["shape_slat_flow_model_512"] is original
+
+
+def test_a_pipeline_device_the_warm_up_cannot_use_is_refused_before_anything_changes(
+        pipeline, cache_dir):
+    original = pipeline.models["shape_slat_flow_model_512"]
+    pipeline.device = "tpu:0"
+    with pytest.raises(s3d.Error, match=r"^accelerate: warm_up runs on the pipeline's device, "
+                                        r"and device must be "):
+        t2.accelerate(pipeline, device="cpu", cache_dir=cache_dir, warm_up=True)
+    assert pipeline.models["shape_slat_flow_model_512"] is original
+    assert not isinstance(pipeline.shape_slat_sampler, t2.EngineSampler)
+    # Without a warm-up the pipeline's device is never read: accepted.
+    t2.accelerate(pipeline, device="cpu", cache_dir=cache_dir).restore()
+
+
+def test_whatever_raises_during_the_replacement_puts_everything_back(pipeline, cache_dir,
+                                                                    monkeypatch):
+    original = pipeline.models["shape_slat_flow_model_512"]
+    sampler = pipeline.shape_slat_sampler
+
+    def interrupted(self, *args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(t2.Acceleration, "warm_up", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        t2.accelerate(pipeline, device="cpu", cache_dir=cache_dir, warm_up=True)
+    assert pipeline.models["shape_slat_flow_model_512"] is original
+    assert pipeline.shape_slat_sampler is sampler
+
+
+def test_the_engine_refuses_the_same_devices_and_qualify_m():
+    from conftest import TINY
+    tiny_checkpoint = TINY
+    with pytest.raises(s3d.Error, match=r"^devices: device 1 is listed twice$"):
+        s3d.Engine(tiny_checkpoint, device="cpu", devices=[1, 0, 1])
+    with pytest.raises(s3d.Error, match=r"^qualify_m: candidate M must be in \[1, 1048576\], "
+                                        r"got 0$"):
+        s3d.Engine(tiny_checkpoint, device="cpu", qualify_m=[64, 0])
 
 
 def test_what_the_pipeline_holds_is_still_a_counted_fallback(pipeline, cache_dir, tmp_path):
