@@ -108,7 +108,18 @@ void QualificationCache::refuse(const std::string& why) {
 io::Json QualificationCache::read_entries(bool report) {
   if (dir_.empty()) return memory_;
   const std::string path = file();
-  if (!std::filesystem::exists(path)) return io::Json::object();
+  // A folder the process cannot reach (no permission on the way, a symbolic-link loop, a
+  // file where a folder should be) costs this process its qualifications, never a request:
+  // counted and said, and the store after the qualification says it could not save.
+  std::error_code unreachable;
+  const bool present = std::filesystem::exists(path, unreachable);
+  if (unreachable) {
+    if (report)
+      refuse(cat(path, " cannot be reached (", unreachable.message(), "): every shape is "
+                 "qualified again, in memory"));
+    return io::Json::object();
+  }
+  if (!present) return io::Json::object();
   try {
     const io::Json j = io::read_json_file(path);
     S3D_CHECK(j.is_object() && j.value("format", "") == kFormat, "not a ", kFormat, " file");
@@ -116,7 +127,7 @@ io::Json QualificationCache::read_entries(bool report) {
               ", this engine reads ", kVersion);
     S3D_CHECK(j.contains("entries") && j.at("entries").is_object(), "no 'entries' object");
     return j.at("entries");
-  } catch (const Error& e) {
+  } catch (const std::exception& e) {
     if (report)
       refuse(cat(path, " is unreadable or corrupt (", e.what(), "): every shape is qualified "
                  "again and the file rewritten"));

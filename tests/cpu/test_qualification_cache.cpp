@@ -144,6 +144,51 @@ TEST_F(QualificationCacheTest, CorruptFileIsRefusedAndRewritten) {
   EXPECT_TRUE(cache().find_probe(fp, "00000000000000aa", probe(4101), config).has_value());
 }
 
+// A cache folder the process cannot reach: a symbolic-link loop (ELOOP, which root meets too)
+// and a regular file where the folder should be (ENOTDIR: no entry there, a miss). Each costs a
+// counted refusal or miss and a "not saved" line, never an exception: the request goes on.
+TEST_F(QualificationCacheTest, AFolderThatCannotBeReachedIsARefusalNotAFailure) {
+  fs::create_directories(dir);
+  const std::string loop = dir + "/loop";
+  fs::create_symlink("loop", loop);
+  const std::string file_as_folder = dir + "/plain";
+  std::ofstream(file_as_folder) << "x";
+  const auto fp = fingerprint("NVIDIA H200");
+  for (const std::string& where : {loop, loop + "/sub", file_as_folder + "/sub"}) {
+    log.clear();
+    QualificationCache c(where, [this](const std::string& l) { log += l + "\n"; });
+    EXPECT_FALSE(c.find_probe(fp, "00000000000000aa", probe(4101), config).has_value()) << where;
+    if (where.find("plain") == std::string::npos) {
+      EXPECT_EQ(c.stats().refusals, 1u) << where;
+      EXPECT_NE(log.find("cannot be reached"), std::string::npos) << log;
+    } else {
+      EXPECT_EQ(c.stats().misses, 1u) << where;  // under a file there is no entry: a miss
+    }
+    c.store_probe(fp, "00000000000000aa", probe(4101), verdict(true));
+    EXPECT_NE(log.find("not saved"), std::string::npos) << log;
+  }
+  // An engine whose cache folder is such a path serves its request with the bits of an
+  // engine that keeps its qualifications in memory.
+  const std::string tiny = std::string(SPARSE3D_TEST_DATA) + "/golden/inputs/tiny.json";
+  sparse3d::EngineOptions o;
+  o.device = sparse3d::DeviceChoice::CPU;
+  std::vector<int32_t> coords;
+  for (int x = 0; x < 3; ++x)
+    for (int y = 0; y < 3; ++y) coords.insert(coords.end(), {0, x, y, 1});
+  std::vector<float> cond(5 * 64, 0.5f);
+  sparse3d::SampleRequest r;
+  r.coords = {coords.data(), sparse3d::DType::I32, sparse3d::Device::CPU, 0, {9, 4}};
+  r.cond = {cond.data(), sparse3d::DType::F32, sparse3d::Device::CPU, 0, {1, 5, 64}};
+  r.seed = 5;
+  r.sampler.steps = 2;
+  sparse3d::EngineOptions memory_only = o;
+  memory_only.persist_qualification = false;
+  const sparse3d::Array want = sparse3d::Engine(tiny, memory_only).sample(r).latent;
+  o.cache_dir = loop + "/sub";
+  const sparse3d::Array got = sparse3d::Engine(tiny, o).sample(r).latent;
+  EXPECT_EQ(got.to_floats(), want.to_floats());
+}
+
 TEST_F(QualificationCacheTest, InconsistentVerdictIsRefused) {
   const auto fp = fingerprint("NVIDIA H200");
   model::Applicability a = verdict(true);
