@@ -783,7 +783,9 @@ class Engine:
     def reset_counters(self) -> None:
         self._e.reset_counters()
 
-    def fingerprint(self) -> Dict[str, str]:
+    def fingerprint(self) -> Dict[str, Any]:
+        """The environment the engine's qualifications hold for: versions, GPU, driver (str
+        values; has_gpu a bool)."""
         return self._e.fingerprint()
 
     def qualification(self) -> List[Dict[str, Any]]:

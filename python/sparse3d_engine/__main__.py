@@ -15,16 +15,59 @@ OUT/NAME.npy. Errors are one line, "sparse3d_engine: error: ...", and exit statu
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import logging
 import os
+import re
 import sys
 import time
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
-PROG = "python -m sparse3d_engine"
+# The console script is `sparse3d-engine`; `python -m sparse3d_engine` runs the same.
+PROG = ("sparse3d-engine" if os.path.basename(sys.argv[0] or "") == "sparse3d-engine"
+        else "python -m sparse3d_engine")
+
+
+def printable(text: str) -> str:
+    """`text` with its control characters (below 0x20, and 0x7f) written as \\xNN, as the C++
+    command writes them: a value echoed in an error line can neither break the line nor drive
+    the terminal."""
+    return "".join(f"\\x{ord(c):02x}" if ord(c) < 0x20 or ord(c) == 0x7f else c for c in text)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with the C++ command line's manners: a misspelt command or option gets a
+    suggestion, and what it echoes is escaped."""
+
+    def error(self, message: str) -> Any:  # type: ignore[override]
+        choice = re.search(r"invalid choice: '((?:[^'\\]|\\.)*)' \(choose from (.*)\)", message)
+        if choice:
+            options = [c.strip().strip("'") for c in choice.group(2).split(",")]
+            close = difflib.get_close_matches(choice.group(1), options, n=1)
+            if close:
+                message += f"; did you mean '{close[0]}'?"
+        unknown = re.search(r"unrecognized arguments: (.*)", message)
+        if unknown:
+            known: List[str] = [o for a in _all_actions(self) for o in a.option_strings]
+            for word in unknown.group(1).split():
+                close = difflib.get_close_matches(word.split("=")[0], known, n=1)
+                if word.startswith("-") and close:
+                    message += f"; did you mean {close[0]}?"
+                    break
+        super().error(printable(message))
+
+
+def _all_actions(parser: argparse.ArgumentParser) -> List[argparse.Action]:
+    """Every option of `parser` and of its subcommands."""
+    out = list(parser._actions)
+    for a in parser._actions:
+        if isinstance(a, argparse._SubParsersAction):
+            for sub in a.choices.values():
+                out += sub._actions
+    return out
 # The names an inputs file may hold (sparse3d run --inputs reads the same).
 INPUT_NAMES = ("coords", "cond", "concat_cond", "noise")
 
@@ -39,6 +82,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     import sparse3d_engine as s3d
     info = s3d.build_info()
     info["paths"] = [p["name"] for p in s3d.paths()]
+    info["environment"] = json.loads(s3d._native.environment_json())
     if args.json:
         print(json.dumps(info, indent=2))
         return 0
@@ -47,6 +91,13 @@ def cmd_info(args: argparse.Namespace) -> int:
     print(f"  native module   {info['native_module']}")
     print(f"  built for CUDA  {cuda.get('version') or cuda.get('major')}")
     print(f"  python          {info['python']} ({info['platform']})")
+    env = info["environment"]
+    if env.get("has_gpu"):
+        print(f"  GPU             {env['gpu_name']} (compute capability "
+              f"{env['compute_capability']}, {env['sm_count']} SMs, "
+              f"{env['gpu_memory_bytes'] / 2**30:.0f} GiB), driver {env['nvidia_driver']}")
+    else:
+        print("  GPU             none (CPU backend)")
     for name, version in info["packages"].items():
         print(f"  {name:<15} {version or 'not installed'}")
     print(f"  default path    {info['default_path']} (paths: {', '.join(info['paths'])})")
@@ -259,9 +310,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 # ---- The parser -------------------------------------------------------------------------------
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=PROG, description="sparse3d_engine: TRELLIS.2's flow "
-                                "transformers on the sparse3d engine (docs/PYTHON.md).")
-    sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    p = _Parser(prog=PROG, description="sparse3d_engine: TRELLIS.2's flow "
+                "transformers on the sparse3d engine (docs/PYTHON.md).")
+    p.add_argument("--version", action="version", version=f"sparse3d_engine {_version()}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True,
+                           parser_class=_Parser)
 
     info = sub.add_parser("info", help="Versions, build, and the CUDA libraries loaded")
     info.add_argument("--json", action="store_true", help="As one JSON object")
@@ -313,6 +366,15 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def _version() -> str:
+    """The package's version, as its native module gives it (the one this command runs)."""
+    try:
+        import sparse3d_engine as s3d
+    except ImportError as e:
+        return f"unknown (the package does not import: {printable(str(e))})"
+    return s3d.__version__
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parser().parse_args(argv)
     # The engine's messages (fallbacks) and the loader's warnings, as lines on stderr.
@@ -320,12 +382,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         import sparse3d_engine as s3d
     except ImportError as e:
-        print(f"{PROG.split()[-1]}: error: {e}", file=sys.stderr)
+        print(f"sparse3d_engine: error: {printable(str(e))}", file=sys.stderr)
         return 1
     try:
         return int(args.fn(args) or 0)
     except (UsageError, s3d.Error, OSError) as e:
-        print(f"sparse3d_engine: error: {e}", file=sys.stderr)
+        print(f"sparse3d_engine: error: {printable(str(e))}", file=sys.stderr)
         return 1
 
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <limits>
 
@@ -169,6 +170,22 @@ const CLI::Validator kNonEmptyPath(
 const CLI::Validator kNonEmptyValue(
     [](std::string& text) -> std::string { return text.empty() ? "the value is empty" : ""; },
     "", "non_empty_value");
+
+std::string printable(const std::string& text) {
+  std::string out;
+  out.reserve(text.size());
+  for (const char c : text) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte < 0x20 || byte == 0x7f) {
+      char escaped[8];
+      std::snprintf(escaped, sizeof escaped, "\\x%02x", byte);
+      out += escaped;
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
 
 std::string unknown_arguments(const CLI::App& app) {
   const auto subs = app.get_subcommands();

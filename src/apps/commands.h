@@ -59,6 +59,10 @@ class UsageError : public CLI::ParseError {
 // reported missing is most often the one that was misspelt).
 std::string unknown_arguments(const CLI::App& app);
 
+// `text` with its control characters (bytes below 0x20 and 0x7f) written as \xNN: a value
+// echoed in an error line can neither break the line nor drive the terminal. UTF-8 stays.
+std::string printable(const std::string& text);
+
 // Value checks for numeric options, applied to the text before CLI11 converts it (CLI11's
 // own conversion takes "-1" for 2^64 - 1 in an unsigned option, "010" for 8 and "0x10" for 16,
 // and saturates 1e23). Each refuses anything else with a message CLI11 prefixes with the

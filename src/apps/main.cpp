@@ -38,27 +38,28 @@ int main(int argc, char** argv) {
     // is most likely a consequence of the misspelling.
     std::string message = s3d::apps::unknown_arguments(app);
     if (message.empty()) message = e.what();
-    std::fprintf(stderr, "sparse3d: error: %s (see sparse3d --help)\n", message.c_str());
+    std::fprintf(stderr, "sparse3d: error: %s (see sparse3d --help)\n",
+                 s3d::apps::printable(message).c_str());
     return 2;
   } catch (const s3d::Error& e) {
-    std::fprintf(stderr, "sparse3d: error: %s\n", e.what());
+    std::fprintf(stderr, "sparse3d: error: %s\n", s3d::apps::printable(e.what()).c_str());
     return 1;
   }
   try {
     for (auto* sub : app.get_subcommands()) return commands.at(sub->get_name())();
   } catch (const s3d::Error& e) {
-    std::fprintf(stderr, "sparse3d: error: %s\n", e.what());
+    std::fprintf(stderr, "sparse3d: error: %s\n", s3d::apps::printable(e.what()).c_str());
     return 1;
   } catch (const std::filesystem::filesystem_error& e) {
     // A file or folder the system refused (a path the commands' own checks did not foresee):
     // bad input or a bad environment, not a bug. The message names the path and the reason.
-    std::fprintf(stderr, "sparse3d: error: %s\n", e.what());
+    std::fprintf(stderr, "sparse3d: error: %s\n", s3d::apps::printable(e.what()).c_str());
     return 1;
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "sparse3d: error: out of host memory\n");
     return 1;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "sparse3d: internal error: %s\n", e.what());
+    std::fprintf(stderr, "sparse3d: internal error: %s\n", s3d::apps::printable(e.what()).c_str());
     return 3;
   }
   return 0;

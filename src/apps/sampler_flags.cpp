@@ -1,7 +1,5 @@
 #include "apps/sampler_flags.h"
 
-#include <climits>
-
 #include "apps/commands.h"
 #include "core/error.h"
 
@@ -36,10 +34,10 @@ void SamplerFlags::add_to(CLI::App* sub) {
           ->check(CLI::Validator(check_preset, "{released,released_sparse_structure,protocol}",
                                  "sampler preset"));
   if (!preset.empty()) o->capture_default_str();
-  // The form is checked here (decimal digits: CLI11 alone reads "010" as 8); the range is
-  // SamplerSettings::validate's, in resolve().
+  // Form and range checked here (decimal digits: CLI11 alone reads "010" as 8), so that the
+  // help shows the range enforced; [1, 10000] is SamplerSettings::validate's (kMaxSteps).
   steps_given = sub->add_option("--steps", steps, "Euler steps (overrides the sampler preset)")
-                    ->transform(integer_in(INT_MIN, INT_MAX));
+                    ->transform(integer_in(1, 10000));
   rescale_t_given =
       sub->add_option("--rescale-t", rescale_t, "Timestep rescale r")->check(kNonEmptyValue);
   cfg_given =

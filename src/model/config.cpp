@@ -1,6 +1,7 @@
 #include "model/config.h"
 
 #include <cmath>
+#include <filesystem>
 
 #include "core/error.h"
 #include "model/family.h"
@@ -209,6 +210,12 @@ io::Json config_to_json(const ModelConfig& c) {
 }
 
 ModelConfig read_config_file(const std::string& path) {
+  // The weights file given where its config belongs is a mistake worth naming: read as JSON
+  // it is a parse error at its first byte that says nothing of the cause.
+  const std::string ext = std::filesystem::path(path).extension().string();
+  S3D_CHECK(ext != ".safetensors", "checkpoint ", path, " is the weights file: give its config, ",
+            std::filesystem::path(path).replace_extension(".json").string(),
+            " (NAME.json, with NAME.safetensors beside it)");
   return config_from_json(io::read_json_file(path), "config " + path);
 }
 

@@ -776,7 +776,12 @@ static void bind_engine(nb::module_& m) {
       .def("reset_counters", [](PyEngine& e) { unlocked([&] { e.engine().reset_counters(); return 0; }); })
       .def("fingerprint", [](PyEngine& e) {
         nb::dict d;
-        for (const auto& [k, v] : unlocked([&] { return e.engine().fingerprint(); })) d[k.c_str()] = v;
+        for (const auto& [k, v] : unlocked([&] { return e.engine().fingerprint(); })) {
+          if (k == "has_gpu")
+            d[k.c_str()] = nb::bool_(v == "true");  // a boolean, not the string "false"
+          else
+            d[k.c_str()] = v;
+        }
         return d;
       })
       .def("qualification", [](PyEngine& e) {
@@ -804,6 +809,8 @@ NB_MODULE(_native, m) {
 
   m.def("version", [] { return std::string(sparse3d::version()); });
   m.def("default_path", [] { return std::string(sparse3d::default_path()); });
+  // The environment fingerprint without an engine (`sparse3d info --json`): one JSON object.
+  m.def("environment_json", [] { return unlocked([] { return sparse3d::environment_report(true); }); });
   m.def("paths", [] {
     nb::list out;
     for (const auto& p : sparse3d::execution_paths()) {

@@ -187,8 +187,6 @@ TEST_F(Cli, SamplerValuesOutOfRangeAreRefusedNotIgnored) {
   const std::string base = "run --device cpu --checkpoint " + dir + "/nope.json --manifest " + dir +
                            "/pl/manifest.json --out " + dir + "/sentinels ";
   const std::pair<const char*, const char*> cases[] = {
-      {"--steps -1", "steps must be in [1, 10000], got -1"},
-      {"--steps 0", "steps must be in [1, 10000], got 0"},
       {"--cfg nan", "guidance strength must be finite"},
       {"--guidance-rescale nan", "guidance rescale must be in [0, 1]"},
       {"--guidance-rescale 1.5", "guidance rescale must be in [0, 1], got 1.5"},

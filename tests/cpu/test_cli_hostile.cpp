@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -187,7 +188,11 @@ TEST_F(CliHostile, NumericOptionsAreRefusedByNameNotCoerced) {
       {run + "--max-device-memory nan", "--max-device-memory: 'nan' is not a finite decimal number"},
       {run + "--max-device-memory 1e999", "--max-device-memory: '1e999' is not a finite"},
       {run + "--steps 010", ""},  // a valid form: reaches the missing checkpoint (below)
-      {run + "--steps 0x10", "--steps: '0x10' is not an integer in decimal digits"},
+      {run + "--steps 0x10", "--steps: '0x10' is not a non-negative integer in decimal digits"},
+      // The sampler's range, shown by --help and enforced as a usage error (was exit 1).
+      {run + "--steps 0", "--steps: '0' is outside [1, 10000]"},
+      {run + "--steps -1", "--steps: '-1' is not a non-negative integer"},
+      {run + "--steps 10001", "--steps: '10001' is outside [1, 10000]"},
       {bench + "--repeats 0", "--repeats: '0' is outside [1, 1000000]"},
       {bench + "--warmup -1", "--warmup: '-1' is not"},
       {bench + "--batch 0", "--batch: '0' is outside [1, 64]"},
@@ -215,6 +220,28 @@ TEST_F(CliHostile, AQueueOverADeviceThisMachineLacksIsRefusedFirst) {
               "/pl/manifest.json --devices 0,97 --queue --out " + d + "/bench");
   const std::string missing = s3d::cuda_device_count() == 0 ? "0" : "97";
   expect_cli_error(r, "bench --queue: device " + missing + " is not on this machine");
+  EXPECT_TRUE(entries_of(d).empty()) << entries_of(d).front();
+}
+
+// Control characters in a value the error line echoes (a newline, an ESC sequence) were
+// written raw: the line broke, or the terminal took the sequence. They come as \xNN.
+TEST_F(CliHostile, ControlCharactersInAnEchoedValueAreEscaped) {
+  const std::string d = scratch("control");
+  const std::pair<std::string, std::string> cases[] = {
+      {"make-checkpoint --preset \"$(printf 'x\\033[31m')\" --out " + d + "/m",
+       "unknown model preset 'x\\x1b[31m'"},
+      {"run --device cpu --checkpoint \"$(printf 'a\\nb.json')\" --manifest " + dir +
+           "/pl/manifest.json --out " + d + "/r",
+       "a\\x0ab.json"},
+  };
+  for (const auto& [args, needle] : cases) {
+    const CliResult r = run_cli(args);
+    expect_cli_error(r, needle);
+    // One line: its newline at the end and no other control character.
+    EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << args << ": " << r.output;
+    for (const char c : r.output)
+      EXPECT_TRUE(c == '\n' || static_cast<unsigned char>(c) >= 0x20) << args << ": " << r.output;
+  }
   EXPECT_TRUE(entries_of(d).empty()) << entries_of(d).front();
 }
 

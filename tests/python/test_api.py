@@ -31,6 +31,16 @@ def test_engine_loads_on_the_cpu(engine):
     assert "tiny.json" in repr(engine)
     fp = engine.fingerprint()
     assert isinstance(fp, dict) and fp
+    # Booleans as booleans (has_gpu was the string 'false', which is truthy).
+    assert isinstance(fp["has_gpu"], bool)
+
+
+def test_a_checkpoint_path_naming_the_weights_file_says_so(cache_dir):
+    weights = TINY[:-len(".json")] + ".safetensors"
+    with pytest.raises(s3d.Error, match=r"^checkpoint .*tiny\.safetensors is the weights file: "
+                                        r"give its config, .*tiny\.json \(NAME\.json, with "
+                                        r"NAME\.safetensors beside it\)$"):
+        s3d.Engine(weights, device="cpu", cache_dir=cache_dir)
 
 
 def test_seed_and_noise_give_the_same_bits(engine):

@@ -44,6 +44,33 @@ def test_info(tmp_path):
     assert set(info["packages"]) >= {"numpy", "torch", "tqdm"}
 
 
+def test_version_suggestions_and_the_gpu_line(tmp_path):
+    r = module("--version", cwd=tmp_path)
+    assert r.returncode == 0 and r.stdout == f"sparse3d_engine {s3d.__version__}\n", r
+    r = module("runn", cwd=tmp_path)
+    assert r.returncode == 2 and "invalid choice: 'runn'" in r.stderr, r.stderr
+    assert r.stderr.rstrip().endswith("did you mean 'run'?"), r.stderr
+    r = module("run", "--checkpoint", TINY, "--stepz", "3", cwd=tmp_path)
+    assert r.returncode == 2 and r.stderr.rstrip().endswith("did you mean --steps?"), r.stderr
+    r = module("info", cwd=tmp_path)
+    gpu = [line for line in r.stdout.splitlines() if line.startswith("  GPU ")]
+    assert len(gpu) == 1, r.stdout
+    info = json.loads(module("info", "--json", cwd=tmp_path).stdout)
+    assert isinstance(info["environment"]["has_gpu"], bool)
+    assert ("none (CPU backend)" in gpu[0]) == (not info["environment"]["has_gpu"])
+
+
+def test_control_characters_in_an_echoed_value_are_escaped(tmp_path):
+    for args, needle in ((("make-checkpoint", "--preset", "x\x1b[31m", "--out", tmp_path / "m"),
+                          "'x\\x1b[31m'"),
+                         (("run", "--checkpoint", "a\nb.json"), "a\\x0ab.json"),
+                         (("runn\x1b[2J",), "'runn\\x1b[2J'")):
+        r = module(*args, cwd=tmp_path)
+        assert r.returncode in (1, 2) and needle in r.stderr, (args, r.stderr)
+        assert "\x1b" not in r.stderr and r.stderr.count("\n") <= 2, (args, r.stderr)
+    assert not (tmp_path / "m.json").exists()
+
+
 def test_make_checkpoint_writes_what_the_cpp_command_writes(tmp_path):
     r = module("make-checkpoint", "--preset", "tiny", "--seed", 3, "--out", tmp_path / "a" / "tiny",
                cwd=tmp_path)
