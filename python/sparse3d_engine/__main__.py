@@ -60,6 +60,21 @@ class _Parser(argparse.ArgumentParser):
         super().error(printable(message))
 
 
+def integer_in(low: int, high: int):
+    """An argparse type: a decimal integer in [low, high], refused by the option's name (a
+    usage error, exit 2) before anything runs, as the C++ command's numeric options are."""
+    def parse(text: str) -> int:
+        if not re.fullmatch(r"[+-]?[0-9]+", text.strip()):
+            raise argparse.ArgumentTypeError(f"'{printable(text)}' is not an integer in "
+                                             f"decimal digits (expected one in [{low}, {high}])")
+        value = int(text)
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"'{printable(text)}' is outside [{low}, {high}]")
+        return value
+    parse.__name__ = "integer"
+    return parse
+
+
 def _all_actions(parser: argparse.ArgumentParser) -> List[argparse.Action]:
     """Every option of `parser` and of its subcommands."""
     out = list(parser._actions)
@@ -222,15 +237,18 @@ def _stats(latent: np.ndarray) -> Dict[str, Any]:
 
 def cmd_run(args: argparse.Namespace) -> int:
     import sparse3d_engine as s3d
-    from . import _safetensors
     request = read_inputs(args.inputs) if args.inputs else None
     name = os.path.splitext(os.path.basename(args.inputs))[0] if args.inputs else "synthetic"
     target = None
     if args.out:
+        # Checked now, created only when there is a latent to write (a failed run leaves no
+        # new folder).
         if os.path.exists(args.out) and not os.path.isdir(args.out):
             raise UsageError(f"--out {args.out} exists and is not a folder")
-        os.makedirs(args.out, exist_ok=True)
         target = os.path.join(args.out, f"{name}.{args.format}")
+        if args.inputs and os.path.exists(target) and os.path.samefile(target, args.inputs):
+            raise UsageError(f"--out {args.out}: {target} is the inputs file itself, which "
+                             f"the result would overwrite; choose another folder")
 
     t0 = time.perf_counter()
     engine = s3d.Engine(args.checkpoint, path=args.path or "", device=args.device,
@@ -287,24 +305,43 @@ def cmd_run(args: argparse.Namespace) -> int:
               f"{target or 'the latent'} not written")
         return 1
     if target is not None:
-        if args.format == "npy":
-            np.save(target, latent)
-        else:
-            tensors = {"latent": latent}
-            if coords is not None:
-                tensors["coords"] = coords
-            metadata = {"steps": str(sampler.steps), "path": st["plan"],
-                        "generator": "python -m sparse3d_engine run"}
-            metadata.update({"inputs": args.inputs} if args.inputs else
-                            {"tokens": str(args.tokens), "cond_tokens": str(args.cond_tokens)})
-            if noise is None:
-                metadata["seed"] = str(args.seed)
-            _safetensors.write(target, tensors, metadata)
+        created = not os.path.isdir(args.out)
+        os.makedirs(args.out, exist_ok=True)
+        try:
+            _write_result(target, args, latent, coords, sampler, st, noise)
+        except BaseException:
+            if created:
+                try:
+                    os.rmdir(args.out)   # only when empty: what this run made
+                except OSError:
+                    pass
+            raise
         print(f"[{name}] wrote {target}")
     if args.json:
         print(json.dumps({"name": name, "stats": st, "latent": stats, "out": target,
                           "fallbacks": fallbacks}))
     return 0
+
+
+def _write_result(target: str, args: argparse.Namespace, latent: np.ndarray,
+                  coords: Optional[np.ndarray], sampler: Any, st: Dict[str, Any],
+                  noise: Optional[np.ndarray]) -> None:
+    """The latent at `target`, atomically (_safetensors.write_atomic: no partial file, no
+    write through a planted link)."""
+    from . import _safetensors
+    if args.format == "npy":
+        _safetensors.write_atomic(target, lambda f: np.save(f, latent))
+        return
+    tensors = {"latent": latent}
+    if coords is not None:
+        tensors["coords"] = coords
+    metadata = {"steps": str(sampler.steps), "path": st["plan"],
+                "generator": "python -m sparse3d_engine run"}
+    metadata.update({"inputs": args.inputs} if args.inputs else
+                    {"tokens": str(args.tokens), "cond_tokens": str(args.cond_tokens)})
+    if noise is None:
+        metadata["seed"] = str(args.seed)
+    _safetensors.write(target, tensors, metadata)
 
 
 # ---- The parser -------------------------------------------------------------------------------
@@ -325,7 +362,8 @@ def parser() -> argparse.ArgumentParser:
     make.add_argument("--preset", default="tiny",
                       help="tiny | tiny-ss | trellis2-shape-1024 | trellis2-tex-1024 | "
                            "trellis2-ss-16 (default: tiny)")
-    make.add_argument("--seed", type=int, default=0, help="Weight seed (default: 0)")
+    make.add_argument("--seed", type=integer_in(0, 2**64 - 1), default=0,
+                      help="Weight seed (default: 0)")
     make.add_argument("--out", required=True, help="Output prefix DIR/NAME")
     make.add_argument("--dtype", choices=("bf16", "f32"), default="bf16",
                       help="Stored dtype: bf16 (as released, the default) or f32")
@@ -336,11 +374,11 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--inputs", help="A safetensors file of one request: coords i32 [N, 4], "
                      "cond f32/bf16 [L, C] or [B, L, C], optional concat_cond [N, Cc] and "
                      "noise ([N, C_out], or [B, C_out, R, R, R] for the dense model)")
-    run.add_argument("--tokens", type=int, default=1024,
+    run.add_argument("--tokens", type=integer_in(1, 1 << 24), default=1024,
                      help="Without --inputs: voxels of the synthetic asset (default: 1024)")
-    run.add_argument("--cond-tokens", type=int, default=64,
+    run.add_argument("--cond-tokens", type=integer_in(1, 1 << 16), default=64,
                      help="Without --inputs: condition tokens L (default: 64)")
-    run.add_argument("--seed", type=int, default=0,
+    run.add_argument("--seed", type=integer_in(0, 2**64 - 1), default=0,
                      help="The noise seed (the engine's generator) when the request brings "
                           "no noise, and the synthetic request's (default: 0)")
     run.add_argument("--path", help="Execution path, with +flag/-flag edits (default: the "
@@ -348,7 +386,8 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--sampler", default=None,
                      choices=("released", "released_sparse_structure", "protocol"),
                      help="Sampler preset (default: the model family's released settings)")
-    run.add_argument("--steps", type=int, help="Euler steps (overrides the preset)")
+    run.add_argument("--steps", type=integer_in(1, 10000),
+                     help="Euler steps (overrides the preset)")
     run.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"))
     run.add_argument("--cache-dir", help="Qualification cache folder")
     run.add_argument("--no-qualification-cache", action="store_true",

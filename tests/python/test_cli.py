@@ -213,6 +213,115 @@ def test_run_errors(tmp_path):
     assert r.returncode == 1 and "missing.json" in r.stderr
 
 
+def _raw(path, header, data=b""):
+    """A safetensors file with exactly this header (any JSON text) and data."""
+    text = header.encode() if isinstance(header, str) else json.dumps(header).encode()
+    with open(path, "wb") as f:
+        f.write(len(text).to_bytes(8, "little") + text + data)
+
+
+def test_malformed_inputs_are_one_line_errors(tmp_path):
+    """Each was a traceback (or an accepted file) before: one `error:` line, exit 1."""
+    cases = {
+        "offsets3": ({"cond": {"dtype": "F32", "shape": [1, 4], "data_offsets": [0, 16, 0]}},
+                     "data_offsets [0, 16, 0] (two integers"),
+        "offsets_str": ({"cond": {"dtype": "F32", "shape": [1, 4], "data_offsets": ["0", "16"]}},
+                        "data_offsets ['0', '16']"),
+        "dtype_list": ({"cond": {"dtype": ["I32"], "shape": [1, 4], "data_offsets": [0, 16]}},
+                       "has dtype ['I32']"),
+        "shape_bool": ({"cond": {"dtype": "F32", "shape": [True, 4], "data_offsets": [0, 16]}},
+                       "has shape [True, 4]"),
+        "wraps": ({"cond": {"dtype": "F32", "shape": [2 ** 62, 4], "data_offsets": [0, 0]}},
+                  "more than the 2147483648"),
+        "huge": ({"coords": {"dtype": "I32", "shape": [201326592, 4], "data_offsets":
+                             [0, 201326592 * 16]}}, "more than the 2147483648"),
+        "overlap": ({"cond": {"dtype": "F32", "shape": [1, 4], "data_offsets": [0, 16]},
+                     "noise": {"dtype": "F32", "shape": [1, 4], "data_offsets": [8, 24]}},
+                    "share bytes"),
+        "twice": ('{"cond": {"dtype": "F32", "shape": [1, 4], "data_offsets": [0, 16]}, '
+                  '"cond": {"dtype": "F32", "shape": [1, 4], "data_offsets": [0, 16]}}',
+                  "names 'cond' twice"),
+    }
+    for name, (header, needle) in cases.items():
+        path = tmp_path / f"{name}.safetensors"
+        _raw(path, header, bytes(32))
+        r = module("run", "--checkpoint", TINY, "--inputs", path, "--device", "cpu",
+                   cwd=tmp_path, timeout=60)
+        assert r.returncode == 1 and needle in r.stderr, (name, r.stderr)
+        assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, (name, r.stderr)
+    fifo = tmp_path / "fifo.safetensors"
+    os.mkfifo(fifo)
+    r = module("run", "--checkpoint", TINY, "--inputs", fifo, "--device", "cpu", cwd=tmp_path,
+               timeout=60)
+    assert r.returncode == 1 and "not a regular file" in r.stderr, r.stderr
+
+
+def test_numeric_options_are_usage_errors_by_name(tmp_path):
+    for args, needle in ((("--seed", "-1"), "--seed: '-1' is outside"),
+                         (("--cond-tokens", "-1"), "--cond-tokens: '-1' is outside"),
+                         (("--cond-tokens", "10000000000"), "--cond-tokens: '10000000000' is "
+                                                            "outside [1, 65536]"),
+                         (("--tokens", "1e3"), "--tokens: '1e3' is not an integer"),
+                         (("--steps", "0"), "--steps: '0' is outside [1, 10000]")):
+        r = module("run", "--checkpoint", TINY, "--device", "cpu", *args, cwd=tmp_path)
+        assert r.returncode == 2 and needle in r.stderr, (args, r.stderr)
+
+
+def test_run_writes_atomically_never_through_a_link_nor_over_its_input(tmp_path):
+    coords, cond = make_request([12], 3)
+    inputs = tmp_path / "d" / "x.safetensors"
+    inputs.parent.mkdir()
+    _safetensors.write(str(inputs), {"coords": coords, "cond": cond[:, :5].copy()})
+    before = inputs.read_bytes()
+    # The inputs file as the output: refused, through ".." and a linked folder too.
+    (tmp_path / "link").symlink_to(tmp_path / "d")
+    for out in (tmp_path / "d", tmp_path / "d" / ".." / "d", tmp_path / "link"):
+        r = module("run", "--checkpoint", TINY, "--inputs", inputs, "--steps", 2, "--device",
+                   "cpu", "--no-qualification-cache", "--out", out, cwd=tmp_path)
+        assert r.returncode == 1 and "is the inputs file itself" in r.stderr, (out, r.stderr)
+    assert inputs.read_bytes() == before
+    # Links planted at the output's name and at the old fixed temporary's: replaced, the files
+    # they point to untouched.
+    out = tmp_path / "o"
+    out.mkdir()
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    for name in ("synthetic.safetensors.tmp", "synthetic.npy", "synthetic.safetensors"):
+        (out / name).symlink_to(victim)
+    for fmt in ("npy", "safetensors"):
+        r = module("run", "--checkpoint", TINY, "--tokens", 20, "--cond-tokens", 5, "--steps", 2,
+                   "--device", "cpu", "--no-qualification-cache", "--out", out, "--format", fmt,
+                   cwd=tmp_path)
+        assert r.returncode == 0, r.stderr
+        assert not (out / f"synthetic.{fmt}").is_symlink()
+    assert victim.read_text() == "precious"
+    assert np.load(out / "synthetic.npy").shape == (20, 32)
+    # A run that fails (a missing checkpoint) leaves no new --out folder.
+    r = module("run", "--checkpoint", tmp_path / "none.json", "--device", "cpu", "--out",
+               tmp_path / "new", cwd=tmp_path)
+    assert r.returncode == 1 and not (tmp_path / "new").exists()
+    # A write that fails (a file size limit of 4 blocks, as a full disk) leaves no file.
+    import resource
+    def limit():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
+    env = {k: v for k, v in os.environ.items() if k not in ("SPARSE3D_CLI", "PYTHONPATH")}
+    env.update(PYTHONPATH=PACKAGE_ROOT, SPARSE3D_ENGINE_PROGRESS="0")
+    r = subprocess.run([sys.executable, "-m", "sparse3d_engine", "run", "--checkpoint", TINY,
+                        "--tokens", "500", "--cond-tokens", "5", "--steps", "1", "--device",
+                        "cpu", "--no-qualification-cache", "--out", str(tmp_path / "full")],
+                       capture_output=True, text=True, env=env, preexec_fn=limit, cwd=tmp_path)
+    assert r.returncode != 0
+    assert not (tmp_path / "full").exists() or not os.listdir(tmp_path / "full"), \
+        os.listdir(tmp_path / "full")
+
+
+def test_make_checkpoint_into_a_folder_name_is_refused(tmp_path):
+    r = module("make-checkpoint", "--preset", "tiny", "--out", str(tmp_path / "d") + "/",
+               cwd=tmp_path)
+    assert r.returncode == 1 and "names a folder" in r.stderr, r.stderr
+    assert not (tmp_path / "d").exists() or not os.listdir(tmp_path / "d")
+
+
 def test_the_safetensors_writer_and_reader_round_trip(tmp_path):
     a = np.arange(12, dtype=np.float32).reshape(3, 4)
     b = np.arange(6, dtype=np.int32).reshape(2, 3)
