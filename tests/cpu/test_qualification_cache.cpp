@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstring>
 #include <functional>
+#include <memory>
 
 #include "core/hash.h"
 #include "engine/qualification_cache.h"
@@ -76,6 +77,29 @@ struct QualificationCacheTest : ::testing::Test {
     }
     std::ofstream(file()) << j.dump();
   }
+
+  // A request for the tiny checkpoint on the CPU: one asset of the voxels (0, x, y, z) with
+  // x, y < side and z < depth, a five-token condition of `value`, two steps from `seed`.
+  struct TinyRequest {
+    std::vector<int32_t> coords;
+    std::vector<float> cond;
+    sparse3d::SampleRequest request;
+  };
+  static std::unique_ptr<TinyRequest> tiny_request(int side, int depth, float value,
+                                                   uint64_t seed) {
+    auto t = std::make_unique<TinyRequest>();
+    for (int x = 0; x < side; ++x)
+      for (int y = 0; y < side; ++y)
+        for (int z = 0; z < depth; ++z) t->coords.insert(t->coords.end(), {0, x, y, z});
+    t->cond.assign(5 * 64, value);
+    const int64_t n = static_cast<int64_t>(t->coords.size() / 4);
+    t->request.coords = {t->coords.data(), sparse3d::DType::I32, sparse3d::Device::CPU, 0, {n, 4}};
+    t->request.cond = {t->cond.data(), sparse3d::DType::F32, sparse3d::Device::CPU, 0, {1, 5, 64}};
+    t->request.seed = seed;
+    t->request.sampler.steps = 2;
+    return t;
+  }
+  const std::string tiny = std::string(SPARSE3D_TEST_DATA) + "/golden/inputs/tiny.json";
 
   model::ModelConfig config;  // the released shape: 30 blocks of 1536 channels
   std::string dir, log;
@@ -169,18 +193,10 @@ TEST_F(QualificationCacheTest, AFolderThatCannotBeReachedIsARefusalNotAFailure) 
   }
   // An engine whose cache folder is such a path serves its request with the bits of an
   // engine that keeps its qualifications in memory.
-  const std::string tiny = std::string(SPARSE3D_TEST_DATA) + "/golden/inputs/tiny.json";
   sparse3d::EngineOptions o;
   o.device = sparse3d::DeviceChoice::CPU;
-  std::vector<int32_t> coords;
-  for (int x = 0; x < 3; ++x)
-    for (int y = 0; y < 3; ++y) coords.insert(coords.end(), {0, x, y, 1});
-  std::vector<float> cond(5 * 64, 0.5f);
-  sparse3d::SampleRequest r;
-  r.coords = {coords.data(), sparse3d::DType::I32, sparse3d::Device::CPU, 0, {9, 4}};
-  r.cond = {cond.data(), sparse3d::DType::F32, sparse3d::Device::CPU, 0, {1, 5, 64}};
-  r.seed = 5;
-  r.sampler.steps = 2;
+  const auto t = tiny_request(3, 1, 0.5f, 5);
+  const sparse3d::SampleRequest& r = t->request;
   sparse3d::EngineOptions memory_only = o;
   memory_only.persist_qualification = false;
   const sparse3d::Array want = sparse3d::Engine(tiny, memory_only).sample(r).latent;
@@ -332,21 +348,12 @@ TEST_F(QualificationCacheTest, ForgedPlanChoiceWithAValidChecksumIsRefused) {
 // = 2^40 or 2^24, or an M that is no candidate) is never read: the chosen M is always one of
 // this engine's candidates, qualified here.
 TEST_F(QualificationCacheTest, AnEngineRefusesAForgedEntryAndRequalifies) {
-  const std::string tiny = std::string(SPARSE3D_TEST_DATA) + "/golden/inputs/tiny.json";
   sparse3d::EngineOptions o;
   o.device = sparse3d::DeviceChoice::CPU;
   o.path = "canonical_cache_null";
   o.cache_dir = dir;
-  std::vector<int32_t> coords;
-  for (int x = 0; x < 4; ++x)
-    for (int y = 0; y < 4; ++y)
-      for (int z = 0; z < 3; ++z) coords.insert(coords.end(), {0, x, y, z});
-  std::vector<float> cond(5 * 64, 0.25f);
-  sparse3d::SampleRequest r;
-  r.coords = {coords.data(), sparse3d::DType::I32, sparse3d::Device::CPU, 0, {48, 4}};
-  r.cond = {cond.data(), sparse3d::DType::F32, sparse3d::Device::CPU, 0, {1, 5, 64}};
-  r.seed = 3;
-  r.sampler.steps = 2;
+  const auto t = tiny_request(4, 3, 0.25f, 3);
+  sparse3d::SampleRequest r = t->request;
   r.sampler.interval_lo = 0.0;
   sparse3d::EngineOptions memory_only = o;
   memory_only.persist_qualification = false;

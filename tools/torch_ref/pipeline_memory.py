@@ -369,14 +369,20 @@ def run_isolated(a):
     if merged is None:
         print("no side produced a result")
         return 1
-    merged["problems"] = problems
-    merged["total_seconds"] = time.perf_counter() - t_start
-    assets = list(merged["assets"])
-    text = table(merged, [s for s in a.sides if s in merged["sides"]], a.types, assets)
-    merged["table"] = text
-    e2e.write_outputs(a.json, a.table, merged, text)
-    print(f"\nwhole run {merged['total_seconds']:.1f} s (a process per side); restore() checks: "
-          f"{merged['restore_checks']}")
+    return finish(merged, a, [s for s in a.sides if s in merged["sides"]],
+                  list(merged["assets"]), problems, t_start, " (a process per side)")
+
+
+def finish(result, a, sides, assets, problems, t_start, how=""):
+    """The run's end, either way: its problems, seconds and table into the JSON and the
+    table file, a summary and the table printed; the exit status."""
+    result["problems"] = problems
+    result["total_seconds"] = time.perf_counter() - t_start
+    text = table(result, sides, a.types, assets)
+    result["table"] = text
+    e2e.write_outputs(a.json, a.table, result, text)
+    print(f"\nwhole run {result['total_seconds']:.1f} s{how}; restore() checks: "
+          f"{result['restore_checks']}")
     for line in problems:
         print("!! " + line)
     print(text)
@@ -488,18 +494,8 @@ def main():
         # What is done so far, in case a later side runs past the call's limit.
         e2e.write_outputs(a.json, None, result)
     poller.close()
-    result["problems"] = problems
-    result["total_seconds"] = time.perf_counter() - t_start
-    text = table(result, a.sides, a.types, assets)
-    result["table"] = text
-    e2e.write_outputs(a.json, a.table, result, text)
-    print(f"\nwhole run {result['total_seconds']:.1f} s; restore() checks: "
-          f"{result['restore_checks']}")
-    for line in problems:
-        print("!! " + line)
     del blocker
-    print(text)
-    return 1 if problems else 0
+    return finish(result, a, a.sides, assets, problems, t_start)
 
 
 if __name__ == "__main__":
