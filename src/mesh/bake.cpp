@@ -436,15 +436,32 @@ BakedTexture bake(const UvRaster& raster, const BakeInputs& in) {
   BakedTexture out;
   out.size = raster.size;
   out.channels = C;
-  out.attrs.assign(n * C, 0.0f);
-  out.mask.assign(n, 0);
-  std::vector<int64_t> texels;
-  for (int64_t t = 0; t < n; ++t) {
-    if (raster.face[t] < 0) continue;
-    texels.push_back(t);
-    out.mask[t] = 1;
-  }
   SubTimer timer("bake");
+  out.attrs.resize(n * C);  // unwritten (UninitializedAllocator): every element is set below
+  out.mask.resize(n);
+  // The covered texels in row-major order: counted per row, then listed per row in parallel;
+  // uncovered texels get their zeros here.
+  const int32_t S = raster.size;
+  std::vector<int64_t> row_start(static_cast<size_t>(S) + 1, 0);
+#pragma omp parallel for schedule(static) if (n > kSerialBelow)
+  for (int32_t y = 0; y < S; ++y) {
+    int64_t covered = 0;
+    for (int64_t t = int64_t(y) * S; t < int64_t(y + 1) * S; ++t) covered += raster.face[t] >= 0;
+    row_start[y + 1] = covered;
+  }
+  for (int32_t y = 0; y < S; ++y) row_start[y + 1] += row_start[y];
+  std::vector<int64_t> texels(row_start[S]);
+#pragma omp parallel for schedule(static) if (n > kSerialBelow)
+  for (int32_t y = 0; y < S; ++y) {
+    int64_t at = row_start[y];
+    for (int64_t t = int64_t(y) * S; t < int64_t(y + 1) * S; ++t) {
+      const bool covered = raster.face[t] >= 0;
+      out.mask[t] = covered ? 1 : 0;
+      if (covered) texels[at++] = t;
+      else std::fill_n(&out.attrs[t * C], C, 0.0f);
+    }
+  }
+  timer.mark("texel list");
   const int64_t N = static_cast<int64_t>(texels.size());
   std::vector<float> points(3 * std::min(N, kBakeChunk));
   std::vector<ClosestHit> hits(std::min(N, kBakeChunk));

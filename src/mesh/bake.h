@@ -3,6 +3,9 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <new>
+#include <utility>
 #include <vector>
 
 #include "mesh/atlas.h"
@@ -44,11 +47,33 @@ struct BakeInputs {
   Vec3 voxel_size{1, 1, 1};
 };
 
+// A vector whose resize leaves new floats unwritten: a 4096^2 texture of six channels is
+// 400 MB, and zeroing it on one thread before the bake writes it in parallel cost more than
+// any other part of the bake (bake() writes every element, covered or not).
+template <class T>
+struct UninitializedAllocator : std::allocator<T> {
+  template <class U>
+  struct rebind {
+    using other = UninitializedAllocator<U>;
+  };
+  UninitializedAllocator() = default;
+  template <class U>
+  UninitializedAllocator(const UninitializedAllocator<U>&) noexcept {}
+  template <class U>
+  void construct(U* p) noexcept {
+    ::new (static_cast<void*>(p)) U;
+  }
+  template <class U, class... Args>
+  void construct(U* p, Args&&... args) {
+    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
+};
+
 // attrs: size*size*channels floats (0 where uncovered), mask: size*size (1 where covered).
 struct BakedTexture {
   int32_t size = 0;
   int32_t channels = 0;
-  std::vector<float> attrs;
+  std::vector<float, UninitializedAllocator<float>> attrs;
   std::vector<uint8_t> mask;
 };
 // For every covered texel: its position on the output mesh, projected onto the decoded

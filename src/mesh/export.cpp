@@ -4,7 +4,10 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <thread>
 #include <utility>
+
+#include <cuda_runtime.h>
 
 #include "core/cuda_util.h"
 #include "core/error.h"
@@ -236,6 +239,22 @@ TexturedMesh to_glb(const GlbInput& in, const GlbOptions& o) {
   TexturedMesh::Impl& out = *result.impl_;
   StageClock clock(o, out.stages);
 
+  // The CUDA context (a few hundred ms on first use) is made on a thread of its own while the
+  // CPU fills holes and builds the BVH; the BVH's upload below waits for it. An error here is
+  // dropped: the upload meets it again and reports the fallback.
+  std::thread cuda_warm_up;
+  if (o.use_gpu)
+    cuda_warm_up = std::thread([] {
+      if (s3d::cuda_available()) cudaFree(nullptr);
+      cudaGetLastError();
+    });
+  struct Joiner {
+    std::thread& t;
+    ~Joiner() {
+      if (t.joinable()) t.join();
+    }
+  } joiner{cuda_warm_up};
+
   clock.start("fill holes");
   TriMesh decoded;
   decoded.positions.assign(in.vertices, in.vertices + 3 * in.num_vertices);
@@ -244,7 +263,11 @@ TexturedMesh to_glb(const GlbInput& in, const GlbOptions& o) {
   sm::fill_holes(decoded, kHolePerimeter);
 
   clock.start("build BVH");
+  sm::SubTimer bvh_timer("build BVH");
   sm::Bvh bvh(decoded);
+  bvh_timer.mark("tree");
+  if (cuda_warm_up.joinable()) cuda_warm_up.join();
+  bvh_timer.mark("wait for the CUDA context");
   if (o.use_gpu) {
     if (!s3d::cuda_available()) {
       out.fallbacks.push_back("use_gpu: no usable CUDA device; closest points on the CPU");
@@ -257,6 +280,8 @@ TexturedMesh to_glb(const GlbInput& in, const GlbOptions& o) {
       }
     }
   }
+
+  bvh_timer.mark("copy to the device");
 
   TriMesh simplified;
   if (o.remesh) {
