@@ -224,6 +224,42 @@ s3d::mesh::SparseVolume volume_of(const GlbInput& in) {
       in.grid_size);
 }
 
+// The CUDA context (a few hundred ms on first use) made on a thread of its own while the CPU
+// fills holes and builds the BVH; wait() before the first device call. An error here is
+// dropped: the device call meets it again and reports the fallback.
+class CudaWarmUp {
+ public:
+  explicit CudaWarmUp(bool on) {
+    if (on)
+      thread_ = std::thread([] {
+        if (s3d::cuda_available()) cudaFree(nullptr);
+        cudaGetLastError();
+      });
+  }
+  ~CudaWarmUp() { wait(); }
+  CudaWarmUp(const CudaWarmUp&) = delete;
+  CudaWarmUp& operator=(const CudaWarmUp&) = delete;
+  void wait() {
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  std::thread thread_;
+};
+
+// The BVH's closest-point queries on the GPU, or a counted fallback to the CPU.
+void closest_points_on_device(s3d::mesh::Bvh& bvh, std::vector<std::string>& fallbacks) {
+  if (!s3d::cuda_available()) {
+    fallbacks.push_back("use_gpu: no usable CUDA device; closest points on the CPU");
+    return;
+  }
+  try {
+    bvh.use_device();
+  } catch (const s3d::Error& e) {
+    fallbacks.push_back(std::string("use_gpu: ") + e.what() + "; closest points on the CPU");
+  }
+}
+
 }  // namespace
 
 void check_glb_input(const GlbInput& in) {
@@ -239,21 +275,7 @@ TexturedMesh to_glb(const GlbInput& in, const GlbOptions& o) {
   TexturedMesh::Impl& out = *result.impl_;
   StageClock clock(o, out.stages);
 
-  // The CUDA context (a few hundred ms on first use) is made on a thread of its own while the
-  // CPU fills holes and builds the BVH; the BVH's upload below waits for it. An error here is
-  // dropped: the upload meets it again and reports the fallback.
-  std::thread cuda_warm_up;
-  if (o.use_gpu)
-    cuda_warm_up = std::thread([] {
-      if (s3d::cuda_available()) cudaFree(nullptr);
-      cudaGetLastError();
-    });
-  struct Joiner {
-    std::thread& t;
-    ~Joiner() {
-      if (t.joinable()) t.join();
-    }
-  } joiner{cuda_warm_up};
+  CudaWarmUp cuda_warm_up(o.use_gpu);
 
   clock.start("fill holes");
   TriMesh decoded;
@@ -266,21 +288,9 @@ TexturedMesh to_glb(const GlbInput& in, const GlbOptions& o) {
   sm::SubTimer bvh_timer("build BVH");
   sm::Bvh bvh(decoded);
   bvh_timer.mark("tree");
-  if (cuda_warm_up.joinable()) cuda_warm_up.join();
+  cuda_warm_up.wait();
   bvh_timer.mark("wait for the CUDA context");
-  if (o.use_gpu) {
-    if (!s3d::cuda_available()) {
-      out.fallbacks.push_back("use_gpu: no usable CUDA device; closest points on the CPU");
-    } else {
-      try {
-        bvh.use_device();
-      } catch (const s3d::Error& e) {
-        out.fallbacks.push_back(std::string("use_gpu: ") + e.what() +
-                                "; closest points on the CPU");
-      }
-    }
-  }
-
+  if (o.use_gpu) closest_points_on_device(bvh, out.fallbacks);
   bvh_timer.mark("copy to the device");
 
   TriMesh simplified;
