@@ -4,8 +4,9 @@
 # (docs/EXPORT.md; tools/glb_judge/README.md).
 #
 # Carried (git-ignored; see docs/EXPORT.md "Measuring"):
-#   .deps/glb/bin/                sparse3d and sparse3d_gpu_tests, built on the development
-#                                 machine and stripped
+#   .deps/glb/bin/                sparse3d and sparse3d_mesh_gpu_tests (the export's GPU
+#                                 tests alone; else sparse3d_gpu_tests), built on the
+#                                 development machine and stripped
 #   .deps/glb/lib/                its runtime libraries the GPU image lacks (meshoptimizer,
 #                                 libwebp, libpng), copied from the development machine
 #   .deps/glb/sources/*.safetensors  the source meshes (tools/glb_judge/sources.py)
@@ -62,8 +63,10 @@ if [ "${REQUIRE_ORIGINAL:-0}" = 1 ] && [ $HAVE_ORIGINAL = 0 ]; then
 fi
 echo "machine: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1); $(nproc) cores; torch $(python3 -c 'import torch; print(torch.__version__)')"
 "$BIN/sparse3d" --version
-if [ "${GPU_TESTS:-1}" = 1 ] && [ -x "$BIN/sparse3d_gpu_tests" ]; then
-  "$BIN/sparse3d_gpu_tests" --gtest_filter='MeshGpu.*' > "$W/res/gpu_tests.log" 2>&1
+gpu_tests=$BIN/sparse3d_mesh_gpu_tests
+[ -x "$gpu_tests" ] || gpu_tests=$BIN/sparse3d_gpu_tests
+if [ "${GPU_TESTS:-1}" = 1 ] && [ -x "$gpu_tests" ]; then
+  "$gpu_tests" --gtest_filter='MeshGpu.*' > "$W/res/gpu_tests.log" 2>&1
   echo "mesh GPU tests: exit $?; $(grep -E '^\[  (PASSED|FAILED) ' "$W/res/gpu_tests.log" | tr '\n' ' ')"
 fi
 

@@ -575,6 +575,17 @@ ClosestHit Bvh::closest(const Vec3& p) const {
   return best;
 }
 
+std::vector<float> Bvh::leaf_corners() const {
+  const int64_t F = static_cast<int64_t>(order_.size());
+  std::vector<float> corners(9 * F);
+#pragma omp parallel for schedule(static) if (F >= (int64_t{1} << 16))
+  for (int64_t s = 0; s < F; ++s)
+    for (int k = 0; k < 3; ++k)
+      std::memcpy(&corners[9 * s + 3 * k], &mesh_.positions[3 * int64_t(mesh_.faces[3 * order_[s] + k])],
+                  3 * sizeof(float));
+  return corners;
+}
+
 void Bvh::use_device() {
   S3D_CHECK(cuda_available(), "BVH: no usable CUDA device");
   device_ = std::make_shared<const DeviceBvh>(*this);

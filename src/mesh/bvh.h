@@ -23,6 +23,8 @@ struct ClosestHit {
   float uvw[3] = {0, 0, 0};  // barycentric weights of the face's three vertices, sum 1
 };
 
+class DeviceBvh;
+
 class Bvh {
  public:
   // Keeps a copy of the mesh's positions and faces. Throws s3d::Error on an unusable mesh.
@@ -36,6 +38,8 @@ class Bvh {
   // when no CUDA device is usable; the caller counts that as a fallback to the CPU.
   void use_device();
   bool on_device() const { return device_ != nullptr; }
+  // The device copy after use_device(), else null.
+  const DeviceBvh* device() const { return device_.get(); }
 
   const TriMesh& mesh() const { return mesh_; }
   // The tree, for its device copy (bvh_cuda.h): nodes_[0] is the root; a leaf's faces are
@@ -50,6 +54,8 @@ class Bvh {
     int32_t count = 0;
   };
   const std::vector<Node>& nodes() const { return nodes_; }
+  // The faces' corners in leaf order (9 floats each), for the device copy.
+  std::vector<float> leaf_corners() const;
 
  private:
   TriMesh mesh_;

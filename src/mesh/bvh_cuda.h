@@ -21,6 +21,14 @@ class DeviceBvh {
   void closest_many_host(const float* points, int64_t n, ClosestHit* out) const;
   int64_t num_faces() const { return face_of_.numel(); }
 
+  // The device arrays, for kernels that query the tree themselves (bvh_device.cuh).
+  struct View {
+    const Bvh::Node* nodes;
+    const float* corners;
+    const int32_t* face_of;
+  };
+  View view() const;
+
  private:
   Tensor nodes_;     // Bvh::Node records, as bytes
   Tensor corners_;   // 9 floats per face, in the tree's leaf order

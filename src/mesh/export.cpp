@@ -152,7 +152,9 @@ class StageClock {
 
 // The remesh branch's first half: narrow-band dual contouring around the filled surface (the
 // budget is simplify's, a stage of its own).
-TriMesh remesh_branch(const s3d::mesh::Bvh& bvh, const GlbInput& in, const GlbOptions& o) {
+// On the GPU when the BVH is there; should that fail (device memory), on the CPU, counted.
+TriMesh remesh_branch(const s3d::mesh::Bvh& bvh, const GlbInput& in, const GlbOptions& o,
+                      std::vector<std::string>& fallbacks) {
   s3d::mesh::RemeshOptions r;
   float scale = 0;
   for (int k = 0; k < 3; ++k) {
@@ -164,6 +166,14 @@ TriMesh remesh_branch(const s3d::mesh::Bvh& bvh, const GlbInput& in, const GlbOp
   r.scale = (res + 3 * o.remesh_band) / res * scale;
   r.band = o.remesh_band;
   r.project_back = o.remesh_project;
+  if (bvh.on_device()) {
+    try {
+      return s3d::mesh::remesh_narrow_band_dc(bvh, r);
+    } catch (const s3d::Error& e) {
+      fallbacks.push_back(std::string("use_gpu: remesh: ") + e.what() + "; remeshed on the CPU");
+      r.use_device = false;
+    }
+  }
   return s3d::mesh::remesh_narrow_band_dc(bvh, r);
 }
 
@@ -296,7 +306,7 @@ TexturedMesh to_glb(const GlbInput& in, const GlbOptions& o) {
   TriMesh simplified;
   if (o.remesh) {
     clock.start("remesh");
-    simplified = remesh_branch(bvh, in, o);
+    simplified = remesh_branch(bvh, in, o, out.fallbacks);
     clock.start("simplify");
     sm::simplify(simplified, o.decimation_target);
   } else {

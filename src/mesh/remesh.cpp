@@ -21,6 +21,8 @@
 #include <vector>
 
 #include "core/error.h"
+#include "mesh/remesh_cuda.h"
+#include "mesh/remesh_rules.h"
 #include "mesh/timing.h"
 #include "mesh/voxel_index.h"
 
@@ -32,14 +34,12 @@ using detail::Row;
 using detail::UpperNeighbours;
 using detail::upper_slot;
 using Clock = std::chrono::steady_clock;
+namespace rules = remesh_rules;
 
 constexpr int32_t kMaxResolution = 1 << 14;
 constexpr int64_t kChunk = 1 << 20;  // distance queries per batch: bounded scratch memory
 // Voxels of one level at most: about 6 GiB of working memory at the finest level.
 constexpr int64_t kMaxVoxels = int64_t(1) << 27;
-// A voxel's eight children, and its corners: index ox + 2 oy + 4 oz (CuMesh's order).
-constexpr int kOffset[8][3] = {{0, 0, 0}, {1, 0, 0}, {0, 1, 0}, {1, 1, 0},
-                               {0, 0, 1}, {1, 0, 1}, {0, 1, 1}, {1, 1, 1}};
 
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
@@ -91,17 +91,15 @@ std::vector<int32_t> keep_band(const Bvh& bvh, const std::vector<int32_t>& paren
       const int64_t c = start + j;
       const int32_t* p = &parents[3 * (c / per)];
       for (int k = 0; k < 3; ++k) {
-        cand[3 * j + k] = split ? 2 * p[k] + kOffset[c % 8][k] : p[k];
-        pts[3 * j + k] =
-            ((static_cast<float>(cand[3 * j + k]) + 0.5f) / static_cast<float>(res) - 0.5f) *
-                o.scale +
-            o.center[k];
+        cand[3 * j + k] = split ? 2 * p[k] + rules::corner_offset(int(c % 8), k) : p[k];
+        pts[3 * j + k] = rules::world(static_cast<float>(cand[3 * j + k]) + 0.5f,
+                                      static_cast<float>(res), o.scale, o.center[k]);
       }
     }
     bvh.closest_many(pts.data(), m, hits.data());
     queries += m;
     for (int64_t j = 0; j < m; ++j)
-      if (std::abs(hits[j].distance - eps) < limit)
+      if (rules::in_band(hits[j].distance, eps, limit))
         kept.insert(kept.end(), &cand[3 * j], &cand[3 * j + 3]);
   }
   return kept;
@@ -117,10 +115,7 @@ std::vector<int32_t> band_voxels(const Bvh& bvh, const RemeshOptions& o, float e
       for (int32_t z = 0; z < res; ++z) coords.insert(coords.end(), {x, y, z});
   coords = keep_band(bvh, coords, false, res, o, eps, st.udf_queries);
   while (res < o.resolution) {
-    const int64_t children = static_cast<int64_t>(coords.size() / 3) * 8;
-    S3D_CHECK(children <= kMaxVoxels, "remesh_narrow_band_dc: ", children,
-              " candidate voxels at resolution ", 2 * res, ", over ", kMaxVoxels,
-              " (memory); lower the resolution");
+    detail::check_level_size(static_cast<int64_t>(coords.size() / 3) * 8, 2 * res);
     res *= 2;
     coords = keep_band(bvh, coords, true, res, o, eps, st.udf_queries);
   }
@@ -170,38 +165,13 @@ class Block {
   std::vector<Row> rows_;
 };
 
-// Set bits of each byte (the builtin is a library call without -mpopcnt).
-constexpr auto kBits = [] {
-  std::array<uint8_t, 256> t{};
-  for (int i = 1; i < 256; ++i) t[i] = static_cast<uint8_t>((i & 1) + t[i / 2]);
-  return t;
-}();
-
-int block_slot(int dx, int dy, int dz) { return (dx + 1) * 9 + (dy + 1) * 3 + dz + 1; }
-
-// Which voxel sharing corner `o` of the voxel at the block's centre owns that corner: the one
-// with the smallest key (offsets d = o - e, e in {0, 1}^3, in ascending order). Returns its
-// block slot; the centre (13) itself is always a candidate.
-int corner_owner(const int64_t nb[27], int o) {
-  const int ox = kOffset[o][0], oy = kOffset[o][1], oz = kOffset[o][2];
-  for (int dx = ox - 1; dx <= ox; ++dx)
-    for (int dy = oy - 1; dy <= oy; ++dy)
-      for (int dz = oz - 1; dz <= oz; ++dz)
-        if (nb[block_slot(dx, dy, dz)] >= 0) return block_slot(dx, dy, dz);
-  return 13;
-}
-
 // Grid vertices: voxel s owns the corners in owned[s]; its first one is vertex first[s].
 struct Corners {
   std::vector<uint8_t> owned;  // per sorted voxel, bit o: corner o
   std::vector<int64_t> first;  // per sorted voxel, and the total at the end
   // The vertex of corner o of the voxel at the centre of `nb`.
   int64_t vertex(const int64_t nb[27], int o) const {
-    const int slot = corner_owner(nb, o);
-    const int64_t w = nb[slot];
-    const int d[3] = {slot / 9 - 1, slot / 3 % 3 - 1, slot % 3 - 1};
-    const int e = (kOffset[o][0] - d[0]) + 2 * (kOffset[o][1] - d[1]) + 4 * (kOffset[o][2] - d[2]);
-    return first[w] + kBits[owned[w] & ((1u << e) - 1)];
+    return rules::corner_vertex(nb, o, owned.data(), first.data());
   }
 };
 
@@ -218,11 +188,9 @@ Corners find_corners(const SortedVoxels& sv) {
       int64_t nb[27];
       int32_t xyz[3];
       block.find(s, nb, xyz);
-      uint8_t mask = 0;
-      for (int o = 0; o < 8; ++o)
-        if (corner_owner(nb, o) == 13) mask |= 1 << o;
-      c.owned[s] = mask;
-      c.first[s + 1] = kBits[mask];
+      const unsigned mask = rules::owned_corners(nb);
+      c.owned[s] = static_cast<uint8_t>(mask);
+      c.first[s + 1] = rules::bit_count(mask);
     }
   }
   for (int64_t s = 0; s < n; ++s) c.first[s + 1] += c.first[s];
@@ -252,8 +220,8 @@ std::vector<float> corner_values(const Bvh& bvh, const SortedVoxels& sv, const C
       for (int e = 0; e < 8; ++e) {
         if (!(c.owned[s] >> e & 1)) continue;
         for (int j = 0; j < 3; ++j)
-          pts[3 * v + j] =
-              (static_cast<float>(xyz[j] + kOffset[e][j]) / res - 0.5f) * o.scale + o.center[j];
+          pts[3 * v + j] = rules::world(static_cast<float>(xyz[j] + rules::corner_offset(e, j)),
+                                        res, o.scale, o.center[j]);
         ++v;
       }
     }
@@ -274,33 +242,6 @@ struct Contour {
   std::vector<int8_t> dir;
 };
 
-void contour_voxel(const float val[8], const int32_t c[3], float* dual, int8_t* dir) {
-  float sum[3] = {0, 0, 0};
-  int count = 0;
-  for (int a = 0; a < 3; ++a) {
-    const int b = a == 0 ? 1 : 0, cc = a == 2 ? 1 : 2;  // CuMesh's (u, v) axes per edge axis
-    for (int u = 0; u <= 1; ++u)
-      for (int v = 0; v <= 1; ++v) {
-        int lo[3] = {0, 0, 0};
-        lo[b] = u, lo[cc] = v;
-        int hi[3] = {lo[0], lo[1], lo[2]};
-        hi[a] = 1;
-        const float v1 = val[lo[0] + 2 * lo[1] + 4 * lo[2]];
-        const float v2 = val[hi[0] + 2 * hi[1] + 4 * hi[2]];
-        const bool changes = (v1 < 0 && v2 >= 0) || (v1 >= 0 && v2 < 0);
-        if (changes) {
-          const float t = -v1 / (v2 - v1);
-          for (int k = 0; k < 3; ++k)
-            sum[k] += k == a ? static_cast<float>(c[k]) + t : static_cast<float>(c[k] + lo[k]);
-          ++count;
-        }
-        if (u == 1 && v == 1) dir[a] = changes ? (v1 < 0 ? 1 : -1) : 0;
-      }
-  }
-  for (int k = 0; k < 3; ++k)
-    dual[k] = count > 0 ? sum[k] / static_cast<float>(count) : static_cast<float>(c[k]) + 0.5f;
-}
-
 Contour contour(const SortedVoxels& sv, const Corners& corners, const std::vector<float>& values) {
   const int64_t n = static_cast<int64_t>(sv.keys.size());
   Contour out;
@@ -317,7 +258,7 @@ Contour contour(const SortedVoxels& sv, const Corners& corners, const std::vecto
       float val[8];
       for (int e = 0; e < 8; ++e) val[e] = values[corners.vertex(nb, e)];
       const int64_t i = sv.index[s];
-      contour_voxel(val, c, &out.dual[3 * i], &out.dir[3 * i]);
+      rules::contour_voxel(val, c, &out.dual[3 * i], &out.dir[3 * i]);
     }
   }
   return out;
@@ -352,22 +293,6 @@ void for_each_quad(const SortedVoxels& sv, const Contour& ct, Visit&& visit) {
   }
 }
 
-// CuMesh's split: its alignment of the second split multiplies by a zero normal (a cross
-// product of a vector with itself) and that of the first squares the normal of the first
-// candidate triangle, so the first split stays unless that triangle is degenerate in float.
-void split_quad(const std::vector<float>& pos, const int32_t q[4], bool up, int32_t* tri) {
-  static constexpr int kFirst[2][6] = {{0, 1, 2, 0, 2, 3}, {0, 2, 1, 0, 3, 2}};
-  static constexpr int kSecond[2][6] = {{0, 1, 3, 3, 1, 2}, {0, 3, 1, 3, 2, 1}};
-  auto p = [&](int j) {
-    const int32_t v = q[kFirst[up][j]];
-    return Vec3{pos[3 * v], pos[3 * v + 1], pos[3 * v + 2]};
-  };
-  const Vec3 n0 = cross(p(1) - p(0), p(2) - p(0));
-  const Vec3 n1 = cross(p(2) - p(1), p(3) - p(1));
-  const int(&order)[6] = std::abs(dot(n0, n1)) > 0 ? kFirst[up] : kSecond[up];
-  for (int j = 0; j < 6; ++j) tri[j] = q[order[j]];
-}
-
 TriMesh build_mesh(const SortedVoxels& sv, const Contour& ct, const RemeshOptions& o) {
   const int64_t n = static_cast<int64_t>(sv.keys.size());
   std::vector<uint8_t> referenced(n, 0);
@@ -397,7 +322,7 @@ TriMesh build_mesh(const SortedVoxels& sv, const Contour& ct, const RemeshOption
     if (vertex_of[i] < 0) continue;
     for (int k = 0; k < 3; ++k)
       out.positions[3 * int64_t(vertex_of[i]) + k] =
-          (ct.dual[3 * i + k] / res - 0.5f) * o.scale + o.center[k];
+          rules::world(ct.dual[3 * i + k], res, o.scale, o.center[k]);
   }
   out.faces.resize(3 * start[n]);
   for_each_quad(sv, ct, [&](int64_t i, const int32_t quads[3][4]) {
@@ -406,7 +331,7 @@ TriMesh build_mesh(const SortedVoxels& sv, const Contour& ct, const RemeshOption
       if (quads[a][0] < 0) continue;
       int32_t q[4];
       for (int j = 0; j < 4; ++j) q[j] = vertex_of[quads[a][j]];
-      split_quad(out.positions, q, ct.dir[3 * i + a] == 1, &out.faces[at]);
+      rules::split_quad(out.positions.data(), q, ct.dir[3 * i + a] == 1, &out.faces[at]);
       at += 6;
     }
   });
@@ -437,12 +362,26 @@ void project_back(const Bvh& bvh, float p, TriMesh& m) {
 
 }  // namespace
 
+void detail::check_level_size(int64_t children, int32_t res) {
+  S3D_CHECK(children <= kMaxVoxels, "remesh_narrow_band_dc: ", children,
+            " candidate voxels at resolution ", res, ", over ", kMaxVoxels,
+            " (memory); lower the resolution");
+}
+
 TriMesh remesh_narrow_band_dc(const Bvh& bvh, const RemeshOptions& options, RemeshStats* stats) {
   check_options(options);
-  base_resolution(options);
+  const int32_t base = base_resolution(options);
   RemeshStats st;
-  SubTimer timer("remesh");
   const float eps = static_cast<float>(double(options.band) * options.scale / options.resolution);
+  if (options.use_device && bvh.on_device()) {
+    TriMesh out = detail::remesh_on_device(bvh, options, base, eps, st);
+    const auto t = Clock::now();
+    if (options.project_back > 0) project_back(bvh, options.project_back, out);
+    st.project_s = seconds_since(t);
+    if (stats) *stats = st;
+    return out;
+  }
+  SubTimer timer("remesh");
   auto t = Clock::now();
   const std::vector<int32_t> coords = band_voxels(bvh, options, eps, st);
   st.voxels = static_cast<int64_t>(coords.size() / 3);

@@ -17,6 +17,9 @@ struct RemeshOptions {
   int32_t resolution = 512; // a power of two times a number <= 32
   float band = 1;           // in voxels
   float project_back = 0;   // 0: none; 1: vertices moved onto the input surface
+  // On the GPU when the BVH is on the device (Bvh::use_device): the same mesh bit for bit.
+  // false: the CPU reference path.
+  bool use_device = true;
 };
 
 // What a run did and how long each phase took (seconds), for reports and benchmarks.
@@ -35,7 +38,8 @@ struct RemeshStats {
 // inward); where the band reaches the cube's faces it is left open; an empty mesh when the band
 // misses the cube. Throws s3d::Error for a resolution that does not halve to 32 or below
 // through even numbers (or above 16384), a scale or band <= 0, a project_back outside [0, 1], a
-// non-finite center, and when a level of the band search would hold more than 2^27 voxels.
+// non-finite center, and when a level of the band search would hold more than 2^27 voxels;
+// on the GPU path also when device memory runs out (the caller may retry on the CPU).
 TriMesh remesh_narrow_band_dc(const Bvh& bvh, const RemeshOptions& options,
                               RemeshStats* stats = nullptr);
 

@@ -50,6 +50,7 @@
 
 #include "core/error.h"
 #include "mesh/clean.h"
+#include "mesh/timing.h"
 
 namespace s3d::mesh {
 namespace {
@@ -479,11 +480,15 @@ std::vector<unsigned> simplify_blocks(const TriMesh& m, int64_t target, const Si
     return std::max<int64_t>(1, std::llround(ratio * count + kBorderFaces * on_border));
   };
   std::vector<unsigned> faces;
+  SubTimer timer("simplify");
   std::vector<float> errors = simplify_each(m.positions, idx, b, border, bound, budget, faces);
+  timer.mark("blocks");
   // The seams are coarsened as far as a typical block went.
   std::nth_element(errors.begin(), errors.begin() + errors.size() / 2, errors.end());
-  return simplify_seams(m.positions, faces, border, kSeamError * errors[errors.size() / 2],
-                        target, o);
+  std::vector<unsigned> out = simplify_seams(m.positions, faces, border,
+                                             kSeamError * errors[errors.size() / 2], target, o);
+  timer.mark("seams");
+  return out;
 }
 
 // The serial loop over the blocks' output (global vertex ids, above the target) on its own
@@ -522,7 +527,9 @@ void simplify(TriMesh& m, int64_t target_faces, const SimplifyOptions& options) 
   std::vector<unsigned> indices;
   if (block_count(m.num_faces(), target_faces, options) > 1) {
     indices = simplify_blocks(m, target_faces, options);
+    SubTimer timer("simplify");
     if (indices.size() > target) indices = final_pass(m, std::move(indices), target);
+    timer.mark("final pass");
   } else {
     indices.assign(m.faces.begin(), m.faces.end());
     std::vector<unsigned> out;
