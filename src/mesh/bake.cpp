@@ -6,6 +6,8 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -373,6 +375,39 @@ UvRaster rasterize_uv(const UvMesh& m, int32_t size) {
   return out;
 }
 
+namespace {
+
+// Squared distance from (px, py) to the triangle (u, v) (texels; any winding, degenerate ones
+// as their segments).
+double distance2_to_triangle(const double u[3], const double v[3], double px, double py) {
+  const double det = (u[1] - u[0]) * (v[2] - v[0]) - (v[1] - v[0]) * (u[2] - u[0]);
+  if (det != 0) {
+    const double b1 = ((px - u[0]) * (v[2] - v[0]) - (py - v[0]) * (u[2] - u[0])) / det;
+    const double b2 = ((u[1] - u[0]) * (py - v[0]) - (v[1] - v[0]) * (px - u[0])) / det;
+    if (b1 >= 0 && b2 >= 0 && b1 + b2 <= 1) return 0;
+  }
+  double best = INFINITY;
+  for (int k = 0; k < 3; ++k) {
+    const int j = (k + 1) % 3;
+    const double ex = u[j] - u[k], ey = v[j] - v[k];
+    const double len2 = ex * ex + ey * ey;
+    double t = len2 > 0 ? ((px - u[k]) * ex + (py - v[k]) * ey) / len2 : 0;
+    t = std::clamp(t, 0.0, 1.0);
+    const double dx = u[k] + t * ex - px, dy = v[k] + t * ey - py;
+    best = std::min(best, dx * dx + dy * dy);
+  }
+  return best;
+}
+
+void face_uv_texels(const UvMesh& m, int32_t f, int32_t S, double u[3], double v[3]) {
+  for (int k = 0; k < 3; ++k) {
+    u[k] = double(m.uvs[2 * m.faces[3 * int64_t(f) + k]]) * S;
+    v[k] = double(m.uvs[2 * m.faces[3 * int64_t(f) + k] + 1]) * S;
+  }
+}
+
+}  // namespace
+
 int64_t dilate_raster(UvRaster& r, const UvMesh& m, int32_t radius) {
   S3D_CHECK(radius >= 0 && radius <= 64, "dilate_raster: radius must be in [0, 64], got ", radius);
   const int32_t S = r.size;
@@ -385,47 +420,62 @@ int64_t dilate_raster(UvRaster& r, const UvMesh& m, int32_t radius) {
   for (int32_t f : r.face)
     S3D_CHECK(f < m.num_faces(), "dilate_raster: the raster names face ", f, " of ",
               m.num_faces());
-  // Decided from the covered texels alone, then written, so no texel reads a dilated one.
-  std::vector<int32_t> face(n, -1);
-  std::vector<float> bary(2 * n, 0.0f);
+  // Per uncovered texel, the nearest (squared distance, face) packed so that the smaller key is
+  // the nearer face, the lower index at equal distance: a minimum over all faces, so the result
+  // does not depend on the order the threads visit them in. Nonnegative floats order as their
+  // bits do.
+  constexpr uint64_t kNone = ~uint64_t(0);
+  std::vector<uint64_t> best(n, kNone);
+  const double reach2 = double(radius) * radius;
+  const int64_t F = m.num_faces();
+#pragma omp parallel for schedule(dynamic, 4096) if (F > kSerialBelow)
+  for (int64_t f = 0; f < F; ++f) {
+    double u[3], v[3];
+    face_uv_texels(m, static_cast<int32_t>(f), S, u, v);
+    if (!std::isfinite(u[0] + u[1] + u[2] + v[0] + v[1] + v[2])) continue;
+    // Texel centres (c + 0.5, r + 0.5) within `radius` of the triangle's box.
+    const double lo_x = std::min({u[0], u[1], u[2]}) - radius, hi_x = std::max({u[0], u[1], u[2]}) + radius;
+    const double lo_y = std::min({v[0], v[1], v[2]}) - radius, hi_y = std::max({v[0], v[1], v[2]}) + radius;
+    const int32_t c0 = static_cast<int32_t>(std::max(0.0, std::ceil(lo_x - 0.5)));
+    const int32_t c1 = static_cast<int32_t>(std::min(S - 1.0, std::floor(hi_x - 0.5)));
+    const int32_t r0 = static_cast<int32_t>(std::max(0.0, std::ceil(lo_y - 0.5)));
+    const int32_t r1 = static_cast<int32_t>(std::min(S - 1.0, std::floor(hi_y - 0.5)));
+    for (int32_t y = r0; y <= r1; ++y)
+      for (int32_t x = c0; x <= c1; ++x) {
+        const int64_t t = int64_t(y) * S + x;
+        if (r.face[t] >= 0) continue;
+        const double d2 = distance2_to_triangle(u, v, x + 0.5, y + 0.5);
+        if (!(d2 <= reach2)) continue;
+        const uint64_t key = (uint64_t(std::bit_cast<uint32_t>(static_cast<float>(d2))) << 32) |
+                             static_cast<uint32_t>(f);
+        std::atomic_ref<uint64_t> slot(best[t]);
+        uint64_t cur = slot.load(std::memory_order_relaxed);
+        while (key < cur && !slot.compare_exchange_weak(cur, key, std::memory_order_relaxed)) {
+        }
+      }
+  }
+  // Each chosen face's plane continued to the texel's centre (barycentrics outside [0, 1]).
   int64_t given = 0;
 #pragma omp parallel for schedule(static) reduction(+ : given) if (n > kSerialBelow)
-  for (int32_t y = 0; y < S; ++y) {
-    for (int32_t x = 0; x < S; ++x) {
-      if (r.face[int64_t(y) * S + x] >= 0) continue;
-      int64_t best = -1, best_d = INT64_MAX;
-      for (int32_t yy = std::max(0, y - radius); yy <= std::min(S - 1, y + radius); ++yy)
-        for (int32_t xx = std::max(0, x - radius); xx <= std::min(S - 1, x + radius); ++xx) {
-          const int64_t t = int64_t(yy) * S + xx;
-          const int64_t d = int64_t(yy - y) * (yy - y) + int64_t(xx - x) * (xx - x);
-          if (r.face[t] >= 0 && d < best_d) best = t, best_d = d;
-        }
-      if (best < 0) continue;
-      const int32_t f = r.face[best];
-      double u[3], v[3];
-      for (int k = 0; k < 3; ++k) {
-        u[k] = double(m.uvs[2 * m.faces[3 * int64_t(f) + k]]) * S;
-        v[k] = double(m.uvs[2 * m.faces[3 * int64_t(f) + k] + 1]) * S;
-      }
-      const double px = x + 0.5, py = y + 0.5;
-      const double det = (u[1] - u[0]) * (v[2] - v[0]) - (v[1] - v[0]) * (u[2] - u[0]);
-      if (det == 0) continue;  // the covered texel's face has area, so this is rounding only
-      const double b1 = ((px - u[0]) * (v[2] - v[0]) - (py - v[0]) * (u[2] - u[0])) / det;
-      const double b2 = ((u[1] - u[0]) * (py - v[0]) - (v[1] - v[0]) * (px - u[0])) / det;
-      const int64_t o = int64_t(y) * S + x;
-      face[o] = f;
-      bary[2 * o] = static_cast<float>(b1);
-      bary[2 * o + 1] = static_cast<float>(b2);
-      ++given;
+  for (int64_t t = 0; t < n; ++t) {
+    if (best[t] == kNone) continue;
+    const int32_t f = static_cast<int32_t>(best[t] & 0xffffffffu);
+    double u[3], v[3];
+    face_uv_texels(m, f, S, u, v);
+    const double px = double(t % S) + 0.5, py = double(t / S) + 0.5;
+    const double det = (u[1] - u[0]) * (v[2] - v[0]) - (v[1] - v[0]) * (u[2] - u[0]);
+    double b1 = 0, b2 = 0;
+    if (det != 0) {
+      b1 = ((px - u[0]) * (v[2] - v[0]) - (py - v[0]) * (u[2] - u[0])) / det;
+      b2 = ((u[1] - u[0]) * (py - v[0]) - (v[1] - v[0]) * (px - u[0])) / det;
+    } else {
+      b1 = b2 = 1.0 / 3;  // a face without UV area: its centroid
     }
+    r.face[t] = f;
+    r.bary[2 * t] = static_cast<float>(b1);
+    r.bary[2 * t + 1] = static_cast<float>(b2);
+    ++given;
   }
-#pragma omp parallel for schedule(static) if (n > kSerialBelow)
-  for (int64_t t = 0; t < n; ++t)
-    if (face[t] >= 0) {
-      r.face[t] = face[t];
-      r.bary[2 * t] = bary[2 * t];
-      r.bary[2 * t + 1] = bary[2 * t + 1];
-    }
   return given;
 }
 

@@ -26,12 +26,15 @@ struct UvRaster {
 };
 UvRaster rasterize_uv(const UvMesh& m, int32_t size);
 
-// Gives each uncovered texel within `radius` texels (a square window) of a covered one the face
-// of the nearest covered texel (by centre distance; ties to the lower texel index), with the
-// barycentrics of its own centre in that face's UV triangle: outside [0, 1], the face's plane
-// continued past the chart's edge. The bake then gives the texels that bilinear filtering
-// reads just outside a chart the surface's own values there, not a fill. Returns how many
-// texels it gave a face. Covered texels are unchanged; radius 0 changes nothing.
+// Gives each uncovered texel whose centre lies within `radius` texels of a face's UV triangle
+// the nearest such face (Euclidean distance to the triangle; ties to the lower face index),
+// with the barycentrics of its own centre in that face's UV triangle: outside [0, 1], the
+// face's plane continued past the chart's edge. The bake then gives the texels that bilinear
+// filtering reads just outside a chart the surface's own values there, not a fill. Measured
+// to the triangle, not to the nearest covered texel centre: a face too small to cover any
+// texel centre (a chart of a face or two) still gets the texels around it, where a covered
+// texel of another chart would otherwise lend them a colour from elsewhere on the surface.
+// Returns how many texels it gave a face. Covered texels are unchanged; radius 0 changes nothing.
 int64_t dilate_raster(UvRaster& raster, const UvMesh& m, int32_t radius);
 
 // The texel centres (row * size + column) the UV triangle (uv0, uv1, uv2) covers at `size`

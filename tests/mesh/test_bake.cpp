@@ -291,15 +291,40 @@ TEST(MeshBake, BakesLinearFieldWhereMeshIsTheSurface) {
   EXPECT_GT(covered, size * size / 2);
 }
 
-// dilate_raster: every uncovered texel within the radius of a covered one (brute force over
-// the window) gets the nearest covered texel's face, and barycentrics that put its own centre
-// back on that face's plane in UV space; covered texels and farther ones are untouched.
+// Squared distance (texels) from a point to a UV triangle given in texels, the test's own way:
+// zero inside (same-sign edge functions), else the nearest of the three closed segments.
+double reference_distance2(const double u[3], const double v[3], double px, double py) {
+  int pos = 0, neg = 0;
+  for (int i = 0; i < 3; ++i) {
+    const int j = (i + 1) % 3;
+    const double e = (u[j] - u[i]) * (py - v[i]) - (v[j] - v[i]) * (px - u[i]);
+    pos += e >= 0;
+    neg += e <= 0;
+  }
+  if (pos == 3 || neg == 3) return 0;
+  double best = 1e300;
+  for (int i = 0; i < 3; ++i) {
+    const int j = (i + 1) % 3;
+    const double ex = u[j] - u[i], ey = v[j] - v[i], l2 = ex * ex + ey * ey;
+    const double t = l2 > 0 ? std::clamp(((px - u[i]) * ex + (py - v[i]) * ey) / l2, 0.0, 1.0) : 0;
+    const double dx = u[i] + t * ex - px, dy = v[i] + t * ey - py;
+    best = std::min(best, dx * dx + dy * dy);
+  }
+  return best;
+}
+
+// dilate_raster: every uncovered texel within the radius of a face's UV triangle (brute force
+// over all faces) gets the nearest face, and barycentrics that put its own centre back on
+// that face's plane in UV space; covered texels and farther ones are untouched.
 TEST(MeshBake, DilationExtendsTheNearestFace) {
   const UvMesh m = random_grid_mesh(9, 37, 9, 1234u);
   const int size = 37;
   for (int radius : {1, 2, 3}) {
     const UvRaster before = rasterize_uv(m, size);
     UvRaster r = before;
+    r.bary.assign(r.bary.size(), std::nanf(""));  // poison: a texel given a face must be written
+    for (size_t t = 0; t < before.face.size(); ++t)
+      if (before.face[t] >= 0) r.bary[2 * t] = before.bary[2 * t], r.bary[2 * t + 1] = before.bary[2 * t + 1];
     const int64_t given = dilate_raster(r, m, radius);
     int64_t counted = 0;
     for (int y = 0; y < size; ++y)
@@ -310,21 +335,39 @@ TEST(MeshBake, DilationExtendsTheNearestFace) {
           ASSERT_EQ(r.bary[2 * t], before.bary[2 * t]);
           continue;
         }
-        int64_t best = -1, best_d = 1 << 30;
-        for (int yy = std::max(0, y - radius); yy <= std::min(size - 1, y + radius); ++yy)
-          for (int xx = std::max(0, x - radius); xx <= std::min(size - 1, x + radius); ++xx) {
-            const int64_t d = int64_t(yy - y) * (yy - y) + int64_t(xx - x) * (xx - x);
-            if (before.face[int64_t(yy) * size + xx] >= 0 && d < best_d)
-              best = int64_t(yy) * size + xx, best_d = d;
+        double best = 1e300;
+        std::vector<double> d(m.num_faces());
+        for (int64_t f = 0; f < m.num_faces(); ++f) {
+          double u[3], v[3];
+          for (int k = 0; k < 3; ++k) {
+            u[k] = double(m.uvs[2 * m.faces[3 * f + k]]) * size;
+            v[k] = double(m.uvs[2 * m.faces[3 * f + k] + 1]) * size;
           }
-        if (best < 0) {
-          ASSERT_EQ(r.face[t], -1) << "texel " << t << " has no covered texel in reach";
+          d[f] = reference_distance2(u, v, x + 0.5, y + 0.5);
+          best = std::min(best, d[f]);
+        }
+        const double reach = double(radius) * radius;
+        if (best > reach + 1e-6) {
+          ASSERT_EQ(r.face[t], -1) << "texel " << t << " has no face in reach";
+          continue;
+        }
+        if (r.face[t] < 0) {
+          ASSERT_GT(best, reach - 1e-6) << "texel " << t << " was left, a face " << std::sqrt(best)
+                                        << " texels away";
           continue;
         }
         ++counted;
-        ASSERT_EQ(r.face[t], before.face[best]) << "texel " << t;
+        ASSERT_LE(d[r.face[t]], best + 1e-5) << "texel " << t << " took a farther face";
         const int32_t* tri = &m.faces[3 * r.face[t]];
         const double b1 = r.bary[2 * t], b2 = r.bary[2 * t + 1], b0 = 1 - b1 - b2;
+        double area2 = 0;
+        {
+          const float* a = &m.uvs[2 * tri[0]];
+          const float* b = &m.uvs[2 * tri[1]];
+          const float* c = &m.uvs[2 * tri[2]];
+          area2 = (double(b[0]) - a[0]) * (double(c[1]) - a[1]) - (double(b[1]) - a[1]) * (double(c[0]) - a[0]);
+        }
+        if (area2 == 0) continue;  // a face without UV area: its centroid
         for (int k = 0; k < 2; ++k) {
           const double got = (b0 * m.uvs[2 * tri[0] + k] + b1 * m.uvs[2 * tri[1] + k] +
                               b2 * m.uvs[2 * tri[2] + k]) * size;
@@ -339,6 +382,30 @@ TEST(MeshBake, DilationExtendsTheNearestFace) {
   EXPECT_EQ(dilate_raster(r, m, 0), 0);
   EXPECT_EQ(r.face, same.face);
   EXPECT_ERROR(dilate_raster(r, m, -1), "radius");
+}
+
+// A face too small to cover a texel centre still owns the texels around it, even where a
+// large face's covered texels are as near as the old nearest-covered-texel rule would see.
+TEST(MeshBake, DilationGivesATinyFaceItsTexels) {
+  const int size = 16;
+  UvMesh m;
+  auto add = [&m, size](std::initializer_list<float> xy) {
+    const int32_t base = static_cast<int32_t>(m.uvs.size() / 2);
+    for (float c : xy) m.uvs.push_back(c / size);
+    for (int k = 0; k < 3; ++k) {
+      m.positions.insert(m.positions.end(), {float(base + k), 0, 0});
+      m.faces.push_back(base + k);
+    }
+  };
+  add({0.2f, 0.2f, 7.8f, 0.2f, 0.2f, 15.8f});  // a large face covering the left part
+  add({10.6f, 8.6f, 10.9f, 8.6f, 10.6f, 8.9f});  // 0.3 texels across, between texel centres
+  UvRaster r = rasterize_uv(m, size);
+  for (int32_t f : r.face) ASSERT_NE(f, 1) << "the tiny face covers no texel centre";
+  dilate_raster(r, m, 2);
+  // Texel (row 8, column 10) has its centre (10.5, 8.5) 0.14 texels from the tiny face.
+  EXPECT_EQ(r.face[8 * size + 10], 1);
+  EXPECT_EQ(r.face[8 * size + 11], 1);
+  EXPECT_EQ(r.face[9 * size + 10], 1);
 }
 
 TEST(MeshBake, ProjectsOntoTheSurface) {
