@@ -107,10 +107,14 @@ class TexturedMesh {
   // What ran on the reference path instead of its fast path, and why (empty when nothing did).
   const std::vector<std::string>& fallbacks() const;
 
-  // The .glb file, written atomically; returns the seconds it took (encoding included).
-  double export_glb(const std::string& path, TextureFormat format = TextureFormat::WebP) const;
+  // The .glb file, written atomically; returns the seconds it took (encoding included). The
+  // material's alphaMode is OPAQUE (the original's), under which glTF viewers ignore alpha, so
+  // the base-colour image is written as RGB; keep_alpha writes it as RGBA, alpha included, as
+  // the original does (a 4096^2 WebP then takes about twice as long and is larger).
+  double export_glb(const std::string& path, TextureFormat format = TextureFormat::WebP,
+                    bool keep_alpha = false) const;
   // The same bytes, in memory.
-  std::string glb_bytes(TextureFormat format = TextureFormat::WebP) const;
+  std::string glb_bytes(TextureFormat format = TextureFormat::WebP, bool keep_alpha = false) const;
 
   struct Impl;
 

@@ -119,9 +119,12 @@ class GlbMesh:
         return list(self._m.fallbacks())
 
     def export(self, file_obj: str, file_type: Optional[str] = None,
-               extension_webp: bool = False, **kwargs: Any) -> float:
+               extension_webp: bool = False, *, keep_alpha: bool = False,
+               **kwargs: Any) -> float:
         """Writes the .glb (atomically; WebP textures with EXT_texture_webp when
-        ``extension_webp``, else PNG, as trimesh's export). Returns the seconds it took."""
+        ``extension_webp``, else PNG, as trimesh's export). Returns the seconds it took.
+        The material is OPAQUE, as the original's, so viewers ignore alpha and the base-colour
+        image is written as RGB; ``keep_alpha=True`` writes it as RGBA, as the original does."""
         if file_type not in (None, "glb"):
             raise Error(f"export: only GLB is written, not {file_type!r}")
         if kwargs:
@@ -129,7 +132,9 @@ class GlbMesh:
         if not isinstance(file_obj, str):
             import os
             file_obj = os.fspath(file_obj)
-        return self._m.export_glb(file_obj, bool(extension_webp))
+        if not isinstance(keep_alpha, bool):
+            raise Error(f"export: keep_alpha must be True or False, got {keep_alpha!r}")
+        return self._m.export_glb(file_obj, bool(extension_webp), keep_alpha)
 
     def __repr__(self) -> str:
         return (f"GlbMesh({self._m.num_faces} faces, {self._m.num_vertices} vertices, "

@@ -20,7 +20,7 @@ Command add_export_glb(CLI::App& app) {
     std::string input, out, format = "webp", atlas = "planar";
     int64_t decimation_target = 1000000;
     int texture_size = 2048;
-    bool remesh = false, progress = false, cpu = false;
+    bool remesh = false, progress = false, cpu = false, keep_alpha = false;
     float remesh_band = 1, remesh_project = 0.9f;
   };
   auto a = std::make_shared<Args>();
@@ -49,6 +49,9 @@ Command add_export_glb(CLI::App& app) {
   sub->add_option("--texture-format", a->format, "webp (EXT_texture_webp) or png")
       ->check(CLI::IsMember({"webp", "png"}))
       ->capture_default_str();
+  sub->add_flag("--keep-alpha", a->keep_alpha,
+                "Base-colour texture as RGBA, alpha included, as the original writes it (the "
+                "material is OPAQUE, so viewers ignore alpha; without this flag it is RGB)");
   sub->add_flag("--progress", a->progress, "A line per stage on stderr");
   sub->add_option("--atlas", a->atlas,
                   "UV atlas: planar (our charts, packed at exactly the texture size) or xatlas "
@@ -73,7 +76,8 @@ Command add_export_glb(CLI::App& app) {
       };
     const sparse3d::TexturedMesh mesh = sparse3d::to_glb(asset.view(), o);
     const double write_s = mesh.export_glb(
-        a->out, a->format == "png" ? sparse3d::TextureFormat::PNG : sparse3d::TextureFormat::WebP);
+        a->out, a->format == "png" ? sparse3d::TextureFormat::PNG : sparse3d::TextureFormat::WebP,
+        a->keep_alpha);
     std::printf("wrote %s: %lld faces, %lld vertices, %dx%d %s textures\n", a->out.c_str(),
                 static_cast<long long>(mesh.num_faces()),
                 static_cast<long long>(mesh.num_vertices()), mesh.texture_size(),

@@ -368,7 +368,7 @@ TexturedMesh to_glb(const GlbInput& in, const GlbOptions& o) {
 namespace {
 
 // The output mesh and its two images encoded, ready for the GLB writer.
-s3d::mesh::GlbMesh encoded_glb(const TexturedMesh& m, TextureFormat format) {
+s3d::mesh::GlbMesh encoded_glb(const TexturedMesh& m, TextureFormat format, bool keep_alpha) {
   namespace sm = s3d::mesh;
   S3D_CHECK(m.num_faces() > 0, "export: the mesh is empty (was it made by to_glb?)");
   sm::EncodeOptions e;
@@ -381,6 +381,16 @@ s3d::mesh::GlbMesh encoded_glb(const TexturedMesh& m, TextureFormat format) {
   g.codec = e.codec;
   g.double_sided = m.double_sided();
   const int32_t s = m.texture_size();
+  // Without keep_alpha, the base colour's RGB only (alphaMode OPAQUE: glTF ignores alpha).
+  std::vector<uint8_t> base_rgb;
+  if (!keep_alpha) {
+    const std::vector<uint8_t>& rgba = m.base_color_rgba();
+    const int64_t n = int64_t{s} * s;
+    base_rgb.resize(3 * n);
+#pragma omp parallel for schedule(static) if (n >= (int64_t{1} << 16))
+    for (int64_t i = 0; i < n; ++i)
+      for (int c = 0; c < 3; ++c) base_rgb[3 * i + c] = rgba[4 * i + c];
+  }
   // The two images are independent and each encoder is mostly serial: one thread each. An
   // exception leaves its thread as a message, rethrown here.
   std::string error[2];
@@ -388,7 +398,9 @@ s3d::mesh::GlbMesh encoded_glb(const TexturedMesh& m, TextureFormat format) {
   for (int image = 0; image < 2; ++image) {
     try {
       if (image == 0)
-        g.base_color_image = sm::encode_image(m.base_color_rgba().data(), s, s, 4, e);
+        g.base_color_image = keep_alpha
+                                 ? sm::encode_image(m.base_color_rgba().data(), s, s, 4, e)
+                                 : sm::encode_image(base_rgb.data(), s, s, 3, e);
       else
         g.metallic_roughness_image =
             sm::encode_image(m.metallic_roughness_rgb().data(), s, s, 3, e);
@@ -403,15 +415,16 @@ s3d::mesh::GlbMesh encoded_glb(const TexturedMesh& m, TextureFormat format) {
 
 }  // namespace
 
-std::string TexturedMesh::glb_bytes(TextureFormat format) const {
-  return s3d::mesh::glb_bytes(encoded_glb(*this, format));
+std::string TexturedMesh::glb_bytes(TextureFormat format, bool keep_alpha) const {
+  return s3d::mesh::glb_bytes(encoded_glb(*this, format, keep_alpha));
 }
 
-double TexturedMesh::export_glb(const std::string& path, TextureFormat format) const {
+double TexturedMesh::export_glb(const std::string& path, TextureFormat format,
+                                bool keep_alpha) const {
   const auto t0 = Clock::now();
   s3d::io::check_output_file(path, "export_glb: " + path);
   s3d::mesh::SubTimer timer("export");
-  s3d::mesh::GlbMesh glb = encoded_glb(*this, format);
+  s3d::mesh::GlbMesh glb = encoded_glb(*this, format, keep_alpha);
   timer.mark("encode images");
   s3d::mesh::write_glb(glb, path);
   timer.mark("write");

@@ -534,7 +534,7 @@ Profile profile_of(const Chart& c, double scale, int32_t padding, int turns) {
       p.top = std::max(p.top, p.hi[j]);
       p.tallest.push_back(j);
     }
-  // fits() tries the tallest bands first: they are the likeliest not to fit a gap.
+  // gap_height() lifts by the tallest bands first: they are the likeliest not to fit a gap.
   std::stable_sort(p.tallest.begin(), p.tallest.end(), [&](int32_t a, int32_t b) {
     return p.hi[a] - p.lo[a] > p.hi[b] - p.lo[b];
   });
@@ -562,21 +562,31 @@ class Skyline {
     return y;
   }
 
-  // The lowest y below `limit` at which the profile at column x has its tallest band at the
-  // bottom of a gap and fits every column (in a gap or above the skyline), or limit.
+  // The lowest y below `limit` at which the profile at column x is free in every column (in a
+  // gap, or above the skyline) with its tallest band in a gap; or limit. Each column in turn
+  // lifts y to the lowest height at or above it where that column is free, until all of them
+  // agree on one y: every lift skips all the heights that column refuses at once.
   double gap_height(const Profile& p, int32_t x, double limit) const {
     // Anchored on the tallest band: the fewest gaps hold it.
     if (p.tallest.empty()) return limit;
     const int32_t j0 = p.tallest[0];
     if (p.hi[j0] - p.lo[j0] > tallest_gap_[x + j0] + kTouch) return limit;
-    // Gaps are kept in rising order: the first that fits is the lowest.
-    for (const Gap& g : gaps_[x + j0]) {
-      const double y = std::max(0.0, g.lo - p.lo[j0]);
-      if (y >= limit) break;
-      if (y + p.hi[j0] > g.hi || y + p.top > size_) continue;
-      if (fits(p, x, y)) return y;
+    const size_t n = p.tallest.size();
+    const double top = std::min(limit, size_ - p.top);  // y above this: no use, or no room
+    double y = 0;
+    // After a lift by column k, the tallest bands are asked again first: they refuse most.
+    for (size_t k = 0; k < n;) {
+      const int32_t j = p.tallest[k];
+      const double lifted = lowest_free(x + j, p.lo[j], p.hi[j], y, k == 0);
+      if (lifted > top) return limit;
+      if (lifted > y) {
+        y = lifted;
+        k = k == 0 ? 1 : 0;
+      } else {
+        ++k;
+      }
     }
-    return limit;
+    return y;
   }
 
   void place(const Profile& p, int32_t x, double y) {
@@ -594,7 +604,7 @@ class Skyline {
         continue;
       }
       const auto k = containing(gs, a, b);
-      if (k == gs.end()) continue;  // cannot be: fits() found the gap
+      if (k == gs.end()) continue;  // cannot be: gap_height() found the gap
       const Gap g = *k;
       const auto at = gs.erase(k);
       Gap pieces[2];
@@ -625,17 +635,19 @@ class Skyline {
     return b <= k->hi + kTouch ? k : gs.end();
   }
 
-  // The anchor band (p.tallest[0]) is gap_height's own test; the rest are checked here.
-  bool fits(const Profile& p, int32_t x, double y) const {
-    for (size_t k = 1; k < p.tallest.size(); ++k) {
-      const int32_t j = p.tallest[k];
-      const int32_t c = x + j;
-      const double a = y + p.lo[j], b = y + p.hi[j];
-      if (a >= sky_[c] - kTouch) continue;
-      if (b - a > tallest_gap_[c] + kTouch) return false;
-      if (containing(gaps_[c], a, b) == gaps_[c].end()) return false;
-    }
-    return true;
+  // The lowest y' >= y at which column c holds the band [y' + lo, y' + hi]: in one of its gaps,
+  // or (unless gap_only) above its skyline; infinity when nothing does.
+  double lowest_free(int32_t c, double lo, double hi, double y, bool gap_only) const {
+    const double above = gap_only ? INFINITY : std::max(y, sky_[c] - lo);
+    if (hi - lo > tallest_gap_[c] + kTouch) return above;
+    const std::vector<Gap>& gs = gaps_[c];
+    // Gaps are disjoint and in rising order: the first whose top is high enough, then the
+    // first from there that is tall enough.
+    auto g = std::lower_bound(gs.begin(), gs.end(), y + hi - kTouch,
+                              [](const Gap& gap, double v) { return gap.hi < v; });
+    for (; g != gs.end(); ++g)
+      if (g->hi - g->lo + kTouch >= hi - lo) return std::min(above, std::max(y, g->lo - lo));
+    return above;
   }
 
   int32_t size_;

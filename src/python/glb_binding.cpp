@@ -111,19 +111,21 @@ void bind_glb(nb::module_& m) {
         return d;
       })
       .def("fallbacks", &TexturedMesh::fallbacks)
-      .def("export_glb", [](const TexturedMesh& t, const std::string& path, bool webp) {
+      .def("export_glb", [](const TexturedMesh& t, const std::string& path, bool webp,
+                            bool keep_alpha) {
         nb::gil_scoped_release release;
         return t.export_glb(path, webp ? sparse3d::TextureFormat::WebP
-                                       : sparse3d::TextureFormat::PNG);
-      }, "path"_a, "webp"_a)
-      .def("glb_bytes", [](const TexturedMesh& t, bool webp) {
+                                       : sparse3d::TextureFormat::PNG, keep_alpha);
+      }, "path"_a, "webp"_a, "keep_alpha"_a)
+      .def("glb_bytes", [](const TexturedMesh& t, bool webp, bool keep_alpha) {
         std::string b;
         {
           nb::gil_scoped_release release;
-          b = t.glb_bytes(webp ? sparse3d::TextureFormat::WebP : sparse3d::TextureFormat::PNG);
+          b = t.glb_bytes(webp ? sparse3d::TextureFormat::WebP : sparse3d::TextureFormat::PNG,
+                          keep_alpha);
         }
         return nb::bytes(b.data(), b.size());
-      }, "webp"_a);
+      }, "webp"_a, "keep_alpha"_a);
   m.def("to_glb", &run_to_glb, "vertices"_a, "faces"_a, "attrs"_a, "coords"_a, "layout"_a,
         "aabb"_a, "grid_size"_a, "decimation_target"_a, "texture_size"_a, "remesh"_a,
         "remesh_band"_a, "remesh_project"_a, "cone_half_angle_rad"_a, "refine_iterations"_a,

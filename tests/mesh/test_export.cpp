@@ -10,6 +10,9 @@
 #include <fstream>
 #include <random>
 
+#include <nlohmann/json.hpp>
+#include <webp/decode.h>
+
 #include "core/cuda_util.h"
 #include "sparse3d/glb.h"
 
@@ -148,6 +151,53 @@ TEST(MeshExport, WritesAGlbAndLeavesNothingOnFailure) {
   for ([[maybe_unused]] const auto& e : fs::directory_iterator(dir)) ++entries;
   EXPECT_EQ(entries, 2u);  // a.glb and taken.glb
   fs::remove_all(dir);
+}
+
+// The bytes of a GLB's image `index` (its JSON chunk, then its binary chunk).
+std::string glb_image(const std::string& glb, int index) {
+  auto u32 = [&](size_t at) {
+    uint32_t v;
+    std::memcpy(&v, glb.data() + at, 4);
+    return size_t{v};
+  };
+  const size_t json_len = u32(12);
+  const auto j = nlohmann::json::parse(glb.substr(20, json_len));
+  const auto& view = j["bufferViews"][j["images"][index]["bufferView"].get<int>()];
+  const size_t bin = 20 + json_len + 8;
+  return glb.substr(bin + view.value("byteOffset", size_t{0}), view["byteLength"].get<size_t>());
+}
+
+TEST(MeshExport, BaseColourIsRgbUnlessAlphaIsKept) {
+  sparse3d::GlbOptions o;
+  o.decimation_target = 700;
+  o.texture_size = 61;
+  const sparse3d::TexturedMesh m = sparse3d::to_glb(asset().view(), o);
+  for (bool keep : {false, true}) {
+    // PNG: the colour type in IHDR (2 RGB, 6 RGBA).
+    const std::string png = glb_image(m.glb_bytes(sparse3d::TextureFormat::PNG, keep), 0);
+    ASSERT_GT(png.size(), 26u);
+    EXPECT_EQ(static_cast<int>(png[25]), keep ? 6 : 2);
+    // WebP: the alpha flag, and the decoded colours are the texture's (lossy at 61^2 with
+    // chroma subsampling; channels out of order would be tens of levels off).
+    const std::string webp = glb_image(m.glb_bytes(sparse3d::TextureFormat::WebP, keep), 0);
+    const auto* data = reinterpret_cast<const uint8_t*>(webp.data());
+    WebPBitstreamFeatures f;
+    ASSERT_EQ(WebPGetFeatures(data, webp.size(), &f), VP8_STATUS_OK);
+    EXPECT_EQ(f.has_alpha != 0, keep);
+    int w = 0, h = 0;
+    uint8_t* rgb = WebPDecodeRGB(data, webp.size(), &w, &h);
+    ASSERT_NE(rgb, nullptr);
+    ASSERT_EQ(w, 61);
+    ASSERT_EQ(h, 61);
+    double diff = 0;
+    for (int i = 0; i < w * h; ++i)
+      for (int c = 0; c < 3; ++c) diff += std::abs(rgb[3 * i + c] - m.base_color_rgba()[4 * i + c]);
+    WebPFree(rgb);
+    EXPECT_LT(diff / (3.0 * w * h), 12.0);  // 5.3 measured, RGB and RGBA alike
+  }
+  // The metallic-roughness image is RGB either way.
+  const std::string mr = glb_image(m.glb_bytes(sparse3d::TextureFormat::PNG), 1);
+  EXPECT_EQ(static_cast<int>(mr[25]), 2);
 }
 
 TEST(MeshExport, RefusesBadInputNamingIt) {
