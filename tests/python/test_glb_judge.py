@@ -285,6 +285,25 @@ def test_unfilled_seam_texels_are_caught(work, good):
     assert r["texture_mae"]["r"] < 0.004
 
 
+def test_unfilled_rule_without_alpha_counts_black_beside_colour_only(work, good):
+    # The base colour as RGB (no alpha channel): black beyond a texel and a half of the faces
+    # (the judge's covered texels keep their colour) is unfilled...
+    from scipy.ndimage import distance_transform_edt
+    rgb = good["rgba"][..., :3].copy()
+    assert rgb[good["inside"]].max(axis=1).min() >= judge.UNFILLED_NEIGHBOUR_LEVEL
+    far = distance_transform_edt(~good["inside"]) > 1.5
+    rgb[far] = 0
+    r = run_judge(work, "unfilled_rgb", write_glb(str(work["root"] / "unfilled_rgb.glb"),
+                                                  good["tri"], good["uv"], rgb, good["mr"]))
+    assert r["seam_unfilled_texels"] > 0.3 * r["seam_band_texels"], (
+        r["seam_unfilled_rule"], r["seam_unfilled_texels"], r["seam_band_texels"])
+    # ...but black filled beside a black surface is that surface's colour, not a hole.
+    black = np.zeros_like(rgb)
+    r = run_judge(work, "black_rgb", write_glb(str(work["root"] / "black_rgb.glb"),
+                                               good["tri"], good["uv"], black, good["mr"]))
+    assert r["seam_band_texels"] > 0 and r["seam_unfilled_texels"] == 0, r
+
+
 def test_volume_sampling_matches_brute_force():
     rng = np.random.default_rng(5)
     grid = np.array([7, 5, 6])

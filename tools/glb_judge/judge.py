@@ -38,7 +38,8 @@ Metrics, per GLB:
       (a texel is covered when its centre lies in a triangle); the band is the uncovered texels
       within 4 texels (Euclidean, centre to centre) of a covered one; unfilled band texels are
       those whose base colour alpha byte is 0 (a texture without an alpha channel: whose RGB
-      is 0 0 0); reported as seam_band_texels, seam_unfilled_texels, seam_unfilled_fraction.
+      is 0 0 0 while the nearest covered texel has a channel of at least 16, so that black
+      beside a black chart is not counted); reported as seam_band_texels, seam_unfilled_texels, seam_unfilled_fraction.
       Exact (no sampling).
   atlas_utilisation  covered texels / all texels of the base colour textures. Exact.
   charts  connected components of the faces through shared vertex indices of the GLB's index
@@ -67,6 +68,9 @@ import safetensors_lite  # noqa: E402
 import splat_render  # noqa: E402
 
 CHANNELS = ("r", "g", "b", "metallic", "roughness", "alpha")
+# A texture without alpha: a black band texel counts as unfilled when the nearest covered texel
+# has a channel at least this bright, in 8-bit levels (seam_band).
+UNFILLED_NEIGHBOUR_LEVEL = 16
 
 
 def glb_to_input(p):
@@ -157,13 +161,19 @@ def texture_space_metrics(glb):
         h, w = tex.pixels.shape[:2]
         tri = glb.uv[tex.tex_coord][faces] * np.array([w, h])
         covered = meshops.rasterize_coverage(tri, w, h)
-        band = ~covered & (distance_transform_edt(~covered) <= 4.0)
+        dist, (ny, nx) = distance_transform_edt(~covered, return_indices=True)
+        band = ~covered & (dist <= 4.0)
         if tex.has_alpha:
             empty = tex.pixels[..., 3] == 0
             rules.add("alpha == 0")
         else:
-            empty = np.all(tex.pixels[..., :3] == 0, axis=2)
-            rules.add("rgb == 0 (no alpha channel)")
+            # Black where the nearest covered texel is not dark: a fill copies what is near, so
+            # a black band texel beside a black chart is the chart's colour, not a hole.
+            rgb = tex.pixels[..., :3]
+            empty = (np.all(rgb == 0, axis=2) &
+                     (rgb[ny, nx].max(axis=2) * 255 >= UNFILLED_NEIGHBOUR_LEVEL - 0.5))
+            rules.add(f"rgb == 0 beside a covered texel of level >= {UNFILLED_NEIGHBOUR_LEVEL} "
+                      "(no alpha channel)")
         totals["texels"] += w * h
         totals["covered"] += int(covered.sum())
         totals["band"] += int(band.sum())
