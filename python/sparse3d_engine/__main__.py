@@ -20,6 +20,7 @@ import json
 import logging
 import os
 import re
+import signal
 import sys
 import time
 from typing import Any, Dict, List, Optional, Sequence
@@ -428,6 +429,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except (UsageError, s3d.Error, OSError) as e:
         print(f"sparse3d_engine: error: {printable(str(e))}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        # Ctrl-C: sample() stopped after the step in progress; results are written only after
+        # it, under temporary names, so nothing partial is left. Then, as the `sparse3d`
+        # command does, the process ends by the signal (the shell sees SIGINT), in one line.
+        print("sparse3d_engine: interrupted", file=sys.stderr)
+        sys.stderr.flush()
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+        return 130  # where the signal does not end the process
 
 
 if __name__ == "__main__":

@@ -536,7 +536,13 @@ s3d::sampler::Output Engine::Impl::run_sampler(const SampleRequest& r, const Sam
   const s3d::LaunchCounts before = s3d::launch_counts();
   s3d::profiler::start(profiler_mode(r.profile));
   const s3d::sampler::StepCallback on_step = step_callback(r, s.volume, model->config());
-  s3d::sampler::Output out = s3d::sampler::sample(*model, s.in, o, r.keep_first_forward, on_step);
+  s3d::sampler::Output out;
+  try {
+    out = s3d::sampler::sample(*model, s.in, o, r.keep_first_forward, on_step);
+  } catch (...) {  // an interrupted request (SampleRequest::stop) leaves no profiler running
+    s3d::profiler::stop_and_collect();
+    throw;
+  }
   for (const auto& rec : out.steps)
     result.steps.push_back(
         StepInfo{rec.index, rec.total, rec.t, rec.t_prev, rec.cfg, rec.elapsed_s, {}});
@@ -578,6 +584,7 @@ SampleResult Engine::Impl::sample(const SampleRequest& r) {
   const double null_context_seconds = use_null_context(o, flags, L, T);
   SampleResult result;
   o.parallel = split_for(T, result.stats);
+  if (!o.parallel || o.parallel->parts() <= 1) o.stop = r.stop;
   const s3d::sampler::Output out = run_sampler(r, s, o, flags, result);
   if (o.parallel) gather_rank_fallbacks();
   return_latents(out, r, s.volume, model->config(), result);

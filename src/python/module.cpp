@@ -473,7 +473,14 @@ auto unlocked(F fn) {
 // through the engine's C++ frames as a Python error state).
 struct CallbackFailure {
   std::unique_ptr<nb::python_error> error;
+  std::unique_ptr<nb::python_error> interrupt;  // a signal's exception (KeyboardInterrupt)
 };
+
+// Whether the calling thread is Python's main thread, the only one that runs signal handlers.
+bool on_main_thread() {
+  const nb::module_ threading = nb::module_::import_("threading");
+  return threading.attr("current_thread")().is(threading.attr("main_thread")());
+}
 
 class PyEngine {
  public:
@@ -538,10 +545,27 @@ class PyEngine {
         }
       };
     }
+    // Ctrl-C: between steps, a pending signal runs its Python handler (the GIL taken for
+    // that moment); the exception it raises (KeyboardInterrupt) stops the request, as does
+    // one the step callback raised.
+    if (on_main_thread()) {
+      r.stop = [failure] {
+        nb::gil_scoped_acquire gil;
+        if (failure->error && failure->error->matches(PyExc_KeyboardInterrupt)) return true;
+        if (PyErr_CheckSignals() == 0) return false;
+        failure->interrupt = std::make_unique<nb::python_error>();
+        return true;
+      };
+    }
     sparse3d::SampleResult result;
-    {
+    try {
       nb::gil_scoped_release release;
       result = engine_->sample(r);
+    } catch (const sparse3d::Error&) {
+      if (failure->interrupt) throw nb::python_error(*failure->interrupt);
+      if (failure->error && failure->error->matches(PyExc_KeyboardInterrupt))
+        throw nb::python_error(*failure->error);
+      throw;
     }
     if (failure->error) throw nb::python_error(*failure->error);
     nb::dict d;

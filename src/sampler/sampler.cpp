@@ -180,6 +180,11 @@ Output sample(const model::Transformer& model, const Inputs& in,
     rec.elapsed_s = seconds_since(start);
     out.steps.push_back(rec);
     if (on_step) on_step(rec, x);
+    if (o.stop && k + 1 < o.steps && o.stop()) {
+      // The queued work still reads this request's tensors: it finishes before they go.
+      if (dev == Device::CUDA) synchronize();
+      fail("sample: interrupted after step ", k + 1, " of ", o.steps);
+    }
   }
   if (dev == Device::CUDA) synchronize();
   out.loop_seconds = seconds_since(start);

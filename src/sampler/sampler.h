@@ -37,6 +37,8 @@ struct SamplerOptions : sparse3d::SamplerSettings {
   // Guidance rescale's std (ModelSummary::unbiased_rescale_std): sample() sets it from the
   // model's family (the dense family divides by N - 1, as its original does).
   bool unbiased_rescale_std = false;
+  // SampleRequest::stop: asked after each step is queued; true ends the loop with an error.
+  std::function<bool()> stop;
 
   // Sets `flags` from an execution plan.
   void apply(const sparse3d::ExecutionPlan& plan);

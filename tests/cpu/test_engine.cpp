@@ -146,6 +146,34 @@ TEST_F(EngineApi, CallbackSeesEveryStepAndTheLatent) {
   EXPECT_EQ(seen, (std::vector<int>{0, 1, 2}));
 }
 
+void expect_error(const std::function<void()>& fn, const std::string& needle);
+
+// SampleRequest::stop: asked after each step but the last; true after step 2 of 9 ends the
+// request with one error naming the step, and the engine's next request gives the bits of an
+// engine that was never stopped.
+TEST_F(EngineApi, StopEndsTheRequestBetweenSteps) {
+  sparse3d::Engine e(kTiny, options("beyond"));
+  auto in = inputs({61}, 9);
+  sparse3d::SampleRequest r = request(in, 4);
+  r.sampler.steps = 9;
+  int asked = 0;
+  std::vector<int> seen;
+  r.on_step = [&](const sparse3d::StepInfo& s) { seen.push_back(s.index); };
+  r.stop = [&] { return ++asked == 2; };
+  expect_error([&] { e.sample(r); }, "sample: interrupted after step 2 of 9");
+  EXPECT_EQ(asked, 2);
+  EXPECT_EQ(seen, (std::vector<int>{0, 1}));
+  // Never true: asked after every step but the last, and the request completes.
+  asked = 0;
+  r.on_step = nullptr;
+  r.stop = [&] { ++asked; return false; };
+  const sparse3d::SampleResult after = e.sample(r);
+  EXPECT_EQ(asked, 8);
+  sparse3d::Engine fresh(kTiny, options("beyond"));
+  r.stop = nullptr;
+  EXPECT_TRUE(same_bytes(fresh.sample(r).latent, after.latent));
+}
+
 void expect_error(const std::function<void()>& fn, const std::string& needle) {
   try {
     fn();
