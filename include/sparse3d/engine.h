@@ -125,8 +125,10 @@ struct SampleRequest {
   // Asked after each step is queued (before the next): true stops the request, which then
   // waits for the work already queued and throws sparse3d::Error ("sample: interrupted after
   // step K of N"); `out` is not written. The Python binding sets it to look for a pending
-  // signal (Ctrl-C) when sample() is called on the main thread. Not asked for a request split
-  // over several devices (the ranks could not stop together).
+  // signal (Ctrl-C) when sample() is called on the main thread. While it is set, a GPU request
+  // keeps the host at most one step ahead of the device, so a stop waits for two steps at
+  // most. Not asked for a request split over several devices (the ranks could not stop
+  // together).
   std::function<bool()> stop;
   bool keep_first_forward = false;  // also return step 1's v_cond and v_uncond
   Profile profile = Profile::Off;

@@ -37,6 +37,18 @@ using sparse3d::TensorView;
 using AnyArray = nb::ndarray<nb::ro>;  // an input: any DLPack producer
 using OutArray = nb::ndarray<>;        // a caller's buffer the engine writes
 
+// An exception from a Python callable the engine calls mid-request (a log or message sink)
+// must not unwind through the engine's frames: it is reported as unraisable. A
+// KeyboardInterrupt is a Ctrl-C whose handler happened to run inside that callable: the
+// signal is made pending again, so that sample()'s check between steps still sees it.
+void discard_keeping_interrupt(nb::python_error& e, const char* where) {
+  if (e.matches(PyExc_KeyboardInterrupt)) {
+    PyErr_SetInterrupt();
+    return;
+  }
+  e.discard_as_unraisable(where);
+}
+
 // ---- DLPack <-> TensorView ------------------------------------------------------------
 
 std::string dtype_text(const nb::dlpack::dtype& d) {
@@ -246,7 +258,7 @@ sparse3d::EngineOptions engine_options(const std::string& path, const std::strin
       try {
         if (log->fn.is_valid()) log->fn(line);
       } catch (nb::python_error& e) {
-        e.discard_as_unraisable("sparse3d_engine engine log");
+        discard_keeping_interrupt(e, "sparse3d_engine engine log");
       }
     };
   }
@@ -683,7 +695,7 @@ void set_python_message_sink(std::optional<nb::callable> fn) {
       nb::handle(holder->fn)(level_name(m.level), m.kind, m.text, m.optimization, m.reason);
     } catch (nb::python_error& e) {
       // A sink must not throw into the engine: Python reports it as unraisable.
-      e.discard_as_unraisable("sparse3d_engine message sink");
+      discard_keeping_interrupt(e, "sparse3d_engine message sink");
     } catch (...) {
     }
   });

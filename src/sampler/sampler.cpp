@@ -129,6 +129,36 @@ Tensor copy_of(const Tensor& t) {
   return c;
 }
 
+// A request that can be stopped (SamplerOptions::stop) keeps the host at most one step ahead
+// of the device: after step k is queued, the host waits for step k - 1 to finish. Without it
+// an unsynchronised loop queues every step in milliseconds, and a stop asked between them
+// would still wait for the whole request. The device always has the next step queued, so it
+// never idles for this.
+class StepFence {
+ public:
+  explicit StepFence(bool on) {
+    if (!on) return;
+    for (cudaEvent_t& e : events_)
+      S3D_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  }
+  ~StepFence() {
+    for (cudaEvent_t e : events_)
+      if (e) cudaEventDestroy(e);
+  }
+  StepFence(const StepFence&) = delete;
+  StepFence& operator=(const StepFence&) = delete;
+
+  // Step k is queued: mark it, and wait for step k - 1.
+  void queued(int k) {
+    if (!events_[0]) return;
+    S3D_CUDA_CHECK(cudaEventRecord(events_[k & 1], current_stream()));
+    if (k > 0) S3D_CUDA_CHECK(cudaEventSynchronize(events_[(k - 1) & 1]));
+  }
+
+ private:
+  cudaEvent_t events_[2] = {nullptr, nullptr};
+};
+
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
@@ -163,6 +193,7 @@ Output sample(const model::Transformer& model, const Inputs& in,
   out.launches_before_loop = launch_counts();
   const auto start = std::chrono::steady_clock::now();
   out.setup_seconds = std::chrono::duration<double>(start - request_start).count();
+  StepFence fence(o.stop && dev == Device::CUDA);
   for (int k = 0; k < o.steps; ++k) {
     const StepKind kind = plan.kinds[static_cast<size_t>(k)];
     const auto run = [&](const Tensor& xs, const Tensor& t2, const Tensor& mod) {
@@ -180,6 +211,7 @@ Output sample(const model::Transformer& model, const Inputs& in,
     rec.elapsed_s = seconds_since(start);
     out.steps.push_back(rec);
     if (on_step) on_step(rec, x);
+    fence.queued(k);
     if (o.stop && k + 1 < o.steps && o.stop()) {
       // The queued work still reads this request's tensors: it finishes before they go.
       if (dev == Device::CUDA) synchronize();

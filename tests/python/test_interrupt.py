@@ -19,6 +19,21 @@ pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGINT") or os.name != "pos
                                 reason="POSIX signals")
 
 
+@pytest.fixture(autouse=True)
+def ctrl_c_as_in_a_terminal():
+    """SIGINT handled as Python does in a foreground process. A shell starts a background job
+    (`cmd &` without job control, as CI scripts may) with SIGINT ignored, Python then leaves it
+    ignored, and every signal these tests send would be lost: the test sets Python's own
+    handler, and gives its child processes the default disposition, as a terminal would."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
+def default_sigint():
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def steps_for(engine, coords, cond, seconds):
     """A step count whose request takes about `seconds` here (from a 4-step request)."""
     t0 = time.perf_counter()
@@ -122,15 +137,17 @@ def test_a_request_on_another_thread_is_not_stopped_by_the_main_threads_signal(e
 def test_ctrl_c_stops_python_m_run_with_one_line_and_no_file(tmp_path):
     import sparse3d_engine
     env = {k: v for k, v in os.environ.items() if k not in ("SPARSE3D_CLI",)}
-    env["PYTHONPATH"] = os.path.dirname(os.path.dirname(os.path.abspath(sparse3d_engine.__file__)))
+    package = os.path.abspath(sparse3d_engine.__file__)
+    env["PYTHONPATH"] = os.path.dirname(os.path.dirname(package))
     env["SPARSE3D_ENGINE_PROGRESS"] = "0"
     env["PYTHONUNBUFFERED"] = "1"
     out = tmp_path / "out"
-    p = subprocess.Popen([sys.executable, "-m", "sparse3d_engine", "run", "--checkpoint", os.path.abspath(TINY),
-                          "--tokens", "301", "--steps", "10000", "--device", "cpu",
-                          "--no-qualification-cache", "--out", str(out)],
+    p = subprocess.Popen([sys.executable, "-m", "sparse3d_engine", "run",
+                          "--checkpoint", os.path.abspath(TINY), "--tokens", "301",
+                          "--steps", "10000", "--device", "cpu", "--no-qualification-cache",
+                          "--out", str(out)],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                         cwd=tmp_path)
+                         cwd=tmp_path, preexec_fn=default_sigint)
     # The signal once the request runs: after the line naming its sampler (printed before the
     # loop starts), and a moment of steps.
     for line in p.stdout:
@@ -142,7 +159,12 @@ def test_ctrl_c_stops_python_m_run_with_one_line_and_no_file(tmp_path):
     assert p.poll() is None, p.communicate()
     t0 = time.perf_counter()
     p.send_signal(signal.SIGINT)
-    stdout, stderr = p.communicate(timeout=60)
+    try:
+        stdout, stderr = p.communicate(timeout=60)
+    finally:  # a child that did not stop must not run on after the test
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
     elapsed = time.perf_counter() - t0
     # As the `sparse3d` command: ended by the signal, after one line.
     assert p.returncode == -signal.SIGINT, (p.returncode, stderr)
