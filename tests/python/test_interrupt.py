@@ -172,3 +172,45 @@ def test_ctrl_c_stops_python_m_run_with_one_line_and_no_file(tmp_path):
     assert stderr.strip().splitlines()[-1] == "sparse3d_engine: interrupted", stderr
     assert "Traceback" not in stderr, stderr
     assert not out.exists() or not any(out.iterdir()), list(out.iterdir())
+
+
+def test_ctrl_c_stops_a_gpu_request_within_two_steps_and_costs_no_speed(cache_dir):
+    try:
+        gpu = s3d.Engine(TINY, device="cuda", cache_dir=cache_dir)
+    except s3d.Error as e:
+        pytest.skip(f"needs a CUDA device ({e})")
+    coords, cond = make_request([3001], seed=9)
+    settings = s3d.SamplerSettings(steps=400, guidance_interval=(0.0, 1.0))
+    gpu.sample(coords, cond, seed=1, sampler=s3d.SamplerSettings(steps=3), progress=False)
+
+    # The same request's loop, on this (main) thread, where it can be stopped and the host
+    # waits for the step before the last, and on another thread, where it cannot: the fence
+    # must not slow the device down.
+    def loop_seconds():
+        gpu.sample(coords, cond, seed=2, sampler=settings, progress=False)
+        return gpu.last_request["stats"]["loop_seconds"]
+
+    main = min(loop_seconds() for _ in range(3))
+    other = []
+    for _ in range(3):
+        worker = threading.Thread(target=lambda: other.append(loop_seconds()))
+        worker.start()
+        worker.join()
+    other = min(other)
+    per_step = other / settings.steps
+    print(f"loop {main:.4f} s stoppable, {other:.4f} s not; {1e3 * per_step:.3f} ms a step")
+    assert main < 1.05 * other + 0.002, (main, other)
+
+    # Stopped within two steps (and the launch and signal latencies) of the signal.
+    long = s3d.SamplerSettings(steps=10000, guidance_interval=(0.0, 1.0))
+    assert 10000 * per_step > 1.0  # the request outlasts the signal
+    timer = interrupt_in(0.5)
+    t0 = time.perf_counter()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            gpu.sample(coords, cond, seed=3, sampler=long, progress=False)
+        late = time.perf_counter() - t0 - 0.5
+    finally:
+        timer.cancel()
+    print(f"returned {1e3 * late:.1f} ms after the signal ({late / per_step:.1f} steps)")
+    assert late < 3 * per_step + 0.05, (late, per_step)
