@@ -70,6 +70,12 @@ constexpr int kTurns = 2;
 constexpr int32_t kParallelOverlapFaces = 16384;
 constexpr size_t kSmallChart = 32;    // faces; smaller charts are merged into a neighbour
 constexpr size_t kTinyChart = 4;      // faces; smaller ones also by the hard bound alone
+// A chart covering less than this share of its bounding box, which is at least kSparseBox of
+// all charts' area, is split in two from its ends (sparse_chart_ends), up to kSparseRounds
+// times.
+constexpr double kMinFill = 0.35;
+constexpr double kSparseBox = 1e-3;
+constexpr int kSparseRounds = 3;
 // No face is turned further than this from its chart's projection axis (stretch <= 1 / cos).
 const double kCosMaxTurn = std::cos(75.0 * M_PI / 180.0);
 
@@ -959,6 +965,30 @@ void split_overlapping(std::vector<Chart>& charts, std::vector<char>& fresh,
   }
 }
 
+// Charts that fill less than kMinFill of their bounding box while the box is at least
+// kSparseBox of all charts' area (a thin strip bent at a knee, as a leg): the faces at the two
+// ends of the long side, as split() seeds, so that each half is straighter and packs tighter.
+// {-1, -1} for the rest.
+std::vector<std::pair<int32_t, int32_t>> sparse_chart_ends(const std::vector<Chart>& charts) {
+  double total = 0;
+  for (const Chart& c : charts) total += c.area;
+  std::vector<std::pair<int32_t, int32_t>> ends(charts.size(), {-1, -1});
+  for (size_t i = 0; i < charts.size(); ++i) {
+    const Chart& c = charts[i];
+    const double box = c.w * c.h;
+    if (c.faces.size() < 2 * kTinyChart || box < kSparseBox * total || c.area >= kMinFill * box)
+      continue;
+    double lo = INFINITY, hi = -INFINITY;
+    for (size_t f = 0; f < c.faces.size(); ++f) {
+      double x = 0;
+      for (int k = 0; k < 3; ++k) x += c.xy[2 * c.corners[3 * f + k]];
+      if (x < lo) lo = x, ends[i].first = static_cast<int32_t>(f);
+      if (x > hi) hi = x, ends[i].second = static_cast<int32_t>(f);
+    }
+  }
+  return ends;
+}
+
 UvMesh assemble(const std::vector<Chart>& charts, const std::vector<std::vector<float>>& uvs,
                 const TriMesh& m) {
   const size_t n = charts.size();
@@ -1081,6 +1111,12 @@ UvMesh planar_unwrap(const TriMesh& m, const ChartOptions& options) {
     parameterize_fresh();
   };
   split_until_clean();
+  for (int round = 0; round < kSparseRounds; ++round) {
+    const std::vector<std::pair<int32_t, int32_t>> ends = sparse_chart_ends(charts);
+    if (std::all_of(ends.begin(), ends.end(), [](const auto& e) { return e.first < 0; })) break;
+    split_overlapping(charts, fresh, ends);
+    split_until_clean();
+  }
   timer.mark("parameterize and split overlaps");
   // Then at the packed scale; a chart that overlaps only there is split (and its halves split
   // until clean in the plane) and all is packed anew.
