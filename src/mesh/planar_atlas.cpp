@@ -32,6 +32,9 @@
 //    with the nearer of the two; then, after packing, every chart is rasterized at the final
 //    scale with the bake's own rules, and a texel centre still covered twice (by no
 //    neighbours) splits again and packs anew.
+// 5. Sparse charts: a chart filling little of its box (a strip bent at a knee) is split in two
+//    from the ends of its long side before packing (sparse_chart_ends): a box mostly empty is
+//    texture lost, whatever packs around it.
 #include <omp.h>
 
 #include <algorithm>
