@@ -17,9 +17,10 @@ the whole API; `s3d.trellis2.accelerate(pipeline)` is the TRELLIS.2 drop-in;
 `python -m sparse3d_engine` is a command line (info, make-checkpoint, run).
 
 Messages: the engine's fallback lines go to the "sparse3d_engine" logger (WARNING) and to
-an engine's `log` callable; start-up lines to the logger at INFO and to `log`. Progress:
-sample() shows a tqdm bar where tqdm is installed (`progress=False`, `set_progress(False)`
-or SPARSE3D_ENGINE_PROGRESS=0 turn it off).
+an engine's `log` callable; start-up lines to the logger at INFO and to `log`. Progress: no
+bar unless asked for (`progress=True`, `set_progress(True)` or SPARSE3D_ENGINE_PROGRESS=1):
+a bar is a step callback, and on a GPU it makes the loop wait for every step. The drop-in's
+samplers show one, as TRELLIS.2's do, when their `verbose` says so and stderr is a terminal.
 """
 from __future__ import annotations
 
@@ -230,33 +231,57 @@ _native.set_message_sink(_on_message)
 atexit.register(_native.set_message_sink, None)
 
 # ---- Progress --------------------------------------------------------------------------------
-# As TRELLIS.2's samplers: a tqdm bar per sample() by default, where tqdm is installed.
+# Off unless asked for: a bar is a step callback, and on a GPU the loop then waits for every
+# step. The drop-in's samplers follow TRELLIS.2's `verbose` where stderr is a terminal.
 
-_progress_default = os.environ.get("SPARSE3D_ENGINE_PROGRESS", "1").strip().lower() not in (
-    "0", "false", "off", "no")
+
+def _progress_setting(text: Optional[str]) -> Optional[bool]:
+    """SPARSE3D_ENGINE_PROGRESS: 1/true/on/yes on, 0/false/off/no off, else None (the
+    defaults: sample() none, the drop-in's samplers where stderr is a terminal)."""
+    value = (text or "").strip().lower()
+    if value in ("1", "true", "on", "yes"):
+        return True
+    if value in ("0", "false", "off", "no"):
+        return False
+    return None
+
+
+_progress_default: Optional[bool] = _progress_setting(os.environ.get("SPARSE3D_ENGINE_PROGRESS"))
 
 
 def set_progress(enabled: bool) -> None:
-    """Turns the default tqdm progress bar of sample() on or off for the process (the
-    initial value: on, unless SPARSE3D_ENGINE_PROGRESS=0). A call's `progress=` wins."""
+    """Turns the default tqdm progress bar of sample() on or off for the process, the drop-in's
+    samplers included (the initial value: off for sample(), the drop-in's where stderr is a
+    terminal; SPARSE3D_ENGINE_PROGRESS=1 or 0 sets it). A call's `progress=` wins."""
     global _progress_default
     _progress_default = bool(enabled)
 
 
 def progress_enabled() -> bool:
     """Whether sample() shows a bar by default (tqdm must also be installed)."""
-    return _progress_default
+    return _progress_default is True
+
+
+def _pipeline_progress() -> bool:
+    """Whether the drop-in's samplers show a bar when their `verbose` asks for one: as set, or
+    (not set) where stderr is a terminal."""
+    if _progress_default is not None:
+        return _progress_default
+    try:
+        return bool(sys.stderr is not None and sys.stderr.isatty())
+    except Exception:  # noqa: BLE001 - a replaced stderr without isatty: no terminal
+        return False
 
 
 def _progress_bar(progress, total, desc="Sampling"):
     """A tqdm bar of `total` steps, or None: progress None follows set_progress(), False is
     none, True a bar named `desc`, a string a bar of that name. None without tqdm."""
     if progress is None:
-        progress = _progress_default
-    if progress is False or progress is None:
+        progress = _progress_default is True
+    if progress is False:
         return None
     try:
-        from tqdm import tqdm
+        from tqdm.auto import tqdm  # a notebook's widget, a terminal's text bar
         bar = tqdm(total=int(total), desc=progress if isinstance(progress, str) else desc)
     except Exception:  # noqa: BLE001 - no tqdm, or a stand-in that is not one: no bar
         return None
@@ -611,8 +636,8 @@ class Engine:
         during the call only: clone it to keep it). stream: a CUDA stream (torch, CuPy or an
         int handle) to order the work on; default: the inputs' current stream.
         progress: a tqdm bar over the steps (where tqdm is installed): None follows
-        set_progress() (on by default, as TRELLIS.2's samplers), False none, True or a
-        description string one. On a GPU a bar (like a callback) waits for each step."""
+        set_progress() (off unless turned on), False none, True or a description string
+        one. On a GPU a bar (like a callback) waits for each step."""
         if coords is None and hasattr(noise, "feats") and hasattr(noise, "coords"):
             coords = getattr(noise, "coords")   # a SparseTensor's own coords
         coords, cond = _feats(coords), _feats(cond)

@@ -283,7 +283,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     latent = engine.sample(coords, request["cond"], noise=noise,
                            seed=None if noise is not None else args.seed,
                            concat_cond=request.get("concat_cond"), sampler=sampler,
-                           path=args.path, progress=False if args.no_progress else None)
+                           path=args.path,
+                           progress=not args.no_progress and s3d._pipeline_progress())
     wall = time.perf_counter() - t1
     latent = np.asarray(latent)
     assert engine.last_request is not None
@@ -397,7 +398,8 @@ def parser() -> argparse.ArgumentParser:
                      "file's name, or 'synthetic'")
     run.add_argument("--format", choices=("safetensors", "npy"), default="safetensors",
                      help="Output format (default: safetensors, with the latent and coords)")
-    run.add_argument("--no-progress", action="store_true", help="No tqdm progress bar")
+    run.add_argument("--no-progress", action="store_true",
+                     help="No tqdm progress bar (shown where stderr is a terminal)")
     run.add_argument("--json", action="store_true",
                      help="Also print the request's stats as one JSON line")
     run.add_argument("-v", "--verbose", action="store_true",

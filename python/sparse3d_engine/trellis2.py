@@ -34,8 +34,9 @@ builds every engine ahead, in parallel, and runs a small request on each.
 
 With torch tensors, the engine is called through the torch custom ops of `torch_ops`
 (`torch.ops.sparse3d_engine.forward` / `.sample`), so that the calls can sit inside a
-torch.compile'd region. A sampler's whole loop shows a tqdm bar as TRELLIS.2's samplers do
-(`verbose=False` or `sparse3d_engine.set_progress(False)` turn it off).
+torch.compile'd region. A sampler's whole loop shows a tqdm bar as TRELLIS.2's samplers do,
+where stderr is a terminal (`verbose=False` or `sparse3d_engine.set_progress(False)` turn it
+off, `set_progress(True)` on everywhere).
 """
 from __future__ import annotations
 
@@ -51,7 +52,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from . import (DENSE, SLAT, Engine, Error, SamplerSettings, Workspace, _engine_options, _flag,
                _framework, _integer, _optional_text, _real, _text, default_path,
-               model_families, progress_enabled)
+               model_families, _pipeline_progress)
 
 # The flow models of a TRELLIS.2 image-to-3D pipeline (pipeline.models keys): the dense
 # sparse-structure model, then the structured-latent ones.
@@ -671,7 +672,7 @@ class EngineSampler:
         kwargs = a.get("kwargs", {})
         verbose = a.get("verbose", kwargs.get("verbose", True))
         desc = a.get("tqdm_desc", kwargs.get("tqdm_desc")) or "Sampling"
-        progress = desc if verbose and progress_enabled() else False
+        progress = desc if verbose and _pipeline_progress() else False
         ops = _torch_ops() if _framework(feats) == "torch" else None
         if ops is not None:
             _make_room(engine, feats, cond_t, dense)

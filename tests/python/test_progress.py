@@ -1,7 +1,8 @@
-"""Progress bars: sample() shows a tqdm bar over its steps where tqdm is installed, as
-TRELLIS.2's samplers do (on by default; progress=False, set_progress(False) or the drop-in
-sampler's verbose=False turn it off), and nothing without tqdm. A stand-in tqdm module
-records what the package asks of it (CI has no tqdm)."""
+"""Progress bars: none by default (a bar is a step callback, and on a GPU it makes the loop
+wait for every step); `progress=True`, `set_progress(True)` or SPARSE3D_ENGINE_PROGRESS=1 turn
+one on, over the steps, where tqdm is installed. The drop-in's samplers follow TRELLIS.2's
+`verbose` and `tqdm_desc` where stderr is a terminal. A stand-in tqdm module records what the
+package asks of it (CI has no tqdm)."""
 import sys
 import types
 
@@ -35,9 +36,25 @@ def bars(monkeypatch):
         made.append(_Bar(*args, **kwargs))
         return made[-1]
 
-    monkeypatch.setitem(sys.modules, "tqdm", types.SimpleNamespace(tqdm=tqdm))
+    stand_in = types.SimpleNamespace(tqdm=tqdm)
+    monkeypatch.setitem(sys.modules, "tqdm", stand_in)
+    monkeypatch.setitem(sys.modules, "tqdm.auto", stand_in)
     monkeypatch.setattr(s3d, "_progress_default", True)
     return made
+
+
+class _Stderr:
+    def __init__(self, tty):
+        self.tty = tty
+
+    def isatty(self):
+        return self.tty
+
+    def write(self, text):
+        return len(text)
+
+    def flush(self):
+        pass
 
 
 def _request():
@@ -45,7 +62,26 @@ def _request():
     return coords, cond
 
 
-def test_a_bar_per_sample_by_default(engine, bars):
+def test_no_bar_unless_asked_for(engine, bars, monkeypatch):
+    coords, cond = _request()
+    monkeypatch.setattr(s3d, "_progress_default", s3d._progress_setting(None))
+    assert not s3d.progress_enabled()
+    engine.sample(coords, cond, seed=2, sampler=QUICK)
+    assert bars == []
+    engine.sample(coords, cond, seed=2, sampler=QUICK, progress=True)
+    assert [(b.total, b.n, b.closed) for b in bars] == [(3, 3, True)]
+
+
+def test_the_environment_variable_reads_as_documented():
+    for text in ("1", "true", " ON ", "yes"):
+        assert s3d._progress_setting(text) is True
+    for text in ("0", "false", "Off", "no"):
+        assert s3d._progress_setting(text) is False
+    for text in (None, "", "maybe"):
+        assert s3d._progress_setting(text) is None
+
+
+def test_a_bar_per_sample_when_turned_on(engine, bars):
     coords, cond = _request()
     seen = []
     latent = engine.sample(coords, cond, seed=2, sampler=QUICK,
@@ -70,7 +106,7 @@ def test_set_progress_turns_the_default_off(engine, bars):
         engine.sample(coords, cond, seed=2, sampler=QUICK, progress=True)  # a call's wins
         assert len(bars) == 1
     finally:
-        s3d.set_progress(True)
+        s3d.set_progress(True)   # the fixture puts the process default back
 
 
 def test_the_bar_is_closed_when_the_request_fails(engine, bars):
@@ -82,6 +118,7 @@ def test_the_bar_is_closed_when_the_request_fails(engine, bars):
 
 def test_without_tqdm_nothing_and_no_error(engine, monkeypatch):
     monkeypatch.setitem(sys.modules, "tqdm", None)   # import tqdm raises ImportError
+    monkeypatch.delitem(sys.modules, "tqdm.auto", raising=False)
     monkeypatch.setattr(s3d, "_progress_default", True)
     coords, cond = _request()
     engine.sample(coords, cond, seed=2, sampler=QUICK)
@@ -90,14 +127,15 @@ def test_without_tqdm_nothing_and_no_error(engine, monkeypatch):
 
 def test_a_tqdm_stand_in_that_is_no_bar_is_ignored(engine, monkeypatch):
     # Some scripts put a pass-through tqdm(iterable) in sys.modules.
-    monkeypatch.setitem(sys.modules, "tqdm",
-                        types.SimpleNamespace(tqdm=lambda iterable, *a, **k: iterable))
+    stand_in = types.SimpleNamespace(tqdm=lambda iterable, *a, **k: iterable)
+    monkeypatch.setitem(sys.modules, "tqdm", stand_in)
+    monkeypatch.setitem(sys.modules, "tqdm.auto", stand_in)
     coords, cond = _request()
     engine.sample(coords, cond, seed=2, sampler=QUICK, progress=True)
 
 
 def test_the_drop_in_sampler_follows_verbose_and_tqdm_desc(bars, cache_dir, tiny_config,
-                                                         tiny_state_dict):
+                                                         tiny_state_dict, monkeypatch):
     pipeline = Pipeline(OriginalModule(tiny_config, tiny_state_dict))
     acc = t2.accelerate(pipeline, cache_dir=cache_dir)
     model = pipeline.models["shape_slat_flow_model_512"]
@@ -118,3 +156,11 @@ def test_the_drop_in_sampler_follows_verbose_and_tqdm_desc(bars, cache_dir, tiny
         assert len(bars) == 2
     finally:
         s3d.set_progress(True)
+    # Not set: a bar where stderr is a terminal, none where it is not (a log file, a pipe).
+    monkeypatch.setattr(s3d, "_progress_default", None)
+    monkeypatch.setattr(sys, "stderr", _Stderr(tty=False))
+    sampler.sample(model, noise, cond, zero, **params)
+    assert len(bars) == 2
+    monkeypatch.setattr(sys, "stderr", _Stderr(tty=True))
+    sampler.sample(model, noise, cond, zero, **params)
+    assert len(bars) == 3
