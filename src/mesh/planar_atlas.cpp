@@ -951,11 +951,12 @@ std::array<Chart, 2> split(const Chart& c, int32_t a, int32_t b) {
   return out;
 }
 
-// Replaces every chart with an overlap (pairs[i].first >= 0) by its two halves, the first in
-// its place and the second at the end; marks both fresh (to be parameterized again) and the
-// rest not. Charts are moved only where split, so rounds that split a few charts cost little.
-void split_overlapping(std::vector<Chart>& charts, std::vector<char>& fresh,
-                       const std::vector<std::pair<int32_t, int32_t>>& pairs) {
+// Replaces every chart given two seed faces (pairs[i].first >= 0: an overlap, or a sparse
+// chart's two ends) by its two halves (split()), the first in its place and the second at the
+// end; marks both fresh (to be parameterized again) and the rest not. Charts are moved only
+// where split, so rounds that split a few charts cost little.
+void split_charts(std::vector<Chart>& charts, std::vector<char>& fresh,
+                  const std::vector<std::pair<int32_t, int32_t>>& pairs) {
   std::fill(fresh.begin(), fresh.end(), 0);
   const size_t n = charts.size();
   for (size_t i = 0; i < n; ++i) {
@@ -1109,7 +1110,7 @@ UvMesh planar_unwrap(const TriMesh& m, const ChartOptions& options) {
       for (size_t i : todo)  // each with every thread
         if (charts[i].faces.size() >= size_t(kParallelOverlapFaces))
           pairs[i] = planar_overlap(charts[i]);
-      split_overlapping(charts, fresh, pairs);
+      split_charts(charts, fresh, pairs);
     }
     parameterize_fresh();
   };
@@ -1117,7 +1118,7 @@ UvMesh planar_unwrap(const TriMesh& m, const ChartOptions& options) {
   for (int round = 0; round < kSparseRounds; ++round) {
     const std::vector<std::pair<int32_t, int32_t>> ends = sparse_chart_ends(charts);
     if (std::all_of(ends.begin(), ends.end(), [](const auto& e) { return e.first < 0; })) break;
-    split_overlapping(charts, fresh, ends);
+    split_charts(charts, fresh, ends);
     split_until_clean();
   }
   timer.mark("parameterize and split overlaps");
@@ -1142,7 +1143,7 @@ UvMesh planar_unwrap(const TriMesh& m, const ChartOptions& options) {
       timer.mark("assemble");
       return out;
     }
-    split_overlapping(charts, fresh, pairs);
+    split_charts(charts, fresh, pairs);
     split_until_clean();
     timer.mark("split overlaps");
   }

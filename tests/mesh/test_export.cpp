@@ -10,10 +10,10 @@
 #include <fstream>
 #include <random>
 
-#include <nlohmann/json.hpp>
 #include <webp/decode.h>
 
 #include "core/cuda_util.h"
+#include "mesh/glb_test_util.h"
 #include "sparse3d/glb.h"
 
 namespace {
@@ -153,18 +153,10 @@ TEST(MeshExport, WritesAGlbAndLeavesNothingOnFailure) {
   fs::remove_all(dir);
 }
 
-// The bytes of a GLB's image `index` (its JSON chunk, then its binary chunk).
+// The bytes of a GLB's image `index`, the container checked on the way.
 std::string glb_image(const std::string& glb, int index) {
-  auto u32 = [&](size_t at) {
-    uint32_t v;
-    std::memcpy(&v, glb.data() + at, 4);
-    return size_t{v};
-  };
-  const size_t json_len = u32(12);
-  const auto j = nlohmann::json::parse(glb.substr(20, json_len));
-  const auto& view = j["bufferViews"][j["images"][index]["bufferView"].get<int>()];
-  const size_t bin = 20 + json_len + 8;
-  return glb.substr(bin + view.value("byteOffset", size_t{0}), view["byteLength"].get<size_t>());
+  const s3d::mesh::glb_test::Glb g = s3d::mesh::glb_test::parse_glb(glb);
+  return s3d::mesh::glb_test::view_bytes(g, g.json.at("images").at(index).at("bufferView"));
 }
 
 TEST(MeshExport, BaseColourIsRgbUnlessAlphaIsKept) {
