@@ -66,7 +66,7 @@ step="python -m sparse3d_engine info / make-checkpoint / run (the wheel alone)"
 "$vpy" -m sparse3d_engine make-checkpoint --preset tiny --seed 1 --out "$work/ckpt/tiny" > /dev/null
 "$vpy" -m sparse3d_engine run --checkpoint "$work/ckpt/tiny.json" --tokens 200 --steps 4 \
   --out "$work/out" > "$work/run.txt"
-summary+=("python -m sparse3d_engine: info, make-checkpoint, run: $(tail -n 1 "$work/run.txt")")
+summary+=("python -m sparse3d_engine: info, make-checkpoint, run: $(grep -m1 '^\[synthetic\] 200 tokens' "$work/run.txt" | cut -c1-90)")
 
 step="the Python suite against the installed wheel"
 export SPARSE3D_TEST_DATA=$tree/tests/data

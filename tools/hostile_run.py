@@ -5,6 +5,13 @@ every outcome classified mechanically against the case's declared expectation.
 
   python3 tools/hostile_run.py --build build --label before [--jobs 2] [--filter SUBSTR]
                                [--timeout 20] [--out bench/results/hostile-inputs/DATE-LABEL]
+                               [--program sparse3d|python]
+  python3 tools/hostile_run.py --compare A.json B.json
+
+--program python runs every command-line case through `python -m sparse3d_engine` (the
+package's entry point, which runs the same C++ command line through the native module)
+instead of the `sparse3d` executable; its error lines start "sparse3d-engine: error: ", and a
+refusal is slow only past 1 s beyond the interpreter's measured start-up.
 
 Writes OUT.json (every case: name, family, expectation, outcome, flags, exit code, first
 line of stderr, seconds, peak RSS) and OUT.md (cases per class per family, then every case
@@ -152,9 +159,13 @@ class Case:
     (a signal is sent: a clean end leaves no new file)."""
 
     def __init__(self, family, name, expect, kind, argv=None, code=None, setup=None, env=None,
-                 signal_spec=None, fsize=None, names=None, check_modes=False, stdin=None):
+                 signal_spec=None, fsize=None, names=None, check_modes=False, stdin=None,
+                 wrap=None):
         self.family, self.name, self.expect, self.kind = family, name, expect, kind
+        # env: a value None removes the variable; wrap: a command put before the case's own
+        # (setpriv, unshare), its @CWD / @HOME replaced as the argv's are.
         self.argv, self.code, self.setup, self.env = argv, code, setup, env or {}
+        self.wrap = wrap or []
         self.signal_spec, self.fsize, self.names = signal_spec, fsize, names
         self.check_modes = check_modes
 
@@ -162,9 +173,13 @@ class Case:
 class Ctx:
     """Paths of the shared fixtures (made once, read-only for the cases)."""
 
-    def __init__(self, build, root):
+    def __init__(self, build, root, program="sparse3d"):
         self.build, self.root = os.path.abspath(build), root
         self.cli = os.path.join(self.build, "bin", "sparse3d")
+        self.program = program
+        # The command a 'cli' case runs, and the seconds it takes to start (python: measured).
+        self.command = [self.cli] if program == "sparse3d" else [sys.executable, "-m", "sparse3d_engine"]
+        self.startup_s = 0.0
         self.pypath = os.path.join(self.build, "python")
         self.fx = os.path.join(root, "fixtures")
 
@@ -248,8 +263,11 @@ TRACE_MARKERS = ("internal error", "terminate called", "Traceback", "AddressSani
 
 
 def cli_error_format(stderr):
-    """'' when stderr is the standard one-line error, else why not."""
-    lines = [l for l in stderr.splitlines() if l.strip()]
+    """'' when stderr is the standard one-line error, else why not. The package's entry point
+    names itself sparse3d-engine; its lines are read as the executable's."""
+    lines = [("sparse3d: error: " + l[len("sparse3d-engine: error: "):])
+             if l.startswith("sparse3d-engine: error: ") else l
+             for l in stderr.splitlines() if l.strip()]
     errs = [l for l in lines if l.startswith("sparse3d: error: ")]
     for m in TRACE_MARKERS:
         if m in stderr:
@@ -279,6 +297,11 @@ def run_case(ctx, case, idx, timeout):
                PYTHONPATH=ctx.pypath, SPARSE3D_ENGINE_PROGRESS="0", OMP_NUM_THREADS="1",
                PYTHONDONTWRITEBYTECODE="1")
     env.update(case.env)
+    for k in [k for k, v in env.items() if v is None]:
+        del env[k]
+    for k, v in case.env.items():
+        if isinstance(v, str):
+            env[k] = v.replace("@CWD", cwd).replace("@HOME", home)
     setup_error = None
     if case.setup is not None:
         try:
@@ -286,12 +309,13 @@ def run_case(ctx, case, idx, timeout):
         except Exception as e:  # a harness bug: reported, not hidden
             setup_error = "setup failed: %r" % (e,)
     if case.kind == "cli":
-        argv = [ctx.cli] + [a.replace("@CWD", cwd).replace("@FX", ctx.fx) for a in case.argv]
+        argv = ctx.command + [a.replace("@CWD", cwd).replace("@FX", ctx.fx) for a in case.argv]
     else:
         body = case.code.replace("@CWD", cwd).replace("@FX", ctx.fx)
         argv = [sys.executable, "-c", "BODY = %r\n" % body + PY_PRELUDE]
     if case.fsize is not None:
         argv = ["prlimit", "--fsize=%d" % case.fsize, "--"] + argv
+    argv = [a.replace("@CWD", cwd).replace("@HOME", home) for a in case.wrap] + argv
     before = snapshot(cwd)
     t0 = time.monotonic()
     sent = None
@@ -451,7 +475,8 @@ def run_case(ctx, case, idx, timeout):
         elif not new and not os.path.isdir(os.path.join(home, "cache")):
             detail = "no new file to check"
     # (An interrupted or fault-injected command did work before it failed: not a slow refusal.)
-    if outcome == "refused" and case.family != "signals" and (seconds if inner is None else inner) > 1.0:
+    own = seconds - (ctx.startup_s if case.kind == "cli" else 0.0)
+    if outcome == "refused" and case.family != "signals" and (own if inner is None else inner) > 1.0:
         flags.append("slow_refusal")
     if rss_mib * 1024 * 1024 > GIB:
         flags.append("large_allocation")
@@ -466,6 +491,12 @@ def run_case(ctx, case, idx, timeout):
 
 
 # ---- Fixtures ---------------------------------------------------------------------------------
+
+def _seconds(argv, env):
+    t0 = time.monotonic()
+    run_quiet(argv, env=env)
+    return time.monotonic() - t0
+
 
 def run_quiet(argv, **kw):
     r = subprocess.run(argv, capture_output=True, text=True, **kw)
@@ -564,6 +595,8 @@ def cli_cases(ctx):
              "a01-torus-61", "--no-torch", "--protocol", "repeated", "--repeats", "1", "--warmup",
              "0", "--steps", "2", "--paths", "pure_eager", "--out", "out"]
     PROF = ["profile", "--checkpoint", CK, "--manifest", GOLD]
+    RUNT = ["run", "--checkpoint", CK, "--tokens", "20", "--cond-tokens", "5", "--device", "cpu",
+            "--steps", "1", "--out", "out"]
 
     def with_opt(base, opt, vals):
         argv = list(base)
@@ -583,6 +616,9 @@ def cli_cases(ctx):
         ("make-payloads", MP, "--concat-channels", "nonneg_int_small"),
         ("make-payloads", MP, "--tokens", "pos_int_small"),
         ("run", RUNI, "--seed", "u64"),
+        ("run", RUNT, "--seed", "u64"),
+        ("run", RUNT, "--tokens", "pos_int_small"),
+        ("run", RUNT, "--cond-tokens", "pos_int_small"),
         ("run", RUN, "--steps", "steps"),
         ("run", RUN, "--rescale-t", "posf"),
         ("run", RUN, "--cfg", "finf"),
@@ -610,6 +646,23 @@ def cli_cases(ctx):
                 e = "invalid"
             cases.append(Case("cli-options", "%s %s %s" % (cmd, opt, label), e, "cli",
                               argv=with_opt(base, opt, [v])))
+    # run --tokens: the synthetic request, its sources and its grid.
+    SS = os.path.join(ctx.fx, "ck", "tinyss.json")
+    for label, argv, e in [
+            ("1 token", with_opt(RUNT, "--tokens", ["1"]), "valid"),
+            ("beyond the 64^3 grid", with_opt(RUNT, "--tokens", ["262145"]), "invalid"),
+            ("2^24 + 1", with_opt(RUNT, "--tokens", [str((1 << 24) + 1)]), "invalid"),
+            ("with --manifest", RUNT + ["--manifest", GOLD], "invalid"),
+            ("with --inputs", RUNT + ["--inputs", INP], "invalid"),
+            ("--cond-tokens without --tokens", RUNI + ["--cond-tokens", "5"], "invalid"),
+            ("--seed with --manifest", RUN + ["--seed", "3"], "invalid"),
+            ("dense model, its whole 8^3 grid", ["run", "--checkpoint", SS, "--tokens", "512",
+                                                 "--device", "cpu", "--steps", "1", "--out", "out"],
+             "valid"),
+            ("dense model, 20 tokens", ["run", "--checkpoint", SS, "--tokens", "20", "--device",
+                                        "cpu", "--steps", "1", "--out", "out"], "invalid"),
+            ("--cond-tokens 65536", with_opt(RUNT, "--cond-tokens", ["65536"]), "valid")]:
+        cases.append(Case("cli-options", "run --tokens: " + label, e, "cli", argv=argv))
     # --interval LO HI
     for lo, hi, e in [("-5", "-1", "invalid"), ("0.5", "1", "valid"), ("1", "0", "invalid"),
                       ("nan", "1", "invalid"), ("0", "inf", "invalid"), ("0", "nan", "invalid"),
@@ -823,6 +876,104 @@ def signal_cases(ctx):
                           "any" if v == "" else "invalid", "cli",
                           argv=["make-checkpoint", "--preset", "tiny", "--out", "ck/t"],
                           env={"SPARSE3D_FAULT_WRITE": v}))
+    return cases
+
+
+# -- the qualification cache folder --
+
+# Root without the capabilities that bypass file permissions: a folder of mode 000 is refused
+# (EACCES) as it is to an ordinary user, while the interpreter under /root stays reachable.
+NO_DAC = ["setpriv", "--bounding-set=-dac_override,-dac_read_search,-fowner",
+          "--inh-caps=-dac_override,-dac_read_search,-fowner", "--"]
+
+
+def in_mount_namespace(script):
+    """A wrap that runs `script` (sh, mounts) in a mount namespace of the case's own, then the
+    case's command: the mounts are gone with the process."""
+    return ["unshare", "-m", "sh", "-c", script + ' && exec "$@"', "sh"]
+
+
+def cache_folder_cases(ctx):
+    """Every way the cache folder can be out of reach: the request must run (a probe and a
+    log line, never a failed request), from the command line and from Python."""
+    CK = os.path.join(ctx.fx, "ck", "tiny.json")
+    RUN = ["run", "--checkpoint", CK, "--tokens", "20", "--cond-tokens", "5", "--steps", "1",
+           "--device", "cpu", "--out", "out"]
+    PY = ("c, cond = req((20,))\n"
+          "e = s3d.Engine(TINY, device='cpu'%s)\n"
+          "e.sample(c, cond, seed=1, sampler={'steps': 1})\n")
+    default_env = {"SPARSE3D_CACHE_DIR": None, "XDG_CACHE_HOME": None}
+
+    def mkdirs(*paths, mode=None):
+        def s(ctx, cwd, home):
+            for p in paths:
+                p = p.replace("@CWD", cwd).replace("@HOME", home)
+                os.makedirs(p, exist_ok=True)
+            if mode is not None:
+                os.chmod(paths[0].replace("@CWD", cwd).replace("@HOME", home), mode)
+        return s
+
+    def link(path, target, make=()):
+        def s(ctx, cwd, home):
+            for d in make:
+                os.makedirs(d.replace("@CWD", cwd).replace("@HOME", home), exist_ok=True)
+            os.symlink(target, path.replace("@CWD", cwd).replace("@HOME", home))
+        return s
+
+    def file_at(path, data=b"", mode=None, fifo=False):
+        def s(ctx, cwd, home):
+            p = path.replace("@CWD", cwd).replace("@HOME", home)
+            os.makedirs(os.path.dirname(p), exist_ok=True)
+            if fifo:
+                os.mkfifo(p)
+            else:
+                write(p, data)
+            if mode is not None:
+                os.chmod(p, mode)
+        return s
+
+    def home_mode(mode):
+        def s(ctx, cwd, home):
+            os.makedirs(os.path.join(home, ".cache"), exist_ok=True)
+            os.chmod(home, mode)
+        return s
+
+    ro = in_mount_namespace('mount -t tmpfs -o size=1m tmpfs "@CWD/ro" && mkdir "@CWD/ro/cache" '
+                            '&& mount -o remount,ro "@CWD/ro"')
+    full = in_mount_namespace('mount -t tmpfs -o size=16k tmpfs "@CWD/full" && '
+                              '(dd if=/dev/zero of="@CWD/full/fill" bs=4k count=64 2>/dev/null; true)')
+    conditions = [
+        # label, --cache-dir (None: the default folder), setup, env, wrap
+        ("a folder under a folder of mode 000 (EACCES)", "@CWD/q/sub", mkdirs("@CWD/q/sub", mode=0),
+         {}, NO_DAC),
+        ("a folder of mode 555 (EACCES on write)", "@CWD/q", mkdirs("@CWD/q", mode=0o555), {}, NO_DAC),
+        ("qualification.json of mode 000", "@CWD/q", file_at("@CWD/q/qualification.json", b"{}", 0),
+         {}, NO_DAC),
+        ("default folder, HOME of mode 000", None, home_mode(0), default_env, NO_DAC),
+        ("a symbolic-link loop (ELOOP)", "@CWD/loop", link("@CWD/loop", "loop"), {}, []),
+        ("default folder, ~/.cache a link loop", None, link("@HOME/.cache", ".cache"),
+         default_env, []),
+        ("SPARSE3D_CACHE_DIR a link loop", None, link("@CWD/loop", "loop"),
+         {"SPARSE3D_CACHE_DIR": "@CWD/loop"}, []),
+        ("a read-only file system (EROFS)", "@CWD/ro/cache", mkdirs("@CWD/ro"), {}, ro),
+        ("a full file system (ENOSPC)", "@CWD/full/cache", mkdirs("@CWD/full"), {}, full),
+        ("a regular file", "@CWD/f", file_at("@CWD/f", b"x"), {}, []),
+        ("qualification.json a folder", "@CWD/q", mkdirs("@CWD/q/qualification.json"), {}, []),
+        ("qualification.json a FIFO", "@CWD/q", file_at("@CWD/q/qualification.json", fifo=True),
+         {}, []),
+        ("qualification.json a link to /dev/zero", "@CWD/q",
+         link("@CWD/q/qualification.json", "/dev/zero", make=("@CWD/q",)), {}, []),
+        ("/dev/null", "/dev/null", None, {}, []),
+        ("a path through /proc that does not exist", "/proc/1/root/nonexistent/x", None, {}, []),
+    ]
+    cases = []
+    for label, folder, setup, env, wrap in conditions:
+        argv = RUN + (["--cache-dir", folder] if folder else [])
+        cases.append(Case("cache-folder", "run: " + label, "valid", "cli", argv=argv,
+                          setup=setup, env=env, wrap=wrap))
+        arg = ", cache_dir=%r" % folder if folder else ""
+        cases.append(Case("cache-folder", "Engine: " + label, "valid", "py", code=PY % arg,
+                          setup=setup, env=env, wrap=wrap))
     return cases
 
 
@@ -1731,7 +1882,42 @@ def summarize(results, label, build, seconds):
     return "\n".join(lines) + "\n"
 
 
+def compare(path_a, path_b):
+    """Two runs' command-line and cache-folder cases side by side (e.g. --program sparse3d
+    against --program python): which cases ended differently (class or exit code), and which
+    failed with another message once the program's name, the temporary folders and the
+    hidden temporaries' random names are set aside."""
+    import gzip
+    runs = [json.load(gzip.open(p, "rt") if p.endswith(".gz") else open(p)) for p in (path_a, path_b)]
+    by_name = [{c["name"]: c for c in r["cases"]} for r in runs]
+    tmp = re.compile(r"/tmp/hostile-[A-Za-z0-9_]+|\.[A-Za-z0-9_-]+\.[A-Za-z0-9]{6}\b")
+
+    def norm(text):
+        text = text.replace("sparse3d-engine: error:", "sparse3d: error:")
+        text = text.replace("(see python -m sparse3d_engine --help)", "(see sparse3d --help)")
+        return tmp.sub("<tmp>", text)
+    lines = ["| case | %s | %s |" % (runs[0]["program"], runs[1]["program"]), "|---|---|---|"]
+    n = same = 0
+    for name, a in by_name[0].items():
+        b = by_name[1].get(name)
+        if b is None or a["family"] == "python-api":
+            continue
+        n += 1
+        if (a["outcome"], a["exit_code"]) != (b["outcome"], b["exit_code"]):
+            lines.append("| %s | %s, exit %s | %s, exit %s |" % (name, a["outcome"], a["exit_code"],
+                                                                b["outcome"], b["exit_code"]))
+        elif norm(a["stderr"])[:280] != norm(b["stderr"])[:280]:   # (kept to 300 characters)
+            lines.append("| %s | %s | %s |" % (name, a["stderr"][:120], b["stderr"][:120]))
+        else:
+            same += 1
+    print("%d cases run by both programs (the Python API's cases left out): %d ended alike, with "
+          "the same message; %d did not:\n" % (n, same, n - same))
+    print("\n".join(lines))
+
+
 def main():
+    if len(sys.argv) == 4 and sys.argv[1] == "--compare":
+        return compare(sys.argv[2], sys.argv[3])
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--build", default="build", help="build folder (bin/sparse3d, python/)")
     ap.add_argument("--label", default="run", help="e.g. before / after")
@@ -1742,15 +1928,22 @@ def main():
     ap.add_argument("--keep", action="store_true", help="keep the temporary folder")
     ap.add_argument("--note", default="", help="a line on what the build is, kept in the outputs")
     ap.add_argument("--list", action="store_true", help="list the cases and exit")
+    ap.add_argument("--program", choices=("sparse3d", "python"), default="sparse3d",
+                    help="what runs the command-line cases: the executable, or python -m "
+                         "sparse3d_engine")
     args = ap.parse_args()
     root = tempfile.mkdtemp(prefix="hostile-", dir="/tmp")
-    ctx = Ctx(args.build, root)
+    ctx = Ctx(args.build, root, args.program)
     if not os.path.exists(ctx.cli):
         raise SystemExit("no %s: build first (--build DIR)" % ctx.cli)
     t0 = time.monotonic()
     make_fixtures(ctx)
+    if args.program == "python":   # the interpreter's start-up, the slowest of three
+        env = dict(os.environ, PYTHONPATH=ctx.pypath)
+        ctx.startup_s = max(run_quiet(ctx.command + ["--version"], env=env) and
+                            _seconds(ctx.command + ["--version"], env) for _ in range(3))
     cases = (cli_cases(ctx) + out_cases(ctx) + signal_cases(ctx) + corrupt_cases(ctx) +
-             cache_cases(ctx) + python_cases(ctx) + mode_cases(ctx))
+             cache_cases(ctx) + cache_folder_cases(ctx) + python_cases(ctx) + mode_cases(ctx))
     seen = {}
     for c in cases:   # unique names
         if c.name in seen:
@@ -1789,6 +1982,7 @@ def main():
         datetime.date.today().isoformat(), args.label))
     os.makedirs(os.path.dirname(os.path.abspath(stem)), exist_ok=True)
     doc = {"label": args.label, "build": os.path.abspath(args.build), "note": args.note,
+           "program": " ".join(ctx.command), "startup_s": round(ctx.startup_s, 3),
            "seconds": round(seconds, 1),
            "timeout_s": args.timeout, "jobs": args.jobs, "filter": args.filter,
            "cache_checksum_reimplementation_matches": ctx.cache_ok, "cases": results}

@@ -53,7 +53,7 @@ EOF
   [ -f "$W/tiny.json" ] || $py -m sparse3d_engine make-checkpoint --preset tiny --seed 5 --out "$W/tiny" > /dev/null
   $py -m sparse3d_engine info > "$OUT/$label-info.txt" 2>&1
   if $py -m sparse3d_engine run --checkpoint "$W/tiny.json" --device cuda --tokens 3001 --seed 11 \
-       --out "$W/out-$label" --json > "$OUT/$label-run.json" 2> "$OUT/$label-run.log"; then
+       --out "$W/out-$label" > "$OUT/$label-run.txt" 2> "$OUT/$label-run.log"; then
     summary+=("  python -m sparse3d_engine run (GPU, tiny, 3,001 tokens): ok")
   else
     summary+=("  python -m sparse3d_engine run: FAILED ($(tail -1 "$OUT/$label-run.log"))")

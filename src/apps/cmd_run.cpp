@@ -22,6 +22,7 @@
 #include "io/atomic_file.h"
 #include "io/json.h"
 #include "io/safetensors.h"
+#include "payload/generate.h"
 #include "payload/payload.h"
 #include "sparse3d/engine.h"
 
@@ -35,7 +36,9 @@ double gib(size_t bytes) { return bytes / (1024.0 * 1024.0 * 1024.0); }
 struct RunArgs {
   std::string manifest, out = "out/latents";
   std::vector<std::string> assets, inputs;
-  uint64_t seed = 0;  // --inputs files without noise
+  int64_t tokens = 0;  // --tokens: one synthetic request of this many voxels
+  int cond_tokens = 64;
+  uint64_t seed = 0;  // --inputs files without noise; --tokens
   EngineFlags engine;
   SamplerFlags sampler{""};  // the model family's preset unless --sampler names one
   bool dump_first = false;
@@ -192,6 +195,50 @@ Job inputs_job(const sparse3d::Engine& engine, const RunArgs& a, const InputsFil
   return job;
 }
 
+// --tokens: one request drawn from --seed (payload::make_asset, as make-payloads draws its
+// assets): the voxels of a procedural surface on the model's grid, or the whole grid for a
+// grid-layout model, a layer-normalised condition of --cond-tokens tokens and, for a texture
+// model, a normal concat_cond. The noise comes from the same seed.
+Job synthetic_job(const sparse3d::Engine& engine, const RunArgs& a) {
+  const sparse3d::ModelInfo& m = engine.model();
+  const bool grid = m.layout == "grid";
+  const int64_t R = m.resolution, cells = R * R * R;
+  if (grid)
+    S3D_CHECK(a.tokens == cells, "--tokens ", a.tokens, ": a ", m.family, " denoises its whole ",
+              R, "^3 grid, --tokens ", cells);
+  else
+    S3D_CHECK(a.tokens <= cells, "--tokens ", a.tokens, ": the model's grid has ", R, "^3 = ",
+              cells, " voxels");
+  payload::GenerateOptions o;
+  o.grid = static_cast<int>(R);
+  o.dense = grid;
+  o.cond_tokens = a.cond_tokens;
+  o.cond_channels = m.cond_channels;
+  o.concat_channels = m.in_channels - m.out_channels;
+  const payload::Asset asset = payload::make_asset(0, a.tokens, a.seed, o);
+  Job job;
+  job.name = "synthetic";
+  job.tokens = a.tokens;
+  job.cond_tokens = a.cond_tokens;
+  const Tensor cond = asset.cond.reshape({1, asset.cond.size(0), asset.cond.size(1)});
+  job.keep = {asset.coords, cond, asset.concat_cond};
+  if (!grid) {
+    job.coords = asset.coords;
+    job.request.coords = view_of(asset.coords);
+  }
+  job.request.cond = view_of(cond);
+  if (asset.concat_cond.defined()) job.request.concat_cond = view_of(asset.concat_cond);
+  job.request.seed = a.seed;
+  if (a.dump_first)
+    job.x_T = grid ? host_tensor(sparse3d::draw_noise(a.seed, m.out_channels, cells))
+                         .reshape({1, m.out_channels, R, R, R})
+                   : host_tensor(sparse3d::draw_noise(a.seed, a.tokens, m.out_channels));
+  job.metadata = {{"tokens", std::to_string(a.tokens)},
+                  {"cond_tokens", std::to_string(a.cond_tokens)},
+                  {"seed", std::to_string(a.seed)}};
+  return job;
+}
+
 // Runs one request and writes OUT/<name>.safetensors; returns its non-finite output count.
 // The outputs a run has written: removed again when the run fails (a failed command leaves
 // nothing new behind), and by the signal handler when it is interrupted, until keep().
@@ -297,7 +344,9 @@ struct RunInputs {
 // output is written.
 RunInputs read_run_inputs(const RunArgs& a) {
   RunInputs r;
-  if (a.inputs.empty()) {
+  if (a.tokens > 0) {
+    io::check_output_file(output_path(a, "synthetic"), "--out " + a.out);
+  } else if (a.inputs.empty()) {
     r.manifest = payload::read_manifest(a.manifest);
     r.todo = selected(r.manifest, a);
     // Each asset is read and checked once now, so that a bad one is refused before the
@@ -342,28 +391,44 @@ const char* const kInputsHelp =
 Command add_run(CLI::App& app) {
   auto a = std::make_shared<RunArgs>();
   auto* sub = app.add_subcommand(
-      "run", "Denoise assets of a payload manifest, or your own inputs files (--inputs)");
+      "run", "Denoise assets of a payload manifest, your own inputs files (--inputs), or a "
+             "synthetic request (--tokens)");
   a->engine.add_to(sub);
   // Exactly one source of requests. (Not a CLI11 option group: an empty argument matches a
   // group's empty name as a subcommand, and CLI11 2.1 then never ends the parse.)
   CLI::Option* manifest = sub->add_option("--manifest", a->manifest,
                                           "Payload manifest.json (or --inputs)");
   CLI::Option* inputs = sub->add_option("--inputs", a->inputs, kInputsHelp);
-  sub->final_callback([manifest, inputs] {
-    if (manifest->count() > 0 && inputs->count() > 0)
-      throw UsageError("--manifest and --inputs exclude each other: give one of them");
-    if (manifest->count() == 0 && inputs->count() == 0)
-      throw UsageError("run needs --manifest or --inputs (one of them)");
-  });
+  CLI::Option* tokens =
+      sub->add_option("--tokens", a->tokens,
+                      "One synthetic request of this many voxels (a procedural surface on the "
+                      "model's grid, a normal condition, noise: all drawn from --seed), "
+                      "instead of --manifest; written as OUT/synthetic.safetensors")
+          ->transform(integer_in(1, int64_t{1} << 24));
+  sub->add_option("--cond-tokens", a->cond_tokens,
+                  "--tokens: condition tokens L of the synthetic request")
+      ->needs(tokens)
+      ->transform(integer_in(1, 1 << 16))
+      ->capture_default_str();
   sub->add_option("--asset", a->assets,
                   "Asset name of the manifest (repeatable; default: every asset)")
       ->needs(manifest);
-  sub->add_option("--seed", a->seed,
-                  "--inputs: the noise seed of a file that holds no noise (the engine's "
-                  "generator, docs/FORMATS.md)")
-      ->needs(inputs)
-      ->transform(unsigned_64())
-      ->capture_default_str();
+  CLI::Option* seed =
+      sub->add_option("--seed", a->seed,
+                      "--inputs: the noise seed of a file that holds no noise (the engine's "
+                      "generator, docs/FORMATS.md); --tokens: the synthetic request's seed")
+          ->transform(unsigned_64())
+          ->capture_default_str();
+  sub->final_callback([manifest, inputs, tokens, seed] {
+    const int sources = (manifest->count() > 0) + (inputs->count() > 0) + (tokens->count() > 0);
+    if (sources > 1)
+      throw UsageError("--manifest, --inputs and --tokens exclude each other: give one of them");
+    if (sources == 0)
+      throw UsageError("run needs one of --manifest, --inputs or --tokens");
+    if (seed->count() > 0 && manifest->count() > 0)
+      throw UsageError("--seed goes with --inputs or --tokens (a manifest's assets carry their "
+                       "own noise seeds)");
+  });
   sub->add_option("--out", a->out, "Folder for the <asset>.safetensors outputs")
       ->check(kNonEmptyPath)
       ->capture_default_str();
@@ -396,7 +461,7 @@ Command add_run(CLI::App& app) {
                 static_cast<long long>(engine.model().parameters),
                 engine.device() == sparse3d::Device::CUDA ? "cuda" : "cpu",
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    if (inputs.empty()) a->engine.check_manifest(engine, manifest, a->manifest);
+    if (inputs.empty() && a->tokens == 0) a->engine.check_manifest(engine, manifest, a->manifest);
     for (const auto& in : inputs) check_inputs(in, engine.model());
     const std::vector<AutoFlag> autos = auto_flags(*a, engine.plan());
     const sparse3d::SamplerSettings settings = a->sampler.resolve(engine.model().sampler_preset);
@@ -422,6 +487,7 @@ Command add_run(CLI::App& app) {
     };
     for (const auto* e : todo) run_one(asset_job(engine, *a, manifest, *e));
     for (const auto& in : inputs) run_one(inputs_job(engine, *a, in));
+    if (a->tokens > 0) run_one(synthetic_job(engine, *a));
     std::printf("fallbacks:\n%s", fallbacks ? fallback_lines.c_str() : "  none\n");
     S3D_CHECK(failures == 0, failures, " asset(s) produced non-finite latents");
     outputs.keep();

@@ -316,4 +316,16 @@ void remove_on_fatal_signals() {
   ::sigaction(SIGXFSZ, &ignore, nullptr);
 }
 
+FatalSignalScope::FatalSignalScope() {
+  struct sigaction none {};
+  for (int sig : kFatalSignals) saved_.emplace_back(sig, none);
+  saved_.emplace_back(SIGXFSZ, none);
+  for (auto& [sig, old] : saved_) ::sigaction(sig, nullptr, &old);
+  remove_on_fatal_signals();
+}
+
+FatalSignalScope::~FatalSignalScope() {
+  for (const auto& [sig, old] : saved_) ::sigaction(sig, &old, nullptr);
+}
+
 }  // namespace s3d::io

@@ -11,9 +11,12 @@
 // (SPARSE3D_FAULT_WRITE=N fails the N-th as a full disk would, with ENOSPC).
 #pragma once
 
+#include <signal.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace s3d::io {
@@ -106,5 +109,19 @@ class NewFolders {
 // `ulimit -f` fails with EFBIG and takes the ordinary failure path (one error, the temporary
 // file removed) instead of killing the process mid-write.
 void remove_on_fatal_signals();
+
+// remove_on_fatal_signals() for a scope: the dispositions of those signals before it are put
+// back when it ends (a command line run inside a host process, such as Python's, leaves the
+// host's handlers as it found them).
+class FatalSignalScope {
+ public:
+  FatalSignalScope();
+  ~FatalSignalScope();
+  FatalSignalScope(const FatalSignalScope&) = delete;
+  FatalSignalScope& operator=(const FatalSignalScope&) = delete;
+
+ private:
+  std::vector<std::pair<int, struct sigaction>> saved_;  // each signal and its disposition
+};
 
 }  // namespace s3d::io

@@ -224,7 +224,8 @@ Tensor normalised_condition(uint64_t seed, const GenerateOptions& o) {
   return Tensor::from_floats(cond, {o.cond_tokens, o.cond_channels}, DType::BF16);
 }
 
-// Asset `index` of `tokens` tokens, its values drawn from `asset_seed`.
+}  // namespace
+
 Asset make_asset(int index, int64_t tokens, uint64_t asset_seed, const GenerateOptions& o) {
   Asset a;
   a.name = asset_name(index, tokens, o);
@@ -238,6 +239,8 @@ Asset make_asset(int index, int64_t tokens, uint64_t asset_seed, const GenerateO
   a.noise_seed = asset_seed & ((1ull << 53) - 1);
   return a;
 }
+
+namespace {
 
 // Moves the staged `files` from `staging` into `dir`, in order. A file this call adds to
 // DIR is registered in `guards` (an interruption removes it) and in `created`.

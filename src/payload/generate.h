@@ -62,6 +62,13 @@ std::vector<int64_t> log_spread(int64_t lo, int64_t hi, int n);
 Tensor voxelize_surface(int shape_index, int64_t tokens, int grid, uint64_t seed);
 const char* shape_name(int shape_index);
 
+// Asset `index` of `tokens` tokens, its values drawn from `asset_seed`: the voxels of
+// procedural shape `index` on o.grid (the whole grid when o.dense), a layer-normalised
+// Gaussian condition [o.cond_tokens, o.cond_channels], a normal concat_cond [tokens,
+// o.concat_channels] when o.concat_channels > 0, and a noise seed below 2^53. The manifest's
+// assets are made with it, and so is the request of `sparse3d run --tokens`.
+Asset make_asset(int index, int64_t tokens, uint64_t asset_seed, const GenerateOptions& o);
+
 // Writes DIR/manifest.json and one asset file per entry; returns the manifest. The files are
 // made in a hidden folder inside DIR and moved into place once all of them are written (the
 // manifest last); a failure, or an interruption by a signal (io::remove_on_fatal_signals),

@@ -21,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "apps/command_line.h"
 #include "sparse3d/sparse3d.h"
 
 namespace nb = nanobind;
@@ -844,6 +845,19 @@ NB_MODULE(_native, m) {
   nb::exception<sparse3d::Error>(m, "Error", PyExc_RuntimeError);
 
   m.def("version", [] { return std::string(sparse3d::version()); });
+  // The `sparse3d` command line itself (apps/command_line.h), for the package's
+  // `sparse3d-engine` and `python -m sparse3d_engine`: one implementation for both. It runs
+  // without the GIL and calls no Python; the caller sends the engine's messages to stderr first.
+  // The arguments come as bytes (os.fsencode): a file name that is not UTF-8 passes unchanged.
+  m.def("command_line", [](const std::vector<nb::bytes>& args, const std::string& name) {
+        std::vector<std::string> argv;
+        for (const nb::bytes& a : args) argv.emplace_back(a.c_str(), a.size());
+        nb::gil_scoped_release release;
+        return s3d::apps::command_line(argv, name);
+      }, "args"_a, "name"_a,
+      "Runs the sparse3d command line on args (bytes; args[0]: the program as typed); returns its "
+      "exit code. Fatal signals end the process (after removing files under way), as they do "
+      "the sparse3d executable.");
   m.def("default_path", [] { return std::string(sparse3d::default_path()); });
   // The environment fingerprint without an engine (`sparse3d info --json`): one JSON object.
   m.def("environment_json", [] { return unlocked([] { return sparse3d::environment_report(true); }); });

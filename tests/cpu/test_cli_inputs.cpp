@@ -129,6 +129,68 @@ TEST_F(CliInputs, AnInputsFileGivesThePayloadPathsLatent) {
   EXPECT_NE(latent("out", "seeded"), want);
 }
 
+// `run --tokens N --cond-tokens L --seed S` is the request payload::make_asset draws from S
+// on the model's grid (coords, cond, and concat_cond for a texture model) with noise from S:
+// the same latent as that request written as an inputs file, for a shape, a texture and a
+// dense model.
+TEST_F(CliInputs, ASyntheticRequestIsTheAssetMakeAssetDraws) {
+  struct Model {
+    const char* checkpoint;
+    int grid, concat;
+    bool dense;
+    int64_t tokens;
+  };
+  for (const Model m : {Model{"tiny", 64, 0, false, 37}, Model{"tiny-tex", 64, 8, false, 29},
+                        Model{"tiny-ss", 8, 0, true, 512}}) {
+    SCOPED_TRACE(m.checkpoint);
+    const uint64_t seed = 11;
+    const std::string out = std::string("syn_") + m.checkpoint;
+    CliResult r = run_cli(run_args(m.checkpoint, out) + " --tokens " + std::to_string(m.tokens) +
+                          " --cond-tokens 5 --seed " + std::to_string(seed));
+    ASSERT_EQ(r.code, 0) << r.output;
+    EXPECT_NE(r.output.find("[synthetic] " + std::to_string(m.tokens) + " tokens"),
+              std::string::npos) << r.output;
+    io::SafetensorsFile f = output(out, "synthetic");
+    EXPECT_EQ(f.metadata().at("tokens"), std::to_string(m.tokens));
+    EXPECT_EQ(f.metadata().at("cond_tokens"), "5");
+    EXPECT_EQ(f.metadata().at("seed"), std::to_string(seed));
+
+    payload::GenerateOptions o;
+    o.grid = m.grid;
+    o.dense = m.dense;
+    o.cond_tokens = 5;
+    o.cond_channels = 64;
+    o.concat_channels = m.concat;
+    const payload::Asset a = payload::make_asset(0, m.tokens, seed, o);
+    Tensors tensors = {{"cond", a.cond}};
+    if (!m.dense) {
+      tensors.emplace_back("coords", a.coords);
+      EXPECT_EQ(f.load("coords", DType::I32).to_floats(), a.coords.to_floats());
+    }
+    if (m.concat > 0) tensors.emplace_back("concat_cond", a.concat_cond);
+    const std::string same = write(std::string("same_") + m.checkpoint, tensors);
+    r = run_inputs(m.checkpoint, same, out, "--seed " + std::to_string(seed));
+    ASSERT_EQ(r.code, 0) << r.output;
+    const std::vector<float> want = latent(out, std::string("same_") + m.checkpoint);
+    std::vector<float> got = latent(out, "synthetic");
+    if (m.dense) {  // the inputs route writes the volume [1, C, R, R, R]; --tokens the same
+      ASSERT_EQ(got.size(), want.size());
+    }
+    EXPECT_EQ(got, want);
+    // Another seed, other voxels and another latent: the comparison can fail.
+    r = run_cli(run_args(m.checkpoint, out) + " --tokens " + std::to_string(m.tokens) +
+                " --cond-tokens 5 --seed " + std::to_string(seed + 1));
+    ASSERT_EQ(r.code, 0) << r.output;
+    EXPECT_NE(latent(out, "synthetic"), want);
+  }
+  // A sparse model's grid bounds the count; a dense model takes its whole grid only.
+  test::expect_cli_error(run_cli(run_args("tiny", "syn_x") + " --tokens 262145"),
+                         "--tokens 262145: the model's grid has 64^3 = 262144 voxels");
+  test::expect_cli_error(run_cli(run_args("tiny-ss", "syn_x") + " --tokens 20"),
+                         "denoises its whole 8^3 grid, --tokens 512");
+  EXPECT_FALSE(fs::exists(dir + "/syn_x"));
+}
+
 // Two assets packed in one file (coords batch 0 and 1, cond [2, L, C], a noise tensor) give
 // what Engine::sample gives for the same request in process.
 TEST_F(CliInputs, ABatchOfTwoGivesTheApisLatent) {
@@ -312,15 +374,20 @@ TEST_F(CliInputs, InputsAndTheManifestExcludeEachOther) {
   const std::string path = write("req", {{"coords", a.coords}, {"cond", a.cond}});
   const std::string manifest = " --manifest " + dir + "/pl/manifest.json";
   test::expect_cli_error(run_inputs("tiny", path, "x", manifest),
-                         "--manifest and --inputs exclude each other", 2);
-  test::expect_cli_error(run_cli(run_args("tiny", "x")), "run needs --manifest or --inputs", 2);
+                         "--manifest, --inputs and --tokens exclude each other", 2);
+  test::expect_cli_error(run_inputs("tiny", path, "x", "--tokens 5"),
+                         "--manifest, --inputs and --tokens exclude each other", 2);
+  test::expect_cli_error(run_cli(run_args("tiny", "x")),
+                         "run needs one of --manifest, --inputs or --tokens", 2);
+  test::expect_cli_error(run_cli(run_args("tiny", "x") + " --cond-tokens 5 --inputs " + path),
+                         "--cond-tokens requires --tokens", 2);
   // An empty argument is an unexpected one, never a hang.
   test::expect_cli_error(run_cli(run_args("tiny", "x") + " '' --seed 1 --inputs " + path),
                          "not expected", 2);
   test::expect_cli_error(run_inputs("tiny", path, "x", "--asset a00"), "--asset requires --manifest",
                          2);
   test::expect_cli_error(run_cli(run_args("tiny", "x") + manifest + " --seed 3"),
-                         "--seed requires --inputs", 2);
+                         "--seed goes with --inputs or --tokens", 2);
 
   const auto bytes = fs::file_size(path);
   const auto when = fs::last_write_time(path);

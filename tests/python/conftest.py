@@ -17,17 +17,37 @@ TINY = os.path.join(DATA, "golden", "inputs", "tiny.json")
 
 
 def read_safetensors(path):
-    """name -> float32 NumPy array (bf16 and f32 files), over tools/same_bits.py's reader."""
+    """name -> NumPy array (bf16 read as float32; f32, i32), over tools/same_bits.py's reader."""
     out = {}
     for name, (dtype, shape, raw) in same_bits.tensors(path).items():
         if dtype == "BF16":
             values = (np.frombuffer(raw, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
-        elif dtype == "F32":
-            values = np.frombuffer(raw, dtype=np.float32)
+        elif dtype in ("F32", "I32"):
+            values = np.frombuffer(raw, dtype=np.float32 if dtype == "F32" else np.int32)
         else:
             raise ValueError(f"{name}: dtype {dtype} not handled by the test reader")
         out[name] = values.reshape(shape).copy()
     return out
+
+
+def write_safetensors(path, tensors, bf16=()):
+    """A safetensors file of NumPy arrays (f32, i32; the names in `bf16` stored as bf16, the
+    upper halves of their f32 values), for the tests' inputs files."""
+    header, blobs, offset = {}, [], 0
+    for name, a in tensors.items():
+        a = np.ascontiguousarray(a)
+        if name in bf16:
+            a, dtype = (a.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16), "BF16"
+        else:
+            dtype = {np.dtype(np.float32): "F32", np.dtype(np.int32): "I32"}[a.dtype]
+        header[name] = {"dtype": dtype, "shape": list(a.shape),
+                        "data_offsets": [offset, offset + a.nbytes]}
+        offset += a.nbytes
+        blobs.append(a.tobytes())
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(len(text).to_bytes(8, "little") + text + b"".join(blobs))
 
 
 class SparseTensor:
