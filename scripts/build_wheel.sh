@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds one wheel of the Python package into dist/ and makes it a manylinux wheel with
 # auditwheel, leaving the CUDA libraries to NVIDIA's wheels (declared dependencies):
-#   CUDA=13 PYTHON=python3.12 scripts/build_wheel.sh   # sparse3d-engine       (the default)
+#   CUDA=13 PYTHON=python3.12 scripts/build_wheel.sh   # sparse3d-engine-cu13  (the default)
 #   CUDA=12 PYTHON=python3.10 scripts/build_wheel.sh   # sparse3d-engine-cu12  (CUDA 12.4)
 # Python >= 3.12 gets one stable-ABI wheel (cp312-abi3, for 3.12 and later); 3.10 and 3.11 a
 # wheel of their own. Kernels for sm_80, sm_89 and sm_90a, with PTX for later GPUs.
@@ -35,7 +35,7 @@ defines=(-C cmake.define.SPARSE3D_CUDNN_FRONTEND_INCLUDE="$PWD/.deps/cudnn_front
          -C cmake.define.SPARSE3D_XATLAS_DIR="$PWD/.deps/xatlas")
 case "$CUDA" in
   13)
-    name=sparse3d_engine
+    name=sparse3d_engine_cu13
     ;;
   12)
     name=sparse3d_engine_cu12

@@ -23,9 +23,9 @@ def toml_list(items):
 
 
 def rewrite(text, v):
-    out, n = re.subn(r'(?m)^name = "sparse3d-engine"$', 'name = "%s"' % v["name"], text)
+    out, n = re.subn(r'(?m)^name = "sparse3d-engine-cu13"$', 'name = "%s"' % v["name"], text)
     if n != 1:
-        raise SystemExit("pyproject_variant: no `name = \"sparse3d-engine\"` line")
+        raise SystemExit("pyproject_variant: no `name = \"sparse3d-engine-cu13\"` line")
     out, n = re.subn(r'(?ms)^dependencies = \[.*?\]$', "dependencies = " + toml_list(v["dependencies"]), out)
     if n != 1:
         raise SystemExit("pyproject_variant: no `dependencies = [...]` entry")

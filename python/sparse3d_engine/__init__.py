@@ -41,6 +41,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 
 from . import _loader
 
+_loader.check_torch()
 _loader.preload()
 try:
     from . import _native

@@ -8,15 +8,18 @@ For each library, in order:
      makes two packages fight;
   2. otherwise the copy in NVIDIA's wheels beside this package (site-packages/nvidia/...);
   3. otherwise the system's loader (the CUDA toolkit, LD_LIBRARY_PATH).
-Each is then checked against the floor this build declares (_build.CUDA_MAJOR picks the
+Before any of it, check_torch() refuses a PyTorch built for another CUDA major (one line naming
+the distribution to install). Each is then checked against the floor this build declares (_build.CUDA_MAJOR picks the
 set); one older than the floor is a warning on the "sparse3d_engine" logger, and the whole
-list is logged at INFO at import (`python -m sparse3d_engine info` prints it).
+list is logged at INFO at import (`s3d.build_info()` returns it).
 """
 import ctypes
 import importlib.util
 import logging
 import os
-from typing import Any, Dict, List
+import re
+import sys
+from typing import Any, Dict, List, Optional
 
 try:
     from . import _build
@@ -157,6 +160,55 @@ def libraries():
     path, source (already loaded / NVIDIA wheel / system loader / not found), floor (the
     oldest version this build works with) and ok (version >= floor; None when unknown)."""
     return [dict(e) for e in _report]
+
+
+def distribution(major):
+    """The name of the distribution built for CUDA `major`."""
+    return "sparse3d-engine-cu%d" % major
+
+
+def torch_cuda() -> Optional[str]:
+    """The CUDA version ("12.4") the PyTorch of this environment was built for: the imported
+    module's `torch.version.cuda` when torch is imported, else read from torch/version.py
+    without importing torch (torch imported after this package would load its own CUDA
+    libraries into the same process). None without torch, or for a build without CUDA."""
+    module = sys.modules.get("torch")
+    if module is not None:
+        return getattr(getattr(module, "version", None), "cuda", None)
+    try:
+        spec = importlib.util.find_spec("torch")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.origin:
+        return None
+    try:
+        with open(os.path.join(os.path.dirname(spec.origin), "version.py")) as f:
+            text = f.read()
+    except OSError:
+        return None
+    m = re.search(r"""^cuda\b[^=\n]*=\s*(?:'([^']*)'|"([^"]*)")""", text, re.M)
+    return (m.group(1) or m.group(2)) if m else None
+
+
+def check_torch(major=None, cuda=None):
+    """Refuses (ImportError, one line naming the distribution to install) a PyTorch built for
+    another CUDA major version than this build: one process cannot hold two majors' cuDNN
+    and cuBLAS (the same sonames), and the NVIDIA wheels of the two majors write the same
+    files. SPARSE3D_ENGINE_ALLOW_CUDA_MIX=1 skips the check (a torch that is installed but
+    never imported in the same process)."""
+    major = CUDA_MAJOR if major is None else major
+    cuda = torch_cuda() if cuda is None else cuda
+    if not cuda or os.environ.get("SPARSE3D_ENGINE_ALLOW_CUDA_MIX") == "1":
+        return
+    try:
+        theirs = int(str(cuda).split(".")[0])
+    except ValueError:
+        return
+    if theirs != major:
+        raise ImportError(
+            "sparse3d_engine: this is %s (built for CUDA %d), but PyTorch here is built for "
+            "CUDA %s: install the build for it instead (pip uninstall %s; pip install %s)"
+            % (distribution(major), major, cuda, distribution(major), distribution(theirs)))
 
 
 def explain(error):

@@ -2,7 +2,7 @@
 # Device call: the wheels built on the CPU machine (dist/, carried) on the GPU, installed the
 # way a user beside PyTorch installs them (pip, no network, no build tree):
 #   (1) the machine: GPU, driver, python3, torch, and which CUDA 12 / 13 libraries exist;
-#   (2) the CUDA 13 wheel (sparse3d_engine-*-cp312-abi3) installed with pip --target beside
+#   (2) the CUDA 13 wheel (sparse3d_engine_cu13-*-cp312-abi3) installed with pip --target beside
 #       the machine's python3 (its torch and NVIDIA wheels): import after torch (the copies it
 #       used, their versions), `python -m sparse3d_engine info / make-checkpoint / run` on
 #       the GPU, tools/torch_compile_check.py (inductor, fullgraph=True, bits against the
@@ -69,7 +69,7 @@ EOF
   summary+=("  Python suite (installed wheel, torch present): $(tail -1 "$OUT/$label-pytest.txt")")
 }
 
-w13=$(ls dist/sparse3d_engine-*cp312-abi3*manylinux*.whl 2>/dev/null | head -1)
+w13=$(ls dist/sparse3d_engine_cu13-*cp312-abi3*manylinux*.whl 2>/dev/null | head -1)
 w12=$(ls dist/sparse3d_engine_cu12-*cp312-abi3*manylinux*.whl 2>/dev/null | head -1)
 [ -n "$w13" ] && install_and_check cu13 "$w13" "" || summary+=("cu13: no wheel in dist/")
 if [ -z "$w12" ]; then

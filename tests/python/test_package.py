@@ -102,3 +102,66 @@ def test_a_type_checker_accepts_a_users_script(tmp_path):
                        timeout=600, env={**os.environ, "MYPYPATH": os.path.dirname(PACKAGE)},
                        cwd=tmp_path)
     assert r.returncode == 1 and "set_progress" in r.stdout
+
+
+def _fake_torch(folder, cuda):
+    """A folder holding a stand-in `torch` whose version.py says it was built for `cuda`
+    (TRELLIS.2's PyTorch 2.6: "12.4"); importing it fails, as nothing should import it."""
+    pkg = folder / "torch"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("raise ImportError('the stand-in torch was imported')\n")
+    value = "None" if cuda is None else repr(cuda)
+    (pkg / "version.py").write_text(f"__version__ = '2.6.0'\ndebug = False\n"
+                                    f"cuda: Optional[str] = {value}\nhip = None\n")
+    return str(folder)
+
+
+@pytest.mark.parametrize("cuda", ["12.4", "13.0", None])
+def test_a_torch_of_another_cuda_major_is_refused_at_import(tmp_path, cuda):
+    """PyTorch installed (not imported) for another CUDA major: the import refuses with one
+    line naming the distribution to install; the same major, or a CPU build, imports."""
+    from sparse3d_engine import _loader
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.dirname(PACKAGE),
+                                                        _fake_torch(tmp_path, cuda)])}
+    env.pop("SPARSE3D_ENGINE_ALLOW_CUDA_MIX", None)
+    r = subprocess.run([sys.executable, "-c", "import sparse3d_engine; print('imported')"],
+                       capture_output=True, text=True, timeout=300, env=env)
+    ours = _loader.CUDA_MAJOR
+    if cuda is None or int(cuda.split(".")[0]) == ours:
+        assert r.returncode == 0 and r.stdout == "imported\n", r.stderr
+        return
+    last = r.stderr.strip().splitlines()[-1]
+    assert r.returncode == 1 and last.startswith("ImportError: sparse3d_engine: this is "), r.stderr
+    assert f"sparse3d-engine-cu{ours}" in last and f"built for CUDA {cuda}" in last, last
+    assert last.endswith(f"pip install sparse3d-engine-cu{int(cuda.split('.')[0])})"), last
+    # The escape hatch, for a process that never imports that torch.
+    env["SPARSE3D_ENGINE_ALLOW_CUDA_MIX"] = "1"
+    r = subprocess.run([sys.executable, "-c", "import sparse3d_engine; print('imported')"],
+                       capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0 and r.stdout == "imported\n", r.stderr
+
+
+def test_the_cuda_decision_for_each_mix():
+    """check_torch's decision on every mix of this package's and PyTorch's CUDA major, and the
+    version read from an imported torch module first."""
+    from sparse3d_engine import _loader
+    for ours, theirs, refused in ((13, "12.4", True), (13, "12.8", True), (12, "13.0", True),
+                                  (12, "12.4", False), (12, "12.9", False), (13, "13.2", False),
+                                  (13, None, False), (13, "", False), (13, "rocm", False)):
+        try:
+            _loader.check_torch(ours, theirs)
+            got = False
+        except ImportError as e:
+            got = True
+            assert f"sparse3d-engine-cu{int(theirs.split('.')[0])}" in str(e), e
+        assert got == refused, (ours, theirs)
+    import types
+    saved = sys.modules.get("torch")
+    try:
+        sys.modules["torch"] = types.SimpleNamespace(version=types.SimpleNamespace(cuda="11.8"))
+        assert _loader.torch_cuda() == "11.8"
+    finally:
+        if saved is None:
+            sys.modules.pop("torch", None)
+        else:
+            sys.modules["torch"] = saved
