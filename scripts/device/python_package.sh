@@ -21,7 +21,7 @@ PATH_SPEC=${PATH_SPEC:-beyond}
 summary=()
 $BIN/sparse3d info > "$OUT/fingerprint.txt" 2>&1
 summary+=("machine: $(ldd --version | head -1); $(python3 --version)")
-wheel=$(ls dist/sparse3d-*manylinux*.whl | head -1)
+wheel=$(ls dist/sparse3d_engine*manylinux*.whl | head -1)
 summary+=("wheel: $(basename "$wheel"), $(du -k "$wheel" | cut -f1) KiB")
 # What the wheel's module carries: SASS per architecture and PTX.
 wheel_abs=$(realpath "$wheel")
