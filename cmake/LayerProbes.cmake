@@ -61,3 +61,18 @@ sparse3d_layer_probe(sampler_includes_flags_h sparse3d_sampler "sparse3d/flags.h
 sparse3d_layer_probe(sampler_includes_model sparse3d_sampler "model/trunk/transformer.h" ALLOWED)
 sparse3d_layer_probe(bench_includes_engine_h sparse3d_bench "sparse3d/engine.h" ALLOWED)
 sparse3d_layer_probe(apps_includes_bench sparse3d_cli "bench/report.h" ALLOWED)
+
+# A relative include ("../sampler/sampler.h") is found beside the including file, before any
+# include root: src/ and include/ must have none. The second test runs the same scan over a
+# folder holding one, and must fail (so the first can).
+add_test(NAME layer_no_relative_includes
+         COMMAND ${CMAKE_COMMAND} "-DDIRS=${PROJECT_SOURCE_DIR}/src;${PROJECT_SOURCE_DIR}/include"
+                 -P ${PROJECT_SOURCE_DIR}/cmake/NoRelativeIncludes.cmake)
+file(CONFIGURE OUTPUT ${_probe_dir}/relative/a/b.cpp CONTENT "#include \"../model/x.h\"\n")
+add_test(NAME layer_no_relative_includes_finds_one
+         COMMAND ${CMAKE_COMMAND} "-DDIRS=${_probe_dir}/relative"
+                 -P ${PROJECT_SOURCE_DIR}/cmake/NoRelativeIncludes.cmake)
+set_tests_properties(layer_no_relative_includes layer_no_relative_includes_finds_one
+                     PROPERTIES LABELS layers)
+set_tests_properties(layer_no_relative_includes_finds_one PROPERTIES
+                     PASS_REGULAR_EXPRESSION "relative includes.*b\\.cpp: #include \"\\.\\./model/x\\.h\"")

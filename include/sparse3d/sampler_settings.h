@@ -26,6 +26,9 @@ struct SamplerSettings {
   static SamplerSettings released_sparse_structure() {
     return SamplerSettings{12, 5.0, 7.5, 0.6, 1.0, 0.7, 1e-5};
   }
+  // The most steps a request may take (docs/API.md): far beyond any sampler in use (the
+  // released pipeline takes 12), small enough that a schedule and a step list stay small.
+  static constexpr int kMaxSteps = 10000;
   // Throws Error naming the first setting out of range (what sample() would refuse).
   void validate() const;
   // The benchmark protocol: 15 steps, CFG 7.5 on every step, no rescale.

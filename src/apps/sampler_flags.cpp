@@ -35,9 +35,9 @@ void SamplerFlags::add_to(CLI::App* sub) {
                                  "sampler preset"));
   if (!preset.empty()) o->capture_default_str();
   // Form and range checked here (decimal digits: CLI11 alone reads "010" as 8), so that the
-  // help shows the range enforced; [1, 10000] is SamplerSettings::validate's (kMaxSteps).
+  // help shows the range enforced: SamplerSettings::validate's [1, kMaxSteps].
   steps_given = sub->add_option("--steps", steps, "Euler steps (overrides the sampler preset)")
-                    ->transform(integer_in(1, 10000));
+                    ->transform(integer_in(1, sparse3d::SamplerSettings::kMaxSteps));
   rescale_t_given =
       sub->add_option("--rescale-t", rescale_t, "Timestep rescale r")->check(kNonEmptyValue);
   cfg_given =

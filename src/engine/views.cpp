@@ -53,20 +53,6 @@ Array draw_noise(uint64_t seed, int64_t rows, int64_t cols, uint64_t offset) {
   return array_of(t);
 }
 
-void SamplerSettings::validate() const { s3d::sampler::SamplerOptions(*this, {}).validate(); }
-
-std::vector<std::string> SamplerSettings::preset_names() {
-  return {"released", "released_sparse_structure", "protocol"};
-}
-
-SamplerSettings SamplerSettings::preset(const std::string& name) {
-  if (name == "released") return released();
-  if (name == "released_sparse_structure") return released_sparse_structure();
-  if (name == "protocol") return protocol();
-  throw Error("sampler preset must be \"released\", \"released_sparse_structure\" or "
-              "\"protocol\", got \"" + name + "\"");
-}
-
 std::vector<double> timesteps(const SamplerSettings& settings) {
   // The settings a request would refuse are refused here too (steps within its cap, before
   // the schedule's steps + 1 values are allocated).

@@ -47,10 +47,6 @@ struct SamplerOptions : sparse3d::SamplerSettings {
   static SamplerOptions protocol();
   // The released shape-model defaults: 12 steps, g 7.5, interval [0.6, 1], rescale 0.5.
   static SamplerOptions released();
-  // The most steps a request may take (docs/API.md): far beyond any sampler in use (the
-  // released pipeline takes 12), small enough that a schedule and a step list stay small.
-  static constexpr int kMaxSteps = 10000;
-  void validate() const;
 };
 
 // t_k for k = 0..steps: s = linspace(1, 0, steps + 1), t = r s / (1 + (r - 1) s), in double.
