@@ -75,7 +75,9 @@ if [ "$CUDA" = 12 ]; then
 else
   excl+=(--exclude 'libcublas.so.13' --exclude 'libcublasLt.so.13' --exclude 'libnvrtc.so.13')
 fi
-"$PYTHON" -m auditwheel repair "$raw" -w "$out" "${excl[@]}" >&2
+# The platform asked for, not found: a symbol from a newer glibc (std::hypot's 2.35 version
+# was one) then fails the build instead of quietly narrowing the wheel (docs/PACKAGING.md).
+"$PYTHON" -m auditwheel repair "$raw" -w "$out" --plat manylinux_2_34_x86_64 "${excl[@]}" >&2
 wheel=$(ls -t "$out"/$name-*manylinux*.whl | head -1)
 rm -rf "$raw_dir"
 echo "build_wheel: $wheel ($(du -k "$wheel" | cut -f1) KiB)" >&2

@@ -87,6 +87,9 @@ D3 crossd(const D3& a, const D3& b) {
   return {a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0]};
 }
 double dotd(const D3& a, const D3& b) { return a[0] * b[0] + a[1] * b[1] + a[2] * b[2]; }
+// The length of (x, y), for chart-plane coordinates (far from overflow). Not std::hypot: its
+// glibc 2.35 symbol version would lift the wheel from manylinux_2_34 (RHEL 9) to 2_35.
+double length2(double x, double y) { return std::sqrt(x * x + y * y); }
 D3 normalized(const D3& a) {
   const double n = std::sqrt(dotd(a, a));
   return n > 0 ? D3{a[0] / n, a[1] / n, a[2] / n} : D3{0, 0, 0};
@@ -325,7 +328,7 @@ std::array<double, 2> smallest_rectangle_direction(
   for (size_t i = 0; i < hull.size(); ++i) {
     const auto& a = hull[i];
     const auto& b = hull[(i + 1) % hull.size()];
-    const double dx = b[0] - a[0], dy = b[1] - a[1], len = std::hypot(dx, dy);
+    const double dx = b[0] - a[0], dy = b[1] - a[1], len = length2(dx, dy);
     if (!(len > 0)) continue;
     const double c = dx / len, s = dy / len;
     double x0 = INFINITY, x1 = -INFINITY, y0 = INFINITY, y1 = -INFINITY;
@@ -821,7 +824,7 @@ bool triangles_meet(const double* const p[3], const double* const q[3], double e
           const double d = nx * tri[u][j][0] + ny * tri[u][j][1];
           lo[u] = std::min(lo[u], d), hi[u] = std::max(hi[u], d);
         }
-      const double tol = eps * std::hypot(nx, ny);
+      const double tol = eps * length2(nx, ny);
       if (hi[0] <= lo[1] + tol || hi[1] <= lo[0] + tol) return false;
     }
   return true;

@@ -121,8 +121,9 @@ def test_a_torch_of_another_cuda_major_is_refused_at_import(tmp_path, cuda):
     """PyTorch installed (not imported) for another CUDA major: the import refuses with one
     line naming the distribution to install; the same major, or a CPU build, imports."""
     from sparse3d_engine import _loader
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.dirname(PACKAGE),
-                                                        _fake_torch(tmp_path, cuda)])}
+    # The stand-in first: where the package is installed, a real torch may sit beside it.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([_fake_torch(tmp_path, cuda),
+                                                        os.path.dirname(PACKAGE)])}
     env.pop("SPARSE3D_ENGINE_ALLOW_CUDA_MIX", None)
     r = subprocess.run([sys.executable, "-c", "import sparse3d_engine; print('imported')"],
                        capture_output=True, text=True, timeout=300, env=env)
