@@ -77,7 +77,7 @@ else
 fi
 # The platform asked for, not found: a symbol from a newer glibc (std::hypot's 2.35 version
 # was one) then fails the build instead of quietly narrowing the wheel (docs/PACKAGING.md).
-"$PYTHON" -m auditwheel repair "$raw" -w "$out" --plat manylinux_2_34_x86_64 "${excl[@]}" >&2
+"$PYTHON" -m auditwheel repair "$raw" -w "$out" --plat manylinux_2_35_x86_64 "${excl[@]}" >&2
 wheel=$(ls -t "$out"/$name-*manylinux*.whl | head -1)
 rm -rf "$raw_dir"
 echo "build_wheel: $wheel ($(du -k "$wheel" | cut -f1) KiB)" >&2

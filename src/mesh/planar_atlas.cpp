@@ -87,8 +87,8 @@ D3 crossd(const D3& a, const D3& b) {
   return {a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0]};
 }
 double dotd(const D3& a, const D3& b) { return a[0] * b[0] + a[1] * b[1] + a[2] * b[2]; }
-// The length of (x, y), for chart-plane coordinates (far from overflow). Not std::hypot: its
-// glibc 2.35 symbol version would lift the wheel from manylinux_2_34 (RHEL 9) to 2_35.
+// The length of (x, y), for chart-plane coordinates (far from overflow). Not std::hypot,
+// whose glibc 2.35 symbol version alone would need glibc 2.35 (docs/PACKAGING.md, manylinux).
 double length2(double x, double y) { return std::sqrt(x * x + y * y); }
 D3 normalized(const D3& a) {
   const double n = std::sqrt(dotd(a, a));
