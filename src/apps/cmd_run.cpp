@@ -388,33 +388,32 @@ const char* const kInputsHelp =
     "(optional: [N, C_out], or [B, C_out, R, R, R] for the dense model; absent: drawn from "
     "--seed)";
 
-Command add_run(CLI::App& app) {
-  auto a = std::make_shared<RunArgs>();
-  auto* sub = app.add_subcommand(
-      "run", "Denoise assets of a payload manifest, your own inputs files (--inputs), or a "
-             "synthetic request (--tokens)");
-  a->engine.add_to(sub);
-  // Exactly one source of requests. (Not a CLI11 option group: an empty argument matches a
-  // group's empty name as a subcommand, and CLI11 2.1 then never ends the parse.)
-  CLI::Option* manifest = sub->add_option("--manifest", a->manifest,
+namespace {
+
+// The request sources, exactly one of them (--manifest with --asset, --inputs, --tokens with
+// --cond-tokens), and --seed, which goes with the last two. (Not a CLI11 option group: an
+// empty argument matches a group's empty name as a subcommand, and CLI11 2.1 then never ends
+// the parse.)
+void add_sources(CLI::App* sub, RunArgs& a) {
+  CLI::Option* manifest = sub->add_option("--manifest", a.manifest,
                                           "Payload manifest.json (or --inputs)");
-  CLI::Option* inputs = sub->add_option("--inputs", a->inputs, kInputsHelp);
+  CLI::Option* inputs = sub->add_option("--inputs", a.inputs, kInputsHelp);
   CLI::Option* tokens =
-      sub->add_option("--tokens", a->tokens,
+      sub->add_option("--tokens", a.tokens,
                       "One synthetic request of this many voxels (a procedural surface on the "
                       "model's grid, a normal condition, noise: all drawn from --seed), "
                       "instead of --manifest; written as OUT/synthetic.safetensors")
           ->transform(integer_in(1, int64_t{1} << 24));
-  sub->add_option("--cond-tokens", a->cond_tokens,
+  sub->add_option("--cond-tokens", a.cond_tokens,
                   "--tokens: condition tokens L of the synthetic request")
       ->needs(tokens)
       ->transform(integer_in(1, 1 << 16))
       ->capture_default_str();
-  sub->add_option("--asset", a->assets,
+  sub->add_option("--asset", a.assets,
                   "Asset name of the manifest (repeatable; default: every asset)")
       ->needs(manifest);
   CLI::Option* seed =
-      sub->add_option("--seed", a->seed,
+      sub->add_option("--seed", a.seed,
                       "--inputs: the noise seed of a file that holds no noise (the engine's "
                       "generator, docs/FORMATS.md); --tokens: the synthetic request's seed")
           ->transform(unsigned_64())
@@ -429,6 +428,17 @@ Command add_run(CLI::App& app) {
       throw UsageError("--seed goes with --inputs or --tokens (a manifest's assets carry their "
                        "own noise seeds)");
   });
+}
+
+}  // namespace
+
+Command add_run(CLI::App& app) {
+  auto a = std::make_shared<RunArgs>();
+  auto* sub = app.add_subcommand(
+      "run", "Denoise assets of a payload manifest, your own inputs files (--inputs), or a "
+             "synthetic request (--tokens)");
+  a->engine.add_to(sub);
+  add_sources(sub, *a);
   sub->add_option("--out", a->out, "Folder for the <asset>.safetensors outputs")
       ->check(kNonEmptyPath)
       ->capture_default_str();
