@@ -14,6 +14,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "mesh/bake_cuda.h"
 #include "mesh/timing.h"
 
 namespace s3d::mesh {
@@ -520,11 +521,17 @@ BakedTexture bake(const UvRaster& raster, const BakeInputs& in) {
     const int64_t k = std::min(kBakeChunk, N - start);
     texel_points(raster, *in.uv_mesh, &texels[start], k, points.data());
     timer.mark("texel points");
-    in.surface->closest_many(points.data(), k, hits.data());
-    timer.mark("closest points");
-    project_to_grid(in, hits.data(), k, points.data());
-    in.volume->sample_trilinear(points.data(), k, sampled.data());
-    timer.mark("volume samples");
+    if (in.device_volume != nullptr && in.surface->device() != nullptr) {
+      sample_surface_on_device(*in.surface->device(), *in.device_volume, in.grid_origin.data(),
+                               in.voxel_size.data(), points.data(), k, sampled.data());
+      timer.mark("closest points and volume samples on the device");
+    } else {
+      in.surface->closest_many(points.data(), k, hits.data());
+      timer.mark("closest points");
+      project_to_grid(in, hits.data(), k, points.data());
+      in.volume->sample_trilinear(points.data(), k, sampled.data());
+      timer.mark("volume samples");
+    }
 #pragma omp parallel for schedule(static) if (k > kSerialBelow)
     for (int64_t i = 0; i < k; ++i)
       std::memcpy(&out.attrs[texels[start + i] * C], &sampled[i * C], sizeof(float) * C);

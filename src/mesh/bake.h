@@ -42,12 +42,17 @@ int64_t dilate_raster(UvRaster& raster, const UvMesh& m, int32_t radius);
 void covered_texels(const float* uv0, const float* uv1, const float* uv2, int32_t size,
                     std::vector<int64_t>& out);
 
+class DeviceVolume;  // bake_cuda.h
+
 struct BakeInputs {
   const UvMesh* uv_mesh = nullptr;    // the output mesh, with UVs
   const Bvh* surface = nullptr;       // the decoded surface (before simplification)
   const SparseVolume* volume = nullptr;
   Vec3 grid_origin{-0.5f, -0.5f, -0.5f};  // aabb low corner
   Vec3 voxel_size{1, 1, 1};
+  // The volume's device copy: with it, and the surface's BVH on the device, each texel's
+  // closest point and volume sample are one GPU kernel (bake_cuda.h; the same bits).
+  const DeviceVolume* device_volume = nullptr;
 };
 
 // A vector whose resize leaves new floats unwritten: a 4096^2 texture of six channels is

@@ -515,11 +515,22 @@ float closest_point_on_triangle(const Vec3& p, const Vec3& a, const Vec3& b, con
   return closest_on_triangle(p.data(), a.data(), b.data(), c.data(), uvw);
 }
 
-Bvh::Bvh(const TriMesh& mesh) : mesh_(mesh) {
+Bvh::Bvh(const TriMesh& mesh, BvhBuild build) : mesh_(mesh) {
   check_mesh(mesh_, "BVH mesh");
   const int64_t F = mesh_.num_faces();
   S3D_CHECK(F < std::numeric_limits<int32_t>::max() / 2, "BVH mesh: ", F,
             " faces is more than a BVH of 32-bit indices holds");
+  if (build == BvhBuild::device) {
+    S3D_CHECK(cuda_available(), "BVH: no usable CUDA device");
+    device_ = std::make_shared<const DeviceBvh>(mesh_);
+    return;
+  }
+  build_host_tree();
+}
+
+void Bvh::build_host_tree() {
+  if (has_host_tree()) return;
+  const int64_t F = mesh_.num_faces();
   const auto boxes = std::make_unique_for_overwrite<Box[]>(F);  // written by the loop below
   order_.resize(F);
 #pragma omp parallel for schedule(static)
@@ -533,14 +544,16 @@ Bvh::Bvh(const TriMesh& mesh) : mesh_(mesh) {
 }
 
 ClosestHit Bvh::closest(const Vec3& p) const {
+  S3D_CHECK(has_host_tree(), "BVH: built on the device; build_host_tree() before a CPU query");
   ClosestHit best;
   float best_d2 = FLT_MAX;
   int32_t stack[128];
   int top = 0;
   stack[top++] = 0;
+  const float reach = prune_reach(p.data());
   while (top > 0) {
     const Node& n = nodes_[stack[--top]];
-    if (box_distance2(n.lo, n.hi, p.data()) > best_d2) continue;
+    if (out_of_reach(box_distance2(n.lo, n.hi, p.data()), best_d2, reach)) continue;
     if (n.left < 0) {
       for (int32_t i = n.first; i < n.first + n.count; ++i) {
         const int32_t f = order_[i];
@@ -564,11 +577,11 @@ ClosestHit Bvh::closest(const Vec3& p) const {
     // Push the farther child first so the nearer one is searched first. The stack holds at
     // most one entry per level plus one, and the build bounds the depth (kSahDepth).
     if (dl <= dr) {
-      if (dr <= best_d2) stack[top++] = n.right;
-      if (dl <= best_d2) stack[top++] = n.left;
+      if (!out_of_reach(dr, best_d2, reach)) stack[top++] = n.right;
+      if (!out_of_reach(dl, best_d2, reach)) stack[top++] = n.left;
     } else {
-      if (dl <= best_d2) stack[top++] = n.left;
-      if (dr <= best_d2) stack[top++] = n.right;
+      if (!out_of_reach(dl, best_d2, reach)) stack[top++] = n.left;
+      if (!out_of_reach(dr, best_d2, reach)) stack[top++] = n.right;
     }
   }
   best.distance = std::sqrt(best_d2);
@@ -587,6 +600,7 @@ std::vector<float> Bvh::leaf_corners() const {
 }
 
 void Bvh::use_device() {
+  if (device_) return;
   S3D_CHECK(cuda_available(), "BVH: no usable CUDA device");
   device_ = std::make_shared<const DeviceBvh>(*this);
 }
@@ -596,6 +610,8 @@ void Bvh::closest_many(const float* points, int64_t n, ClosestHit* out) const {
     device_->closest_many_host(points, n, out);
     return;
   }
+  S3D_CHECK(has_host_tree() || n == 0,
+            "BVH: built on the device; build_host_tree() before a CPU query");
 #pragma omp parallel for schedule(dynamic, 1024)
   for (int64_t i = 0; i < n; ++i) {
     out[i] = closest({points[3 * i], points[3 * i + 1], points[3 * i + 2]});

@@ -25,17 +25,30 @@ struct ClosestHit {
 
 class DeviceBvh;
 
+// Where a Bvh's tree is built: on the host (binned SAH; the CPU's queries, and the device's
+// after use_device()), or on the device alone (a linear BVH, bvh_cuda.h: for a process whose
+// queries all run on the GPU, it saves the host build and the copy).
+enum class BvhBuild { host, device };
+
 class Bvh {
  public:
-  // Keeps a copy of the mesh's positions and faces. Throws s3d::Error on an unusable mesh.
-  explicit Bvh(const TriMesh& mesh);
+  // Keeps a copy of the mesh's positions and faces. Throws s3d::Error on an unusable mesh, and
+  // for BvhBuild::device when no CUDA device is usable or the device build fails (the caller
+  // counts that as a fallback and builds on the host).
+  explicit Bvh(const TriMesh& mesh, BvhBuild build = BvhBuild::host);
+  // The host tree, where the Bvh was built on the device and a query must now run on the CPU
+  // (a fallback's); a no-op when it is there. After this, CPU queries are allowed.
+  void build_host_tree();
+  bool has_host_tree() const { return !nodes_.empty(); }
 
+  // On the CPU: needs the host tree (has_host_tree(); else s3d::Error).
   ClosestHit closest(const Vec3& p) const;
   // out[i] for points[3i..3i+2], i < n (host arrays); parallel over the points, or on the GPU
   // after use_device(), with the same bits either way.
   void closest_many(const float* points, int64_t n, ClosestHit* out) const;
-  // From now on closest_many runs on the current CUDA device (bvh_cuda.h). Throws s3d::Error
-  // when no CUDA device is usable; the caller counts that as a fallback to the CPU.
+  // From now on closest_many runs on the current CUDA device (bvh_cuda.h), the host tree
+  // copied there. Throws s3d::Error when no CUDA device is usable; the caller counts that as a
+  // fallback to the CPU. A no-op for a tree built on the device.
   void use_device();
   bool on_device() const { return device_ != nullptr; }
   // The device copy after use_device(), else null.

@@ -1,6 +1,14 @@
-// The BVH's device copy and its closest-point queries on the GPU: the same tree as the CPU's
-// (bvh.h), the same traversal rule and the same triangle arithmetic (closest_point.h), so the
-// answers are the CPU's bit for bit (tests/gpu/test_mesh_gpu.cpp checks it).
+// The BVH on the device and its closest-point queries on the GPU. Two ways to get one:
+// - a copy of the CPU's tree (bvh.h);
+// - a tree built on the device from the mesh alone: a linear BVH (faces sorted by the Morton
+//   code of their centroids, four consecutive faces to a leaf, the hierarchy over the leaves'
+//   codes built in parallel, one node per split, as in Karras's "Maximizing parallelism in the
+//   construction of BVHs, octrees and k-d trees", 2012; boxes refitted from the leaves up).
+//   Milliseconds where the CPU's binned-SAH build of a decoded mesh takes most of a second;
+//   its boxes are looser, so a query visits more of them.
+// Either way the traversal rule and the triangle arithmetic are the CPU's (bvh_device.cuh,
+// closest_point.h), and ties between faces go to the lower face index, so every answer is the
+// CPU tree's bit for bit whatever the tree (tests/gpu/test_mesh_gpu.cpp checks both).
 #pragma once
 
 #include <cstdint>
@@ -14,6 +22,8 @@ class DeviceBvh {
  public:
   // Uploads the tree and the faces' corners in leaf order (on the current stream).
   explicit DeviceBvh(const Bvh& bvh);
+  // Builds a linear BVH of the mesh on the device (the mesh is checked by the caller).
+  explicit DeviceBvh(const TriMesh& mesh);
   // points: 3n floats on the device; out: n hits on the device. Asynchronous on the current
   // stream; n may be 0.
   void closest_many(const float* points, int64_t n, ClosestHit* out) const;

@@ -75,4 +75,18 @@ S3D_MESH_HD float box_distance2(const float lo[3], const float hi[3], const floa
   return d2;
 }
 
+// The traversal's pruning, with room for rounding: a box is skipped only when its squared
+// distance exceeds the best face's by more than rounding explains (2^-10 of it, plus 2^-40 of
+// the point's squared magnitude, at least 1, for the cancellation in a face's distance). A box
+// holding a face whose distance rounds to the best one is therefore always searched, so ties
+// go to the lower face index whatever the tree (brute force's answer), which is what lets the
+// CPU's tree and the one built on the device give the same bits.
+S3D_MESH_HD float prune_reach(const float p[3]) {
+  const float m = p[0] * p[0] + p[1] * p[1] + p[2] * p[2];
+  return (m > 1 ? m : 1) * 0x1p-40f;
+}
+S3D_MESH_HD bool out_of_reach(float box_d2, float best_d2, float reach) {
+  return box_d2 > best_d2 + best_d2 * 0x1p-10f + reach;
+}
+
 }  // namespace s3d::mesh

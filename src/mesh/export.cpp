@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <future>
 #include <limits>
+#include <memory>
 #include <thread>
 #include <utility>
 
@@ -14,6 +16,7 @@
 #include "io/atomic_file.h"
 #include "mesh/atlas.h"
 #include "mesh/bake.h"
+#include "mesh/bake_cuda.h"
 #include "mesh/bvh.h"
 #include "mesh/clean.h"
 #include "mesh/glb_writer.h"
@@ -153,7 +156,7 @@ class StageClock {
 // The remesh branch's first half: narrow-band dual contouring around the filled surface (the
 // budget is simplify's, a stage of its own).
 // On the GPU when the BVH is there; should that fail (device memory), on the CPU, counted.
-TriMesh remesh_branch(const s3d::mesh::Bvh& bvh, const GlbInput& in, const GlbOptions& o,
+TriMesh remesh_branch(s3d::mesh::Bvh& bvh, const GlbInput& in, const GlbOptions& o,
                       std::vector<std::string>& fallbacks) {
   s3d::mesh::RemeshOptions r;
   float scale = 0;
@@ -172,6 +175,7 @@ TriMesh remesh_branch(const s3d::mesh::Bvh& bvh, const GlbInput& in, const GlbOp
     } catch (const s3d::Error& e) {
       fallbacks.push_back(std::string("use_gpu: remesh: ") + e.what() + "; remeshed on the CPU");
       r.use_device = false;
+      bvh.build_host_tree();
     }
   }
   return s3d::mesh::remesh_narrow_band_dc(bvh, r);
@@ -257,16 +261,34 @@ class CudaWarmUp {
   std::thread thread_;
 };
 
-// The BVH's closest-point queries on the GPU, or a counted fallback to the CPU.
-void closest_points_on_device(s3d::mesh::Bvh& bvh, std::vector<std::string>& fallbacks) {
-  if (!s3d::cuda_available()) {
+// The decoded surface's BVH: built on the GPU when the closest-point queries run there (the
+// remesh's and the bake's), else on the host; a device that is missing or fails is a counted
+// fallback to the host.
+s3d::mesh::Bvh surface_bvh(const TriMesh& m, bool use_gpu, std::vector<std::string>& fallbacks) {
+  if (use_gpu && !s3d::cuda_available()) {
     fallbacks.push_back("use_gpu: no usable CUDA device; closest points on the CPU");
-    return;
+  } else if (use_gpu) {
+    try {
+      return s3d::mesh::Bvh(m, s3d::mesh::BvhBuild::device);
+    } catch (const s3d::Error& e) {
+      fallbacks.push_back(std::string("use_gpu: ") + e.what() + "; closest points on the CPU");
+    }
   }
+  return s3d::mesh::Bvh(m);
+}
+
+// The attribute volume's device copy, where the BVH is on the device (so the bake's samples run
+// there too); a failed upload is a counted fallback to the CPU's samples.
+std::unique_ptr<const s3d::mesh::DeviceVolume> volume_on_device(
+    const s3d::mesh::Bvh& bvh, const s3d::mesh::SparseVolume& volume,
+    std::vector<std::string>& fallbacks) {
+  if (!bvh.on_device()) return nullptr;
   try {
-    bvh.use_device();
+    return std::make_unique<const s3d::mesh::DeviceVolume>(volume);
   } catch (const s3d::Error& e) {
-    fallbacks.push_back(std::string("use_gpu: ") + e.what() + "; closest points on the CPU");
+    fallbacks.push_back(std::string("use_gpu: attribute volume: ") + e.what() +
+                        "; volume samples on the CPU");
+    return nullptr;
   }
 }
 
@@ -288,20 +310,27 @@ TexturedMesh to_glb(const GlbInput& in, const GlbOptions& o) {
   CudaWarmUp cuda_warm_up(o.use_gpu);
 
   clock.start("fill holes");
+  sm::SubTimer fill_timer("fill holes");
   TriMesh decoded;
   decoded.positions.assign(in.vertices, in.vertices + 3 * in.num_vertices);
   decoded.faces.assign(in.faces, in.faces + 3 * in.num_faces);
-  const sm::SparseVolume volume = volume_of(in);  // checked before any work
+  fill_timer.mark("copy the mesh");
+  // The attribute volume (its checks and its hash table, one thread) is built beside the hole
+  // filling and the BVH, and waited for before the remesh: a bad volume still stops the
+  // export before its long stages.
+  std::future<sm::SparseVolume> volume_job =
+      std::async(std::launch::async, [&in] { return volume_of(in); });
   sm::fill_holes(decoded, kHolePerimeter);
+  fill_timer.mark("fill");
 
   clock.start("build BVH");
   sm::SubTimer bvh_timer("build BVH");
-  sm::Bvh bvh(decoded);
-  bvh_timer.mark("tree");
   cuda_warm_up.wait();
   bvh_timer.mark("wait for the CUDA context");
-  if (o.use_gpu) closest_points_on_device(bvh, out.fallbacks);
-  bvh_timer.mark("copy to the device");
+  sm::Bvh bvh = surface_bvh(decoded, o.use_gpu, out.fallbacks);
+  bvh_timer.mark(bvh.has_host_tree() ? "tree on the host" : "tree on the device");
+  const sm::SparseVolume volume = volume_job.get();
+  bvh_timer.mark("wait for the attribute volume");
 
   TriMesh simplified;
   if (o.remesh) {
@@ -346,6 +375,10 @@ TexturedMesh to_glb(const GlbInput& in, const GlbOptions& o) {
   bake_in.uv_mesh = &uv;
   bake_in.surface = &bvh;
   bake_in.volume = &volume;
+  const std::unique_ptr<const sm::DeviceVolume> device_volume =
+      volume_on_device(bvh, volume, out.fallbacks);
+  bake_in.device_volume = device_volume.get();
+  timer.mark("attribute volume to the device");
   for (int k = 0; k < 3; ++k) {
     bake_in.grid_origin[k] = in.aabb[k];
     bake_in.voxel_size[k] = (in.aabb[k + 3] - in.aabb[k]) / in.grid_size[k];

@@ -19,6 +19,7 @@
 #include "core/cuda_util.h"
 #include "core/tensor.h"
 #include "mesh/bvh_device.cuh"
+#include "mesh/device_buffer.cuh"
 #include "mesh/remesh_rules.h"
 #include "mesh/timing.h"
 
@@ -43,16 +44,8 @@ struct Grid {
   float res, scale, center[3];
 };
 
-// A device buffer of `count` elements of T (at least one, so that an empty stage still has
-// an address), from the engine's allocator.
 template <class T>
-struct Buffer {
-  Tensor t;
-  explicit Buffer(int64_t count)
-      : t(Tensor::empty({(std::max<int64_t>(count, 1) * int64_t{sizeof(T)} + 3) / 4}, DType::I32,
-                        Device::CUDA)) {}
-  T* get() { return static_cast<T*>(t.data()); }
-};
+using Buffer = DeviceBuffer<T>;
 
 __device__ unsigned long long pack(int32_t x, int32_t y, int32_t z) {
   return (static_cast<unsigned long long>(x) << (2 * kKeyBits)) |

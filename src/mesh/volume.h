@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "mesh/volume_sample.h"
+
 namespace s3d::mesh {
 
 class SparseVolume {
@@ -26,6 +28,12 @@ class SparseVolume {
   int64_t find(int32_t x, int32_t y, int32_t z) const;
   // out[channels * i ...] for points[3i..3i+2] in grid units; parallel over the points.
   void sample_trilinear(const float* points, int64_t n, float* out) const;
+  // The hash table and the attributes as arrays (volume_sample.h), valid while this lives: the
+  // CPU's lookups and the device copy's (bake_cuda.h).
+  VolumeView view() const;
+  const std::vector<int64_t>& hash_keys() const { return keys_; }
+  const std::vector<int32_t>& hash_rows() const { return values_; }
+  const std::vector<float>& attrs() const { return attrs_; }
 
  private:
   std::vector<int32_t> coords_;

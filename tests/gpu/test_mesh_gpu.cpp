@@ -1,5 +1,7 @@
 // The GLB export's CUDA stages against their CPU references, on random odd-sized inputs into
-// poisoned outputs: the BVH's closest-point queries and the remesh, bit for bit.
+// poisoned outputs: the BVH's closest-point queries (through a copy of the CPU's tree and
+// through the tree built on the device), the remesh and the bake's surface samples, bit for
+// bit.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -13,6 +15,7 @@
 #include "core/cuda_util.h"
 #include "core/tensor.h"
 #include "gpu_test_util.h"
+#include "mesh/bake_cuda.h"
 #include "mesh/bvh.h"
 #include "mesh/bvh_cuda.h"
 #include "mesh/remesh.h"
@@ -23,9 +26,14 @@ namespace {
 
 using test::uv_sphere;
 
-void expect_same_hits(const TriMesh& m, int64_t n, float spread, uint32_t seed) {
+// The CPU tree's answers against the device's, through a copy of the CPU tree or through the
+// linear BVH built on the device.
+void expect_same_hits(const TriMesh& m, int64_t n, float spread, uint32_t seed,
+                      BvhBuild build = BvhBuild::host) {
   const Bvh bvh(m);
-  const DeviceBvh dev(bvh);
+  const Bvh device_built(m, BvhBuild::device);
+  const DeviceBvh copied(bvh);
+  const DeviceBvh& dev = build == BvhBuild::host ? copied : *device_built.device();
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> u(-spread, spread);
   std::vector<float> pts(3 * n);
@@ -54,6 +62,88 @@ TEST(MeshGpu, ClosestPointIsTheCpusBitForBit) {
   expect_same_hits(uv_sphere(7, 11, 0.4f, 0.03f, 4), 4097, 3.0f, 6);  // far, a small tree
 }
 
+// A single face, two leaves, an odd count, duplicated faces (ties go to the lower index),
+// spheres near and far: the linear BVH built on the device answers as the CPU tree.
+TEST(MeshGpu, TreeBuiltOnTheDeviceAnswersAsTheCpus) {
+  S3D_REQUIRE_CUDA();
+  TriMesh one;
+  one.positions = {0.1f, 0.2f, 0.3f, 0.9f, 0.1f, 0.2f, 0.3f, 0.8f, 0.5f};
+  one.faces = {0, 1, 2};
+  expect_same_hits(one, 1001, 2.0f, 1, BvhBuild::device);
+  TriMesh five = uv_sphere(3, 4, 0.4f, 0.0f, 2);
+  five.faces.resize(15);
+  expect_same_hits(five, 777, 1.0f, 2, BvhBuild::device);
+  TriMesh twice = uv_sphere(9, 13, 0.4f, 0.02f, 3);
+  const size_t half = twice.faces.size();
+  for (size_t i = 0; i < half; ++i) twice.faces.push_back(twice.faces[i]);
+  expect_same_hits(twice, 5003, 0.8f, 3, BvhBuild::device);
+  TriMesh stacked = one;  // 3001 faces on one triangle: one Morton code, the tree by index
+  for (int i = 1; i < 3001; ++i) stacked.faces.insert(stacked.faces.end(), {0, 1, 2});
+  expect_same_hits(stacked, 2003, 1.5f, 4, BvhBuild::device);
+  expect_same_hits(uv_sphere(61, 97, 0.4f, 0.03f, 3), 100003, 0.6f, 5, BvhBuild::device);
+  expect_same_hits(uv_sphere(7, 11, 0.4f, 0.03f, 4), 4097, 3.0f, 6, BvhBuild::device);
+}
+
+// Built on the device, the tree answers CPU queries only after build_host_tree().
+TEST(MeshGpu, HostQueriesOfADeviceTreeNeedTheHostTree) {
+  S3D_REQUIRE_CUDA();
+  Bvh bvh(uv_sphere(11, 17, 0.4f, 0.02f, 7), BvhBuild::device);
+  EXPECT_TRUE(bvh.on_device());
+  EXPECT_FALSE(bvh.has_host_tree());
+  EXPECT_THROW(bvh.closest({0.f, 0.f, 0.f}), s3d::Error);
+  bvh.build_host_tree();
+  const Bvh reference(bvh.mesh());
+  const ClosestHit a = bvh.closest({0.1f, 0.5f, -0.2f}), b = reference.closest({0.1f, 0.5f, -0.2f});
+  EXPECT_EQ(a.face, b.face);
+  EXPECT_EQ(std::memcmp(&a.distance, &b.distance, 4), 0);
+}
+
+// The bake's surface samples on the device (closest point, projection, volume sample in one
+// kernel) against the CPU's steps: closest_many, the same projection, sample_trilinear.
+TEST(MeshGpu, SurfaceSamplesOnTheDeviceAreTheCpus) {
+  S3D_REQUIRE_CUDA();
+  const TriMesh m = uv_sphere(23, 31, 0.4f, 0.03f, 8);
+  const Bvh bvh(m, BvhBuild::device);
+  Bvh host(m);
+  std::mt19937 rng(9);
+  const int32_t R = 37, C = 5;
+  std::vector<int32_t> coords;
+  std::vector<float> attrs;
+  std::uniform_real_distribution<float> a(-2.0f, 3.0f);
+  std::bernoulli_distribution keep(0.55);
+  for (int32_t x = 0; x < R; ++x)
+    for (int32_t y = 0; y < R; ++y)
+      for (int32_t z = 0; z < R; ++z)
+        if (keep(rng)) {
+          coords.insert(coords.end(), {x, y, z});
+          for (int32_t c = 0; c < C; ++c) attrs.push_back(a(rng));
+        }
+  const SparseVolume volume(coords, attrs, C, {R, R, R});
+  const DeviceVolume dev_volume(volume);
+  const float origin[3] = {-0.5f, -0.5f, -0.5f}, voxel[3] = {1.0f / R, 1.0f / R, 1.0f / R};
+  const int64_t n = 30011;
+  std::uniform_real_distribution<float> u(-0.7f, 0.7f);
+  std::vector<float> pts(3 * n);
+  for (auto& x : pts) x = u(rng);
+  std::vector<float> gpu(C * n, std::nanf(""));  // poison
+  sample_surface_on_device(*bvh.device(), dev_volume, origin, voxel, pts.data(), n, gpu.data());
+  std::vector<ClosestHit> hits(n);
+  host.closest_many(pts.data(), n, hits.data());
+  std::vector<float> grid(3 * n), cpu(C * n);
+  for (int64_t i = 0; i < n; ++i) {
+    const int32_t* tri = &m.faces[3 * hits[i].face];
+    for (int k = 0; k < 3; ++k) {
+      const float q = hits[i].uvw[0] * m.positions[3 * tri[0] + k] +
+                      hits[i].uvw[1] * m.positions[3 * tri[1] + k] +
+                      hits[i].uvw[2] * m.positions[3 * tri[2] + k];
+      grid[3 * i + k] = (q - origin[k]) / voxel[k];
+    }
+  }
+  volume.sample_trilinear(grid.data(), n, cpu.data());
+  ASSERT_EQ(std::memcmp(gpu.data(), cpu.data(), 4 * cpu.size()), 0);
+  sample_surface_on_device(*bvh.device(), dev_volume, origin, voxel, nullptr, 0, nullptr);
+}
+
 TEST(MeshGpu, NoPointsIsNoWork) {
   S3D_REQUIRE_CUDA();
   const Bvh bvh(uv_sphere(5, 7, 0.4f, 0.03f, 1));
@@ -74,6 +164,9 @@ void expect_same_remesh(const TriMesh& m, RemeshOptions o, const std::string& wh
   bvh.use_device();
   o.use_device = true;
   const TriMesh gpu = remesh_narrow_band_dc(bvh, o, &gs);
+  const TriMesh device_built = remesh_narrow_band_dc(Bvh(m, BvhBuild::device), o);
+  ASSERT_EQ(device_built.faces, gpu.faces) << what << " (the tree built on the device)";
+  ASSERT_EQ(device_built.positions, gpu.positions) << what << " (the tree built on the device)";
   EXPECT_EQ(cpu.num_faces() == 0, empty) << what;
   ASSERT_EQ(gpu.positions.size(), cpu.positions.size()) << what;
   ASSERT_EQ(gpu.faces, cpu.faces) << what;

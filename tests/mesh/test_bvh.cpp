@@ -10,8 +10,10 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
+#include "core/cuda_util.h"
 #include "core/error.h"
 #include "mesh/bvh.h"
 #include "mesh_test_shapes.h"
@@ -34,15 +36,16 @@ void expect_matches_brute_force(const TriMesh& m, int queries, float spread, uin
   for (int i = 0; i < queries; ++i) {
     const Vec3 p{pts[3 * i], pts[3 * i + 1], pts[3 * i + 2]};
     float best = std::numeric_limits<float>::max();
+    int64_t best_face = -1;  // the first face at the least distance: the tree's tie rule
     for (int64_t f = 0; f < m.num_faces(); ++f) {
       float uvw[3];
-      best = std::min(best, closest_point_on_triangle(p, m.vertex(m.faces[3 * f]),
-                                                      m.vertex(m.faces[3 * f + 1]),
-                                                      m.vertex(m.faces[3 * f + 2]), uvw));
+      const float d2 = closest_point_on_triangle(p, m.vertex(m.faces[3 * f]),
+                                                 m.vertex(m.faces[3 * f + 1]),
+                                                 m.vertex(m.faces[3 * f + 2]), uvw);
+      if (d2 < best) best = d2, best_face = f;
     }
-    ASSERT_GE(hits[i].face, 0) << i;
-    ASSERT_LT(hits[i].face, m.num_faces());
-    EXPECT_NEAR(hits[i].distance, std::sqrt(best), 1e-6f) << "query " << i;
+    ASSERT_EQ(hits[i].face, best_face) << "query " << i;
+    ASSERT_EQ(hits[i].distance, std::sqrt(best)) << "query " << i;
     // The barycentric point reproduces the distance.
     const auto* f = &m.faces[3 * hits[i].face];
     const Vec3 q = m.vertex(f[0]) * hits[i].uvw[0] + m.vertex(f[1]) * hits[i].uvw[1] +
@@ -60,6 +63,14 @@ TEST(MeshBvh, ClosestPointMatchesBruteForceOnASoup) {
 TEST(MeshBvh, ClosestPointMatchesBruteForceOnASphere) {
   expect_matches_brute_force(uv_sphere(23, 37, 0.5f, 0.02f, 5), 257, 0.8f, 12);
   expect_matches_brute_force(uv_sphere(9, 13, 0.5f, 0.02f, 6), 129, 4.0f, 13);  // far points
+}
+
+// Without noise, far points find a sphere's vertices, each shared by several faces at the same
+// distance: the tree's answer is the first of them, as brute force's, whatever box rounding.
+TEST(MeshBvh, TiesAtSharedVerticesGoToTheLowestFaceAsBruteForce) {
+  expect_matches_brute_force(uv_sphere(3, 4, 0.4f, 0.0f, 2), 4001, 1.0f, 14);
+  expect_matches_brute_force(uv_sphere(9, 13, 0.5f, 0.0f, 6), 2001, 4.0f, 15);
+  expect_matches_brute_force(uv_sphere(31, 41, 0.5f, 0.0f, 7), 2001, 0.7f, 16);
 }
 
 TEST(MeshBvh, CoincidentFacesTieToTheLowestIndex) {
@@ -91,6 +102,23 @@ TEST(MeshBvh, RefusesAnUnusableMesh) {
   bad.faces = {0, 1, 2};
   bad.positions[4] = std::numeric_limits<float>::infinity();
   EXPECT_THROW(Bvh{bad}, Error);
+  EXPECT_THROW(Bvh(bad, BvhBuild::device), Error);  // the mesh is checked before the device
+}
+
+// Without a usable CUDA device a tree cannot be built there: an error the export counts as a
+// fallback (tests/gpu checks the device build itself).
+TEST(MeshBvh, DeviceBuildWithoutADeviceIsAnError) {
+  if (s3d::cuda_available()) GTEST_SKIP() << "a CUDA device is usable here";
+  const TriMesh m = uv_sphere(5, 7, 0.4f, 0.0f, 1);
+  try {
+    Bvh b(m, BvhBuild::device);
+    FAIL() << "built on a device that is not there";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no usable CUDA device"), std::string::npos) << e.what();
+  }
+  const Bvh host(m);
+  EXPECT_TRUE(host.has_host_tree());
+  EXPECT_FALSE(host.on_device());
 }
 
 // Appends `part` to `m`, its vertices moved by `offset`.
