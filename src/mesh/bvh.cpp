@@ -543,8 +543,12 @@ void Bvh::build_host_tree() {
   nodes_ = ParallelBuild(boxes.get(), order_.data(), static_cast<int32_t>(F)).run();
 }
 
-ClosestHit Bvh::closest(const Vec3& p) const {
+void Bvh::check_host_tree() const {
   S3D_CHECK(has_host_tree(), "BVH: built on the device; build_host_tree() before a CPU query");
+}
+
+ClosestHit Bvh::closest(const Vec3& p) const {
+  check_host_tree();
   ClosestHit best;
   float best_d2 = FLT_MAX;
   int32_t stack[128];
@@ -610,8 +614,7 @@ void Bvh::closest_many(const float* points, int64_t n, ClosestHit* out) const {
     device_->closest_many_host(points, n, out);
     return;
   }
-  S3D_CHECK(has_host_tree() || n == 0,
-            "BVH: built on the device; build_host_tree() before a CPU query");
+  if (n > 0) check_host_tree();  // here: an exception must not leave the parallel loop
 #pragma omp parallel for schedule(dynamic, 1024)
   for (int64_t i = 0; i < n; ++i) {
     out[i] = closest({points[3 * i], points[3 * i + 1], points[3 * i + 2]});

@@ -71,6 +71,7 @@ class Bvh {
   std::vector<float> leaf_corners() const;
 
  private:
+  void check_host_tree() const;
   TriMesh mesh_;
   std::shared_ptr<const class DeviceBvh> device_;
   std::vector<Node> nodes_;
