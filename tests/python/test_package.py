@@ -3,6 +3,7 @@ typed (py.typed, the native module's stub, annotations on the public API), and a
 checker accepts a user's script (where mypy is installed)."""
 import inspect
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -47,6 +48,33 @@ def test_typed():
         text = open(stub).read()
         for name in ("class Engine", "def set_message_sink", "def make_synthetic_checkpoint"):
             assert name in text
+
+
+STUBGEN = os.path.join(os.path.dirname(__file__), "..", "..", "python", "stubgen.py")
+
+
+@pytest.mark.skipif(not os.path.exists(STUBGEN) or shutil.which("cc") is None,
+                    reason="needs the source tree's python/stubgen.py and a C compiler")
+def test_stub_generator_imports_the_module_lazily(tmp_path):
+    # The build's stub step where a cuDNN other than the package's is found (an older
+    # libcudnn.so.9 without the symbols the module binds): a plain import fails there, the
+    # stub generator still writes the stub. The stand-in library has no cuDNN symbol at all.
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    (tmp_path / "f.c").write_text("void stand_in(void) {}\n")
+    subprocess.run(["cc", "-shared", "-fPIC", "-Wl,-soname,libcudnn.so.9", "-o",
+                    str(lib / "libcudnn.so.9"), str(tmp_path / "f.c")], check=True)
+    env = dict(os.environ, LD_LIBRARY_PATH=str(lib))
+    plain = subprocess.run([sys.executable, "-c", "import _native"], cwd=PACKAGE, env=env,
+                           capture_output=True, text=True)
+    if plain.returncode == 0:
+        pytest.skip("the module does not take cuDNN from LD_LIBRARY_PATH here")
+    assert "undefined symbol" in plain.stderr
+    out = tmp_path / "_native.pyi"
+    r = subprocess.run([sys.executable, STUBGEN, PACKAGE, str(out)], env=env,
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "class Engine" in out.read_text()
 
 
 def _unannotated(fn):
