@@ -1,6 +1,7 @@
 """The package as a whole: it imports without torch (and never imports it itself), it is
 typed (py.typed, the native module's stub, annotations on the public API), and a type
 checker accepts a user's script (where mypy is installed)."""
+import importlib.util
 import inspect
 import os
 import shutil
@@ -53,8 +54,10 @@ def test_typed():
 STUBGEN = os.path.join(os.path.dirname(__file__), "..", "..", "python", "stubgen.py")
 
 
-@pytest.mark.skipif(not os.path.exists(STUBGEN) or shutil.which("cc") is None,
-                    reason="needs the source tree's python/stubgen.py and a C compiler")
+@pytest.mark.skipif(not os.path.exists(STUBGEN) or shutil.which("cc") is None
+                    or importlib.util.find_spec("nanobind") is None,
+                    reason="a build step: needs the source tree's python/stubgen.py, nanobind "
+                           "and a C compiler")
 def test_stub_generator_imports_the_module_lazily(tmp_path):
     # The build's stub step where a cuDNN other than the package's is found (an older
     # libcudnn.so.9 without the symbols the module binds): a plain import fails there, the
