@@ -482,12 +482,16 @@ int block_count(int64_t F, int64_t target, const SimplifyOptions& o) {
       std::clamp<int64_t>(std::min(F / o.block_faces, target / o.block_budget), 1, o.max_blocks));
 }
 
+// The blocks' collapse bound, absolute: kFirstError of the whole mesh's extent (every round).
+float block_bound(const TriMesh& m) {
+  return kFirstError * extent(bounds(m.num_vertices(), [&m](int64_t v) { return m.vertex(v); }));
+}
+
 // The blocks and the seam pass of the top comment: the mesh reduced to about `target` faces
-// (global vertex ids).
-std::vector<unsigned> simplify_blocks(const TriMesh& m, int64_t target, const SimplifyOptions& o) {
+// (global vertex ids), the blocks within `bound`.
+std::vector<unsigned> simplify_blocks(const TriMesh& m, int64_t target, float bound,
+                                      const SimplifyOptions& o) {
   const int64_t F = m.num_faces();
-  const Box box = bounds(m.num_vertices(), [&m](int64_t v) { return m.vertex(v); });
-  const float bound = kFirstError * extent(box);
   // int32 and unsigned may alias: the faces as meshoptimizer's indices, without a copy.
   const unsigned* idx = reinterpret_cast<const unsigned*>(m.faces.data());
   const Blocks b = make_blocks(m.positions, idx, F, kAxes, block_count(F, target, o));
@@ -508,17 +512,17 @@ std::vector<unsigned> simplify_blocks(const TriMesh& m, int64_t target, const Si
   return out;
 }
 
-// The second round of blocks of the top comment: the blocks' and seams' output (global vertex
-// ids, above the target) cut again across kOblique, so that the first round's seams run
-// through the middle of the new blocks, each block simplified to its exact share of the
-// target (no border slack: the density is already near the target's) within `bound`.
-std::vector<unsigned> second_round(const TriMesh& m, const std::vector<unsigned>& faces,
-                                   int64_t target, const SimplifyOptions& o, const Frame& cuts) {
+// A later round of blocks of the top comment: the last round's output (global vertex ids,
+// above the target) cut again across `cuts` (other directions than the last round's, so that
+// its seams run through the middle of the new blocks), each block simplified to its exact
+// share of the target (no border slack: the density is already near the target's) within
+// `bound`.
+std::vector<unsigned> later_round(const TriMesh& m, const std::vector<unsigned>& faces,
+                                  int64_t target, float bound, const SimplifyOptions& o,
+                                  const Frame& cuts) {
   const int64_t F = static_cast<int64_t>(faces.size() / 3);
   const int blocks = std::clamp<int>(static_cast<int>(F / o.block_faces), 1, o.max_blocks);
   if (blocks < 2) return faces;
-  const Box box = bounds(m.num_vertices(), [&m](int64_t v) { return m.vertex(v); });
-  const float bound = kFirstError * extent(box);
   const Blocks b = make_blocks(m.positions, faces.data(), F, cuts, blocks);
   const std::vector<uint8_t> border = border_vertices(faces.data(), m.positions.size() / 3, b);
   const double ratio = double(target) / double(F);
@@ -565,7 +569,8 @@ void simplify(TriMesh& m, int64_t target_faces, const SimplifyOptions& options) 
   const size_t target = 3 * static_cast<size_t>(target_faces);
   std::vector<unsigned> indices;
   if (block_count(m.num_faces(), target_faces, options) > 1) {
-    indices = simplify_blocks(m, target_faces, options);
+    const float bound = block_bound(m);
+    indices = simplify_blocks(m, target_faces, bound, options);
     SubTimer timer("simplify");
     // A block that cannot reach its share (its border, or topology, holds it) leaves the sum
     // above the target: a third round, across the axes again, takes what is left when the
@@ -573,7 +578,8 @@ void simplify(TriMesh& m, int64_t target_faces, const SimplifyOptions& options) 
     for (int round = 0; options.second_round && round < kLaterRounds && indices.size() > target;
          ++round) {
       const size_t before = indices.size();
-      indices = second_round(m, indices, target_faces, options, round % 2 == 0 ? kOblique : kAxes);
+      indices = later_round(m, indices, target_faces, bound, options,
+                            round % 2 == 0 ? kOblique : kAxes);
       if (2 * (before - indices.size()) < before - target) break;
     }
     timer.mark("second round");
