@@ -919,39 +919,53 @@ std::pair<int32_t, int32_t> planar_overlap(const Chart& c) {
 // with a. Two layers folded over each other then separate at the fold.
 std::array<Chart, 2> split(const Chart& c, int32_t a, int32_t b) {
   const int32_t n = static_cast<int32_t>(c.faces.size());
-  std::vector<std::array<int32_t, 4>> edges;  // (low corner, high corner, face, 0)
-  edges.reserve(3 * n);
-  for (int32_t f = 0; f < n; ++f)
-    for (int k = 0; k < 3; ++k) {
-      const int32_t u = c.corners[3 * f + k], v = c.corners[3 * f + (k + 1) % 3];
-      edges.push_back({std::min(u, v), std::max(u, v), f, 0});
-    }
-  std::sort(edges.begin(), edges.end());
-  std::vector<std::vector<int32_t>> adj(n);
-  for (size_t i = 0; i < edges.size();) {
-    size_t j = i;
-    while (j < edges.size() && edges[j][0] == edges[i][0] && edges[j][1] == edges[i][1]) ++j;
-    for (size_t p = i; p < j; ++p)
-      for (size_t q = p + 1; q < j; ++q) {
-        adj[edges[p][2]].push_back(edges[q][2]);
-        adj[edges[q][2]].push_back(edges[p][2]);
-      }
-    i = j;
+  const int32_t nv = static_cast<int32_t>(c.verts.size());
+  // The faces at each local vertex (a counting sort): a face's neighbours across its edge
+  // (u, v) are the other faces at u that also have v.
+  std::vector<int32_t> start(size_t(nv) + 1, 0), at(3 * size_t(n));
+  for (int32_t k = 0; k < 3 * n; ++k) ++start[size_t(c.corners[k]) + 1];
+  for (int32_t v = 0; v < nv; ++v) start[v + 1] += start[v];
+  {
+    std::vector<int32_t> fill(start.begin(), start.end() - 1);
+    for (int32_t k = 0; k < 3 * n; ++k) at[fill[c.corners[k]]++] = k / 3;
   }
+  // Whether face g has the edge (u, v), u at least once: v too, or u twice when v is u (a
+  // degenerate face's edge).
+  auto has = [&](int32_t g, int32_t u, int32_t v) {
+    const int32_t* q = &c.corners[3 * size_t(g)];
+    if (u != v) return q[0] == v || q[1] == v || q[2] == v;
+    return (q[0] == u) + (q[1] == u) + (q[2] == u) >= 2;
+  };
   std::vector<int8_t> side(n, -1);
   std::vector<int32_t> queue = {a, b};
   side[a] = 0;
   side[b] = 1;
-  for (size_t head = 0; head < queue.size(); ++head)
-    for (int32_t g : adj[queue[head]])
-      if (side[g] < 0) {
-        side[g] = side[queue[head]];
+  // Breadth first from both at once: every face at a given number of steps from a is taken
+  // before those at the same number from b, so ties go to a whatever the order of neighbours.
+  for (size_t head = 0; head < queue.size(); ++head) {
+    const int32_t f = queue[head];
+    for (int k = 0; k < 3; ++k) {
+      const int32_t u = c.corners[3 * size_t(f) + k], v = c.corners[3 * size_t(f) + (k + 1) % 3];
+      for (int32_t i = start[u]; i < start[u + 1]; ++i) {
+        const int32_t g = at[i];
+        if (side[g] >= 0 || !has(g, u, v)) continue;
+        side[g] = side[f];
         queue.push_back(g);
       }
+    }
+  }
   std::array<Chart, 2> out;
   for (int32_t f = 0; f < n; ++f) out[side[f] == 1 ? 1 : 0].faces.push_back(c.faces[f]);
   for (Chart& h : out) h.seed_axis = c.seed_axis;
   return out;
+}
+
+// Chart indices reordered largest first (ties by index), so that a dynamic schedule starts the
+// few large charts at once instead of leaving one to a thread after the rest are done.
+void largest_first(const std::vector<Chart>& charts, std::vector<size_t>& todo) {
+  std::stable_sort(todo.begin(), todo.end(), [&](size_t a, size_t b) {
+    return charts[a].faces.size() > charts[b].faces.size();
+  });
 }
 
 // Replaces every chart given two seed faces (pairs[i].first >= 0: an overlap, or a sparse
@@ -961,13 +975,25 @@ std::array<Chart, 2> split(const Chart& c, int32_t a, int32_t b) {
 void split_charts(std::vector<Chart>& charts, std::vector<char>& fresh,
                   const std::vector<std::pair<int32_t, int32_t>>& pairs) {
   std::fill(fresh.begin(), fresh.end(), 0);
-  const size_t n = charts.size();
-  for (size_t i = 0; i < n; ++i) {
-    if (pairs[i].first < 0) continue;
+  std::vector<size_t> todo;
+  for (size_t i = 0; i < charts.size(); ++i)
+    if (pairs[i].first >= 0) todo.push_back(i);
+  // The halves are made at once; the second halves are appended in chart order.
+  std::vector<Chart> second(todo.size());
+  largest_first(charts, todo);
+#pragma omp parallel for schedule(dynamic, 1)
+  for (size_t t = 0; t < todo.size(); ++t) {
+    const size_t i = todo[t];
     std::array<Chart, 2> halves = split(charts[i], pairs[i].first, pairs[i].second);
     charts[i] = std::move(halves[0]);
-    fresh[i] = 1;
-    charts.push_back(std::move(halves[1]));
+    second[t] = std::move(halves[1]);
+  }
+  std::vector<size_t> by_chart(todo.size());
+  std::iota(by_chart.begin(), by_chart.end(), size_t{0});
+  std::sort(by_chart.begin(), by_chart.end(), [&](size_t a, size_t b) { return todo[a] < todo[b]; });
+  for (size_t t : by_chart) {
+    fresh[todo[t]] = 1;
+    charts.push_back(std::move(second[t]));
     fresh.push_back(1);
   }
 }
@@ -1103,10 +1129,11 @@ UvMesh planar_unwrap(const TriMesh& m, const ChartOptions& options) {
       for (size_t i = 0; i < charts.size(); ++i)
         if (fresh[i]) todo.push_back(i);
       if (todo.empty()) return;
-#pragma omp parallel for schedule(dynamic, 8)
+      largest_first(charts, todo);
+#pragma omp parallel for schedule(dynamic, 1)
       for (size_t t = 0; t < todo.size(); ++t) parameterize(charts[todo[t]], m, faces);
       std::vector<std::pair<int32_t, int32_t>> pairs(charts.size(), {-1, -1});
-#pragma omp parallel for schedule(dynamic, 8)
+#pragma omp parallel for schedule(dynamic, 1)
       for (size_t t = 0; t < todo.size(); ++t)
         if (charts[todo[t]].faces.size() < size_t(kParallelOverlapFaces))
           pairs[todo[t]] = planar_overlap(charts[todo[t]]);
