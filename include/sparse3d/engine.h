@@ -130,6 +130,14 @@ struct SampleRequest {
   // most. Not asked for a request split over several devices (the ranks could not stop
   // together).
   std::function<bool()> stop;
+  // Progress that never makes the device wait: called on the calling thread with the number
+  // of steps the device has finished (done, out of total). On a GPU, after step k is queued
+  // the host waits for step k - 1 (the device runs step k meanwhile) and reports k; the last
+  // call, (total, total), follows the loop. While it or `stop` is set, the host stays at most
+  // one step ahead of the device. On the CPU it follows each step. A request split over
+  // several devices reports once, at its end. Unlike on_step (which synchronises after every
+  // step to show the latent), it leaves the loop's speed as it is.
+  std::function<void(int done, int total)> on_progress;
   bool keep_first_forward = false;  // also return step 1's v_cond and v_uncond
   Profile profile = Profile::Off;
   // Run on this cudaStream_t; null: the engine's own. cudaStreamLegacy or

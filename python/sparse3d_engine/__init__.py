@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import atexit
 import dataclasses
+import gc
 import itertools
 import json
 import logging
@@ -232,8 +233,9 @@ _native.set_message_sink(_on_message)
 atexit.register(_native.set_message_sink, None)
 
 # ---- Progress --------------------------------------------------------------------------------
-# Off unless asked for: a bar is a step callback, and on a GPU the loop then waits for every
-# step. The drop-in's samplers follow TRELLIS.2's `verbose` where stderr is a terminal.
+# Off unless asked for (output nobody asked for, in a service's log). A bar follows the
+# engine's progress report and never makes the GPU wait. The drop-in's samplers follow
+# TRELLIS.2's `verbose` where stderr is a terminal.
 
 
 def _progress_setting(text: Optional[str]) -> Optional[bool]:
@@ -295,6 +297,27 @@ def _progress_bar(progress, total, desc="Sampling"):
 
 _ENGINES: "weakref.WeakValueDictionary[int, Engine]" = weakref.WeakValueDictionary()
 _NEXT_ID = itertools.count(1)
+
+
+class _Released:
+    """What an Engine holds in place of its native engine after the interpreter began to exit."""
+
+    def __getattr__(self, name):
+        raise Error("this engine was released at interpreter exit")
+
+
+def _release_engines_at_exit() -> None:
+    """Lets go of every native engine still alive when the interpreter exits (atexit runs this
+    before the message sink's reset, registered earlier). Something may keep an Engine to the
+    very end: torch.compile's caches under torch 2.6 hold the modules a compiled frame read,
+    and they are never freed. An engine held there outlived the interpreter's teardown, with
+    its device memory, and nanobind reported it (and its type's functions) leaked."""
+    for engine in list(_ENGINES.values()):
+        engine._e = _Released()
+    gc.collect()
+
+
+atexit.register(_release_engines_at_exit)
 
 
 def engine_by_id(engine_id: int) -> "Engine":
@@ -638,7 +661,8 @@ class Engine:
         int handle) to order the work on; default: the inputs' current stream.
         progress: a tqdm bar over the steps (where tqdm is installed): None follows
         set_progress() (off unless turned on), False none, True or a description string
-        one. On a GPU a bar (like a callback) waits for each step."""
+        one. The bar shows the steps the device has finished and never makes it wait (the
+        host stays one step ahead); a callback synchronises after every step."""
         if coords is None and hasattr(noise, "feats") and hasattr(noise, "coords"):
             coords = getattr(noise, "coords")   # a SparseTensor's own coords
         coords, cond = _feats(coords), _feats(cond)
@@ -667,12 +691,18 @@ class Engine:
         native_settings = settings._native()
         bar = _progress_bar(progress, native_settings["steps"])
         on_step = None
-        if callback is not None or bar is not None:
+        if callback is not None:
             def on_step(step, t, latent):
-                if bar is not None:
-                    bar.update(1)
-                if callback is not None:
-                    callback(step, t, _as_framework(latent, like))
+                callback(step, t, _as_framework(latent, like))
+        on_progress = None
+        if bar is not None:
+            # Steps the device has finished, reported without making it wait (the host stays
+            # one step ahead); a bar never synchronises the loop, unlike a step callback.
+            shown = [0]
+
+            def on_progress(done, total):
+                bar.update(done - shown[0])
+                shown[0] = done
         try:
             with _routing(self._user_log):
                 r = self._e.sample(coords, cond, batch, noise=noise,
@@ -680,7 +710,8 @@ class Engine:
                                    concat_cond=concat_cond, sampler=native_settings,
                                    path=path, out=out, callback=on_step,
                                    keep_first_forward=keep_first_forward,
-                                   stream=_stream(stream, (coords, cond, noise)))
+                                   stream=_stream(stream, (coords, cond, noise)),
+                                   progress=on_progress)
         finally:
             if bar is not None:
                 bar.close()

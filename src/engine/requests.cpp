@@ -584,8 +584,10 @@ SampleResult Engine::Impl::sample(const SampleRequest& r) {
   const double null_context_seconds = use_null_context(o, flags, L, T);
   SampleResult result;
   o.parallel = split_for(T, result.stats);
-  if (!o.parallel || o.parallel->parts() <= 1) o.stop = r.stop;
+  const bool one_device = !o.parallel || o.parallel->parts() <= 1;
+  if (one_device) o.stop = r.stop, o.progress = r.on_progress;
   const s3d::sampler::Output out = run_sampler(r, s, o, flags, result);
+  if (!one_device && r.on_progress) r.on_progress(o.steps, o.steps);
   if (o.parallel) gather_rank_fallbacks();
   return_latents(out, r, s.volume, model->config(), result);
   ++requests;

@@ -526,7 +526,8 @@ class PyEngine {
   nb::dict sample(nb::handle coords_arg, nb::handle cond_arg, int batch, nb::handle noise_arg,
                   uint64_t seed, nb::handle concat_cond_arg, const nb::dict& sampler,
                   const std::optional<std::string>& path, nb::handle out_arg,
-                  std::optional<nb::callable> callback, bool keep_first_forward, uintptr_t stream) {
+                  std::optional<nb::callable> callback, bool keep_first_forward, uintptr_t stream,
+                  std::optional<nb::callable> progress) {
     // Converted first, and kept for the call: the request reads them in place.
     const auto coords = input_array(coords_arg, "coords");
     const auto cond = *input_array(cond_arg, "cond", false);
@@ -553,6 +554,20 @@ class PyEngine {
         if (failure->error) return;  // the first error ends the callbacks
         try {
           (*fn)(s.index, s.t, borrowed(s.latent));
+        } catch (nb::python_error& e) {
+          failure->error = std::make_unique<nb::python_error>(std::move(e));
+        }
+      };
+    }
+    // progress(done, total): steps the device has finished, never waiting for the device
+    // (SampleRequest::on_progress).
+    if (progress) {
+      auto fn = std::make_shared<nb::callable>(*progress);
+      r.on_progress = [fn, failure](int done, int total) {
+        nb::gil_scoped_acquire gil;
+        if (failure->error) return;
+        try {
+          (*fn)(done, total);
         } catch (nb::python_error& e) {
           failure->error = std::make_unique<nb::python_error>(std::move(e));
         }
@@ -799,7 +814,7 @@ static void bind_engine(nb::module_& m) {
       .def("sample", &PyEngine::sample, "coords"_a.none(), "cond"_a.none(), "batch"_a, "noise"_a.none() = nb::none(),
            "seed"_a = 0, "concat_cond"_a.none() = nb::none(), "sampler"_a = nb::dict(),
            "path"_a = nb::none(), "out"_a.none() = nb::none(), "callback"_a = nb::none(),
-           "keep_first_forward"_a = false, "stream"_a = 0)
+           "keep_first_forward"_a = false, "stream"_a = 0, "progress"_a = nb::none())
       .def("forward", &PyEngine::forward, "x"_a.none(), "t"_a.none(), "coords"_a.none(),
            "cond"_a.none(), "batch"_a, "concat_cond"_a.none() = nb::none(), "path"_a = nb::none(),
            "out"_a.none() = nb::none(), "stream"_a = 0)

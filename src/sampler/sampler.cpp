@@ -172,7 +172,17 @@ Output sample(const model::Transformer& model, const Inputs& in,
   out.launches_before_loop = launch_counts();
   const auto start = std::chrono::steady_clock::now();
   out.setup_seconds = std::chrono::duration<double>(start - request_start).count();
-  StepFence fence(o.stop && dev == Device::CUDA);
+  StepFence fence((o.stop || o.progress) && dev == Device::CUDA);
+  // A progress callback that throws leaves the queued work to finish first (it reads this
+  // request's tensors).
+  const auto report = [&](int done) {
+    try {
+      o.progress(done, o.steps);
+    } catch (...) {
+      if (dev == Device::CUDA) synchronize();
+      throw;
+    }
+  };
   for (int k = 0; k < o.steps; ++k) {
     const StepKind kind = plan.kinds[static_cast<size_t>(k)];
     const auto run = [&](const Tensor& xs, const Tensor& t2, const Tensor& mod) {
@@ -191,6 +201,8 @@ Output sample(const model::Transformer& model, const Inputs& in,
     out.steps.push_back(rec);
     if (on_step) on_step(rec, x);
     fence.queued(k);
+    if (o.progress && dev != Device::CUDA) report(k + 1);
+    if (o.progress && dev == Device::CUDA && k > 0) report(k);  // step k - 1 is done
     if (o.stop && k + 1 < o.steps && o.stop()) {
       // The queued work still reads this request's tensors: it finishes before they go.
       if (dev == Device::CUDA) synchronize();
@@ -199,6 +211,7 @@ Output sample(const model::Transformer& model, const Inputs& in,
   }
   if (dev == Device::CUDA) synchronize();
   out.loop_seconds = seconds_since(start);
+  if (o.progress && dev == Device::CUDA) o.progress(o.steps, o.steps);
   out.latent = x;
   return out;
 }

@@ -39,6 +39,9 @@ struct SamplerOptions : sparse3d::SamplerSettings {
   bool unbiased_rescale_std = false;
   // SampleRequest::stop: asked after each step is queued; true ends the loop with an error.
   std::function<bool()> stop;
+  // SampleRequest::on_progress: steps the device has finished, reported without waiting for
+  // the one just queued.
+  std::function<void(int done, int total)> progress;
 
   // Sets `flags` from an execution plan.
   void apply(const sparse3d::ExecutionPlan& plan);

@@ -146,6 +146,21 @@ TEST_F(EngineApi, CallbackSeesEveryStepAndTheLatent) {
   EXPECT_EQ(seen, (std::vector<int>{0, 1, 2}));
 }
 
+// SampleRequest::on_progress on the CPU: after each step, 1..N, and the bits of a request
+// without it.
+TEST_F(EngineApi, ProgressCountsEveryFinishedStep) {
+  sparse3d::Engine e(kTiny, options("beyond"));
+  auto in = inputs({61}, 5);
+  sparse3d::SampleRequest r = request(in, 5);
+  r.sampler.steps = 5;
+  const sparse3d::SampleResult plain = e.sample(r);
+  std::vector<std::pair<int, int>> seen;
+  r.on_progress = [&](int done, int total) { seen.emplace_back(done, total); };
+  const sparse3d::SampleResult with = e.sample(r);
+  EXPECT_EQ(seen, (std::vector<std::pair<int, int>>{{1, 5}, {2, 5}, {3, 5}, {4, 5}, {5, 5}}));
+  EXPECT_TRUE(same_bytes(with.latent, plain.latent));
+}
+
 void expect_error(const std::function<void()>& fn, const std::string& needle);
 
 // SampleRequest::stop: asked after each step but the last; true after step 2 of 9 ends the

@@ -75,6 +75,23 @@ TEST_F(EngineGpu, DeviceBuffersInPlaceOnTheCallersStream) {
   cudaStreamDestroy(stream);
 }
 
+// SampleRequest::on_progress on the GPU: each step reported once, in order, the last after
+// the loop, with no synchronisation of its own (the host stays one step ahead); the bits of
+// a request without it.
+TEST_F(EngineGpu, ProgressReportsEveryStepInOrderAndChangesNoBit) {
+  sparse3d::Engine e(dir + "/tiny.json", options(""));
+  auto in = s3d::testing::synthetic_inputs({333, 61}, 13, 64, 32, 4);
+  std::vector<s3d::Tensor> keep;
+  sparse3d::SampleRequest r = request(in, keep);
+  r.sampler.steps = 6;
+  const std::vector<uint8_t> plain = bytes_of(e.sample(r).latent);
+  std::vector<std::pair<int, int>> seen;
+  r.on_progress = [&](int done, int total) { seen.emplace_back(done, total); };
+  const std::vector<uint8_t> with = bytes_of(e.sample(r).latent);
+  EXPECT_EQ(seen, (std::vector<std::pair<int, int>>{{1, 6}, {2, 6}, {3, 6}, {4, 6}, {5, 6}, {6, 6}}));
+  EXPECT_EQ(with, plain);
+}
+
 TEST_F(EngineGpu, DefaultStreamsRunOnTheEnginesStreamInOrder) {
   // PyTorch's default stream is the legacy stream, which cannot hold a graph capture: the
   // engine runs on its own stream, joined to the caller's by events. Same bits, and the

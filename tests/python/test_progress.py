@@ -1,8 +1,8 @@
-"""Progress bars: none by default (a bar is a step callback, and on a GPU it makes the loop
-wait for every step); `progress=True`, `set_progress(True)` or SPARSE3D_ENGINE_PROGRESS=1 turn
+"""Progress bars: none by default; `progress=True`, `set_progress(True)` or SPARSE3D_ENGINE_PROGRESS=1 turn
 one on, over the steps, where tqdm is installed. The drop-in's samplers follow TRELLIS.2's
 `verbose` and `tqdm_desc` where stderr is a terminal. A stand-in tqdm module records what the
-package asks of it (CI has no tqdm)."""
+package asks of it (CI has no tqdm). A bar is fed by the engine's progress report (steps the
+device has finished, never waiting for it), not by a step callback (which synchronises)."""
 import sys
 import types
 
@@ -70,6 +70,27 @@ def test_no_bar_unless_asked_for(engine, bars, monkeypatch):
     assert bars == []
     engine.sample(coords, cond, seed=2, sampler=QUICK, progress=True)
     assert [(b.total, b.n, b.closed) for b in bars] == [(3, 3, True)]
+
+
+def test_the_bar_follows_the_progress_report_not_a_step_callback(engine, bars, monkeypatch):
+    coords, cond = _request()
+    native = engine._e
+    asked = []
+
+    class Spy:
+        def __getattr__(self, name):
+            return getattr(native, name)
+
+        def sample(self, *args, **kwargs):
+            asked.append((kwargs.get("callback"), kwargs.get("progress")))
+            return native.sample(*args, **kwargs)
+
+    monkeypatch.setattr(engine, "_e", Spy())
+    engine.sample(coords, cond, seed=2, sampler=QUICK, progress=True)
+    assert len(asked) == 1 and asked[0][0] is None and callable(asked[0][1])
+    assert [(b.total, b.n, b.closed) for b in bars] == [(3, 3, True)]
+    engine.sample(coords, cond, seed=2, sampler=QUICK, progress=False)
+    assert asked[1] == (None, None)
 
 
 def test_the_environment_variable_reads_as_documented():

@@ -126,8 +126,11 @@ def test_construction_releases_the_gil(tiny_config, tiny_state_dict, cache_dir):
 
 # A program that keeps engines alive to the end: one whose log callable is a lambda of the
 # module (whose globals hold the engine: a reference cycle through the C++ engine), one
-# whose log is a bound method of the object holding it, a plain one and a result.
+# whose log is a bound method of the object holding it, a plain one and a result; and one
+# held by a reference nothing ever drops (as torch.compile's caches under torch 2.6 hold a
+# compiled module's engine: never freed, so the engine used to outlive the interpreter).
 _AT_EXIT = """
+import ctypes
 import sys
 import numpy as np
 import sparse3d_engine as s3d
@@ -150,6 +153,8 @@ plain = s3d.Engine(TINY, device="cpu", cache_dir=sys.argv[2])
 coords = np.array([[0, 1, 2, 3], [0, 4, 5, 6]], np.int32)
 latent = plain.sample(coords, np.ones((1, 9, 64), np.float32), seed=1, sampler={"steps": 2})
 plain.offload()
+held_forever = [s3d.Engine(TINY, device="cpu", cache_dir=sys.argv[2])]
+ctypes.pythonapi.Py_IncRef(ctypes.py_object(held_forever))
 print("engines alive:", len(LINES) > 0, latent.shape)
 """
 
