@@ -72,3 +72,15 @@ def test_option_ranges_in_the_docs_are_the_enforced_ones(option, low, high):
         r = subprocess.run([CLI, "run", "--checkpoint", "x.json", "--manifest", "x.json",
                             option, str(bad)], capture_output=True, text=True)
         assert r.returncode == 2 and option in r.stderr, (option, bad, r.stderr)
+
+
+def test_the_readmes_headline_table_is_what_its_json_says(capsys):
+    """README's first table is printed by tools/pipeline_figure.py from the committed JSON of
+    the measurement it cites; an edit by hand, or a JSON replaced without the table, fails."""
+    import pipeline_figure   # tools/ is on the path (conftest)
+    folder = os.path.join(ROOT, "bench", "results", "2026-12-02-h200-pipeline-memory-per-process")
+    pipeline_figure.main(["--off", os.path.join(folder, "off_1024.json"),
+                          "--on", os.path.join(folder, "on_1024.json"), "--date", "2026-12-02"])
+    table = capsys.readouterr().out.strip()
+    assert table.count("\n") >= 10
+    assert table in text("README.md")
