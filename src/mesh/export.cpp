@@ -400,9 +400,6 @@ TexturedMesh to_glb(const GlbInput& in, const GlbOptions& o) {
 
 namespace {
 
-// Textures up to this side are encoded with more of libwebp's effort (encoded_glb).
-constexpr int32_t kCarefulWebpSide = 2048;
-
 // The output mesh and its two images encoded, ready for the GLB writer.
 s3d::mesh::GlbMesh encoded_glb(const TexturedMesh& m, TextureFormat format, bool keep_alpha) {
   namespace sm = s3d::mesh;
@@ -410,12 +407,6 @@ s3d::mesh::GlbMesh encoded_glb(const TexturedMesh& m, TextureFormat format, bool
   sm::EncodeOptions e;
   e.codec = format == TextureFormat::WebP ? sm::ImageCodec::webp : sm::ImageCodec::png;
   const int32_t s = m.texture_size();
-  // libwebp's effort by size: at q80 its loss is most of the texture's error against the
-  // attribute volume (bunny at 500,000 / 2048: base colour MAE 0.0020 as PNG, 0.0056 as WebP
-  // at method 2, 0.0045 at method 3, the original's 0.0048), and method 3 costs 0.16 s more
-  // at 2048^2 but twice method 2's 0.65 s at 4096^2, where method 2's error is already at or
-  // below the original's (bench/results/2026-12-03-local-webp-effort.md).
-  e.webp_method = int64_t{s} * s <= int64_t{kCarefulWebpSide} * kCarefulWebpSide ? 3 : 2;
   sm::GlbMesh g;
   g.positions = m.positions();
   g.normals = m.normals();
