@@ -514,14 +514,15 @@ BakedTexture bake(const UvRaster& raster, const BakeInputs& in) {
   }
   timer.mark("texel list");
   const int64_t N = static_cast<int64_t>(texels.size());
+  const bool on_device = in.device_volume != nullptr && in.surface->device() != nullptr;
   std::vector<float> points(3 * std::min(N, kBakeChunk));
-  std::vector<ClosestHit> hits(std::min(N, kBakeChunk));
+  std::vector<ClosestHit> hits(on_device ? 0 : std::min(N, kBakeChunk));  // the CPU's queries
   std::vector<float> sampled(C * std::min(N, kBakeChunk));
   for (int64_t start = 0; start < N; start += kBakeChunk) {
     const int64_t k = std::min(kBakeChunk, N - start);
     texel_points(raster, *in.uv_mesh, &texels[start], k, points.data());
     timer.mark("texel points");
-    if (in.device_volume != nullptr && in.surface->device() != nullptr) {
+    if (on_device) {
       sample_surface_on_device(*in.surface->device(), *in.device_volume, in.grid_origin.data(),
                                in.voxel_size.data(), points.data(), k, sampled.data());
       timer.mark("closest points and volume samples on the device");
