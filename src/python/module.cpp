@@ -487,6 +487,19 @@ auto unlocked(F fn) {
 struct CallbackFailure {
   std::unique_ptr<nb::python_error> error;
   std::unique_ptr<nb::python_error> interrupt;  // a signal's exception (KeyboardInterrupt)
+
+  // Runs a Python call with the GIL held, unless one failed before (the first error ends the
+  // callbacks); its error is kept, not thrown.
+  template <class Call>
+  void guard(Call&& call) {
+    nb::gil_scoped_acquire gil;
+    if (error) return;
+    try {
+      call();
+    } catch (nb::python_error& e) {
+      error = std::make_unique<nb::python_error>(std::move(e));
+    }
+  }
 };
 
 // Whether the calling thread is Python's main thread, the only one that runs signal handlers.
@@ -550,13 +563,7 @@ class PyEngine {
     if (callback) {
       auto fn = std::make_shared<nb::callable>(*callback);
       r.on_step = [fn, failure](const sparse3d::StepInfo& s) {
-        nb::gil_scoped_acquire gil;
-        if (failure->error) return;  // the first error ends the callbacks
-        try {
-          (*fn)(s.index, s.t, borrowed(s.latent));
-        } catch (nb::python_error& e) {
-          failure->error = std::make_unique<nb::python_error>(std::move(e));
-        }
+        failure->guard([&] { (*fn)(s.index, s.t, borrowed(s.latent)); });
       };
     }
     // progress(done, total): steps the device has finished, never waiting for the device
@@ -564,13 +571,7 @@ class PyEngine {
     if (progress) {
       auto fn = std::make_shared<nb::callable>(*progress);
       r.on_progress = [fn, failure](int done, int total) {
-        nb::gil_scoped_acquire gil;
-        if (failure->error) return;
-        try {
-          (*fn)(done, total);
-        } catch (nb::python_error& e) {
-          failure->error = std::make_unique<nb::python_error>(std::move(e));
-        }
+        failure->guard([&] { (*fn)(done, total); });
       };
     }
     // Ctrl-C: between steps, a pending signal runs its Python handler (the GIL taken for

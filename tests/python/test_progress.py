@@ -185,3 +185,19 @@ def test_the_drop_in_sampler_follows_verbose_and_tqdm_desc(bars, cache_dir, tiny
     monkeypatch.setattr(sys, "stderr", _Stderr(tty=True))
     sampler.sample(model, noise, cond, zero, **params)
     assert len(bars) == 3
+
+
+def test_an_error_in_the_bar_ends_the_request_with_that_error(engine, monkeypatch):
+    class Broken(_Bar):
+        def update(self, n=1):
+            raise ValueError("the bar broke")
+
+    stand_in = types.SimpleNamespace(tqdm=lambda *a, **k: Broken(*a, **k))
+    monkeypatch.setitem(sys.modules, "tqdm", stand_in)
+    monkeypatch.setitem(sys.modules, "tqdm.auto", stand_in)
+    coords, cond = _request()
+    with pytest.raises(ValueError, match="the bar broke"):
+        engine.sample(coords, cond, seed=2, sampler=QUICK, progress=True)
+    # The engine serves the next request as if nothing happened.
+    got = engine.sample(coords, cond, seed=2, sampler=QUICK, progress=False)
+    assert np.array_equal(got, engine.sample(coords, cond, seed=2, sampler=QUICK, progress=False))
