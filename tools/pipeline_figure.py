@@ -6,7 +6,7 @@ table README.md carries and, where matplotlib is installed, draws the figure bes
   python3 tools/pipeline_figure.py \
       --off bench/results/2026-12-02-h200-pipeline-memory-per-process/off_1024.json \
       --on bench/results/2026-12-02-h200-pipeline-memory-per-process/on_1024.json \
-      --date 2026-12-02 --figure bench/results/2026-12-02-h200-pipeline-memory-per-process/pipeline_1024.svg
+      --date 2026-12-02 --figure bench/results/2026-12-02-h200-pipeline-memory-per-process/pipeline_1024.png
 
 The table: per asset, the seconds of each stage (structure, shape, texture) and their sum for
 both sides, the speedup of the sum, and the device-wide peak (cudaMemGetInfo, polled) for
