@@ -21,23 +21,13 @@ Tensor rounded_gemm(const Args& a) {
   return u;
 }
 
-const std::array<Impl<Args>, 2> kImpls = {{
-    {[](const Args& a) -> std::string {
-       if (a.bias == nullptr) return "the layer has no bias (the GELU epilogue applies one)";
-       return "";
-     },
-     [](Args& a) { gemm::linear(a.x, a.weight, a.bias, a.out, gemm::Epilogue::BiasGelu); }},
-    {[](const Args&) { return std::string(); },
-     [](Args& a) { kernels::fused::gelu_tanh(rounded_gemm(a), a.out); }},
-}};
-
 void reference(Args& a) { kernels::gelu_tanh(rounded_gemm(a), a.out); }
 
 // Random x, weight and bias of an MLP's fc1 at width `hidden`.
-class Case : public CaseOf<Args, 2> {
+class Case : public CaseOf<Args> {
  public:
   Case(const OpShape& s, Device dev, uint64_t seed)
-      : CaseOf(kImpls, &reference),
+      : CaseOf(OpId::linear_gelu, &reference),
         x_(random_tensor({s.tokens, s.channels()}, DType::BF16, dev, seed, 1.0f)),
         weight_(random_tensor({s.hidden, s.channels()}, DType::BF16, dev, seed + 1,
                               1.0f / static_cast<float>(s.channels()))),
@@ -60,7 +50,7 @@ class Case : public CaseOf<Args, 2> {
 void linear_gelu(const OpPlan& plan, const Tensor& x, const Tensor& weight, const Tensor* bias,
                  Tensor& out) {
   Args a{x, weight, bias, out};
-  run_ladder(OpId::linear_gelu, plan, kImpls, &reference, a);
+  run_ladder(OpId::linear_gelu, plan, &reference, a);
 }
 
 OpInfo linear_gelu_row() {
@@ -70,9 +60,18 @@ OpInfo linear_gelu_row() {
       "linear_gelu",
       "GELU-tanh(x W^T + b), the MLP's fc1 and its activation",
       "the GEMM rounded to a bf16 [M, N] temporary, then the GELU map",
-      {{Flag::gemm_gelu_epilogue, Contract::Tolerance, 1e-2,
-        "gemm::linear(..., Epilogue::BiasGelu)"},
-       {Flag::gelu_tanh, Contract::Bitwise, 0, "kernels::fused::gelu_tanh"}},
+      {candidate<Args>(
+           Flag::gemm_gelu_epilogue, Contract::Tolerance, 1e-2,
+           "gemm::linear(..., Epilogue::BiasGelu)",
+           [](const Args& a) -> std::string {
+             if (a.bias == nullptr) return "the layer has no bias (the GELU epilogue applies one)";
+             return "";
+           },
+           [](Args& a) { gemm::linear(a.x, a.weight, a.bias, a.out, gemm::Epilogue::BiasGelu); }),
+       candidate<Args>(
+           Flag::gelu_tanh, Contract::Bitwise, 0, "kernels::fused::gelu_tanh",
+           [](const Args&) { return std::string(); },
+           [](Args& a) { kernels::fused::gelu_tanh(rounded_gemm(a), a.out); })},
       [](const OpShape& s) {
         const double C = double(s.channels()), N = double(s.hidden), T = double(s.tokens);
         return 2 * (T * C + N * C + N + T * N);

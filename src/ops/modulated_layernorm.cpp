@@ -14,31 +14,16 @@ struct Args {
   Tensor& out;
 };
 
-const std::array<Impl<Args>, 2> kImpls = {{
-    {[](const Args& a) {
-       return kernels::fast::modulated_layernorm_unsupported(a.x, a.shift, a.scale, a.out);
-     },
-     [](Args& a) {
-       kernels::fast::modulated_layernorm(a.x, a.shift, a.scale, a.batch_index, a.eps, a.out);
-     }},
-    {[](const Args& a) {
-       return kernels::fused::modulated_layernorm_unsupported(a.x, a.shift, a.scale, a.out);
-     },
-     [](Args& a) {
-       kernels::fused::modulated_layernorm(a.x, a.shift, a.scale, a.batch_index, a.eps, a.out);
-     }},
-}};
-
 void reference(Args& a) {
   kernels::reference::modulated_layernorm(a.x, a.shift, a.scale, a.batch_index, a.eps, a.out);
 }
 
 // Random operands: the modulation [B, 6C] as the model holds it, shift and scale two of its
 // chunks, the tokens spread over the assets in order.
-class Case : public CaseOf<Args, 2> {
+class Case : public CaseOf<Args> {
  public:
   Case(const OpShape& s, Device dev, uint64_t seed)
-      : CaseOf(kImpls, &reference),
+      : CaseOf(OpId::modulated_layernorm, &reference),
         x_(random_tensor({s.tokens, s.channels()}, DType::BF16, dev, seed, 1.5f, 0.3f)),
         mod_(random_tensor({s.batch, 6 * s.channels()}, DType::BF16, dev, seed + 1, 0.4f)),
         batch_index_(spread_batch_index(s.tokens, s.batch, dev)),
@@ -66,7 +51,7 @@ void modulated_layernorm(const OpPlan& plan, const Tensor& x, const RowView& shi
                          const RowView& scale, const Tensor& batch_index, float eps,
                          Tensor& out) {
   Args a{x, shift, scale, batch_index, eps, out};
-  run_ladder(OpId::modulated_layernorm, plan, kImpls, &reference, a);
+  run_ladder(OpId::modulated_layernorm, plan, &reference, a);
 }
 
 OpInfo modulated_layernorm_row() {
@@ -76,9 +61,24 @@ OpInfo modulated_layernorm_row() {
       "modulated_layernorm",
       "bf16(LN(x) * (1 + scale[b]) + shift[b]), the AdaLN input of the attention and MLP",
       "layer_norm, add_scalar, gather_rows, mul, gather_rows, add (4 [T, C] temporaries)",
-      {{Flag::fast_modulated_layernorm, Contract::Tolerance, 1e-2,
-        "kernels::fast::modulated_layernorm"},
-       {Flag::modulated_layernorm, Contract::Bitwise, 0, "kernels::fused::modulated_layernorm"}},
+      {candidate<Args>(
+           Flag::fast_modulated_layernorm, Contract::Tolerance, 1e-2,
+           "kernels::fast::modulated_layernorm",
+           [](const Args& a) {
+             return kernels::fast::modulated_layernorm_unsupported(a.x, a.shift, a.scale, a.out);
+           },
+           [](Args& a) {
+             kernels::fast::modulated_layernorm(a.x, a.shift, a.scale, a.batch_index, a.eps, a.out);
+           }),
+       candidate<Args>(
+           Flag::modulated_layernorm, Contract::Bitwise, 0, "kernels::fused::modulated_layernorm",
+           [](const Args& a) {
+             return kernels::fused::modulated_layernorm_unsupported(a.x, a.shift, a.scale, a.out);
+           },
+           [](Args& a) {
+             kernels::fused::modulated_layernorm(a.x, a.shift, a.scale, a.batch_index, a.eps,
+                                                 a.out);
+           })},
       [](const OpShape& s) {
         return double(s.tokens) * s.channels() * 2 * 2 + double(s.tokens) * 4;
       },

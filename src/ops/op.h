@@ -20,6 +20,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/error.h"
 #include "core/fallback.h"
 #include "core/tensor.h"
 #include "sparse3d/flags.h"
@@ -35,21 +36,48 @@ enum class OpId : uint8_t {
   linear_gelu,
 };
 inline constexpr int kOpCount = 5;
-// The most candidates one op has (besides its reference).
-inline constexpr int kMaxCandidates = 2;
-
 // What a candidate promises against the op's reference on the same backend.
 enum class Contract : uint8_t {
   Bitwise,    // the same bits
   Tolerance,  // within `tolerance` relative L2 (and the op's own finer rule, docs/CONTRACTS.md)
 };
 
+// One candidate of an op whose call operands are A: its support rule and its kernel.
+template <class A>
+struct Impl {
+  std::string (*unsupported)(const A&);
+  void (*run)(A&);
+};
+
+// A tag per operand type: a candidate records the type its Impl takes, and whoever reads the
+// Impl back (run_ladder, CaseOf) checks it, so a row cannot hand one op's kernel another op's
+// operands.
+template <class A>
+const void* operands_tag() {
+  static constexpr char tag = 0;
+  return &tag;
+}
+
+// One candidate, in one record: its flag (and name), its contract, the kernel it runs and,
+// over the op's operand type, the rule that refuses operands and the call. Made by
+// candidate<A>() in the op's file; an op may have any number.
 struct CandidateInfo {
   sparse3d::Flag flag;     // the candidate's name is its flag's
   Contract contract = Contract::Bitwise;
   double tolerance = 0;    // relative L2 against the reference; 0 for bitwise
   std::string_view kernel; // the function that implements it, e.g. "kernels::fused::..."
+  std::shared_ptr<const void> impl;  // an Impl<A>, A the op's operand type
+  const void* operands = nullptr;    // operands_tag<A>()
 };
+
+template <class A>
+CandidateInfo candidate(sparse3d::Flag flag, Contract contract, double tolerance,
+                        std::string_view kernel, std::string (*unsupported)(const A&),
+                        void (*run)(A&)) {
+  return CandidateInfo{flag, contract, tolerance, kernel,
+                       std::make_shared<const Impl<A>>(Impl<A>{unsupported, run}),
+                       operands_tag<A>()};
+}
 
 // The model dimensions one call of an op is built at (tests, the kernel bench).
 struct OpShape {
@@ -108,34 +136,36 @@ class OpPlan {
   static OpPlan resolve(const sparse3d::FlagSet& flags);
   const sparse3d::FlagSet& flags() const { return flags_; }
   // The indices into op_info(id).candidates of the candidates this plan lets the op try.
-  int count(OpId id) const { return count_[static_cast<int>(id)]; }
-  int candidate(OpId id, int i) const { return order_[static_cast<int>(id)][i]; }
+  int count(OpId id) const { return static_cast<int>(order_[static_cast<size_t>(id)].size()); }
+  int candidate(OpId id, int i) const {
+    return order_[static_cast<size_t>(id)][static_cast<size_t>(i)];
+  }
 
  private:
   sparse3d::FlagSet flags_;
-  std::array<std::array<uint8_t, kMaxCandidates>, kOpCount> order_{};
-  std::array<uint8_t, kOpCount> count_{};
+  std::array<std::vector<uint16_t>, kOpCount> order_{};
 };
 
-// One candidate of an op whose call operands are A: its support rule and its kernel.
+// Candidate k of op `id`, whose operands are A: its rule and kernel.
 template <class A>
-struct Impl {
-  std::string (*unsupported)(const A&);
-  void (*run)(A&);
-};
+const Impl<A>& impl_of(OpId id, int k) {
+  const CandidateInfo& c = op_info(id).candidates[static_cast<size_t>(k)];
+  S3D_CHECK(c.operands == operands_tag<A>(), "op table: candidate ", sparse3d::name(c.flag),
+            " of ", op_info(id).name, " was made for other operands");
+  return *static_cast<const Impl<A>*>(c.impl.get());
+}
 
 // The ladder: the plan's candidates of `id` in order; the first whose rule accepts the
 // operands runs; each that refuses counts one fallback of its flag (core/fallback.h), with
-// the rule's reason; the reference runs when none ran. `impls` is indexed like
-// op_info(id).candidates.
-template <class A, size_t N>
-void run_ladder(OpId id, const OpPlan& plan, const std::array<Impl<A>, N>& impls,
-                void (*reference)(A&), A& a) {
+// the rule's reason; the reference runs when none ran.
+template <class A>
+void run_ladder(OpId id, const OpPlan& plan, void (*reference)(A&), A& a) {
   for (int i = 0; i < plan.count(id); ++i) {
     const int k = plan.candidate(id, i);
-    const std::string why = impls[static_cast<size_t>(k)].unsupported(a);
+    const Impl<A>& impl = impl_of<A>(id, k);
+    const std::string why = impl.unsupported(a);
     if (why.empty()) {
-      impls[static_cast<size_t>(k)].run(a);
+      impl.run(a);
       return;
     }
     record_fallback(op_info(id).candidates[static_cast<size_t>(k)].flag, why);
@@ -143,16 +173,15 @@ void run_ladder(OpId id, const OpPlan& plan, const std::array<Impl<A>, N>& impls
   reference(a);
 }
 
-// An OpCase over the op's own candidates (impls, reference) and operand type A: a case
+// An OpCase over the op's own candidates (its row's) and reference and operand type A: a case
 // supplies its operands, the reset before each run, the result and the call of the op.
-template <class A, size_t N>
+template <class A>
 class CaseOf : public OpCase {
  public:
-  CaseOf(const std::array<Impl<A>, N>& impls, void (*reference)(A&))
-      : impls_(impls), reference_(reference) {}
+  CaseOf(OpId id, void (*reference)(A&)) : id_(id), reference_(reference) {}
   std::string unsupported(int k) override {
     A a = operands();
-    return impls_[static_cast<size_t>(k)].unsupported(a);
+    return impl_of<A>(id_, k).unsupported(a);
   }
   void run(int k) override {
     reset();
@@ -163,7 +192,7 @@ class CaseOf : public OpCase {
     if (k == kReference) {
       reference_(a);
     } else {
-      impls_[static_cast<size_t>(k)].run(a);
+      impl_of<A>(id_, k).run(a);
     }
     result_ = output(a);
   }
@@ -184,7 +213,7 @@ class CaseOf : public OpCase {
   virtual Tensor call_op(const OpPlan& plan, A& a) = 0;
 
  private:
-  const std::array<Impl<A>, N>& impls_;
+  OpId id_;
   void (*reference_)(A&);
   Tensor result_;
 };

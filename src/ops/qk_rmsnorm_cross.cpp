@@ -14,33 +14,15 @@ struct Args {
   int64_t row() const { return int64_t{heads} * head_dim; }
 };
 
-const std::array<Impl<Args>, 2> kImpls = {{
-    {[](const Args& a) {
-       return kernels::fast::qk_unsupported(a.q, a.row(), a.heads, a.head_dim, &a.gamma, nullptr,
-                                            nullptr, nullptr);
-     },
-     [](Args& a) {
-       kernels::fast::qk_rmsnorm_cross(a.q, a.gamma, a.heads, a.head_dim);
-       a.result = a.q;
-     }},
-    {[](const Args& a) {
-       return kernels::fused::qk_unsupported(a.q, a.row(), a.heads, a.head_dim, nullptr, nullptr);
-     },
-     [](Args& a) {
-       kernels::fused::qk_rmsnorm_cross_inplace(a.q, a.gamma, a.heads, a.head_dim);
-       a.result = a.q;
-     }},
-}};
-
 void reference(Args& a) {
   a.result = kernels::reference::qk_rmsnorm_cross(a.q, a.gamma, a.heads, a.head_dim);
 }
 
 // Random q and gamma; the in-place candidates write into a working copy of q.
-class Case : public CaseOf<Args, 2> {
+class Case : public CaseOf<Args> {
  public:
   Case(const OpShape& s, Device dev, uint64_t seed)
-      : CaseOf(kImpls, &reference),
+      : CaseOf(OpId::qk_rmsnorm_cross, &reference),
         heads_(s.heads),
         head_dim_(s.head_dim),
         source_(random_tensor({s.tokens, s.channels()}, DType::BF16, dev, seed, 1.2f)),
@@ -63,24 +45,41 @@ class Case : public CaseOf<Args, 2> {
 Tensor qk_rmsnorm_cross(const OpPlan& plan, Tensor& q, const Tensor& gamma, int heads,
                         int head_dim) {
   Args a{q, gamma, heads, head_dim, Tensor()};
-  run_ladder(OpId::qk_rmsnorm_cross, plan, kImpls, &reference, a);
+  run_ladder(OpId::qk_rmsnorm_cross, plan, &reference, a);
   return a.result;
 }
 
 OpInfo qk_rmsnorm_cross_row() {
   using sparse3d::Flag;
-  return OpInfo{
-      OpId::qk_rmsnorm_cross,
-      "qk_rmsnorm_cross",
-      "per-head RMSNorm of the cross-attention's q",
-      "head_rmsnorm of q into a new [T, H, D]",
-      {{Flag::fast_qk_rmsnorm_cross, Contract::Tolerance, 1e-2,
-        "kernels::fast::qk_rmsnorm_cross"},
-       {Flag::qk_rmsnorm_cross_inplace, Contract::Bitwise, 0,
-        "kernels::fused::qk_rmsnorm_cross_inplace"}},
-      [](const OpShape& s) { return double(s.tokens) * s.channels() * 2 * 2; },
-      head_test_shapes(),
-      &make_case_of<Case>};
+  return OpInfo{OpId::qk_rmsnorm_cross,
+                "qk_rmsnorm_cross",
+                "per-head RMSNorm of the cross-attention's q",
+                "head_rmsnorm of q into a new [T, H, D]",
+                {candidate<Args>(
+                     Flag::fast_qk_rmsnorm_cross, Contract::Tolerance, 1e-2,
+                     "kernels::fast::qk_rmsnorm_cross",
+                     [](const Args& a) {
+                       return kernels::fast::qk_unsupported(a.q, a.row(), a.heads, a.head_dim,
+                                                            &a.gamma, nullptr, nullptr, nullptr);
+                     },
+                     [](Args& a) {
+                       kernels::fast::qk_rmsnorm_cross(a.q, a.gamma, a.heads, a.head_dim);
+                       a.result = a.q;
+                     }),
+                 candidate<Args>(
+                     Flag::qk_rmsnorm_cross_inplace, Contract::Bitwise, 0,
+                     "kernels::fused::qk_rmsnorm_cross_inplace",
+                     [](const Args& a) {
+                       return kernels::fused::qk_unsupported(a.q, a.row(), a.heads, a.head_dim,
+                                                             nullptr, nullptr);
+                     },
+                     [](Args& a) {
+                       kernels::fused::qk_rmsnorm_cross_inplace(a.q, a.gamma, a.heads, a.head_dim);
+                       a.result = a.q;
+                     })},
+                [](const OpShape& s) { return double(s.tokens) * s.channels() * 2 * 2; },
+                head_test_shapes(),
+                &make_case_of<Case>};
 }
 
 }  // namespace s3d::ops

@@ -2,7 +2,7 @@
 // (kernels/qk_rmsnorm.h). Candidates, in try order: fast_qk_rmsnorm_cross (tolerance,
 // kernels/fast_norm.h), then qk_rmsnorm_cross_inplace (bitwise), both in place in q; the
 // reference is pure_eager's head_rmsnorm into a new tensor. K keeps the reference op: its
-// [BL, H, D] layout is the one the condition K/V cache stores (docs/DESIGN.md).
+// [BL, H, D] layout is the one the condition K/V cache stores (docs/KERNELS.md, "Fused kernels").
 #pragma once
 
 #include "core/tensor.h"

@@ -17,26 +17,6 @@ struct Args {
   int64_t row() const { return 3 * int64_t{heads} * head_dim; }
 };
 
-const std::array<Impl<Args>, 2> kImpls = {{
-    {[](const Args& a) {
-       return kernels::fast::qk_unsupported(a.qkv, a.row(), a.heads, a.head_dim, a.q_gamma,
-                                            a.k_gamma, a.cos, a.sin);
-     },
-     [](Args& a) {
-       kernels::fast::qk_rmsnorm_rope(a.qkv, a.heads, a.head_dim, a.q_gamma, a.k_gamma, a.cos,
-                                      a.sin);
-       a.result = a.qkv;
-     }},
-    {[](const Args& a) {
-       return kernels::fused::qk_unsupported(a.qkv, a.row(), a.heads, a.head_dim, a.cos, a.sin);
-     },
-     [](Args& a) {
-       kernels::fused::qk_rmsnorm_rope_inplace(a.qkv, a.heads, a.head_dim, a.q_gamma, a.k_gamma,
-                                               a.cos, a.sin);
-       a.result = a.qkv;
-     }},
-}};
-
 void reference(Args& a) {
   a.result = kernels::reference::qk_rmsnorm_rope(a.qkv, a.heads, a.head_dim, a.q_gamma,
                                                  a.k_gamma, a.cos, a.sin);
@@ -57,10 +37,10 @@ void random_rope(const OpShape& s, Device dev, uint64_t seed, Tensor& cos, Tenso
 
 // Random packed QKV and gammas; the in-place candidates write into a working copy of the
 // QKV, restored before each run.
-class Case : public CaseOf<Args, 2> {
+class Case : public CaseOf<Args> {
  public:
   Case(const OpShape& s, Device dev, uint64_t seed)
-      : CaseOf(kImpls, &reference),
+      : CaseOf(OpId::qk_rmsnorm_rope, &reference),
         heads_(s.heads),
         head_dim_(s.head_dim),
         source_(random_tensor({s.tokens, 3 * s.channels()}, DType::BF16, dev, seed, 1.2f)),
@@ -90,7 +70,7 @@ Tensor qk_rmsnorm_rope(const OpPlan& plan, Tensor& qkv, int heads, int head_dim,
                        const Tensor* sin) {
   if (q_gamma == nullptr && cos == nullptr) return qkv;  // no qk_rms_norm, no RoPE
   Args a{qkv, heads, head_dim, q_gamma, k_gamma, cos, sin, Tensor()};
-  run_ladder(OpId::qk_rmsnorm_rope, plan, kImpls, &reference, a);
+  run_ladder(OpId::qk_rmsnorm_rope, plan, &reference, a);
   return a.result;
 }
 
@@ -101,9 +81,29 @@ OpInfo qk_rmsnorm_rope_row() {
       "qk_rmsnorm_rope",
       "per-head RMSNorm and 3-D RoPE of q and k, in the packed [T, 3C] QKV",
       "head_rmsnorm and rope_apply for q and for k, the [T, 3C] restack (3 copy_rows)",
-      {{Flag::fast_qk_rmsnorm_rope, Contract::Tolerance, 1e-2, "kernels::fast::qk_rmsnorm_rope"},
-       {Flag::qk_rmsnorm_rope_inplace, Contract::Bitwise, 0,
-        "kernels::fused::qk_rmsnorm_rope_inplace"}},
+      {candidate<Args>(
+           Flag::fast_qk_rmsnorm_rope, Contract::Tolerance, 1e-2, "kernels::fast::qk_rmsnorm_rope",
+           [](const Args& a) {
+             return kernels::fast::qk_unsupported(a.qkv, a.row(), a.heads, a.head_dim, a.q_gamma,
+                                                  a.k_gamma, a.cos, a.sin);
+           },
+           [](Args& a) {
+             kernels::fast::qk_rmsnorm_rope(a.qkv, a.heads, a.head_dim, a.q_gamma, a.k_gamma, a.cos,
+                                            a.sin);
+             a.result = a.qkv;
+           }),
+       candidate<Args>(
+           Flag::qk_rmsnorm_rope_inplace, Contract::Bitwise, 0,
+           "kernels::fused::qk_rmsnorm_rope_inplace",
+           [](const Args& a) {
+             return kernels::fused::qk_unsupported(a.qkv, a.row(), a.heads, a.head_dim, a.cos,
+                                                   a.sin);
+           },
+           [](Args& a) {
+             kernels::fused::qk_rmsnorm_rope_inplace(a.qkv, a.heads, a.head_dim, a.q_gamma,
+                                                     a.k_gamma, a.cos, a.sin);
+             a.result = a.qkv;
+           })},
       [](const OpShape& s) {
         return double(s.tokens) * (2 * s.channels() * 2 * 2) +
                double(s.tokens) * (s.head_dim / 2) * 4 * 2;

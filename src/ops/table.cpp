@@ -29,8 +29,10 @@ std::vector<OpInfo> make_table() {
     // The rows are indexed by OpId, and a flag names one candidate of one op.
     S3D_CHECK(static_cast<size_t>(t[i].id) == i, "op table: row ", i, " (", t[i].name,
               ") is out of OpId order");
-    S3D_CHECK(!t[i].candidates.empty() && t[i].candidates.size() <= kMaxCandidates,
-              "op table: ", t[i].name, " has ", t[i].candidates.size(), " candidates");
+    S3D_CHECK(!t[i].candidates.empty(), "op table: ", t[i].name, " has no candidate");
+    for (const CandidateInfo& c : t[i].candidates)
+      S3D_CHECK(c.impl != nullptr && c.operands != nullptr, "op table: candidate ",
+                sparse3d::name(c.flag), " of ", t[i].name, " has no kernel");
   }
   S3D_CHECK(t.size() == kOpCount, "op table: ", t.size(), " rows for ", kOpCount, " ops");
   return t;
@@ -59,10 +61,8 @@ OpPlan OpPlan::resolve(const sparse3d::FlagSet& flags) {
   p.flags_ = flags;
   for (const OpInfo& op : op_table()) {
     const auto o = static_cast<size_t>(op.id);
-    for (size_t k = 0; k < op.candidates.size(); ++k) {
-      if (!flags.on(op.candidates[k].flag)) continue;
-      p.order_[o][p.count_[o]++] = static_cast<uint8_t>(k);
-    }
+    for (size_t k = 0; k < op.candidates.size(); ++k)
+      if (flags.on(op.candidates[k].flag)) p.order_[o].push_back(static_cast<uint16_t>(k));
   }
   return p;
 }
