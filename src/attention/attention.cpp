@@ -25,8 +25,8 @@ constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
 // A graph build costs 40-70 ms on the H200 (three per new power of two: 0.12-0.2 s, a third
 // of a 3,664-token request); the padding mask makes the rows past a sequence's length cost
 // next to nothing (+2% at 3,664 tokens, nothing measurable from 9,360 up; 2026-12-01,
-// bench/results/2026-12-01-h200-first-request.md). Beyond 65,536 the buckets double, where
-// one build is under 1% of a request. SPARSE3D_SDPA_MIN_BUCKET (a power of two >= 64) sets
+// first-request-call1 and -call2 in bench/results/2026-12-01-h200-evidence/raw.tar.xz).
+// Beyond 65,536 the buckets double, where one build is under 1% of a request. SPARSE3D_SDPA_MIN_BUCKET (a power of two >= 64) sets
 // another minimum, read once: 64 gives a graph per power of two, as before 0.4.
 constexpr int64_t kDefaultMinBucket = 65536;
 

@@ -1,4 +1,4 @@
-// Null-context elimination (article section 2; DESIGN.md "Execution paths"): with the null
+// Null-context elimination (article section 2; docs/CONTRACTS.md "Null-context elimination"): with the null
 // condition every value row of a block's cross-attention is the same row v0, so the
 // unconditional branch's cross-attention output is v0 for every token, whatever the queries.
 // NullContext is built once at start-up: it runs the condition-side transform on the null

@@ -1,5 +1,5 @@
-// Start-up qualification of the null-context fast paths (article section 7.3; DESIGN.md
-// "Numerical contracts"). Two questions, answered per target layer by comparing raw bf16 bits
+// Start-up qualification of the null-context fast paths (article section 7.3; docs/CONTRACTS.md,
+// "Null-context elimination"). Two questions, answered per target layer by comparing raw bf16 bits
 // (never a tolerance) at the production-equivalent shapes configured for the worker:
 //   rows:   does the cached row c = to_out(canonical M rows of v0)[0] equal every
 //           unconditional row of the reference projection, to_out at [N, C] (serial CFG) and

@@ -1,5 +1,5 @@
 // How one request's tokens and attention heads split over the P ranks of a sequence-parallel group
-// (docs/DESIGN.md, "Sequence parallelism"): the packed tokens in P contiguous row ranges, one per
+// (docs/CONTRACTS.md, "Sequence parallelism"): the packed tokens in P contiguous row ranges, one per
 // rank; the ranks in G groups of Q = P / G, each group whole assets (G = 1: all of them), its rows
 // split evenly over its ranks, the heads in Q equal groups. Contiguous ranges keep the packed
 // order: what the ranks hold, concatenated in rank order, is the request's own token order, so

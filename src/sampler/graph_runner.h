@@ -1,4 +1,4 @@
-// Per-request CUDA graphs (flag cuda_graphs; docs/DESIGN.md): per step kind, the first
+// Per-request CUDA graphs (flag cuda_graphs; docs/CONTRACTS.md, "Per-request CUDA graphs"): per step kind, the first
 // occurrence runs eagerly inside the kind's private allocator pool (it primes the library
 // caches and workspaces); once every kind of the schedule has run once (so no later first
 // run can grow a workspace a graph points to), the next occurrence is captured and every

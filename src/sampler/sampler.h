@@ -46,7 +46,7 @@ struct SamplerOptions : sparse3d::SamplerSettings {
   // Sets `flags` from an execution plan.
   void apply(const sparse3d::ExecutionPlan& plan);
 
-  // DESIGN.md's benchmark protocol: 15 steps, rescale_t 3, g 7.5 on every step.
+  // docs/BENCHMARK.md's protocol: 15 steps, rescale_t 3, g 7.5 on every step.
   static SamplerOptions protocol();
   // The released shape-model defaults: 12 steps, g 7.5, interval [0.6, 1], rescale 0.5.
   static SamplerOptions released();

@@ -1,4 +1,4 @@
-// Sequence parallelism for one request (docs/DESIGN.md, "Sequence parallelism"; Ulysses-style, as
+// Sequence parallelism for one request (docs/CONTRACTS.md, "Sequence parallelism"; Ulysses-style, as
 // in xDiT): the packed tokens of the request split over the P ranks of a group in contiguous row
 // ranges (parallel/shard_plan.h), every per-token op of the trunk (the input and output layers, the
 // modulated norms, every GEMM, the q/k RMSNorm and RoPE, the gated residuals, the cross-attention
