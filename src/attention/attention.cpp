@@ -123,7 +123,8 @@ void sdpa_cpu(const RowView& q, const SeqLayout& q_layout, const RowView& k, con
 }
 
 void sdpa_cuda(const RowView& q, const SeqLayout& q_layout, const RowView& k, const RowView& v,
-               const SeqLayout& kv_layout, int heads, int head_dim, float scale, Tensor& out) {
+               const SeqLayout& kv_layout, int heads, int head_dim, float scale, Tensor& out,
+               const Config& config) {
   for (int b = 0; b < q_layout.batch(); ++b)
     S3D_CHECK(q_layout.lengths[b] > 0, "sdpa_varlen: query sequence ", b,
               " is empty; the cuDNN path needs at least one query per sequence (drop the empty "
@@ -161,6 +162,7 @@ void sdpa_cuda(const RowView& q, const SeqLayout& q_layout, const RowView& k, co
   shape.k_stride = k.stride;
   shape.v_stride = v.stride;
   shape.scale = scale;
+  shape.implementation = static_cast<int>(config.implementation);
 
   detail::SdpaPointers ptrs;
   ptrs.q = q.data();
@@ -174,7 +176,7 @@ void sdpa_cuda(const RowView& q, const SeqLayout& q_layout, const RowView& k, co
   ptrs.ragged_v = ragged_offsets(kv_layout, v.stride).data_as<int32_t>();
   ptrs.ragged_o = ragged_offsets(q_layout, hd).data_as<int32_t>();
   before_library_write(out.data(), static_cast<size_t>(q_layout.total() * hd) * 2);
-  detail::cudnn_sdpa_forward(shape, ptrs, current_stream());
+  detail::cudnn_sdpa_forward(shape, ptrs, current_stream(), config.search);
 }
 
 }  // namespace
@@ -206,8 +208,18 @@ SeqLayout make_seq_layout(const std::vector<int32_t>& lengths, Device device) {
   return l;
 }
 
+const char* implementation_name(Implementation i) {
+  switch (i) {
+    case Implementation::Unified: return "unified";
+    case Implementation::Composite: return "composite";
+    case Implementation::Auto: break;
+  }
+  return "auto";
+}
+
 void sdpa_varlen(const RowView& q, const SeqLayout& q_layout, const RowView& k, const RowView& v,
-                 const SeqLayout& kv_layout, int heads, int head_dim, float scale, Tensor& out) {
+                 const SeqLayout& kv_layout, int heads, int head_dim, float scale, Tensor& out,
+                 const Config& config) {
   check_layout(q_layout, "sdpa_varlen: q_layout");
   check_layout(kv_layout, "sdpa_varlen: kv_layout");
   S3D_CHECK(q_layout.batch() == kv_layout.batch(), "sdpa_varlen: q_layout has ", q_layout.batch(),
@@ -235,7 +247,7 @@ void sdpa_varlen(const RowView& q, const SeqLayout& q_layout, const RowView& k, 
     for (int b = 0; b < q_layout.batch(); ++b)
       pairs += static_cast<double>(q_layout.lengths[b]) * kv_layout.lengths[b];
     profiler::LibraryScope scope("attention", 4.0 * pairs * heads * head_dim);
-    sdpa_cuda(q, q_layout, k, v, kv_layout, heads, head_dim, scale, out);
+    sdpa_cuda(q, q_layout, k, v, kv_layout, heads, head_dim, scale, out, config);
   } else {
     sdpa_cpu(q, q_layout, k, v, kv_layout, heads, head_dim, scale, out);
   }

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/plan_search.h"
 #include "core/tensor.h"
 
 namespace s3d::attention {
@@ -39,9 +40,23 @@ SeqLayout make_seq_layout(const std::vector<int32_t>& lengths, Device device);
 // all bf16 (fp32 softmax and accumulation); out: bf16 [q_layout.total(), H*D]. A sequence
 // with no keys is an error. On the GPU an empty query sequence is rejected too, head_dim and
 // the row strides must be multiples of 8 and the rows 16-byte aligned (cuDNN's requirements).
+// Which cuDNN SDPA implementation a graph is built with: unified then composite (auto: the
+// frontend's own order, but a unified graph that passes the support check yet fails to build
+// still falls back), or one of them alone. The op table resolves it once per request (src/ops,
+// row `attention`).
+enum class Implementation : uint8_t { Auto, Unified, Composite };
+const char* implementation_name(Implementation i);  // "auto" | "unified" | "composite"
+
+// How one call runs on the GPU (no effect on the CPU): the implementation, and whether the
+// graph's execution plan is searched (candidate tuned_attention of the `attention` row).
+struct Config {
+  Implementation implementation = Implementation::Auto;
+  plan_search::Search search;
+};
+
 void sdpa_varlen(const RowView& q, const SeqLayout& q_layout, const RowView& k,
                  const RowView& v, const SeqLayout& kv_layout, int heads, int head_dim,
-                 float scale, Tensor& out);
+                 float scale, Tensor& out, const Config& config = {});
 
 // Frees the cuDNN handles, cached graphs and workspaces (the next call rebuilds them): for a
 // clean shutdown, e.g. before compute-sanitizer's leak check or to hand memory back.

@@ -43,6 +43,7 @@
 #include <utility>
 #include <vector>
 
+#include "attention/attention.h"
 #include "attention/cudnn_sdpa.h"
 #include "core/allocator.h"
 #include "core/context.h"
@@ -78,7 +79,7 @@ struct GraphKey {
   bool tuned = false;   // the searched plan (tuned_attention) rather than the heuristic's first
   auto tie() const {
     return std::tie(device, s.batch, s.heads, s.head_dim, s.s_q_bucket, s.s_kv_bucket, s.q_stride,
-                    s.k_stride, s.v_stride, scale_bits, tuned);
+                    s.k_stride, s.v_stride, scale_bits, s.implementation, tuned);
   }
   bool operator<(const GraphKey& o) const { return tie() < o.tie(); }
 };
@@ -216,15 +217,9 @@ CachedGraph build_graph(const SdpaShape& s, cudnnHandle_t handle,
   return c;
 }
 
-// SPARSE3D_SDPA_IMPLEMENTATION = auto (default) | unified | composite. Auto tries unified, then
-// composite: the frontend's own AUTO order, but we learn which one built, and a unified graph
-// that passes the support check yet fails to build still falls back.
-const char* requested_implementation() {
-  const char* env = std::getenv("SPARSE3D_SDPA_IMPLEMENTATION");
-  if (env == nullptr || std::strcmp(env, "auto") == 0) return "auto";
-  if (std::strcmp(env, "unified") == 0) return "unified";
-  if (std::strcmp(env, "composite") == 0) return "composite";
-  fail("SPARSE3D_SDPA_IMPLEMENTATION is '", env, "'; expected auto, unified or composite");
+// The graph's implementation (SdpaShape::implementation, resolved by the op table).
+const char* requested_implementation(const SdpaShape& s) {
+  return implementation_name(static_cast<Implementation>(s.implementation));
 }
 
 struct Attempt {
@@ -232,9 +227,9 @@ struct Attempt {
   const char* name;
 };
 
-// The implementations to try, in order, for SPARSE3D_SDPA_IMPLEMENTATION.
-std::vector<Attempt> implementation_attempts() {
-  const std::string want = requested_implementation();
+// The implementations to try, in order, for the shape's implementation.
+std::vector<Attempt> implementation_attempts(const SdpaShape& s) {
+  const std::string want = requested_implementation(s);
   if (want == "auto")
     return {{fe::AttentionImplementation_t::UNIFIED, "unified"},
             {fe::AttentionImplementation_t::COMPOSITE, "composite"}};
@@ -245,7 +240,7 @@ std::vector<Attempt> implementation_attempts() {
 CachedGraph build_cached(const SdpaShape& s, cudnnHandle_t handle) {
   S3D_CHECK(!fault::hit(fault::Point::PlanBuild), "cuDNN SDPA graph build failed for ",
             describe(s), " (injected fault)");
-  const std::vector<Attempt> attempts = implementation_attempts();
+  const std::vector<Attempt> attempts = implementation_attempts(s);
   std::string errors;
   for (const Attempt& a : attempts) {
     try {
@@ -293,13 +288,13 @@ void shrink_workspace(DeviceState& st, int64_t keep) {
 }
 
 // The shape as the qualification cache keys it: the graph's key without the device ordinal
-// (the fingerprint names the GPU), plus the implementations SPARSE3D_SDPA_IMPLEMENTATION allows.
+// (the fingerprint names the GPU), plus the implementations the shape allows.
 std::string shape_text(const SdpaShape& s, uint32_t scale_bits) {
   char bits[16];
   std::snprintf(bits, sizeof bits, "%08x", scale_bits);
   return cat("B=", s.batch, " H=", s.heads, " D=", s.head_dim, " Sq<=", s.s_q_bucket, " Skv<=",
              s.s_kv_bucket, " strides ", s.q_stride, "/", s.k_stride, "/", s.v_stride,
-             " scale 0x", bits, " impl ", requested_implementation());
+             " scale 0x", bits, " impl ", requested_implementation(s));
 }
 
 // A graph of `s` with the plans of heuristic modes A and FALLBACK listed (none built yet):
@@ -432,7 +427,7 @@ std::optional<CachedGraph> build_tuned(const GraphKey& key, DeviceState& st,
   S3D_CHECK(!fault::hit(fault::Point::PlanBuild), "cuDNN SDPA graph build failed for ",
             describe(s), " (injected fault)");
   const std::string shape = shape_text(s, key.scale_bits);
-  const std::vector<Attempt> attempts = implementation_attempts();
+  const std::vector<Attempt> attempts = implementation_attempts(s);
   if (store != nullptr)
     if (std::optional<CachedGraph> restored = restore_tuned(s, shape, st, *store, attempts))
       return restored;
@@ -453,12 +448,12 @@ std::optional<CachedGraph> build_tuned(const GraphKey& key, DeviceState& st,
 
 }  // namespace
 
-void cudnn_sdpa_forward(const SdpaShape& shape, const SdpaPointers& p, cudaStream_t stream) {
+void cudnn_sdpa_forward(const SdpaShape& shape, const SdpaPointers& p, cudaStream_t stream,
+                        const plan_search::Search& search) {
   int device = 0;
   S3D_CUDA_CHECK(cudaGetDevice(&device));
   DeviceState& st = device_state(device);
-  const plan_search::Settings tune = plan_search::settings();
-  GraphKey key{device, shape, 0, tune.attention};
+  GraphKey key{device, shape, 0, search.on};
   std::memcpy(&key.scale_bits, &shape.scale, sizeof key.scale_bits);
   // The frontend's variant pack is non-const; cuDNN only reads the inputs.
   std::unordered_map<int64_t, void*> pack = {
@@ -478,7 +473,7 @@ void cudnn_sdpa_forward(const SdpaShape& shape, const SdpaPointers& p, cudaStrea
     std::optional<CachedGraph> tuned;
     {
       FirstUseTimer timer("attention_plan_search");
-      tuned = build_tuned(key, st, pack, stream, tune.store);
+      tuned = build_tuned(key, st, pack, stream, search.store);
     }
     if (tuned) {
       it = st.graphs.emplace(key, std::move(*tuned)).first;

@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <string>
 
+#include "core/plan_search.h"
+
 namespace s3d::attention::detail {
 
 // Everything a graph depends on; equal shapes reuse one built graph.
@@ -22,6 +24,7 @@ struct SdpaShape {
   int64_t k_stride = 0;
   int64_t v_stride = 0;
   float scale = 0.0f;
+  int implementation = 0;   // attention::Implementation: auto, unified, composite
 };
 
 // Device pointers for one call. q/k/v/o point at the first element of token 0 (head 0);
@@ -40,7 +43,9 @@ struct SdpaPointers {
 };
 
 // Runs (building and caching the graph on first use) on `stream`; throws s3d::Error.
-void cudnn_sdpa_forward(const SdpaShape& shape, const SdpaPointers& ptrs, cudaStream_t stream);
+// `search`: the plan search (tuned_attention) and its store.
+void cudnn_sdpa_forward(const SdpaShape& shape, const SdpaPointers& ptrs, cudaStream_t stream,
+                        const plan_search::Search& search);
 int64_t cudnn_sdpa_graphs_built();
 // Destroys the handles and cached graphs and returns the workspaces.
 void release_cudnn_sdpa();

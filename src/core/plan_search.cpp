@@ -11,10 +11,9 @@
 namespace s3d::plan_search {
 namespace {
 
-// Per context: the setting a TunedScope made and the report of what was searched.
+// Per context: the report of what was searched.
 struct State {
   std::mutex mu;
-  Settings settings;
   std::vector<Row> rows;
 };
 
@@ -37,25 +36,6 @@ const char* source_name(Source s) { return s == Source::Searched ? "searched" : 
 
 double Row::gain() const {
   return choice.default_ms > 0 && choice.best_ms > 0 ? choice.default_ms / choice.best_ms : 1.0;
-}
-
-Settings settings() {
-  State& s = state();
-  std::lock_guard<std::mutex> lock(s.mu);
-  return s.settings;
-}
-
-TunedScope::TunedScope(bool gemm, bool attention, Store* store) {
-  State& s = state();
-  std::lock_guard<std::mutex> lock(s.mu);
-  previous_ = s.settings;
-  s.settings = Settings{gemm, attention, store};
-}
-
-TunedScope::~TunedScope() {
-  State& s = state();
-  std::lock_guard<std::mutex> lock(s.mu);
-  s.settings = previous_;
 }
 
 bool capturing(cudaStream_t stream) {

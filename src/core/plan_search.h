@@ -2,8 +2,8 @@
 // plans"): instead of the heuristic's first cuBLASLt algorithm or cuDNN execution plan, each
 // shape's candidates are timed once on the call's own operands and the fastest is kept.
 //
-// This header is what gemm and attention share: the per-context setting (which searches a
-// request asked for, set by TunedScope), the store a choice is persisted in (the engine's
+// This header is what gemm and attention share: the call's Search (which the op table's
+// `linear` and `attention` rows pass down), the store a choice is persisted in (the engine's
 // qualification cache implements it), the timing rule, and the report of every searched shape.
 // The CPU backend has no library plans: nothing here has an effect there.
 #pragma once
@@ -69,26 +69,13 @@ class Store {
   virtual void refuse_plan(Kind kind, const std::string& shape, const std::string& why) = 0;
 };
 
-// The current context's setting (core/context.h): which searches run, and where choices are
-// kept. Off and without a store unless a TunedScope says otherwise.
-struct Settings {
-  bool gemm = false;
-  bool attention = false;
+// One call's search: whether it searches its library plan (flag tuned_gemm or
+// tuned_attention, resolved into the request's op plan: src/ops, rows `linear` and
+// `attention`), and where a choice is kept (the engine's qualification cache; null: nowhere
+// but this process). Passed with the call, never read from the context.
+struct Search {
+  bool on = false;
   Store* store = nullptr;
-};
-Settings settings();
-
-// Sets the current context's Settings for the scope's lifetime (the engine: per request, from
-// the request's flags tuned_gemm and tuned_attention); nests, restoring the previous ones.
-class TunedScope {
- public:
-  TunedScope(bool gemm, bool attention, Store* store = nullptr);
-  ~TunedScope();
-  TunedScope(const TunedScope&) = delete;
-  TunedScope& operator=(const TunedScope&) = delete;
-
- private:
-  Settings previous_;
 };
 
 // Whether work on `stream` is being captured into a CUDA graph (a search cannot time there).

@@ -117,6 +117,9 @@ struct Engine::Impl {
   // qualified: the cached row (want_cache) and, in batched CFG, the slices.
   const s3d::model::NullContext& null_context(int cond_tokens, int64_t tokens, bool tuned_gemm,
                                               bool batched, bool want_cache);
+  // The op plan the null context is probed and qualified under: the requests' GEMM algorithm
+  // (searched with tuned_gemm, kept in the cache), the reference elsewhere.
+  s3d::ops::OpPlan null_context_plan(bool tuned_gemm);
   // Refuses, before anything runs, a request whose activations cannot fit, and on the CPU
   // backend one of more than kCpuMaxTokens tokens.
   void check_memory(int64_t tokens, int batch, int cond_tokens, const FlagSet& flags) const;

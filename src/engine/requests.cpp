@@ -363,6 +363,12 @@ void Engine::Impl::check_memory(int64_t tokens, int batch, int cond_tokens,
             "GPU) (nothing was run)");
 }
 
+s3d::ops::OpPlan Engine::Impl::null_context_plan(bool tuned_gemm) {
+  FlagSet f;
+  if (tuned_gemm) f.set(Flag::tuned_gemm);
+  return s3d::ops::OpPlan::resolve(f, &cache);
+}
+
 const s3d::model::NullContext& Engine::Impl::null_context(int cond_tokens, int64_t tokens,
                                                           bool tuned_gemm, bool batched,
                                                           bool want_cache) {
@@ -373,6 +379,7 @@ const s3d::model::NullContext& Engine::Impl::null_context(int cond_tokens, int64
     const auto t0 = std::chrono::steady_clock::now();
     s3d::model::NullContextOptions o;
     o.context_tokens = cond_tokens;
+    o.qualification.ops = null_context_plan(tuned_gemm);
     const s3d::contract::Fingerprint& fp = s3d::contract::context_fingerprint();
     const std::optional<s3d::model::Applicability> known =
         cache.find_probe(fp, weights, o, model->config());
@@ -390,6 +397,7 @@ const s3d::model::NullContext& Engine::Impl::null_context(int cond_tokens, int64
   // Qualified on the device for this request's N and CFG mode alone (docs/CONTRACTS.md,
   // "What the bits depend on"): a few GEMMs per block and one small copy of the verdicts.
   s3d::model::QualificationOptions shapes;
+  shapes.ops = null_context_plan(tuned_gemm);
   if (!options.qualify_m.empty()) shapes.candidate_m = options.qualify_m;
   shapes.token_counts = {tokens};
   shapes.serial = !batched;
@@ -576,10 +584,10 @@ SampleResult Engine::Impl::sample(const SampleRequest& r) {
     s.in.noise = seeded_noise(r.seed, r.batch, T, *model, drawn);
   }
   const FlagSet flags = fit_to_memory(T, r.batch, L, s.requested);
-  // Searched cuBLASLt/cuDNN plans for this request's shapes, kept in the qualification cache.
-  s3d::plan_search::TunedScope tuned(flags.on(Flag::tuned_gemm), flags.on(Flag::tuned_attention),
-                                     &cache);
   s3d::sampler::SamplerOptions o = sampler_options(r.sampler, flags);
+  // Searched cuBLASLt/cuDNN plans for this request's shapes (the `linear` and `sdpa` ops'
+  // candidates) are kept in the qualification cache.
+  o.plan_store = &cache;
   check_memory(T, r.batch, L, flags);
   const double null_context_seconds = use_null_context(o, flags, L, T);
   SampleResult result;
@@ -632,11 +640,9 @@ Array Engine::Impl::forward(const ForwardRequest& r) {
 
   Tensor concat;
   if (concat_view.defined()) concat = concat_view.to(Device::CPU);
-  s3d::plan_search::TunedScope tuned(flags.on(Flag::tuned_gemm), flags.on(Flag::tuned_attention),
-                                     &cache);
   if (device == Device::CUDA) s3d::DeviceAllocator::current().reset_peak();
   s3d::model::Request req = model->prepare(coords, r.batch, L, concat);
-  req.use_flags(flags);
+  req.use_flags(flags, &cache);
   Tensor x = Tensor::empty(x_shape, DType::F32, device);
   if (x_in.dtype() == DType::F32) {
     x.copy_from(x_in);

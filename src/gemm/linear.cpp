@@ -105,7 +105,7 @@ void linear_cpu(const Tensor& x, const Tensor& weight, const Tensor* bias, Tenso
 }  // namespace
 
 void linear(const Tensor& x, const Tensor& weight, const Tensor* bias, Tensor& y,
-            Epilogue epilogue) {
+            Epilogue epilogue, plan_search::Search search) {
   S3D_CHECK(x.defined() && weight.defined() && y.defined(),
             "linear: x, weight and y must all be defined tensors");
   const DType dt = x.dtype();
@@ -139,10 +139,21 @@ void linear(const Tensor& x, const Tensor& weight, const Tensor* bias, Tensor& y
 
   if (x.is_cuda()) {
     profiler::LibraryScope scope("gemm", 2.0 * static_cast<double>(M) * N * K);
-    detail::linear_cublaslt(x, weight, bias, y, epilogue);
+    detail::linear_cublaslt(x, weight, bias, y, epilogue, search);
   } else {
     linear_cpu(x, weight, bias, y, epilogue);
   }
+}
+
+bool output_overlaps_input(const Tensor& x, const Tensor& weight, const Tensor* bias,
+                           const Tensor& y) {
+  auto overlaps = [&](const Tensor& t) {
+    if (!t.defined() || !y.defined()) return false;
+    const auto a0 = reinterpret_cast<uintptr_t>(y.data());
+    const auto b0 = reinterpret_cast<uintptr_t>(t.data());
+    return a0 < b0 + t.nbytes() && b0 < a0 + y.nbytes();
+  };
+  return overlaps(x) || overlaps(weight) || (bias != nullptr && overlaps(*bias));
 }
 
 void release_resources() { detail::release_cublaslt(); }

@@ -3,10 +3,12 @@
 // accumulation, bias added in fp32 in the epilogue, one rounding at the store, as
 // PyTorch's addmm) or all f32 (fp32 math, no TF32, as PyTorch's default). Algorithms are
 // chosen once per (M, N, K, dtype, epilogue) and cached; the workspace is preallocated.
-// Inside a plan_search::TunedScope with gemm on (flag tuned_gemm), the algorithm is the
-// fastest of the heuristic's candidates, timed on the first call of each key.
+// With `search.on` (the op table's `linear` row, candidate tuned_gemm: src/ops/linear.cpp),
+// the algorithm is the fastest of the heuristic's candidates, timed on the first call of each
+// key and kept in `search.store`; no effect on the CPU.
 #pragma once
 
+#include "core/plan_search.h"
 #include "core/tensor.h"
 
 namespace s3d::gemm {
@@ -14,8 +16,13 @@ namespace s3d::gemm {
 enum class Epilogue { None, Bias, BiasGelu };
 
 // bias may be null (then the epilogue must be None). M may be 0.
+// A searched call requires y to overlap none of x, weight and bias (the search runs the
+// product into y many times): the row's support rule checks it.
 void linear(const Tensor& x, const Tensor& weight, const Tensor* bias, Tensor& y,
-            Epilogue epilogue = Epilogue::Bias);
+            Epilogue epilogue = Epilogue::Bias, plan_search::Search search = {});
+// Whether y's bytes overlap those of x, weight or bias (a searched call refuses them).
+bool output_overlaps_input(const Tensor& x, const Tensor& weight, const Tensor* bias,
+                           const Tensor& y);
 
 // Frees the cuBLASLt handles, cached plans and workspaces (the next call makes new ones):
 // for a clean shutdown, e.g. before compute-sanitizer's leak check or to hand memory back.

@@ -224,11 +224,6 @@ struct Operands {
   void* y;
 };
 
-bool overlaps(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
-  const auto a0 = reinterpret_cast<uintptr_t>(a), b0 = reinterpret_cast<uintptr_t>(b);
-  return a0 < b0 + b_bytes && b0 < a0 + a_bytes;
-}
-
 // The tuned plan of `key`: the stored choice when `store` holds one the heuristic's list still
 // has, else (outside a capture) every candidate timed on `ops`. Nothing (a capture, no stored
 // choice): the caller runs the default plan and counts the fallback.
@@ -306,7 +301,7 @@ std::optional<Plan> make_tuned_plan(cublasLtHandle_t handle, void* workspace, co
 namespace detail {
 
 void linear_cublaslt(const Tensor& x, const Tensor& weight, const Tensor* bias, Tensor& y,
-                     Epilogue epilogue) {
+                     Epilogue epilogue, plan_search::Search search) {
   int device = 0;
   S3D_CUDA_CHECK(cudaGetDevice(&device));
   DeviceState& s = device_state(device);
@@ -324,27 +319,18 @@ void linear_cublaslt(const Tensor& x, const Tensor& weight, const Tensor* bias, 
                " epilogue ", epilogue_name(epilogue), " (alignment x ", key.align_x, ", W ",
                key.align_w, ", y ", key.align_y, " bytes)");
   };
-  const plan_search::Settings tune = plan_search::settings();
-  const size_t esize = dtype_size(key.dtype);
   const Operands ops{x.data(), weight.data(), bias ? bias->data() : nullptr, y.data()};
-  key.tuned = tune.gemm;
-  // The search runs the product ten-odd times into y: an output overlapping an input would
-  // feed its own results back in.
-  const size_t y_bytes = static_cast<size_t>(key.m * key.n) * esize;
-  if (key.tuned && (overlaps(ops.y, y_bytes, ops.x, static_cast<size_t>(key.m * key.k) * esize) ||
-                    overlaps(ops.y, y_bytes, ops.w, static_cast<size_t>(key.n * key.k) * esize) ||
-                    (bias && overlaps(ops.y, y_bytes, ops.bias, static_cast<size_t>(key.n) * esize)))) {
-    record_fallback(sparse3d::Flag::tuned_gemm,
-                    "the GEMM's output overlaps an input, so its candidates cannot be timed in "
-                    "place; ran the heuristic's default algorithm");
-    key.tuned = false;
-  }
+  key.tuned = search.on;
+  // The search runs the product ten-odd times into y: the row's rule refuses an output that
+  // overlaps an input (it would feed its own results back in).
+  S3D_CHECK(!key.tuned || !output_overlaps_input(x, weight, bias, y),
+            "linear: a searched GEMM's output overlaps an input (", context(), ")");
   auto it = s.plans.find(key);
   if (it == s.plans.end() && key.tuned) {
     std::optional<Plan> tuned;
     {
       FirstUseTimer timer("gemm_plan_search");
-      tuned = make_tuned_plan(s.handle, s.workspace, key, ops, tune.store, context());
+      tuned = make_tuned_plan(s.handle, s.workspace, key, ops, search.store, context());
     }
     if (tuned) {
       it = s.plans.emplace(key, *tuned).first;

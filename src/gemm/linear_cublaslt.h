@@ -8,7 +8,7 @@
 namespace s3d::gemm::detail {
 
 void linear_cublaslt(const Tensor& x, const Tensor& weight, const Tensor* bias, Tensor& y,
-                     Epilogue epilogue);
+                     Epilogue epilogue, plan_search::Search search);
 
 // Destroys every handle and plan and returns the workspaces (gemm::release_resources).
 void release_cublaslt();

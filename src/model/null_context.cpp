@@ -11,6 +11,7 @@
 #include "core/rng.h"
 #include "kernels/elementwise.h"
 #include "kernels/row_match.h"
+#include "ops/sdpa.h"
 
 namespace s3d::model {
 namespace {
@@ -18,7 +19,7 @@ namespace {
 // The condition-side transform of block i on the null condition (L zero rows).
 Transformer::CrossKV null_kv(const Transformer& m, int i, const NullContextOptions& o, int L) {
   Tensor zeros = Tensor::zeros({L, m.config().cond_channels}, DType::BF16, m.device());
-  Transformer::CrossKV kv = m.condition_kv(i, zeros);
+  Transformer::CrossKV kv = m.condition_kv(o.qualification.ops, i, zeros);
   if (o.condition_transform) o.condition_transform(i, kv.kv);
   return kv;
 }
@@ -58,9 +59,9 @@ Tensor probe_block(const Transformer& m, int i, const NullContextOptions& o, int
   attention::SeqLayout q_layout = attention::make_seq_layout({static_cast<int32_t>(P)}, dev);
   attention::SeqLayout kv_layout = attention::make_seq_layout({L}, dev);
   Tensor out = Tensor::empty({P, C}, DType::BF16, dev);
-  attention::sdpa_varlen(RowView::of(q), q_layout, k, RowView{kv.kv, C, L, C, 2 * C}, kv_layout,
-                         c.num_heads, c.head_dim(),
-                         static_cast<float>(1.0 / std::sqrt(double(c.head_dim()))), out);
+  ops::sdpa(o.qualification.ops, RowView::of(q), q_layout, k, RowView{kv.kv, C, L, C, 2 * C},
+            kv_layout, c.num_heads, c.head_dim(),
+            static_cast<float>(1.0 / std::sqrt(double(c.head_dim()))), out);
   kernels::first_row_mismatch(RowView::of(out), RowView::of(v0), slots, 2 * i + 1);
   return v0;
 }

@@ -6,7 +6,7 @@
 
 #include "core/error.h"
 #include "core/rng.h"
-#include "gemm/linear.h"
+#include "ops/linear.h"
 #include "kernels/elementwise.h"
 #include "kernels/row_match.h"
 
@@ -15,8 +15,10 @@ namespace {
 
 Projection projection_of(const QualificationOptions& o) {
   return o.projection ? o.projection
-                      : Projection([](const Tensor& x, const Tensor& w, const Tensor* b,
-                                      Tensor& y) { gemm::linear(x, w, b, y); });
+                      : Projection([plan = o.ops](const Tensor& x, const Tensor& w,
+                                                  const Tensor* b, Tensor& y) {
+                          ops::linear(plan, x, w, b, y);
+                        });
 }
 
 std::vector<int64_t> sorted_candidates(const QualificationOptions& o) {
@@ -296,13 +298,12 @@ Tensor canonical_row(const Projection& projection, const Tensor& v0, int64_t m,
   return row;
 }
 
-void restore_cached_rows(const Transformer& model, const std::vector<Tensor>& value_rows,
-                         Qualification& q) {
+void restore_cached_rows(const ops::OpPlan& plan, const Transformer& model,
+                         const std::vector<Tensor>& value_rows, Qualification& q) {
   q.cached_rows.clear();
   if (q.m == 0 || !q.rows_checked) return;
-  const Projection proj = [](const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y) {
-    gemm::linear(x, w, b, y);
-  };
+  const Projection proj = [&plan](const Tensor& x, const Tensor& w, const Tensor* b,
+                                  Tensor& y) { ops::linear(plan, x, w, b, y); };
   for (int i = 0; i < model.config().num_blocks; ++i) {
     const Linear& to_out = model.weights().blocks[static_cast<size_t>(i)].cross_attn.to_out;
     q.cached_rows.push_back(canonical_row(proj, value_rows[static_cast<size_t>(i)], q.m,

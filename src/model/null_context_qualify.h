@@ -23,6 +23,7 @@
 #include "contract/fingerprint.h"
 #include "core/tensor.h"
 #include "model/trunk/transformer.h"
+#include "ops/op.h"
 
 namespace s3d::model {
 
@@ -48,7 +49,10 @@ struct QualificationOptions {
   bool serial = true;   // check the [N, C] serial-CFG reference
   bool batched = true;  // check the [2N, C] batched-CFG reference and the slices
   uint64_t seed = 0x9e11;
-  Projection projection;  // empty: gemm::linear
+  // The plan of the requests this qualifies (their GEMMs' algorithm: the `linear` op's
+  // candidates); the probe's condition transform and attention run under it too.
+  ops::OpPlan ops;
+  Projection projection;  // empty: ops::linear under `ops`
   // Test hook: called on each candidate cached row before it is compared (e.g. to flip a bit
   // and force the failure branch).
   std::function<void(int block, Tensor& row)> tamper_cached_row;
@@ -101,7 +105,9 @@ CandidateRows make_candidate_rows(const Transformer& model,
 // A qualification taken earlier (the engine's cache stores what was decided, not tensors):
 // recomputes its cached rows, c_i = canonical_row(v0_i, q.m) per block with the production
 // projection, exactly as qualify_null_context made them.
-void restore_cached_rows(const Transformer& model, const std::vector<Tensor>& value_rows,
+// `plan`: the requests' op plan, as the qualification had it (QualificationOptions::ops).
+void restore_cached_rows(const ops::OpPlan& plan, const Transformer& model,
+                         const std::vector<Tensor>& value_rows,
                          Qualification& q);
 
 // The cached row: to_out applied to M rows all equal to v0, first row kept. bf16 [1, C].

@@ -1,6 +1,6 @@
 #include "ops/linear_gelu.h"
 
-#include "gemm/linear.h"
+#include "ops/linear.h"
 #include "kernels/elementwise.h"
 #include "kernels/gelu_tanh.h"
 
@@ -12,12 +12,13 @@ struct Args {
   const Tensor& weight;
   const Tensor* bias;
   Tensor& out;
+  const OpPlan& plan;  // the GEMMs are the `linear` op's (its candidates, under this plan)
 };
 
 // The GEMM with its bias, rounded to a bf16 temporary of out's shape.
 Tensor rounded_gemm(const Args& a) {
   Tensor u = Tensor::empty(a.out.shape(), a.out.dtype(), a.out.device());
-  gemm::linear(a.x, a.weight, a.bias, u);
+  linear(a.plan, a.x, a.weight, a.bias, u);
   return u;
 }
 
@@ -35,7 +36,7 @@ class Case : public CaseOf<Args> {
         out_(Tensor::empty({s.tokens, s.hidden}, DType::BF16, dev)) {}
 
  private:
-  Args operands() override { return Args{x_, weight_, &bias_, out_}; }
+  Args operands() override { return Args{x_, weight_, &bias_, out_, plan_}; }
   void reset() override { out_.poison(); }
   Tensor output(const Args&) const override { return out_; }
   Tensor call_op(const OpPlan& plan, Args& a) override {
@@ -43,13 +44,14 @@ class Case : public CaseOf<Args> {
     return out_;
   }
   Tensor x_, weight_, bias_, out_;
+  OpPlan plan_;  // the GEMMs' reference
 };
 
 }  // namespace
 
 void linear_gelu(const OpPlan& plan, const Tensor& x, const Tensor& weight, const Tensor* bias,
                  Tensor& out) {
-  Args a{x, weight, bias, out};
+  Args a{x, weight, bias, out, plan};
   run_ladder(OpId::linear_gelu, plan, &reference, a);
 }
 
@@ -67,7 +69,7 @@ OpInfo linear_gelu_row() {
              if (a.bias == nullptr) return "the layer has no bias (the GELU epilogue applies one)";
              return "";
            },
-           [](Args& a) { gemm::linear(a.x, a.weight, a.bias, a.out, gemm::Epilogue::BiasGelu); }),
+           [](Args& a) { linear(a.plan, a.x, a.weight, a.bias, a.out, gemm::Epilogue::BiasGelu); }),
        candidate<Args>(
            Flag::gelu_tanh, Contract::Bitwise, 0, "kernels::fused::gelu_tanh",
            [](const Args&) { return std::string(); },

@@ -20,8 +20,10 @@
 #include <string_view>
 #include <vector>
 
+#include "attention/attention.h"
 #include "core/error.h"
 #include "core/fallback.h"
+#include "core/plan_search.h"
 #include "core/tensor.h"
 #include "sparse3d/flags.h"
 
@@ -34,8 +36,10 @@ enum class OpId : uint8_t {
   qk_rmsnorm_cross,
   gated_residual_add,
   linear_gelu,
+  linear,
+  sdpa,
 };
-inline constexpr int kOpCount = 5;
+inline constexpr int kOpCount = 7;
 // What a candidate promises against the op's reference on the same backend.
 enum class Contract : uint8_t {
   Bitwise,    // the same bits
@@ -133,17 +137,24 @@ const OpInfo& find_op(std::string_view name);
 class OpPlan {
  public:
   OpPlan() = default;  // every op runs its reference
-  static OpPlan resolve(const sparse3d::FlagSet& flags);
+  // `store`: where the searched candidates (tuned_gemm, tuned_attention) keep their choices
+  // (the engine's qualification cache; null: nowhere but this process). Reads
+  // SPARSE3D_SDPA_IMPLEMENTATION (auto, unified or composite; unset: auto) for the sdpa op.
+  static OpPlan resolve(const sparse3d::FlagSet& flags, plan_search::Store* store = nullptr);
   const sparse3d::FlagSet& flags() const { return flags_; }
   // The indices into op_info(id).candidates of the candidates this plan lets the op try.
   int count(OpId id) const { return static_cast<int>(order_[static_cast<size_t>(id)].size()); }
   int candidate(OpId id, int i) const {
     return order_[static_cast<size_t>(id)][static_cast<size_t>(i)];
   }
+  plan_search::Store* plan_store() const { return store_; }
+  attention::Implementation sdpa_implementation() const { return sdpa_implementation_; }
 
  private:
   sparse3d::FlagSet flags_;
   std::array<std::vector<uint16_t>, kOpCount> order_{};
+  plan_search::Store* store_ = nullptr;
+  attention::Implementation sdpa_implementation_ = attention::Implementation::Auto;
 };
 
 // Candidate k of op `id`, whose operands are A: its rule and kernel.

@@ -1,6 +1,8 @@
 // The op table (one row per op, each defined in its op's file), the per-request plan and the
 // random operands of the tests and the kernel bench.
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #include "core/error.h"
@@ -15,6 +17,8 @@ OpInfo qk_rmsnorm_rope_row();
 OpInfo qk_rmsnorm_cross_row();
 OpInfo gated_residual_add_row();
 OpInfo linear_gelu_row();
+OpInfo linear_row();
+OpInfo sdpa_row();
 
 namespace {
 
@@ -25,6 +29,8 @@ std::vector<OpInfo> make_table() {
   t.push_back(qk_rmsnorm_cross_row());
   t.push_back(gated_residual_add_row());
   t.push_back(linear_gelu_row());
+  t.push_back(linear_row());
+  t.push_back(sdpa_row());
   for (size_t i = 0; i < t.size(); ++i) {
     // The rows are indexed by OpId, and a flag names one candidate of one op.
     S3D_CHECK(static_cast<size_t>(t[i].id) == i, "op table: row ", i, " (", t[i].name,
@@ -56,9 +62,24 @@ const OpInfo& find_op(std::string_view name) {
   fail("unknown op '", name, "' (known: ", known, ")");
 }
 
-OpPlan OpPlan::resolve(const sparse3d::FlagSet& flags) {
+namespace {
+
+// SPARSE3D_SDPA_IMPLEMENTATION = auto (or unset) | unified | composite.
+attention::Implementation sdpa_implementation_from_environment() {
+  const char* env = std::getenv("SPARSE3D_SDPA_IMPLEMENTATION");
+  if (env == nullptr || std::strcmp(env, "auto") == 0) return attention::Implementation::Auto;
+  if (std::strcmp(env, "unified") == 0) return attention::Implementation::Unified;
+  if (std::strcmp(env, "composite") == 0) return attention::Implementation::Composite;
+  fail("SPARSE3D_SDPA_IMPLEMENTATION is '", env, "'; expected auto, unified or composite");
+}
+
+}  // namespace
+
+OpPlan OpPlan::resolve(const sparse3d::FlagSet& flags, plan_search::Store* store) {
   OpPlan p;
   p.flags_ = flags;
+  p.store_ = store;
+  p.sdpa_implementation_ = sdpa_implementation_from_environment();
   for (const OpInfo& op : op_table()) {
     const auto o = static_cast<size_t>(op.id);
     for (size_t k = 0; k < op.candidates.size(); ++k)

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/cuda_util.h"
+#include "core/plan_search.h"
 #include "core/tensor.h"
 #include "model/null_context.h"
 #include "model/trunk/sequence_parallel.h"
@@ -29,6 +30,9 @@ struct SamplerOptions : sparse3d::SamplerSettings {
   // context (needs `null_context`), the condition K/V cache, step tables, CUDA graphs and
   // the fused kernels, which every forward of the request reads.
   sparse3d::FlagSet flags;
+  // Where the searched GEMM and attention plans (tuned_gemm, tuned_attention) are kept: the
+  // engine's qualification cache; null: nowhere but this process.
+  plan_search::Store* plan_store = nullptr;
   const model::NullContext* null_context = nullptr;
   // Sequence parallelism (model/trunk/sequence_parallel.h): every forward of the request split
   // over the group's ranks, or null for one device. A request with fewer tokens than ranks is

@@ -50,7 +50,7 @@ StepForwards::StepForwards(const model::Transformer& model, const Inputs& in,
   const int B = batch_;
   const int L = static_cast<int>(in.cond.size(1));
   req_ = model.prepare(in.coords, B, L, in.concat_cond);
-  req_.use_flags(o.flags);
+  req_.use_flags(o.flags, o.plan_store);
   // The null-context path, decided once per request (refusals are counted fallbacks).
   if (o.flags.on(Flag::null_context_exact) || o.flags.on(Flag::null_context_cache)) {
     S3D_CHECK(o.null_context, "sampler: null_context_exact/null_context_cache need a "
@@ -62,7 +62,7 @@ StepForwards::StepForwards(const model::Transformer& model, const Inputs& in,
   if (o.flags.on(Flag::batched_cfg)) {
     req2_ = model.prepare(doubled_coords(in.coords, B), 2 * B, L, doubled_rows(in.concat_cond),
                           symbolic_null_ ? B : 0);
-    req2_.use_flags(o.flags);
+    req2_.use_flags(o.flags, o.plan_store);
   }
   set_up_conditions(in);
   set_up_kv_cache();
@@ -73,7 +73,7 @@ StepForwards::StepForwards(const model::Transformer& model, const Inputs& in,
   t_all_ = Tensor::from_floats(t_table, {o.steps, 2 * B}, DType::F32).to(model.device());
   // step_tables: the t-only part of every forward, for the whole schedule in one call before
   // the loop ([steps, 2B] rows; serial CFG's forwards read a step's first B rows).
-  if (o.flags.on(Flag::step_tables)) tables_ = model.modulation_table(t_all_);
+  if (o.flags.on(Flag::step_tables)) tables_ = model.modulation_table(req_.ops, t_all_);
 }
 
 // The conditions on the device, once per request: the real one, and the unconditional
@@ -101,8 +101,9 @@ void StepForwards::set_up_kv_cache() {
   const bool batched_ref = o_.flags.on(Flag::batched_cfg) && !symbolic_null_;
   if (cache) {
     if (plan_.any_cond_alone || (plan_.any_batched && symbolic_null_))
-      kv_cond_ = model_.precompute_cond_kv(cond_);
-    if (plan_.any_batched && batched_ref) kv_batched_ = model_.precompute_cond_kv(cond2_);
+      kv_cond_ = model_.precompute_cond_kv(req_.ops, cond_);
+    if (plan_.any_batched && batched_ref)
+      kv_batched_ = model_.precompute_cond_kv(req_.ops, cond2_);
   }
   const model::CondKV* kv1 = cache ? &kv_cond_ : nullptr;
   const model::CondKV* kv2 = cache ? (batched_ref ? &kv_batched_ : &kv_cond_) : nullptr;

@@ -276,7 +276,7 @@ TEST_F(TinyFixture, TheConditionKvCacheKeepsVAloneAndStaysBitwise) {
   const auto a = plain.latent.to_floats(), b = cached.latent.to_floats();
   for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(a[i], b[i]) << i;
   ASSERT_EQ(in.cond.dtype(), DType::BF16);
-  const CondKV kv = m.precompute_cond_kv(in.cond);
+  const CondKV kv = m.precompute_cond_kv(ops::OpPlan(), in.cond);
   const int64_t C = m.config().model_channels;
   ASSERT_EQ(kv.kv.size(), static_cast<size_t>(m.config().num_blocks));
   EXPECT_EQ(kv.kv[0].shape(), (Shape{11, C}));

@@ -158,7 +158,7 @@ TEST_F(NullModelCpu, NullFlagsWithoutANullContextAreAnError) {
 TEST_F(NullModelCpu, CondKvCacheHoldsBlocksTimesRowsTimesTwoC) {
   Transformer m(load_checkpoint(dir + "/tiny.json", Device::CPU));
   auto in = testing::synthetic_inputs({10}, 3, m.config().cond_channels, 32, 1);
-  CondKV kv = m.precompute_cond_kv(in.cond);
+  CondKV kv = m.precompute_cond_kv(ops::OpPlan(), in.cond);
   const size_t C = m.config().model_channels;
   // The RMS-normalised K [BL, C] (qk_rms_norm_cross) and V alone [BL, C], bf16, per block:
   // the raw K half of to_kv's output is not kept.

@@ -1,4 +1,4 @@
-// Searched library plans (core/plan_search.h) without a GPU: the per-context scope, the
+// Searched library plans (core/plan_search.h) without a GPU: the choice carried by the op plan, the
 // choice rule, the report and its formatting, the qualification cache's plan entries (round
 // trip, stale, corrupt and inconsistent entries refused and counted), the bench result's
 // "Searched plans" (JSON round trip, markdown table), and that the flags change nothing on
@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -16,6 +17,8 @@
 #include "core/context.h"
 #include "core/hash.h"
 #include "core/plan_search.h"
+#include "gemm/linear.h"
+#include "ops/op.h"
 #include "engine/qualification_cache.h"
 #include "io/json.h"
 #include "sparse3d/sparse3d.h"
@@ -30,41 +33,73 @@ using plan_search::Kind;
 using plan_search::Row;
 using plan_search::Source;
 
-TEST(PlanSearchScope, OffByDefaultSetInScopeRestoredAfterAndNested) {
-  Context ctx;
-  ContextScope in(ctx);
-  EXPECT_FALSE(plan_search::settings().gemm);
-  EXPECT_FALSE(plan_search::settings().attention);
-  EXPECT_EQ(plan_search::settings().store, nullptr);
+// The searches are chosen in the request's op plan, nowhere else: the `linear` and `sdpa` rows'
+// candidates under the request's flags, with the store the plan carries.
+TEST(PlanSearchInThePlan, TheRequestsPlanCarriesTheSearchesAndTheStore) {
   engine::QualificationCache store("", nullptr);
-  {
-    plan_search::TunedScope outer(true, false, &store);
-    EXPECT_TRUE(plan_search::settings().gemm);
-    EXPECT_FALSE(plan_search::settings().attention);
-    EXPECT_EQ(plan_search::settings().store, &store);
-    {
-      plan_search::TunedScope inner(false, true);
-      EXPECT_FALSE(plan_search::settings().gemm);
-      EXPECT_TRUE(plan_search::settings().attention);
-      EXPECT_EQ(plan_search::settings().store, nullptr);
-    }
-    EXPECT_TRUE(plan_search::settings().gemm);
-    EXPECT_EQ(plan_search::settings().store, &store);
-  }
-  EXPECT_FALSE(plan_search::settings().gemm);
-  EXPECT_EQ(plan_search::settings().store, nullptr);
+  const ops::OpPlan none = ops::OpPlan::resolve(sparse3d::FlagSet());
+  EXPECT_EQ(none.count(ops::OpId::linear), 0);
+  EXPECT_EQ(none.count(ops::OpId::sdpa), 0);
+  EXPECT_EQ(none.plan_store(), nullptr);
+  const ops::OpPlan gemm =
+      ops::OpPlan::resolve(sparse3d::FlagSet({sparse3d::Flag::tuned_gemm}), &store);
+  ASSERT_EQ(gemm.count(ops::OpId::linear), 1);
+  EXPECT_EQ(ops::op_info(ops::OpId::linear).candidates[static_cast<size_t>(
+                gemm.candidate(ops::OpId::linear, 0))].flag,
+            sparse3d::Flag::tuned_gemm);
+  EXPECT_EQ(gemm.count(ops::OpId::sdpa), 0);
+  EXPECT_EQ(gemm.plan_store(), &store);
+  const ops::OpPlan attention =
+      ops::OpPlan::resolve(sparse3d::FlagSet({sparse3d::Flag::tuned_attention}));
+  EXPECT_EQ(attention.count(ops::OpId::linear), 0);
+  EXPECT_EQ(attention.count(ops::OpId::sdpa), 1);
 }
 
-TEST(PlanSearchScope, IsPerContext) {
-  Context a, b;
-  ContextScope in_a(a);
-  plan_search::TunedScope tuned(true, true);
-  {
-    ContextScope in_b(b);  // another engine's context: untouched
-    EXPECT_FALSE(plan_search::settings().gemm);
-    EXPECT_FALSE(plan_search::settings().attention);
+// SPARSE3D_SDPA_IMPLEMENTATION is read when a plan is resolved (once per request), not inside
+// the attention: a bad value is refused there, naming the variable and the values it takes.
+TEST(PlanSearchInThePlan, TheSdpaImplementationIsResolvedWithThePlan) {
+  struct Restore {
+    std::string old;
+    bool had;
+    Restore() : had(std::getenv("SPARSE3D_SDPA_IMPLEMENTATION") != nullptr) {
+      if (had) old = std::getenv("SPARSE3D_SDPA_IMPLEMENTATION");
+    }
+    ~Restore() {
+      if (had) setenv("SPARSE3D_SDPA_IMPLEMENTATION", old.c_str(), 1);
+      else unsetenv("SPARSE3D_SDPA_IMPLEMENTATION");
+    }
+  } restore;
+  unsetenv("SPARSE3D_SDPA_IMPLEMENTATION");
+  EXPECT_EQ(ops::OpPlan::resolve({}).sdpa_implementation(), attention::Implementation::Auto);
+  setenv("SPARSE3D_SDPA_IMPLEMENTATION", "composite", 1);
+  EXPECT_EQ(ops::OpPlan::resolve({}).sdpa_implementation(), attention::Implementation::Composite);
+  setenv("SPARSE3D_SDPA_IMPLEMENTATION", "unified", 1);
+  EXPECT_EQ(ops::OpPlan::resolve({}).sdpa_implementation(), attention::Implementation::Unified);
+  setenv("SPARSE3D_SDPA_IMPLEMENTATION", "fastest", 1);
+  try {
+    ops::OpPlan::resolve({});
+    ADD_FAILURE() << "a bad SPARSE3D_SDPA_IMPLEMENTATION was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("SPARSE3D_SDPA_IMPLEMENTATION is 'fastest'"),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("auto, unified or composite"), std::string::npos);
   }
-  EXPECT_TRUE(plan_search::settings().gemm);
+}
+
+// A searched GEMM refuses an output that overlaps an input (the rule the `linear` row's
+// candidate applies before the search would run the product into it).
+TEST(PlanSearchInThePlan, OverlapRuleSeesSharedBytesOnly) {
+  Tensor x = Tensor::empty({4, 8}, DType::BF16, Device::CPU);
+  Tensor w = Tensor::empty({8, 8}, DType::BF16, Device::CPU);
+  Tensor b = Tensor::empty({8}, DType::BF16, Device::CPU);
+  Tensor y = Tensor::empty({4, 8}, DType::BF16, Device::CPU);
+  EXPECT_FALSE(gemm::output_overlaps_input(x, w, &b, y));
+  EXPECT_TRUE(gemm::output_overlaps_input(x, w, &b, x));
+  Tensor wide = Tensor::empty({2, 8, 8}, DType::BF16, Device::CPU);
+  Tensor first = wide.reshape({16, 8}).rows(0, 8), second = wide.reshape({16, 8}).rows(8, 16);
+  EXPECT_FALSE(gemm::output_overlaps_input(x, first, nullptr, second));
+  EXPECT_TRUE(gemm::output_overlaps_input(x, w, &first, first.rows(7, 8)));
 }
 
 TEST(PlanSearchChoose, KeepsTheFastestUnlessWithinNoiseOfTheDefault) {

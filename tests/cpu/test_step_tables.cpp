@@ -73,13 +73,14 @@ TEST_P(StepTablesCpu, AModulationThatDoesNotFitIsAnError) {
   Request req = m.prepare(in.coords, 1, 5);
   const Tensor t = Tensor::from_floats({700.0f}, {1}, DType::F32);
   const Condition cond{in.cond, 0, nullptr};
-  Modulation two = m.modulation(Tensor::from_floats({700.0f, 700.0f}, {2}, DType::F32));
+  Modulation two =
+      m.modulation(ops::OpPlan(), Tensor::from_floats({700.0f, 700.0f}, {2}, DType::F32));
   EXPECT_ERROR(m.forward(req, in.noise, t, cond, nullptr, &two), "forward modulation");
-  Modulation short_one = m.modulation(t);
+  Modulation short_one = m.modulation(ops::OpPlan(), t);
   short_one.blocks.pop_back();
   EXPECT_ERROR(m.forward(req, in.noise, t, cond, nullptr, &short_one), "holds 1 blocks for 2");
   // And a fitting one gives the forward's own bits.
-  const Modulation mine = m.modulation(t);
+  const Modulation mine = m.modulation(ops::OpPlan(), t);
   EXPECT_TRUE(testing::same_bits(m.forward(req, in.noise, t, cond, nullptr, &mine),
                                  m.forward(req, in.noise, t, cond), "forward output"));
 }
@@ -90,12 +91,13 @@ TEST_P(StepTablesCpu, TheTableHoldsEachStepsModulationBlockByBlock) {
   Transformer m(load_checkpoint(dir + "/tiny.json", Device::CPU));
   const std::vector<float> t = {1000.f, 1000.f, 1000.f, 1000.f, 812.5f, 812.5f, 812.5f, 812.5f,
                                 333.f,  333.f,  333.f,  333.f};
-  const ModulationTable table = m.modulation_table(Tensor::from_floats(t, {3, 4}, DType::F32));
+  const ModulationTable table =
+      m.modulation_table(ops::OpPlan(), Tensor::from_floats(t, {3, 4}, DType::F32));
   ASSERT_EQ(table.steps(), 3);
   EXPECT_EQ(table.step_buffer(2).shape(), (Shape{m.config().num_blocks * 4, table.width}));
   for (int k = 0; k < 3; ++k)
     for (int used : {2, 4}) {
-      const Modulation own = m.modulation(Tensor::from_floats(
+      const Modulation own = m.modulation(ops::OpPlan(), Tensor::from_floats(
           std::vector<float>(static_cast<size_t>(used), t[static_cast<size_t>(4 * k)]), {used},
           DType::F32));
       const Modulation got = table.step(k, used);
@@ -106,7 +108,7 @@ TEST_P(StepTablesCpu, TheTableHoldsEachStepsModulationBlockByBlock) {
     }
   EXPECT_ERROR(table.step(3, 4), "step 3 of 3");
   EXPECT_ERROR(table.step(0, 5), "with 5 used");
-  EXPECT_ERROR(m.modulation_table(Tensor::from_floats({1.f, 2.f}, {2}, DType::F32)),
+  EXPECT_ERROR(m.modulation_table(ops::OpPlan(), Tensor::from_floats({1.f, 2.f}, {2}, DType::F32)),
                "t must be f32 [steps, rows]");
 }
 

@@ -143,12 +143,13 @@ TEST_F(ModelGpu, StepTablesStayWithinTheirToleranceOfTheForwardsModulation) {
       for (int r = 0; r < rows; ++r) t.push_back(static_cast<float>(1000.0 * v));
     }
     const Tensor t_all = Tensor::from_floats(t, {steps, rows}, DType::F32).to(Device::CUDA);
-    const ModulationTable table = gpu.modulation_table(t_all);
+    const ModulationTable table = gpu.modulation_table(ops::OpPlan(), t_all);
     int64_t differ = 0, total = 0, worst_ulp = 0;
     double worst_rel = 0;
     for (int k = 0; k < steps; ++k)
       for (int used : {rows / 2, rows}) {
-        const Modulation mine = gpu.modulation(t_all.rows(k, k + 1).reshape({rows}).rows(0, used));
+        const Modulation mine =
+            gpu.modulation(ops::OpPlan(), t_all.rows(k, k + 1).reshape({rows}).rows(0, used));
         const Modulation got = table.step(k, used);
         ASSERT_EQ(got.blocks.size(), mine.blocks.size());
         for (size_t i = 0; i < mine.blocks.size(); ++i) {

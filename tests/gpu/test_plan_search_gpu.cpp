@@ -73,9 +73,8 @@ const std::vector<GemmShape> kShapes = {{1536, 4608, Epilogue::Bias},
 Tensor run_linear(const Tensor& x, const Tensor& w, const Tensor& b, Epilogue e, bool tuned) {
   Tensor y = Tensor::empty({x.size(0), w.size(0)}, DType::BF16, Device::CUDA);
   y.poison();
-  plan_search::TunedScope scope(tuned, false);
   const uint64_t calls = launch_counts().by_op["gemm"];
-  gemm::linear(x, w, &b, y, e);
+  gemm::linear(x, w, &b, y, e, plan_search::Search{tuned, nullptr});
   synchronize();
   EXPECT_EQ(launch_counts().by_op["gemm"], calls + 1) << "the search's timing calls are not "
                                                           "counted as the model's";
@@ -124,10 +123,10 @@ TEST_F(PlanSearchGpu, SecondSearchOfTheSameKeyTakesTheStoredChoice) {
   const Tensor x = random_tensor({37, 1536}, DType::BF16, 11).to(Device::CUDA);
   const Tensor w = random_tensor({4608, 1536}, DType::BF16, 12, 0.025f).to(Device::CUDA);
   const Tensor b = random_tensor({4608}, DType::BF16, 13, 0.5f).to(Device::CUDA);
-  plan_search::TunedScope tuned(true, true, &store);
+  const plan_search::Search tuned{true, &store};
   Tensor y1 = Tensor::empty({37, 4608}, DType::BF16, Device::CUDA);
   y1.poison();
-  gemm::linear(x, w, &b, y1, Epilogue::Bias);
+  gemm::linear(x, w, &b, y1, Epilogue::Bias, tuned);
   auto rows = plan_search::report();
   ASSERT_EQ(rows.size(), 1u);
   EXPECT_EQ(rows[0].source, Source::Searched);
@@ -137,7 +136,7 @@ TEST_F(PlanSearchGpu, SecondSearchOfTheSameKeyTakesTheStoredChoice) {
   gemm::release_resources();  // the plan is gone; the store still has the choice
   Tensor y2 = Tensor::empty({37, 4608}, DType::BF16, Device::CUDA);
   y2.poison();
-  gemm::linear(x, w, &b, y2, Epilogue::Bias);
+  gemm::linear(x, w, &b, y2, Epilogue::Bias, tuned);
   synchronize();
   rows = plan_search::report();
   ASSERT_EQ(rows.size(), 1u);
@@ -156,7 +155,7 @@ TEST_F(PlanSearchGpu, SecondSearchOfTheSameKeyTakesTheStoredChoice) {
   bogus.candidates = plan_search::kMaxCandidates + 2;
   store.store_plan(Kind::Gemm, rows[0].shape, bogus);
   Tensor y3 = Tensor::empty({37, 4608}, DType::BF16, Device::CUDA);
-  gemm::linear(x, w, &b, y3, Epilogue::Bias);
+  gemm::linear(x, w, &b, y3, Epilogue::Bias, tuned);
   synchronize();
   EXPECT_EQ(store.stats().refusals, 1u);
   EXPECT_EQ(plan_search::report()[0].source, Source::Searched);
@@ -179,9 +178,9 @@ TEST_F(PlanSearchGpu, TunedSdpaMatchesTheDefault) {
     auto run = [&](bool tuned) {
       Tensor out = Tensor::empty({T, HD}, DType::BF16, Device::CUDA);
       out.poison();
-      plan_search::TunedScope scope(false, tuned);
       const uint64_t calls = launch_counts().by_op["sdpa"];
-      attention::sdpa_varlen(q, layout, k, v, layout, H, D, scale, out);
+      attention::sdpa_varlen(q, layout, k, v, layout, H, D, scale, out,
+                             attention::Config{{}, plan_search::Search{tuned, nullptr}});
       synchronize();
       EXPECT_EQ(launch_counts().by_op["sdpa"], calls + 1);
       EXPECT_EQ(testing::count_poisoned(out), 0) << "rows cuDNN did not write";
@@ -215,11 +214,11 @@ TEST_F(PlanSearchGpu, SecondSdpaSearchTakesTheStoredChoice) {
   const Tensor qkv = random_tensor({T, 3, H, D}, DType::BF16, 77).to(Device::CUDA);
   const RowView q{qkv, 0, T, HD, 3 * HD}, k{qkv, HD, T, HD, 3 * HD}, v{qkv, 2 * HD, T, HD, 3 * HD};
   const attention::SeqLayout layout = attention::make_seq_layout(lens, Device::CUDA);
-  plan_search::TunedScope tuned(false, true, &store);
+  const attention::Config tuned{{}, plan_search::Search{true, &store}};
   auto run = [&] {
     Tensor out = Tensor::empty({T, HD}, DType::BF16, Device::CUDA);
     out.poison();
-    attention::sdpa_varlen(q, layout, k, v, layout, H, D, 0.08838834764f, out);
+    attention::sdpa_varlen(q, layout, k, v, layout, H, D, 0.08838834764f, out, tuned);
     synchronize();
     return out;
   };
@@ -257,9 +256,8 @@ TEST_F(PlanSearchGpu, ShapeFirstSeenDuringCaptureRunsTheDefaultCounted) {
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
   {
-    plan_search::TunedScope tuned(true, false);
     S3D_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-    gemm::linear(x, w, &b, y, Epilogue::Bias);
+    gemm::linear(x, w, &b, y, Epilogue::Bias, plan_search::Search{true, nullptr});
     S3D_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
   }
   S3D_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));

@@ -82,7 +82,7 @@ struct SequenceParallelTest : ::testing::Test {
     CfgCase c;
     c.k = make_case(m, counts, 6, B, sparse3d::ExecutionPlan::of_path(path).flags(), seed);
     c.real = c.k.cond.rows(0, B);
-    c.kv = m.precompute_cond_kv(c.real);
+    c.kv = m.precompute_cond_kv(ops::OpPlan(), c.real);
     return c;
   }
 
@@ -264,8 +264,8 @@ TEST_F(SequenceParallelTest, FastPlanWithCachedConditionChunksAndStepTablesMatch
   const sparse3d::FlagSet fast = sparse3d::ExecutionPlan::parse("fast+chunked_mlp").flags();
   Case k = make_case(m, {44, 9, 50}, 5, 0, fast, 5);
   k.req.mlp_chunk_tokens = 16;  // several chunks on every rank, a partial one last
-  const CondKV kv = m.precompute_cond_kv(k.cond);
-  const Modulation mod = m.modulation(k.t1000);
+  const CondKV kv = m.precompute_cond_kv(ops::OpPlan(), k.cond);
+  const Modulation mod = m.modulation(ops::OpPlan(), k.t1000);
   expect_matches(m, k, Condition{k.cond, 0, &kv}, nullptr, &mod, "fast, cond_kv, chunks");
 }
 
@@ -316,7 +316,7 @@ TEST_F(SequenceParallelTest, AssetGroupsSplitOverTheirRanksMatchAsCfgTimesSequen
     expect_matches(m, c.k, Condition{c.real, 2, &c.kv}, &null, nullptr, "groups", {2, 4, 6}, "", 2);
   }
   const NullPath null = null_path(m, NullContextMode::Cache, 61);
-  const Modulation mod = m.modulation(c.k.t1000);
+  const Modulation mod = m.modulation(ops::OpPlan(), c.k.t1000);
   expect_matches(m, c.k, Condition{c.real, 2, nullptr}, &null, &mod, "groups, own contexts", {4},
                  dir + "/slat.json", 2);
   // One asset per branch, its tokens over 3 ranks per group; and 4 groups of 2 ranks.
@@ -336,7 +336,7 @@ TEST_F(SequenceParallelTest, RanksInContextsOfTheirOwnMatch) {
   const Tensor& real = c.real;
   const CondKV& kv = c.kv;
   const NullPath null = null_path(m, NullContextMode::Cache, 50);
-  const Modulation mod = m.modulation(k.t1000);
+  const Modulation mod = m.modulation(ops::OpPlan(), k.t1000);
   expect_matches(m, k, Condition{real, 2, &kv}, &null, &mod, "fast, contexts", {2, 3},
                  dir + "/slat.json");
   expect_matches(m, k, Condition{real, 2, nullptr}, &null, nullptr, "fast, contexts, no tables",

@@ -7,12 +7,13 @@
 // (Exact) or to the constant row c = to_out(v0) (Cache).
 
 #include "core/error.h"
-#include "gemm/linear.h"
+#include "ops/linear.h"
 #include "kernels/elementwise.h"
 #include "kernels/layernorm.h"
 #include "kernels/qk_norm_rope.h"
 #include "model/trunk/transformer.h"
 #include "ops/qk_rmsnorm_cross.h"
+#include "ops/sdpa.h"
 
 namespace s3d::model {
 namespace {
@@ -21,13 +22,14 @@ constexpr float kBlockNormEps = 1e-6f;  // LayerNorm32 inside blocks (as transfo
 
 }  // namespace
 
-Transformer::CrossKV Transformer::condition_kv(int block, const Tensor& cond2d) const {
+Transformer::CrossKV Transformer::condition_kv(const ops::OpPlan& plan, int block,
+                                               const Tensor& cond2d) const {
   const ModelConfig& c = config();
   const int64_t C = c.model_channels, BL = cond2d.size(0);
   const CrossAttentionWeights& w = weights_.blocks[static_cast<size_t>(block)].cross_attn;
   CrossKV r;
   r.kv = Tensor::empty({BL, 2 * C}, DType::BF16, device_);
-  gemm::linear(cond2d, w.to_kv.weight, w.to_kv.bias_or_null(), r.kv);
+  ops::linear(plan, cond2d, w.to_kv.weight, w.to_kv.bias_or_null(), r.kv);
   if (c.qk_rms_norm_cross) {
     r.k_normed = Tensor::empty({BL, c.num_heads, c.head_dim()}, DType::BF16, device_);
     kernels::head_rmsnorm(RowView{r.kv, 0, BL, C, 2 * C}, w.k_rms_gamma, c.num_heads,
@@ -36,7 +38,7 @@ Transformer::CrossKV Transformer::condition_kv(int block, const Tensor& cond2d) 
   return r;
 }
 
-CondKV Transformer::precompute_cond_kv(const Tensor& tokens) const {
+CondKV Transformer::precompute_cond_kv(const ops::OpPlan& plan, const Tensor& tokens) const {
   const ModelConfig& c = config();
   S3D_CHECK(tokens.defined() && tokens.ndim() == 3 && tokens.dtype() == DType::BF16 &&
                 tokens.size(2) == c.cond_channels && tokens.device() == device_,
@@ -45,7 +47,7 @@ CondKV Transformer::precompute_cond_kv(const Tensor& tokens) const {
   const Tensor cond2d = tokens.reshape({tokens.size(0) * tokens.size(1), c.cond_channels});
   CondKV out;
   for (int i = 0; i < c.num_blocks; ++i) {
-    CrossKV kv = condition_kv(i, cond2d);
+    CrossKV kv = condition_kv(plan, i, cond2d);
     if (kv.k_normed.defined()) {
       // Keep V alone: the raw K half is not read once K is normalised (denoiser.h, CondKV).
       const int64_t BL = kv.kv.size(0), C = c.model_channels;
@@ -77,14 +79,14 @@ void Transformer::attend_condition(int i, const Request& req, const Tensor& x,
   Tensor hn = Tensor::empty({T, C}, DType::BF16, device_);
   kernels::layer_norm(x, &w.norm2.weight, &w.norm2.bias, kBlockNormEps, hn);
   Tensor q = Tensor::empty({T, C}, DType::BF16, device_);
-  gemm::linear(hn, w.cross_attn.to_q.weight, w.cross_attn.to_q.bias_or_null(), q);
+  ops::linear(req.ops, hn, w.cross_attn.to_q.weight, w.cross_attn.to_q.bias_or_null(), q);
   hn = Tensor();
   CrossKV kv;
   if (cond.kv) {
     kv.kv = cond.kv->kv[static_cast<size_t>(i)];
     if (c.qk_rms_norm_cross) kv.k_normed = cond.kv->k_normed[static_cast<size_t>(i)];
   } else {
-    kv = condition_kv(i, cond.tokens.reshape({cond.tokens.size(0) * cond.tokens.size(1),
+    kv = condition_kv(req.ops, i, cond.tokens.reshape({cond.tokens.size(0) * cond.tokens.size(1),
                                                c.cond_channels}));
   }
   const int64_t BL = kv.kv.size(0);
@@ -97,7 +99,7 @@ void Transformer::attend_condition(int i, const Request& req, const Tensor& x,
     ck = RowView::of(kv.k_normed.reshape({BL, C}));
     q = Tensor();  // qn holds its storage when the norm ran in place
   }
-  attention::sdpa_varlen(cq, q_layout, ck, cv, kv_layout, H, D, attention_scale(), attn);
+  ops::sdpa(req.ops, cq, q_layout, ck, cv, kv_layout, H, D, attention_scale(), attn);
 }
 
 Tensor Transformer::cross_attention(int i, const Request& req, const Tensor& x,
@@ -108,7 +110,7 @@ Tensor Transformer::cross_attention(int i, const Request& req, const Tensor& x,
   Tensor attn = Tensor::empty({T, C}, DType::BF16, device_);
   attend_condition(i, req, x, cond, req.tokens_layout, req.cond_layout, attn);
   Tensor ca = Tensor::empty({T, C}, DType::BF16, device_);
-  gemm::linear(attn, to_out.weight, to_out.bias_or_null(), ca);
+  ops::linear(req.ops, attn, to_out.weight, to_out.bias_or_null(), ca);
   attn = Tensor();
   Tensor x2 = Tensor::empty({T, C}, DType::BF16, device_);
   kernels::add(x, ca, x2);
@@ -141,7 +143,7 @@ Tensor Transformer::cross_attention_null(int i, const Request& req, const Tensor
     Tensor attn_null = attn.rows(Tc, T);
     kernels::broadcast_row(row, attn_null);
     Tensor ca = bf16({T, C});
-    gemm::linear(attn, to_out.weight, to_out.bias_or_null(), ca);
+    ops::linear(req.ops, attn, to_out.weight, to_out.bias_or_null(), ca);
     kernels::add(x, ca, x2);
     return x2;
   }
@@ -151,7 +153,7 @@ Tensor Transformer::cross_attention_null(int i, const Request& req, const Tensor
     Tensor attn_c = bf16({Tc, C});
     attend(attn_c);
     Tensor ca = bf16({Tc, C});
-    gemm::linear(attn_c, to_out.weight, to_out.bias_or_null(), ca);
+    ops::linear(req.ops, attn_c, to_out.weight, to_out.bias_or_null(), ca);
     Tensor out_c = x2.rows(0, Tc);
     kernels::add(x.rows(0, Tc), ca, out_c);
   }

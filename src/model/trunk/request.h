@@ -49,9 +49,11 @@ struct Request {
   // refuses a request whose plan was resolved from other flags.
   sparse3d::FlagSet flags;
   ops::OpPlan ops;
-  void use_flags(const sparse3d::FlagSet& f) {
+  // `store`: where the searched GEMM and attention plans are kept (the engine's qualification
+  // cache; null: nowhere but this process).
+  void use_flags(const sparse3d::FlagSet& f, plan_search::Store* store = nullptr) {
     flags = f;
-    ops = ops::OpPlan::resolve(f);
+    ops = ops::OpPlan::resolve(f, store);
   }
   // Rows per MLP chunk with chunked_mlp: the hidden [rows, 4C] of one chunk is 72 MiB at
   // C = 1536, and fc1/fc2 at M = 8192 still run near the GEMM peak. Tests set it small.

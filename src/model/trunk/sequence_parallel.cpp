@@ -6,6 +6,7 @@
 #include "attention/attention.h"
 #include "core/error.h"
 #include "kernels/elementwise.h"
+#include "ops/sdpa.h"
 
 namespace s3d::model {
 namespace {
@@ -112,7 +113,7 @@ ShardedRequest SequenceParallel::shard(const Request& whole, int groups) const {
     s.rope_sin = moved(r, part(whole.rope_sin), batch);
     s.position_f32 = moved(r, part(whole.position_f32), batch);
     s.concat_cond = moved(r, part(whole.concat_cond), batch);
-    s.use_flags(whole.flags);
+    s.use_flags(whole.flags, whole.ops.plan_store());
     s.mlp_chunk_tokens = whole.mlp_chunk_tokens;
     sr.shards.push_back(std::move(s));
     sr.first_asset.push_back(rows.b0);
@@ -206,7 +207,7 @@ Tensor SequenceParallel::forward(const ShardedRequest& sr, const Tensor& x, cons
     const Request& s = sr.shards[idx(r)];
     if (!mod) {
       const int b0 = sr.first_asset[idx(r)];
-      for (const Tensor& m : rank(r).modulation(ts[idx(r)]).blocks)
+      for (const Tensor& m : rank(r).modulation(s.ops, ts[idx(r)]).blocks)
         mods[idx(r)].blocks.push_back(m.rows(b0, b0 + s.batch));
     }
     h[idx(r)] = rank(r).embed_input(s, xs[idx(r)]);
@@ -240,7 +241,7 @@ Tensor SequenceParallel::forward(const ShardedRequest& sr, const Tensor& x, cons
   std::vector<Tensor> vs(idx(P));
   for (int r = 0; r < P; ++r) {
     RankScope scope(*group_, r);
-    vs[idx(r)] = rank(r).output_layer(h[idx(r)]);
+    vs[idx(r)] = rank(r).output_layer(sr.shards[idx(r)].ops, h[idx(r)]);
     h[idx(r)] = Tensor();
     batch.push_back({r, 0, vs[idx(r)], v.rows(sr.plan.begin(r), sr.plan.end(r))});
   }
@@ -313,9 +314,9 @@ void SequenceParallel::self_attention(int block, const ShardedRequest& sr, std::
     attn[idx(s)] = bf16(s, Tg, Cp);
     RankScope scope(*group_, s);
     const Tensor& in = heads[idx(s)];
-    attention::sdpa_varlen(RowView{in, 0, Tg, Cp, 3 * Cp}, sr.layouts[idx(s)],
-                           RowView{in, Cp, Tg, Cp, 3 * Cp}, RowView{in, 2 * Cp, Tg, Cp, 3 * Cp},
-                           sr.layouts[idx(s)], Hp, D, rank(s).attention_scale(), attn[idx(s)]);
+    ops::sdpa(sr.shards[idx(s)].ops, RowView{in, 0, Tg, Cp, 3 * Cp}, sr.layouts[idx(s)],
+              RowView{in, Cp, Tg, Cp, 3 * Cp}, RowView{in, 2 * Cp, Tg, Cp, 3 * Cp},
+              sr.layouts[idx(s)], Hp, D, rank(s).attention_scale(), attn[idx(s)]);
     heads[idx(s)] = Tensor();
   }
 

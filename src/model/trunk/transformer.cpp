@@ -5,14 +5,15 @@
 #include <cstdint>
 
 #include "core/error.h"
-#include "gemm/linear.h"
 #include "kernels/elementwise.h"
 #include "kernels/embedding.h"
 #include "kernels/layernorm.h"
 #include "ops/gated_residual_add.h"
+#include "ops/linear.h"
 #include "ops/linear_gelu.h"
 #include "ops/modulated_layernorm.h"
 #include "ops/qk_rmsnorm_rope.h"
+#include "ops/sdpa.h"
 #include "payload/payload.h"
 
 namespace s3d::model {
@@ -34,9 +35,9 @@ RowView chunk(const Tensor& mod, ModulationChunk k, int64_t C) {
 Tensor bf16_empty(Shape s, Device dev) { return Tensor::empty(s, DType::BF16, dev); }
 
 // y = x W^T + b in bf16, [rows of x, out_features of W].
-Tensor project(const Tensor& x, const Linear& l) {
+Tensor project(const ops::OpPlan& plan, const Tensor& x, const Linear& l) {
   Tensor y = bf16_empty({x.size(0), l.weight.size(0)}, x.device());
-  gemm::linear(x, l.weight, l.bias_or_null(), y);
+  ops::linear(plan, x, l.weight, l.bias_or_null(), y);
   return y;
 }
 
@@ -211,13 +212,13 @@ Tensor Transformer::forward(const Request& req, const Tensor& x, const Tensor& t
   // The t-only part: every block's modulation (precomputed per step with step_tables).
   Modulation computed;
   if (mod == nullptr) {
-    computed = modulation(t1000);
+    computed = modulation(req.ops, t1000);
     mod = &computed;
   }
   // The block takes h by value: its input dies inside it, as soon as it is last read.
   for (int i = 0; i < config().num_blocks; ++i)
     h = block(i, req, std::move(h), mod->blocks[static_cast<size_t>(i)], cond, null);
-  return output_layer(h);
+  return output_layer(req.ops, h);
 }
 
 Tensor Transformer::embed_input(const Request& req, const Tensor& x) const {
@@ -234,7 +235,8 @@ Tensor Transformer::embed_input(const Request& req, const Tensor& x) const {
     kernels::copy_rows(RowView::of(req.concat_cond), right);
   }
   Tensor h32 = Tensor::empty({T, C}, DType::F32, dev);
-  gemm::linear(feats, weights_.input_layer.weight, weights_.input_layer.bias_or_null(), h32);
+  ops::linear(req.ops, feats, weights_.input_layer.weight, weights_.input_layer.bias_or_null(),
+              h32);
   if (req.position_f32.defined()) {
     // The dense model's APE: added to the fp32 output, one rounding (docs/DENSE_MODEL.md).
     Tensor sum32 = Tensor::empty({T, C}, DType::F32, dev);
@@ -254,7 +256,7 @@ Tensor Transformer::embed_input(const Request& req, const Tensor& x) const {
   return sum;
 }
 
-Tensor Transformer::output_layer(const Tensor& h) const {
+Tensor Transformer::output_layer(const ops::OpPlan& plan, const Tensor& h) const {
   const ModelConfig& c = config();
   const int64_t T = h.size(0), C = c.model_channels;
   const Device dev = device_;
@@ -263,11 +265,11 @@ Tensor Transformer::output_layer(const Tensor& h) const {
   Tensor on = Tensor::empty({T, C}, DType::F32, dev);
   kernels::layer_norm(o32, nullptr, nullptr, kOutNormEps, on);
   Tensor v = Tensor::empty({T, c.out_channels}, DType::F32, dev);
-  gemm::linear(on, weights_.out_layer.weight, weights_.out_layer.bias_or_null(), v);
+  ops::linear(plan, on, weights_.out_layer.weight, weights_.out_layer.bias_or_null(), v);
   return v;
 }
 
-Modulation Transformer::modulation(const Tensor& t1000) const {
+Modulation Transformer::modulation(const ops::OpPlan& plan, const Tensor& t1000) const {
   const ModelConfig& c = config();
   const int64_t C = c.model_channels;
   check_tensor(t1000, "modulation t", DType::F32, {t1000.numel()});
@@ -278,11 +280,12 @@ Modulation Transformer::modulation(const Tensor& t1000) const {
   Tensor freq = Tensor::empty({B, 256}, DType::F32, dev);
   kernels::timestep_embedding(t1000, freq);
   Tensor a = Tensor::empty({B, C}, DType::F32, dev);
-  gemm::linear(freq, weights_.t_embedder_fc1.weight, weights_.t_embedder_fc1.bias_or_null(), a);
+  ops::linear(plan, freq, weights_.t_embedder_fc1.weight, weights_.t_embedder_fc1.bias_or_null(),
+              a);
   Tensor a_act = Tensor::empty({B, C}, DType::F32, dev);
   kernels::silu(a, a_act);
   Tensor t_emb = Tensor::empty({B, C}, DType::F32, dev);
-  gemm::linear(a_act, weights_.t_embedder_fc2.weight, weights_.t_embedder_fc2.bias_or_null(),
+  ops::linear(plan, a_act, weights_.t_embedder_fc2.weight, weights_.t_embedder_fc2.bias_or_null(),
                t_emb);
 
   Tensor mod_shared, t_emb_bf16;
@@ -290,7 +293,7 @@ Modulation Transformer::modulation(const Tensor& t1000) const {
     Tensor s = Tensor::empty({B, C}, DType::F32, dev);
     kernels::silu(t_emb, s);
     Tensor m32 = Tensor::empty({B, 6 * C}, DType::F32, dev);
-    gemm::linear(s, weights_.adaLN_modulation.weight, weights_.adaLN_modulation.bias_or_null(),
+    ops::linear(plan, s, weights_.adaLN_modulation.weight, weights_.adaLN_modulation.bias_or_null(),
                  m32);
     mod_shared = Tensor::empty({B, 6 * C}, DType::BF16, dev);
     kernels::cast(m32, mod_shared);
@@ -310,21 +313,22 @@ Modulation Transformer::modulation(const Tensor& t1000) const {
     } else {
       Tensor s = bf16({B, C});
       kernels::silu(t_emb_bf16, s);
-      gemm::linear(s, bw.adaLN_modulation.weight, bw.adaLN_modulation.bias_or_null(), mod);
+      ops::linear(plan, s, bw.adaLN_modulation.weight, bw.adaLN_modulation.bias_or_null(), mod);
     }
     out.blocks.push_back(std::move(mod));
   }
   return out;
 }
 
-ModulationTable Transformer::modulation_table(const Tensor& t1000) const {
+ModulationTable Transformer::modulation_table(const ops::OpPlan& plan,
+                                              const Tensor& t1000) const {
   S3D_CHECK(t1000.defined() && t1000.ndim() == 2 && t1000.dtype() == DType::F32 &&
                 t1000.size(0) >= 1 && t1000.size(1) >= 1,
             "modulation table: t must be f32 [steps, rows], got ", t1000.describe());
   const int64_t S = t1000.size(0), R = t1000.size(1);
   const ModelConfig& c = config();
   // One call over every step's rows: each block's modulation [S * R, 6C], step-major.
-  const Modulation all = modulation(t1000.reshape({S * R}));
+  const Modulation all = modulation(plan, t1000.reshape({S * R}));
   ModulationTable tab;
   tab.num_blocks = c.num_blocks;
   tab.rows = static_cast<int>(R);
@@ -359,7 +363,7 @@ Tensor Transformer::self_attention(const BlockWeights& w, const Request& req, co
   const int H = c.num_heads, D = c.head_dim();
   Tensor attn_in = attention_input(w, req, x, mod);
   Tensor attn = bf16_empty({T, C}, device_);
-  attention::sdpa_varlen(RowView{attn_in, 0, T, C, 3 * C}, req.tokens_layout,
+  ops::sdpa(req.ops, RowView{attn_in, 0, T, C, 3 * C}, req.tokens_layout,
                          RowView{attn_in, C, T, C, 3 * C}, RowView{attn_in, 2 * C, T, C, 3 * C},
                          req.tokens_layout, H, D, attention_scale(), attn);
   attn_in = Tensor();
@@ -378,7 +382,7 @@ Tensor Transformer::attention_input(const BlockWeights& w, const Request& req, c
   Tensor hm = bf16_empty({T, C}, device_);
   ops::modulated_layernorm(req.ops, x, chunk(mod, kShiftMsa, C), chunk(mod, kScaleMsa, C),
                            req.batch_index, kBlockNormEps, hm);
-  Tensor qkv = project(hm, w.self_attn.to_qkv);
+  Tensor qkv = project(req.ops, hm, w.self_attn.to_qkv);
   hm = Tensor();
   const bool rope = c.pe_mode == "rope";
   const Tensor* q_gamma = c.qk_rms_norm ? &w.self_attn.q_rms_gamma : nullptr;
@@ -393,7 +397,7 @@ Tensor Transformer::attention_input(const BlockWeights& w, const Request& req, c
 Tensor Transformer::attention_output(const BlockWeights& w, const Request& req, const Tensor& x,
                                      Tensor attn, const Tensor& mod) const {
   const int64_t T = req.tokens, C = config().model_channels;
-  Tensor sa = project(attn, w.self_attn.to_out);
+  Tensor sa = project(req.ops, attn, w.self_attn.to_out);
   attn = Tensor();
   Tensor out = bf16_empty({T, C}, device_);
   ops::gated_residual_add(req.ops, x, sa, chunk(mod, kGateMsa, C), req.batch_index, out);
@@ -432,7 +436,7 @@ void Transformer::mlp_rows(int i, const BlockWeights& w, const Request& req, con
   Tensor ug = bf16_empty({T, c.mlp_hidden()}, device_);
   ops::linear_gelu(req.ops, hm, w.mlp.fc1.weight, w.mlp.fc1.bias_or_null(), ug);
   hm = Tensor();
-  Tensor mo = project(ug, w.mlp.fc2);
+  Tensor mo = project(req.ops, ug, w.mlp.fc2);
   ug = Tensor();
   ops::gated_residual_add(req.ops, x, mo, chunk(mod, kGateMlp, C), batch_index, out);
 }

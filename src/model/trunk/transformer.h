@@ -72,9 +72,10 @@ class Transformer {
   // The t-only part of a forward over B = t1000.numel() assets: timestep embedding, the
   // t_embedder MLP, the shared adaLN (or each block's) and every block's modulation, with the
   // forward's ops and shapes.
-  Modulation modulation(const Tensor& t1000) const;
+  // `plan`: the request's op plan (its GEMMs are the `linear` op's).
+  Modulation modulation(const ops::OpPlan& plan, const Tensor& t1000) const;
   // The same for a whole schedule, t1000 f32 [steps, rows], in one call (see ModulationTable).
-  ModulationTable modulation_table(const Tensor& t1000) const;
+  ModulationTable modulation_table(const ops::OpPlan& plan, const Tensor& t1000) const;
 
   // The condition-side transform of block `block` on cond2d bf16 [BL, cond_channels]: to_kv
   // ([BL, 2C], V in columns C..2C) and, with qk_rms_norm_cross, K's RMSNorm ([BL, H, D];
@@ -83,9 +84,9 @@ class Transformer {
   struct CrossKV {
     Tensor kv, k_normed;
   };
-  CrossKV condition_kv(int block, const Tensor& cond2d) const;
+  CrossKV condition_kv(const ops::OpPlan& plan, int block, const Tensor& cond2d) const;
   // cond_kv_cache: condition_kv of every block for tokens bf16 [B, L, cond_channels].
-  CondKV precompute_cond_kv(const Tensor& tokens) const;
+  CondKV precompute_cond_kv(const ops::OpPlan& plan, const Tensor& tokens) const;
 
   // Bytes of device memory one forward over `tokens` tokens and `batch` assets needs beyond
   // the weights with these flags (an estimate from the shapes the block holds at its worst
@@ -137,7 +138,7 @@ class Transformer {
   // Input layer (fp32, cast to bf16), plus the absolute position embedding in ape mode.
   Tensor embed_input(const Request& req, const Tensor& x) const;
   // Final LayerNorm (fp32, no affine) and the fp32 out_layer.
-  Tensor output_layer(const Tensor& h) const;
+  Tensor output_layer(const ops::OpPlan& plan, const Tensor& h) const;
 
   // Block i: x + self-attention, + cross-attention, + MLP; mod is its bf16 [B, 6C].
   Tensor block(int i, const Request& req, Tensor x, const Tensor& mod,
