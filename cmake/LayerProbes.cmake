@@ -48,6 +48,11 @@ sparse3d_layer_probe(kernels_includes_parallel sparse3d_kernels "parallel/group.
 sparse3d_layer_probe(bench_includes_model sparse3d_bench "model/trunk/transformer.h" FORBIDDEN)
 sparse3d_layer_probe(apps_includes_model sparse3d_cli "model/checkpoint.h" FORBIDDEN)
 sparse3d_layer_probe(apps_includes_contract sparse3d_cli "contract/fingerprint.h" FORBIDDEN)
+# The bench's op table is its own (PRIVATE_DEPS): the command reaches neither it nor what is
+# under it (kernels, gemm, attention) through the bench.
+sparse3d_layer_probe(apps_includes_ops sparse3d_cli "ops/op.h" FORBIDDEN)
+sparse3d_layer_probe(apps_includes_kernels sparse3d_cli "kernels/elementwise.h" FORBIDDEN)
+sparse3d_layer_probe(apps_includes_gemm sparse3d_cli "gemm/linear.h" FORBIDDEN)
 if(TARGET sparse3d_native)
   sparse3d_layer_probe(python_includes_core sparse3d_native "core/tensor.h" FORBIDDEN)
 endif()
@@ -61,6 +66,8 @@ sparse3d_layer_probe(sampler_includes_flags_h sparse3d_sampler "sparse3d/flags.h
 sparse3d_layer_probe(sampler_includes_model sparse3d_sampler "model/trunk/transformer.h" ALLOWED)
 sparse3d_layer_probe(bench_includes_engine_h sparse3d_bench "sparse3d/engine.h" ALLOWED)
 sparse3d_layer_probe(apps_includes_bench sparse3d_cli "bench/report.h" ALLOWED)
+sparse3d_layer_probe(apps_includes_kernel_bench sparse3d_cli "bench/kernel_bandwidth.h" ALLOWED)
+sparse3d_layer_probe(bench_includes_ops sparse3d_bench "ops/bandwidth.h" ALLOWED)
 
 # A relative include ("../sampler/sampler.h") is found beside the including file, before any
 # include root: src/ and include/ must have none. The second test runs the same scan over a

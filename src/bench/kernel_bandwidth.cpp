@@ -3,22 +3,25 @@
 #include <sstream>
 
 #include "bench/format.h"
+#include "core/error.h"
+#include "ops/bandwidth.h"
 
 namespace s3d::bench {
 
-ops::KernelBandwidth measure_kernel_bandwidth(const sparse3d::ModelInfo& model,
-                                              const std::vector<int64_t>& tokens) {
+std::shared_ptr<const ops::KernelBandwidth> measure_kernel_bandwidth(
+    const sparse3d::ModelInfo& model, const std::vector<int64_t>& tokens) {
   ops::OpShape dims;
   dims.heads = model.num_heads;
   dims.head_dim = model.model_channels / model.num_heads;
   dims.hidden = model.mlp_hidden;
-  return ops::measure_bandwidth(dims, tokens);
+  return std::make_shared<const ops::KernelBandwidth>(ops::measure_bandwidth(dims, tokens));
 }
 
 double gbps(double bytes, double seconds) { return seconds > 0 ? bytes / seconds / 1e9 : 0; }
 
 std::string to_markdown(const KernelBandwidthReport& r) {
-  const ops::KernelBandwidth& m = r.measured;
+  S3D_CHECK(r.measured != nullptr, "bench-kernels: the report holds no measurement");
+  const ops::KernelBandwidth& m = *r.measured;
   const double copy = gbps(m.copy_bytes, m.copy_seconds);
   std::ostringstream o;
   o << "# sparse3d bench-kernels, " << r.date << "\n\n";
@@ -59,7 +62,8 @@ std::string to_markdown(const KernelBandwidthReport& r) {
 
 io::Json to_json(const KernelBandwidthReport& r) {
   io::Json rows = io::Json::array();
-  const ops::KernelBandwidth& m = r.measured;
+  S3D_CHECK(r.measured != nullptr, "bench-kernels: the report holds no measurement");
+  const ops::KernelBandwidth& m = *r.measured;
   const double copy = gbps(m.copy_bytes, m.copy_seconds);
   for (const auto& row : m.rows)
     rows.push_back({{"op", row.op}, {"candidate", row.candidate}, {"role", row.role},

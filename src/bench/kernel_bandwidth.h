@@ -6,19 +6,25 @@
 // memory-bound kernel below 70% of the copy rate needs a reason in the report.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "io/json.h"
-#include "ops/bandwidth.h"
 #include "sparse3d/engine.h"
+
+// What the op table measured (ops/bandwidth.h). Named, not included: the command that holds a
+// report reaches no layer under the bench (the op table, the kernels) through this header.
+namespace s3d::ops {
+struct KernelBandwidth;
+}
 
 namespace s3d::bench {
 
 struct KernelBandwidthReport {
   std::string date;  // ISO 8601, UTC
   io::Json fingerprint;
-  ops::KernelBandwidth measured;
+  std::shared_ptr<const ops::KernelBandwidth> measured;
 };
 
 // GB/s of `bytes` moved in `seconds` (0 when nothing was timed).
@@ -26,8 +32,8 @@ double gbps(double bytes, double seconds);
 
 // Measures every op of the table at the engine model's shapes (its heads, head dim and MLP
 // width), on the GPU.
-ops::KernelBandwidth measure_kernel_bandwidth(const sparse3d::ModelInfo& model,
-                                              const std::vector<int64_t>& tokens);
+std::shared_ptr<const ops::KernelBandwidth> measure_kernel_bandwidth(
+    const sparse3d::ModelInfo& model, const std::vector<int64_t>& tokens);
 
 std::string to_markdown(const KernelBandwidthReport& r);
 io::Json to_json(const KernelBandwidthReport& r);

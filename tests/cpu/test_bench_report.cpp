@@ -8,6 +8,7 @@
 #include "bench/figures.h"
 #include "bench/kernel_bandwidth.h"
 #include "bench/report.h"
+#include "ops/bandwidth.h"
 #include "bench_test_util.h"
 #include "io_test_util.h"
 
@@ -277,15 +278,17 @@ TEST(BenchReport, WritesTheThreeFiles) {
 TEST(BenchReport, BenchKernelsReportNamesTheToleranceTarget) {
   bench::KernelBandwidthReport r;
   r.date = "2026-11-30T00:00:00Z";
-  r.measured.copy_bytes = 2e9;
-  r.measured.copy_seconds = 5e-4;
-  r.measured.rows.push_back(
+  auto m = std::make_shared<ops::KernelBandwidth>();
+  r.measured = m;
+  m->copy_bytes = 2e9;
+  m->copy_seconds = 5e-4;
+  m->rows.push_back(
       {"modulated_layernorm", "modulated_layernorm", "bitwise", 30227, 1.9e8, 1.7e-4, ""});
   EXPECT_EQ(bench::to_markdown(r).find("Role \"tolerance\""), std::string::npos);
-  r.measured.rows.push_back(
+  m->rows.push_back(
       {"modulated_layernorm", "fast_modulated_layernorm", "tolerance", 30227, 1.9e8, 5e-5, ""});
-  r.measured.rows.push_back({"qk_rmsnorm_rope", "fast_qk_rmsnorm_rope", "tolerance", 30227, 1.9e8,
-                             0, "head_dim 264 exceeds 256"});
+  m->rows.push_back({"qk_rmsnorm_rope", "fast_qk_rmsnorm_rope", "tolerance", 30227, 1.9e8, 0,
+                     "head_dim 264 exceeds 256"});
   const std::string md = bench::to_markdown(r);
   EXPECT_NE(md.find("| modulated_layernorm | fast_modulated_layernorm | tolerance | 30,227 |"),
             std::string::npos)
