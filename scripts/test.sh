@@ -4,7 +4,7 @@
 # wheel (scripts/check_wheel.sh: the CUDA 13 / Python 3.12 wheel built, installed into a
 # clean virtual environment, `python -m sparse3d_engine`, the Python suite against it, then
 # again with PyTorch next to it), and a bounded fuzz run of every parser. GPU tests are a separate executable run on a GPU
-# machine (scripts/device/gpu_final.sh).
+# machine (scripts/device/run.sh unit).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export BUILD_DIR=${BUILD_DIR:-build}

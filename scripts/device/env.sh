@@ -7,6 +7,8 @@ export LD_LIBRARY_PATH="$CUDNN_SITE/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:
 export OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
+# Carried binaries in build/bin; else those the build suite made on the device (build-dev).
+[ -z "${BIN:-}" ] && [ ! -x build/bin/sparse3d ] && [ -x build-dev/bin/sparse3d ] && BIN=build-dev/bin
 BIN=${BIN:-build/bin}
 # The GLB export's libraries (meshoptimizer, libwebp, libpng), which the GPU image lacks:
 # Debian's packages unpacked into .deps/devsys by scripts/device/make_devsys.sh, carried; on

@@ -1,5 +1,5 @@
 // The CPU backend against golden outputs of the PyTorch oracle (tools/torch_ref) run on an
-// H200 (tests/data/golden, made by scripts/device/gpu_check.sh golden). Same checkpoint,
+// H200 (tests/data/golden, made by scripts/device/run.sh parity:golden). Same checkpoint,
 // payloads and noise; the oracle used cuDNN/cuBLAS in bf16, the CPU backend plain loops, so
 // the contract is a tolerance: relative L2 <= 1e-2 for the first forward and <= 3e-2 for
 // the latent after the last step (the engine-vs-oracle bounds of docs/CONTRACTS.md).

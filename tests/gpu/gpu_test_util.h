@@ -24,7 +24,7 @@
   do {                                                                                      \
     if (!::s3d::cuda_available())                                                           \
       GTEST_SKIP() << "no CUDA device here: the GPU kernel tests run on a GPU machine "     \
-                      "(scripts/device/gpu_final.sh)";                                      \
+                      "(scripts/device/run.sh unit)";                                      \
   } while (0)
 
 namespace s3d::test {

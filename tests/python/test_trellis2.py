@@ -2,7 +2,7 @@
 `models` dict (the five flow models) and flow samplers, SparseTensors of NumPy arrays, dense
 volumes for the sparse-structure model, and "original" modules that record their calls (CI
 has no torch; the H200 runs the drop-in against the PyTorch oracle:
-scripts/device/python_package.sh)."""
+scripts/device/run.sh python:package)."""
 import numpy as np
 import pytest
 

@@ -1,5 +1,5 @@
 """The installed sparse3d package on a GPU, against the CLI and the PyTorch oracle
-(scripts/device/python_package.sh runs it after `pip install` of the wheel):
+(scripts/device/run.sh python:package runs it after `pip install` of the wheel):
 
 1. Python `Engine.sample()` and the TRELLIS.2 drop-in's whole loop (the pipeline's sampler
    over the accelerated model) against `sparse3d run`'s latents for the same path, bit for
