@@ -3,10 +3,10 @@
 CPU backend, every case in a subprocess of its own, in a temporary folder of its own, and
 every outcome classified mechanically against the case's declared expectation.
 
-  python3 tools/hostile_run.py --build build --label before [--jobs 2] [--filter SUBSTR]
+  python3 tests/hostile/hostile_run.py --build build --label before [--jobs 2] [--filter SUBSTR]
                                [--timeout 20] [--out bench/results/hostile-inputs/DATE-LABEL]
                                [--program sparse3d|python]
-  python3 tools/hostile_run.py --compare A.json B.json
+  python3 tests/hostile/hostile_run.py --compare A.json B.json
 
 --program python runs every command-line case through `python -m sparse3d_engine` (the
 package's entry point, which runs the same C++ command line through the native module)
@@ -54,7 +54,7 @@ import time
 
 import numpy as np
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 GIB = 1 << 30
 
 CORRECT = {"refused", "accepted"}
@@ -1837,7 +1837,7 @@ def mode_cases(ctx):
                                       "a00-sphere-1", "--device", "cpu", "--steps", "1", "--out", "out",
                                       "--cache-dir", "qc"]),
         ("bench-report", ["bench-report", "--result", ctx.bench_json, "--out", "rep"]),
-        ("bench --replot", ["bench", "--replot", ctx.bench_json, "--svg", "fig.svg", "--md", "r.md"]),
+        ("bench --replot", ["bench", "--replot", ctx.bench_json, "--md", "r.md"]),
     ]:
         cases.append(Case("file-modes", label, "valid", "cli", argv=argv, check_modes=True))
     cases.append(Case("file-modes", "python make_synthetic_checkpoint", "valid", "py",
@@ -1858,7 +1858,7 @@ def summarize(results, label, build, seconds):
     used = [c for c in CLASSES if any(r["outcome"] == c for r in results)]
     lines = ["# Hostile-input run: %s" % label, "",
              "%d cases, build `%s`, %.0f s. Correct outcomes: refused (an invalid input, one clear "
-             "error), accepted (a valid input that ran). Made by tools/hostile_run.py; the classes "
+             "error), accepted (a valid input that ran). Made by tests/hostile/hostile_run.py; the classes "
              "are described in its docstring and in docs/RELIABILITY.md." % (len(results), build, seconds), "",
              "| family | cases | " + " | ".join(used) + " | slow_refusal | large_allocation |",
              "|---" * (len(used) + 4) + "|"]
