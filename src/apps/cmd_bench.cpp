@@ -35,37 +35,35 @@ struct BenchArgs {
   std::string out = "bench/results", stem;
   std::string protocol = "both", device = "cuda";
   bool no_torch = false;
-  std::string replot, replot_svg, replot_md;  // --replot: re-render a saved result
+  std::string replot, replot_md;  // --replot: re-render a saved result's markdown
 };
 
-// --replot FILE.json: the figure (and with --md the markdown) of a saved result, rendered
-// again by this build from the JSON alone: nothing is measured and no GPU is needed. The
-// JSON itself is left as it is.
+// How to draw the figure of a result: the bench writes JSON and markdown, and the figure is
+// matplotlib's (tools/bench_figure.py, docs/BENCHMARK.md "The figure").
+void print_figure_hint(const std::string& json_path) {
+  std::printf("figure: python3 tools/bench_figure.py %s  (matplotlib; writes %s)\n",
+              json_path.c_str(),
+              std::filesystem::path(json_path).replace_extension(".png").string().c_str());
+}
+
+// --replot FILE.json: the markdown report of a saved result, rendered again by this build
+// from the JSON alone: nothing is measured and no GPU is needed. The JSON itself is left as
+// it is.
 void add_replot_options(CLI::App* sub, BenchArgs& a) {
   auto* replot = sub->add_option("--replot", a.replot,
-                                 "Re-render the SVG figure of a saved bench result JSON (no "
-                                 "GPU; nothing is measured, the JSON is not rewritten)");
-  sub->add_option("--svg", a.replot_svg, "With --replot: the SVG to write (default: FILE.svg)")
-      ->needs(replot);
-  sub->add_option("--md", a.replot_md,
-                  "With --replot: also write the markdown report here (default: none)")
+                                 "Re-render the markdown report of a saved bench result JSON "
+                                 "(no GPU; nothing is measured, the JSON is not rewritten)");
+  sub->add_option("--md", a.replot_md, "With --replot: the markdown to write (default: FILE.md)")
       ->needs(replot);
 }
 
 int replot(const BenchArgs& a) {
   const bench::BenchResult r = bench::result_from_json(io::read_json_file(a.replot), a.replot);
-  // Everything is rendered before the first write, so an error leaves no partial set.
-  std::string svg_path = a.replot_svg;
-  if (svg_path.empty())
-    svg_path = std::filesystem::path(a.replot).replace_extension(".svg").string();
-  const std::string svg = bench::to_svg(r);
-  const std::string md = a.replot_md.empty() ? "" : bench::to_markdown(r);
-  io::write_file_atomic(svg_path, svg);
-  std::printf("wrote %s\n", svg_path.c_str());
-  if (!a.replot_md.empty()) {
-    io::write_file_atomic(a.replot_md, md);
-    std::printf("wrote %s\n", a.replot_md.c_str());
-  }
+  std::string md_path = a.replot_md;
+  if (md_path.empty()) md_path = std::filesystem::path(a.replot).replace_extension(".md").string();
+  io::write_file_atomic(md_path, bench::to_markdown(r));
+  std::printf("wrote %s\n", md_path.c_str());
+  print_figure_hint(a.replot);
   return 0;
 }
 
@@ -213,8 +211,9 @@ Command add_bench(CLI::App& app) {
     });
     const std::string stem = stem_of(r);
     bench::write_report_files(r, a->out, stem);
-    std::printf("\n%s\nwrote %s/%s.{json,md,svg}\n", bench::to_markdown(r).c_str(),
+    std::printf("\n%s\nwrote %s/%s.{json,md}\n", bench::to_markdown(r).c_str(),
                 a->out.c_str(), stem.c_str());
+    print_figure_hint((std::filesystem::path(a->out) / (stem + ".json")).string());
     return 0;
   };
 }
@@ -357,8 +356,9 @@ Command add_bench_report(CLI::App& app) {
     }
     std::string stem = a->stem.empty() ? std::filesystem::path(a->result).stem().string() : a->stem;
     bench::write_report_files(r, a->out, stem);
-    std::printf("%s\nwrote %s/%s.{json,md,svg}\n", bench::to_markdown(r).c_str(), a->out.c_str(),
+    std::printf("%s\nwrote %s/%s.{json,md}\n", bench::to_markdown(r).c_str(), a->out.c_str(),
                 stem.c_str());
+    print_figure_hint((std::filesystem::path(a->out) / (stem + ".json")).string());
     return 0;
   };
 }

@@ -1,4 +1,4 @@
-// to_json and the files; to_markdown is in report_markdown.cpp, to_svg in report_svg.cpp.
+// to_json and the files; to_markdown is in report_markdown.cpp.
 #include "bench/report.h"
 
 #include <filesystem>
@@ -249,10 +249,8 @@ void write_report_files(const BenchResult& r, const std::string& out_dir, const 
   const std::string json =
       to_json(r).dump(2, ' ', false, io::Json::error_handler_t::replace) + "\n";
   const std::string md = to_markdown(r);
-  const std::string svg = to_svg(r);
   write_text(base + ".json", json);
   write_text(base + ".md", md);
-  write_text(base + ".svg", svg);
 }
 
 }  // namespace s3d::bench

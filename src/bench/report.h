@@ -1,5 +1,5 @@
-// The three files of `sparse3d bench`: JSON with every raw number and every derived
-// figure, a markdown report for a reader, and the latency-vs-tokens SVG plot.
+// The two files of `sparse3d bench`: JSON with every raw number and every derived figure,
+// and a markdown report for a reader (tools/bench_figure.py plots the JSON).
 #pragma once
 
 #include <string>
@@ -25,20 +25,8 @@ std::string to_markdown(const BenchResult& r);
 // protocols, and what the first requests did. Empty without first requests.
 std::string service_markdown(const BenchResult& r, const ServiceFigures& f);
 
-// The figure's title: line 1 the model (checkpoint file, shape where recorded, parameter
-// count), line 2 the protocol, sampler steps and CFG, the GPU and the date, each taken from
-// the result's settings and fingerprint; a field an older result lacks reads "not recorded".
-std::vector<std::string> figure_title(const BenchResult& r);
-
-// The figure (report_svg.cpp), under figure_title: one panel per kind of figure the result
-// has, each a line chart over active tokens when its assets have three or more token counts
-// and a bar chart per asset otherwise. In order: the service protocol's first requests;
-// latency (median of the repeats); peak device memory in use, with the PyTorch baseline's
-// where recorded; throughput against K = 1 (bench --batch); leave-one-out (bench --ablate).
-// Leave-one-out variants appear only in their panel; a path keeps its colour in every panel.
-std::string to_svg(const BenchResult& r);
-
-// Writes OUT_DIR/STEM.json, STEM.md and STEM.svg, creating OUT_DIR if needed.
+// Writes OUT_DIR/STEM.json and STEM.md, creating OUT_DIR if needed. The figure is drawn from
+// the JSON by tools/bench_figure.py (matplotlib; docs/BENCHMARK.md, "The figure").
 void write_report_files(const BenchResult& r, const std::string& out_dir, const std::string& stem);
 
 }  // namespace s3d::bench

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <map>
 
 #include "bench/environment.h"
@@ -15,6 +16,7 @@
 #include "core/cuda_util.h"
 #include "core/error.h"
 #include "core/fallback.h"
+#include "io/safetensors.h"
 #include "payload/payload.h"
 #include "sparse3d/diagnostics.h"
 #include "sparse3d/flags.h"
@@ -221,6 +223,22 @@ void check_options(Run& run) {
   }
 }
 
+// Where the weights came from, from the metadata of the checkpoint's NAME.safetensors:
+// {"generator": "sparse3d make-checkpoint", "seed": "1"} for synthetic weights (the figure
+// says "synthetic weights"), {} when the file records no generator, null when it cannot be read.
+io::Json weights_record(const std::string& checkpoint) {
+  try {
+    const auto st = std::filesystem::path(checkpoint).replace_extension(".safetensors");
+    const io::SafetensorsFile f = io::SafetensorsFile::open(st.string());
+    io::Json w = io::Json::object();
+    for (const char* key : {"generator", "seed"})
+      if (const auto it = f.metadata().find(key); it != f.metadata().end()) w[key] = it->second;
+    return w;
+  } catch (const s3d::Error&) {
+    return nullptr;
+  }
+}
+
 // The settings the result records.
 void make_settings(Run& run, const sparse3d::ModelInfo& model, bool cpu) {
   const BenchOptions& o = run.o;
@@ -246,6 +264,7 @@ void make_settings(Run& run, const sparse3d::ModelInfo& model, bool cpu) {
                               {"model_channels", model.model_channels},
                               {"num_heads", model.num_heads},
                               {"parameters", model.parameters}}}};
+  run.r.settings["weights"] = weights_record(o.checkpoint);
   if (o.protocol != Protocol::Repeated) {
     run.r.settings["service_warmup"] = run.warmup_what;
     run.r.settings["service_warmup_tokens"] = run.warmup_tokens;
