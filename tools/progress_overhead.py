@@ -18,6 +18,8 @@ import time
 
 import numpy as np
 
+import compact_json  # tools/ (this script's folder): the bench results' JSON layout
+
 import sparse3d_engine as s3d
 
 
@@ -84,7 +86,7 @@ def main():
            "repeats": a.repeats, "rows": rows}
     if a.out:
         with open(a.out, "w") as f:
-            json.dump(doc, f, indent=1)
+            compact_json.dump(doc, f)
     print(f"bar: {bar}; path {engine.plan}; {a.steps} steps; median of {a.repeats}")
     print("| tokens | bar off, s | bar on, s | on / off |")
     print("|---:|---:|---:|---:|")

@@ -246,8 +246,7 @@ void write_report_files(const BenchResult& r, const std::string& out_dir, const 
   S3D_CHECK(!ec, "bench report: cannot create folder ", out_dir, ": ", ec.message());
   const std::string base = (std::filesystem::path(out_dir) / stem).string();
   // Everything is rendered before the first write, so an error leaves no partial set.
-  const std::string json =
-      to_json(r).dump(2, ' ', false, io::Json::error_handler_t::replace) + "\n";
+  const std::string json = io::dump_readable(to_json(r)) + "\n";
   const std::string md = to_markdown(r);
   write_text(base + ".json", json);
   write_text(base + ".md", md);

@@ -1,10 +1,12 @@
 #include "io/json.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <limits>
 #include <unordered_set>
+#include <vector>
 
 #include "core/error.h"
 
@@ -255,6 +257,90 @@ void check_known_keys(const Json& obj, const std::vector<std::string>& known,
     for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
     fail(what, ": unknown key '", key, "' (known keys: ", list, ")");
   }
+}
+
+namespace {
+
+constexpr size_t kReadableWidth = 100;
+
+bool is_scalar(const Json& v) { return !v.is_object() && !v.is_array(); }
+
+std::string compact_text(const Json& v) {
+  std::string text = v.dump(-1, ' ', false, Json::error_handler_t::replace);
+  if (!v.is_object() && !v.is_array()) {
+    return text;
+  }
+  // nlohmann's compact form has no space after ',' and ':'; one reads easier. Only the
+  // separators outside strings change.
+  std::string out;
+  out.reserve(text.size() + text.size() / 4);
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    out += c;
+    if (in_string) {
+      if (c == '\\' && i + 1 < text.size()) {
+        out += text[++i];
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == ',' || c == ':') {
+      out += ' ';
+    }
+  }
+  return out;
+}
+
+// Appends `v` to `out`, whose current line is `column` characters long so far. What fits on
+// the line stays on it; otherwise the entries (an object's "key": value, an array's elements)
+// that fit on a line share lines of about kReadableWidth characters and the others start lines
+// of their own. tools/compact_json.py writes the same layout.
+void dump_readable_into(const Json& v, int indent, int depth, size_t column, std::string& out) {
+  const std::string one_line = compact_text(v);
+  if (is_scalar(v) || v.empty() || column + one_line.size() <= kReadableWidth) {
+    out += one_line;
+    return;
+  }
+  const std::string pad(static_cast<size_t>(indent * (depth + 1)), ' ');
+  std::vector<std::string> entries;
+  const auto add = [&](const std::string& head, const Json& value) {
+    std::string text = head;
+    dump_readable_into(value, indent, depth + 1, pad.size() + head.size(), text);
+    entries.push_back(std::move(text));
+  };
+  if (v.is_object()) {
+    for (const auto& [key, value] : v.items()) add(compact_text(Json(key)) + ": ", value);
+  } else {
+    for (const Json& e : v) add("", e);
+  }
+  out += (v.is_object() ? "{\n" : "[\n") + pad;
+  size_t line = pad.size();
+  bool tall = false;  // the entry before spans lines
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const std::string& t = entries[i];
+    const size_t newline = t.rfind('\n');
+    const bool spans = newline != std::string::npos;
+    if (i > 0) {
+      const bool wrap = tall || spans || line + 2 + t.size() > kReadableWidth;
+      out += wrap ? ",\n" + pad : ", ";
+      line = wrap ? pad.size() : line + 2;
+    }
+    out += t;
+    line = spans ? t.size() - newline - 1 : line + t.size();
+    tall = spans;
+  }
+  out += "\n" + std::string(static_cast<size_t>(indent * depth), ' ') +
+         (v.is_object() ? "}" : "]");
+}
+
+}  // namespace
+
+std::string dump_readable(const Json& v, int indent) {
+  std::string out;
+  dump_readable_into(v, indent, 0, 0, out);
+  return out;
 }
 
 }  // namespace s3d::io

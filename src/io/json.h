@@ -37,6 +37,14 @@ std::string get_string_or(const Json& obj, const std::string& key, const std::st
 // A value as JSON text for error messages, cut to at most 80 characters.
 std::string excerpt(const Json& v);
 
+// `v` as text for a file a person may read: what fits on a line of about 100 characters stays
+// on it; in a larger object or array the entries that fit on a line share lines and the others
+// start lines of their own, indented by `indent` spaces per level; invalid UTF-8 replaced.
+// parse_json() reads it back to the same value; tools/compact_json.py writes the same layout.
+// (nlohmann's dump(n) puts every number of a sample array on a line of its own: the bench's
+// results were thousands of lines each.)
+std::string dump_readable(const Json& v, int indent = 1);
+
 // Throws unless `obj` is an object whose keys all appear in `known`; the message names the
 // first unknown key and lists the known ones. Strict readers call it before the getters.
 void check_known_keys(const Json& obj, const std::vector<std::string>& known,

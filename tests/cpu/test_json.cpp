@@ -4,8 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 
 #include "io_test_util.h"
 
@@ -149,6 +152,45 @@ TEST(JsonParse, ManyEmptyObjectsParseInLinearTime) {
   std::string deep(65, '['), close(65, ']');
   EXPECT_THROW(parse_json(deep + close, "deep"), Error);
   EXPECT_NO_THROW(parse_json(std::string(64, '[') + std::string(64, ']'), "deep enough"));
+}
+
+// dump_readable: the same value back, sample arrays on a few lines instead of one per number.
+TEST(Json, ReadableDumpReadsBackTheSameValueInFewLines) {
+  Json samples = Json::array();
+  for (int i = 0; i < 300; ++i) samples.push_back(0.001 * i + 1e-9 * i * i);
+  const Json v = {{"name", "bench \"x\""},
+                  {"empty_object", Json::object()},
+                  {"empty_array", Json::array()},
+                  {"samples", samples},
+                  {"rows", {{{"a", 1}, {"b", {true, nullptr, "s"}}}, {{"a", -2}}}},
+                  {"small", {{"a", 1}, {"b", "c,d:e"}}},
+                  {"big", uint64_t{18446744073709551615ull}}};
+  const std::string text = dump_readable(v);
+  EXPECT_EQ(parse_json(text, "readable"), v);
+  const auto lines = std::count(text.begin(), text.end(), '\n');
+  EXPECT_LT(lines, 80) << text;  // dump(2) takes over 300 lines for the samples alone
+  for (size_t start = 0; start < text.size();) {
+    const size_t end = std::min(text.find('\n', start), text.size());
+    EXPECT_LE(end - start, 110u) << text.substr(start, end - start);
+    start = end + 1;
+  }
+  EXPECT_NE(text.find("\"empty_object\": {}"), std::string::npos) << text;
+  EXPECT_NE(text.find("\"empty_array\": []"), std::string::npos) << text;
+  // What fits on a line stays on it; separators inside strings are left alone.
+  EXPECT_NE(text.find("\"small\": {\"a\": 1, \"b\": \"c,d:e\"}"), std::string::npos) << text;
+  // Invalid UTF-8 is replaced, as the bench's writer did with dump(2).
+  const Json bad = std::string("a\xff");
+  EXPECT_NO_THROW(parse_json(dump_readable(bad), "bad"));
+}
+
+// The C++ writer and tools/compact_json.py (tests/python/test_compact_json.py reads the same
+// file) lay a value out alike: tests/data/json_layout.json is that layout, byte for byte.
+TEST(Json, ReadableDumpIsTheLayoutThePythonWriterUses) {
+  const std::string path = std::string(SPARSE3D_TEST_DATA) + "/json_layout.json";
+  std::ifstream f(path, std::ios::binary);
+  ASSERT_TRUE(f) << path;
+  const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(dump_readable(parse_json(text, path)) + "\n", text);
 }
 
 }  // namespace

@@ -9,6 +9,9 @@ import os
 import re
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import compact_json  # noqa: E402  (tools/: the bench results' JSON layout)
+
 
 def ours_times(log_path):
     """Stage seconds printed by `sparse3d export-glb` (lines '  NAME   X.XXX s')."""
@@ -76,7 +79,7 @@ def main():
         print(f"- {tag}: sparse3d " + ", ".join(f"{k} {v:.2f}" for k, v in ours.items()) +
               ("; original " + ", ".join(f"{k} {v:.2f}" for k, v in orig.items()) if orig else ""))
     with open(os.path.join(res, "summary.json"), "w") as fh:
-        json.dump(detail, fh, indent=1)
+        compact_json.dump(detail, fh)
 
 
 if __name__ == "__main__":

@@ -101,6 +101,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import compact_json  # noqa: E402  (tools/: the bench results' JSON layout)
+
 # pipeline.models key -> (configs/gen file, original class). The checkout has no JSON for the
 # 1024 models; its "_ft1024" training configs are what they were fine-tuned from.
 MODEL_FILES = {
@@ -1019,7 +1022,7 @@ def write_outputs(json_path, table_path, result, text=None):
     if json_path:
         os.makedirs(os.path.dirname(os.path.abspath(json_path)), exist_ok=True)
         with open(json_path, "w") as f:
-            json.dump(result, f, indent=1, default=str)
+            compact_json.dump(json.loads(json.dumps(result, default=str)), f)
     if table_path and text is not None:
         with open(table_path, "w") as f:
             f.write(text + "\n")

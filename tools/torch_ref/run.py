@@ -22,6 +22,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import dense  # noqa: E402
 import io_formats  # noqa: E402
 from model import ModelConfig, SLatFlowModel  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import compact_json  # noqa: E402  (tools/: the bench results' JSON layout)
 from sampler import SamplerSettings, sample  # noqa: E402
 
 
@@ -387,7 +389,7 @@ def write_timing(a, device, settings, results, compile_info=None, warmup_request
     if compile_info is not None:
         doc["compile"] = compile_info
     with open(a.timing_json, "w") as f:
-        json.dump(doc, f, indent=1)
+        compact_json.dump(doc, f)
 
 
 class DevicePeak:
