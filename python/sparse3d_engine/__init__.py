@@ -276,6 +276,26 @@ def _pipeline_progress() -> bool:
         return False
 
 
+def _sample_hooks(callback: Optional[Callable[[int, float, Array], Any]], like: Array,
+                  bar: Any) -> Tuple[Optional[Callable], Optional[Callable]]:
+    """Engine.sample: the native loop's step callback (the user's, the latent in the inputs'
+    framework) and progress callback (the bar's), each None where there is none."""
+    on_step = None
+    if callback is not None:
+        def on_step(step, t, latent):
+            callback(step, t, _as_framework(latent, like))
+    on_progress = None
+    if bar is not None:
+        # Steps the device has finished, reported without making it wait (the host stays
+        # one step ahead); a bar never synchronises the loop, unlike a step callback.
+        shown = [0]
+
+        def on_progress(done, total):
+            bar.update(done - shown[0])
+            shown[0] = done
+    return on_step, on_progress
+
+
 def _progress_bar(progress, total, desc="Sampling"):
     """A tqdm bar of `total` steps, or None: progress None follows set_progress(), False is
     none, True a bar named `desc`, a string a bar of that name. None without tqdm."""
@@ -690,19 +710,7 @@ class Engine:
         settings = _sampler(sampler, self._sampler_preset)
         native_settings = settings._native()
         bar = _progress_bar(progress, native_settings["steps"])
-        on_step = None
-        if callback is not None:
-            def on_step(step, t, latent):
-                callback(step, t, _as_framework(latent, like))
-        on_progress = None
-        if bar is not None:
-            # Steps the device has finished, reported without making it wait (the host stays
-            # one step ahead); a bar never synchronises the loop, unlike a step callback.
-            shown = [0]
-
-            def on_progress(done, total):
-                bar.update(done - shown[0])
-                shown[0] = done
+        on_step, on_progress = _sample_hooks(callback, like, bar)
         try:
             with _routing(self._user_log):
                 r = self._e.sample(coords, cond, batch, noise=noise,

@@ -978,6 +978,66 @@ def _check_warm_up(pipeline, models, warm_up) -> None:
         raise Error(f"accelerate: warm_up runs on the pipeline's device, and {e}") from None
 
 
+def _replace_models(acc: Acceleration, table: dict, models: Sequence[str],
+                    checkpoints: Optional[Mapping[str, str]], pipeline_dir: Optional[str],
+                    path: Optional[str], engine_options: Mapping[str, Any],
+                    release_on_cpu: bool, share_weights: bool, release_workspace: bool,
+                    share_workspace: bool) -> None:
+    """accelerate(): puts an EngineFlowModel in `table` for each of `models` it can serve,
+    recording in acc.skipped why the others stay on PyTorch."""
+    for name in models:
+        module = table.get(name)
+        if module is None:
+            continue
+        if isinstance(module, EngineFlowModel):
+            acc.skipped[name] = "already accelerated"
+            continue
+        checkpoint = _checkpoint_for(name, module, checkpoints, pipeline_dir)
+        try:
+            if checkpoint:
+                with open(checkpoint) as f:
+                    config = json.load(f)
+                source = checkpoint
+            else:
+                config, source = config_of_module(module)
+            _check_config(config, source)
+        except (OSError, *_UNSERVABLE) as e:
+            acc.skipped[name] = _reason(e)
+            continue
+        table[name] = EngineFlowModel(name, module, config, source, checkpoint=checkpoint,
+                                      path=path, engine_options=engine_options,
+                                      release_on_cpu=release_on_cpu,
+                                      share_weights=share_weights,
+                                      release_workspace=release_workspace,
+                                      workspaces=acc.workspaces if share_workspace else None)
+        acc.models[name] = table[name]
+
+
+def _replace_samplers(acc: Acceleration, pipeline: Any, samplers: Sequence[str]) -> None:
+    """accelerate(): wraps each of the pipeline's `samplers` it can serve in an EngineSampler."""
+    for attr in samplers:
+        original = getattr(pipeline, attr, None)
+        if original is None or isinstance(original, EngineSampler):
+            continue
+        why = _sampler_refusal(original)
+        if why is not None:
+            acc.skipped[attr] = why
+            continue
+        wrapped = EngineSampler(attr, original)
+        setattr(pipeline, attr, wrapped)
+        acc.samplers[attr] = wrapped
+
+
+def _warm_up_replaced(acc: Acceleration, warm_up: Union[bool, str, Sequence[str]]) -> None:
+    """accelerate(warm_up=...): warms up the engines it asks for, once all is replaced."""
+    if warm_up is True:
+        acc.warm_up()
+    elif warm_up:
+        names = [warm_up] if isinstance(warm_up, str) else list(warm_up)
+        # A model left on PyTorch (acc.skipped says why) has no engine to warm up.
+        acc.warm_up(models=[n for n in names if n not in acc.skipped])
+
+
 def accelerate(pipeline: Any, path: Optional[str] = None, models: Sequence[str] = FLOW_MODELS,
                samplers: Sequence[str] = FLOW_SAMPLERS,
                checkpoints: Optional[Mapping[str, str]] = None,
@@ -1045,51 +1105,12 @@ def accelerate(pipeline: Any, path: Optional[str] = None, models: Sequence[str] 
     # Either the pipeline is accelerated as asked or left as it was: whatever raises on the
     # way (an interrupt, an engine that cannot be warmed up raising) puts back what was replaced.
     try:
-        for name in models:
-            module = table.get(name)
-            if module is None:
-                continue
-            if isinstance(module, EngineFlowModel):
-                acc.skipped[name] = "already accelerated"
-                continue
-            checkpoint = _checkpoint_for(name, module, checkpoints, pipeline_dir)
-            try:
-                if checkpoint:
-                    with open(checkpoint) as f:
-                        config = json.load(f)
-                    source = checkpoint
-                else:
-                    config, source = config_of_module(module)
-                _check_config(config, source)
-            except (OSError, *_UNSERVABLE) as e:
-                acc.skipped[name] = _reason(e)
-                continue
-            table[name] = EngineFlowModel(name, module, config, source, checkpoint=checkpoint,
-                                          path=path, engine_options=engine_options,
-                                          release_on_cpu=release_on_cpu,
-                                          share_weights=share_weights,
-                                          release_workspace=release_workspace,
-                                          workspaces=acc.workspaces if share_workspace else None)
-            acc.models[name] = table[name]
-        for attr in samplers:
-            original = getattr(pipeline, attr, None)
-            if original is None or isinstance(original, EngineSampler):
-                continue
-            why = _sampler_refusal(original)
-            if why is not None:
-                acc.skipped[attr] = why
-                continue
-            wrapped = EngineSampler(attr, original)
-            setattr(pipeline, attr, wrapped)
-            acc.samplers[attr] = wrapped
+        _replace_models(acc, table, models, checkpoints, pipeline_dir, path, engine_options,
+                        release_on_cpu, share_weights, release_workspace, share_workspace)
+        _replace_samplers(acc, pipeline, samplers)
         if export:
             _replace_to_glb(acc)
-        if warm_up is True:
-            acc.warm_up()
-        elif warm_up:
-            names = [warm_up] if isinstance(warm_up, str) else list(warm_up)
-            # A model left on PyTorch (acc.skipped says why) has no engine to warm up.
-            acc.warm_up(models=[n for n in names if n not in acc.skipped])
+        _warm_up_replaced(acc, warm_up)
     except BaseException:
         acc.restore()
         raise

@@ -116,67 +116,82 @@ void add_baseline_options(CLI::App* sub, BenchArgs& a) {
   sub->add_option("--python", a.o.python, "Python with torch for the baseline")->capture_default_str();
 }
 
-}  // namespace
+// The model, the payloads, the assets and the paths. The options that a measurement requires
+// are returned, so that the parse callback can check them (they are not required by CLI11
+// itself, as a replot needs none of them).
+struct InputOptions {
+  CLI::Option* checkpoint;
+  CLI::Option* manifest;
+  CLI::Option* paths;
+};
 
-Command add_bench(CLI::App& app) {
-  auto a = std::make_shared<BenchArgs>();
-  a->o.torch_script = "tools/torch_ref/run.py";
-  auto* sub = app.add_subcommand(
-      "bench", "Time whole denoise loops per path and asset (GPU), or --replot a saved result");
+InputOptions add_input_options(CLI::App* sub, BenchArgs& a) {
   auto* checkpoint =
-      sub->add_option("--checkpoint", a->o.checkpoint, "NAME.json (required unless --replot)");
-  auto* manifest = sub->add_option("--manifest", a->o.manifest,
+      sub->add_option("--checkpoint", a.o.checkpoint, "NAME.json (required unless --replot)");
+  auto* manifest = sub->add_option("--manifest", a.o.manifest,
                                    "Payload manifest.json (required unless --replot)");
-  sub->add_option("--assets", a->o.assets,
+  sub->add_option("--assets", a.o.assets,
                   "Asset names or sets (default | long-tail | all)")->capture_default_str();
   auto* paths = sub->add_option(
-      "--paths", a->o.paths,
+      "--paths", a.o.paths,
       "Execution paths, each optionally with +flag/-flag edits (the first is the reference; "
       "default: the library's default path, " + std::string(sparse3d::default_path()) +
           ", without cuda_graphs under --device cpu, as `sparse3d run`); paths: " +
           path_names() + "; flags: " + flag_names());
   paths->capture_default_str();
-  a->sampler.add_to(sub);
-  add_protocol_options(sub, *a);
-  sub->add_option("--warmup", a->o.warmup,
+  return {checkpoint, manifest, paths};
+}
+
+// The repeated protocol's warm-up loops and timed repeats, and the device memory budget.
+void add_loop_options(CLI::App* sub, BenchArgs& a) {
+  sub->add_option("--warmup", a.o.warmup,
                   "Repeated protocol: one-step warm-up loops per (path, asset), where no first "
                   "request ran; the PyTorch baseline's warm-up runs")
       ->transform(integer_in(0, 1000000))
       ->capture_default_str();
-  sub->add_option("--repeats", a->o.repeats, "Timed loops per (path, asset)")
+  sub->add_option("--repeats", a.o.repeats, "Timed loops per (path, asset)")
       ->transform(integer_in(1, 1000000))
       ->capture_default_str();
-  sub->add_option("--max-device-memory", a->o.max_device_memory_gib,
+  sub->add_option("--max-device-memory", a.o.max_device_memory_gib,
                   "GiB of device memory the engine may use (0 = all); a request that would "
                   "not fit drops cond_kv_cache, then batched_cfg (counted fallbacks)")
       ->check(number_in(0, 1 << 20));
-  add_ablation_options(sub, *a);
-  sub->add_option("--instrument-steps", a->o.instrument_steps,
+}
+
+// The instrumented loop and the null-context qualification ahead of the warm-up.
+void add_instrument_options(CLI::App* sub, BenchArgs& a) {
+  sub->add_option("--instrument-steps", a.o.instrument_steps,
                   "Steps of the instrumented loop, scaled to the whole loop (0 = all; needs "
                   "CFG on every step)")
       ->transform(integer_in(0, 10000))
       ->capture_default_str();
-  sub->add_option("--qualify-tokens", a->o.qualify_tokens,
+  sub->add_option("--qualify-tokens", a.o.qualify_tokens,
                   "Null-context qualification: tokens per CFG branch qualified ahead of the "
                   "warm-up (the engine qualifies every asset's own on its first request)")
       ->transform(integer_in(1, int64_t{1} << 30));
-  EngineFlags::add_qualify_m(sub, a->o.qualify_m);
-  add_device_options(sub, *a);
-  add_baseline_options(sub, *a);
-  sub->add_option("--out", a->out, "Folder for the report files")
+  EngineFlags::add_qualify_m(sub, a.o.qualify_m);
+}
+
+// Where the report files go, and the extra tables (batching, further comparisons).
+void add_output_options(CLI::App* sub, BenchArgs& a) {
+  sub->add_option("--out", a.out, "Folder for the report files")
       ->check(kNonEmptyPath)
       ->capture_default_str();
-  sub->add_option("--stem", a->stem, "Report file name stem (default bench-<date>)");
-  sub->add_option("--batch", a->o.batch_sizes,
+  sub->add_option("--stem", a.stem, "Report file name stem (default bench-<date>)");
+  sub->add_option("--batch", a.o.batch_sizes,
                   "Multi-asset batching: K values > 1; K copies of each asset packed into one "
                   "request (throughput table)")
       ->transform(integer_in(1, 64));
-  sub->add_option("--also-compare", a->o.also_compare,
+  sub->add_option("--also-compare", a.o.also_compare,
                   "Paths to compare every path with, besides the first (reduction and speedup)");
-  add_replot_options(sub, *a);
-  // A measurement needs the model and the payloads; a replot needs neither (a usage error
-  // either way, exit 2, as CLI11's own required options).
-  sub->parse_complete_callback([a, checkpoint, manifest, paths] {
+}
+
+// A measurement needs the model and the payloads; a replot needs neither (a usage error
+// either way, exit 2, as CLI11's own required options).
+void require_inputs_unless_replot(CLI::App* sub, const std::shared_ptr<BenchArgs>& a,
+                                  const InputOptions& in) {
+  sub->parse_complete_callback([a, checkpoint = in.checkpoint, manifest = in.manifest,
+                                paths = in.paths] {
     if (!a->replot.empty()) return;
     if (checkpoint->count() == 0) throw CLI::RequiredError("--checkpoint");
     if (manifest->count() == 0) throw CLI::RequiredError("--manifest");
@@ -187,34 +202,61 @@ Command add_bench(CLI::App& app) {
                         .disable(sparse3d::Flag::cuda_graphs)
                         .label()};
   });
+}
+
+// One measurement: the bench options resolved from the command line, the run, and its
+// report files.
+int run_measurement(const std::shared_ptr<BenchArgs>& a) {
+  bench::BenchOptions o = a->o;
+  o.sampler = a->sampler.resolve();
+  o.protocol = bench::parse_protocol(a->protocol);
+  o.device = a->device == "cpu" ? sparse3d::DeviceChoice::CPU : sparse3d::DeviceChoice::CUDA;
+  if (a->no_torch) o.torch_script.clear();
+  if (!o.torch_script.empty())
+    S3D_CHECK(std::filesystem::exists(o.torch_script), "--torch ", o.torch_script,
+              " not found (give the path of tools/torch_ref/run.py, or --no-torch)");
+  // The engine's figures are written as soon as they exist; a baseline that fails or
+  // runs out of time cannot lose them.
+  auto stem_of = [a](const bench::BenchResult& r) {
+    return a->stem.empty() ? "bench-" + r.date.substr(0, 10) : a->stem;
+  };
+  o.on_engine_done = [a, stem_of](const bench::BenchResult& r) {
+    bench::write_report_files(r, a->out, stem_of(r));
+  };
+  bench::BenchResult r = bench::run_bench(o, [](const std::string& line) {
+    std::printf("%s\n", line.c_str());
+    std::fflush(stdout);
+  });
+  const std::string stem = stem_of(r);
+  bench::write_report_files(r, a->out, stem);
+  std::printf("\n%s\nwrote %s/%s.{json,md}\n", bench::to_markdown(r).c_str(),
+              a->out.c_str(), stem.c_str());
+  print_figure_hint((std::filesystem::path(a->out) / (stem + ".json")).string());
+  return 0;
+}
+
+}  // namespace
+
+Command add_bench(CLI::App& app) {
+  auto a = std::make_shared<BenchArgs>();
+  a->o.torch_script = "tools/torch_ref/run.py";
+  auto* sub = app.add_subcommand(
+      "bench", "Time whole denoise loops per path and asset (GPU), or --replot a saved result");
+  // The options are registered in the order that --help lists them.
+  const InputOptions in = add_input_options(sub, *a);
+  a->sampler.add_to(sub);
+  add_protocol_options(sub, *a);
+  add_loop_options(sub, *a);
+  add_ablation_options(sub, *a);
+  add_instrument_options(sub, *a);
+  add_device_options(sub, *a);
+  add_baseline_options(sub, *a);
+  add_output_options(sub, *a);
+  add_replot_options(sub, *a);
+  require_inputs_unless_replot(sub, a, in);
   return [a]() {
     if (!a->replot.empty()) return replot(*a);
-    bench::BenchOptions o = a->o;
-    o.sampler = a->sampler.resolve();
-    o.protocol = bench::parse_protocol(a->protocol);
-    o.device = a->device == "cpu" ? sparse3d::DeviceChoice::CPU : sparse3d::DeviceChoice::CUDA;
-    if (a->no_torch) o.torch_script.clear();
-    if (!o.torch_script.empty())
-      S3D_CHECK(std::filesystem::exists(o.torch_script), "--torch ", o.torch_script,
-                " not found (give the path of tools/torch_ref/run.py, or --no-torch)");
-    // The engine's figures are written as soon as they exist; a baseline that fails or
-    // runs out of time cannot lose them.
-    auto stem_of = [a](const bench::BenchResult& r) {
-      return a->stem.empty() ? "bench-" + r.date.substr(0, 10) : a->stem;
-    };
-    o.on_engine_done = [a, stem_of](const bench::BenchResult& r) {
-      bench::write_report_files(r, a->out, stem_of(r));
-    };
-    bench::BenchResult r = bench::run_bench(o, [](const std::string& line) {
-      std::printf("%s\n", line.c_str());
-      std::fflush(stdout);
-    });
-    const std::string stem = stem_of(r);
-    bench::write_report_files(r, a->out, stem);
-    std::printf("\n%s\nwrote %s/%s.{json,md}\n", bench::to_markdown(r).c_str(),
-                a->out.c_str(), stem.c_str());
-    print_figure_hint((std::filesystem::path(a->out) / (stem + ".json")).string());
-    return 0;
+    return run_measurement(a);
   };
 }
 
@@ -395,7 +437,8 @@ Command add_bench_kernels(CLI::App& app) {
     std::filesystem::create_directories(a->out);
     const std::string md = bench::to_markdown(k);
     io::write_file_atomic(a->out + "/" + stem + ".md", md);
-    io::write_file_atomic(a->out + "/" + stem + ".json", bench::to_json(k).dump(2) + "\n");
+    io::write_file_atomic(a->out + "/" + stem + ".json",
+                          io::dump_readable(bench::to_json(k)) + "\n");
     std::printf("%s\nwrote %s/%s.{json,md}\n", md.c_str(), a->out.c_str(), stem.c_str());
     return 0;
   };

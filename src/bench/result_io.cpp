@@ -68,6 +68,71 @@ QueueRun queue_run(const io::Json& q, const std::string& what) {
   return qr;
 }
 
+// One entry of a result's "searched_plans", checked.
+sparse3d::SearchedPlan searched_plan_from_json(const io::Json& p, const std::string& what) {
+  sparse3d::SearchedPlan sp;
+  sp.kind = p.at("kind").get<std::string>();
+  sp.shape = p.at("shape").get<std::string>();
+  sp.candidates = p.at("candidates").get<int>();
+  sp.timed = p.at("timed").get<int>();
+  sp.index = p.at("index").get<int>();
+  sp.default_ms = p.at("default_ms").get<double>();
+  sp.best_ms = p.at("best_ms").get<double>();
+  sp.source = p.at("source").get<std::string>();
+  S3D_CHECK((sp.kind == "gemm" || sp.kind == "attention") &&
+                (sp.source == "searched" || sp.source == "cache") && sp.index >= 0 &&
+                sp.index < sp.candidates,
+            what, ": searched plan '", sp.shape, "' has kind '", sp.kind, "', source '",
+            sp.source, "', index ", sp.index, " of ", sp.candidates);
+  return sp;
+}
+
+// One entry of a result's "throughput" (bench --batch), checked.
+ThroughputCell throughput_cell_from_json(const io::Json& t, const std::string& what) {
+  ThroughputCell tc;
+  tc.path = t.at("path").get<std::string>();
+  tc.asset = t.at("asset").get<std::string>();
+  tc.batch = t.at("batch").get<int>();
+  tc.loop_seconds = t.at("loop_seconds").get<std::vector<double>>();
+  tc.peak_bytes = t.at("peak_bytes").get<size_t>();
+  S3D_CHECK(tc.batch >= 1 && !tc.loop_seconds.empty(), what, ": throughput cell (",
+            tc.path, ", ", tc.asset, ", K ", tc.batch, ") has no timing or K < 1");
+  return tc;
+}
+
+// One entry of a result's "cells": one (path, asset) measurement. Fields added after the first
+// results are read with defaults, so older results still load.
+Cell cell_from_json(const io::Json& c) {
+  Cell cell;
+  cell.path = c.at("path").get<std::string>();
+  cell.asset = c.at("asset").get<std::string>();
+  cell.loop_seconds = c.at("loop_seconds").get<std::vector<double>>();
+  cell.launches = c.at("launches").get<uint64_t>();
+  cell.launches_by_op = c.at("launches_by_op").get<std::map<std::string, uint64_t>>();
+  cell.peak_bytes = c.at("peak_bytes").get<size_t>();
+  cell.peak_reserved_bytes = c.value("peak_reserved_bytes", size_t{0});  // since 2026-11-30
+  cell.device_peak_bytes = c.value("device_peak_bytes", size_t{0});      // since 2026-12-02
+  cell.attention_seconds = c.at("attention_seconds").get<double>();
+  cell.gemm_seconds = c.at("gemm_seconds").get<double>();
+  cell.attention_flops = c.at("attention_flops").get<double>();
+  cell.gemm_flops = c.at("gemm_flops").get<double>();
+  // Absent in results written before the request set-up and graphs were recorded.
+  cell.setup_seconds = c.value("setup_seconds", std::vector<double>());
+  cell.graphs_captured = c.value("graphs_captured", 0);
+  cell.graph_capture_seconds = c.value("graph_capture_seconds", 0.0);
+  cell.graph_nodes = c.value("graph_nodes", size_t{0});
+  cell.devices = c.value("devices", 1);  // since sequence parallelism, 2026-12-01
+  // Absent (or null) in results written before the service protocol.
+  if (c.contains("first_request_seconds") && !c["first_request_seconds"].is_null())
+    cell.first_request_seconds = c["first_request_seconds"].get<double>();
+  cell.first_request_setup_seconds = c.value("first_request_setup_seconds", 0.0);
+  cell.first_request_loop_seconds = c.value("first_request_loop_seconds", 0.0);
+  cell.first_request_counters = counters_from_json(c, "first_request_counters");
+  cell.request_wall_seconds = c.value("request_wall_seconds", std::vector<double>());
+  cell.repeat_counters = counters_from_json(c, "repeat_counters");
+  return cell;
+}
+
 }  // namespace
 
 sparse3d::ExecutionPlan plan_of_path(const std::string& path) {
@@ -100,69 +165,16 @@ BenchResult result_from_json(const io::Json& j, const std::string& what) {
     r.null_context = j.value("null_context", std::string());
     // Absent in results written before searched plans.
     if (j.contains("searched_plans"))
-      for (const auto& p : j.at("searched_plans")) {
-        sparse3d::SearchedPlan sp;
-        sp.kind = p.at("kind").get<std::string>();
-        sp.shape = p.at("shape").get<std::string>();
-        sp.candidates = p.at("candidates").get<int>();
-        sp.timed = p.at("timed").get<int>();
-        sp.index = p.at("index").get<int>();
-        sp.default_ms = p.at("default_ms").get<double>();
-        sp.best_ms = p.at("best_ms").get<double>();
-        sp.source = p.at("source").get<std::string>();
-        S3D_CHECK((sp.kind == "gemm" || sp.kind == "attention") &&
-                      (sp.source == "searched" || sp.source == "cache") && sp.index >= 0 &&
-                      sp.index < sp.candidates,
-                  what, ": searched plan '", sp.shape, "' has kind '", sp.kind, "', source '",
-                  sp.source, "', index ", sp.index, " of ", sp.candidates);
-        r.searched_plans.push_back(std::move(sp));
-      }
+      for (const auto& p : j.at("searched_plans"))
+        r.searched_plans.push_back(searched_plan_from_json(p, what));
     // Absent in results written before multi-asset batching.
     if (j.contains("throughput"))
-      for (const auto& t : j.at("throughput")) {
-        ThroughputCell tc;
-        tc.path = t.at("path").get<std::string>();
-        tc.asset = t.at("asset").get<std::string>();
-        tc.batch = t.at("batch").get<int>();
-        tc.loop_seconds = t.at("loop_seconds").get<std::vector<double>>();
-        tc.peak_bytes = t.at("peak_bytes").get<size_t>();
-        S3D_CHECK(tc.batch >= 1 && !tc.loop_seconds.empty(), what, ": throughput cell (",
-                  tc.path, ", ", tc.asset, ", K ", tc.batch, ") has no timing or K < 1");
-        r.throughput.push_back(std::move(tc));
-      }
+      for (const auto& t : j.at("throughput"))
+        r.throughput.push_back(throughput_cell_from_json(t, what));
     // Absent in results written before sequence parallelism (2026-12-01).
     if (j.contains("queue"))
       for (const auto& q : j.at("queue")) r.queue.push_back(queue_run(q, what));
-    for (const auto& c : j.at("cells")) {
-      Cell cell;
-      cell.path = c.at("path").get<std::string>();
-      cell.asset = c.at("asset").get<std::string>();
-      cell.loop_seconds = c.at("loop_seconds").get<std::vector<double>>();
-      cell.launches = c.at("launches").get<uint64_t>();
-      cell.launches_by_op = c.at("launches_by_op").get<std::map<std::string, uint64_t>>();
-      cell.peak_bytes = c.at("peak_bytes").get<size_t>();
-      cell.peak_reserved_bytes = c.value("peak_reserved_bytes", size_t{0});  // since 2026-11-30
-      cell.device_peak_bytes = c.value("device_peak_bytes", size_t{0});      // since 2026-12-02
-      cell.attention_seconds = c.at("attention_seconds").get<double>();
-      cell.gemm_seconds = c.at("gemm_seconds").get<double>();
-      cell.attention_flops = c.at("attention_flops").get<double>();
-      cell.gemm_flops = c.at("gemm_flops").get<double>();
-      // Absent in results written before the request set-up and graphs were recorded.
-      cell.setup_seconds = c.value("setup_seconds", std::vector<double>());
-      cell.graphs_captured = c.value("graphs_captured", 0);
-      cell.graph_capture_seconds = c.value("graph_capture_seconds", 0.0);
-      cell.graph_nodes = c.value("graph_nodes", size_t{0});
-      cell.devices = c.value("devices", 1);  // since sequence parallelism, 2026-12-01
-      // Absent (or null) in results written before the service protocol.
-      if (c.contains("first_request_seconds") && !c["first_request_seconds"].is_null())
-        cell.first_request_seconds = c["first_request_seconds"].get<double>();
-      cell.first_request_setup_seconds = c.value("first_request_setup_seconds", 0.0);
-      cell.first_request_loop_seconds = c.value("first_request_loop_seconds", 0.0);
-      cell.first_request_counters = counters_from_json(c, "first_request_counters");
-      cell.request_wall_seconds = c.value("request_wall_seconds", std::vector<double>());
-      cell.repeat_counters = counters_from_json(c, "repeat_counters");
-      r.cells.push_back(std::move(cell));
-    }
+    for (const auto& c : j.at("cells")) r.cells.push_back(cell_from_json(c));
     check_paths(r, what);
     return r;
   } catch (const io::Json::exception& e) {

@@ -472,6 +472,41 @@ void return_latents(const s3d::sampler::Output& out, const SampleRequest& r, boo
   if (out.first_v_uncond.defined()) result.first_v_uncond = array_of(layout(out.first_v_uncond));
 }
 
+// A request's tensor as the forward takes it: on `device` in `dtype`, copied as it is when the
+// dtypes match, else moved to the device and cast there.
+Tensor on_device_as(const Tensor& in, DType dtype, Device device) {
+  Tensor out = Tensor::empty(in.shape(), dtype, device);
+  if (in.dtype() == dtype) {
+    out.copy_from(in);
+  } else {
+    s3d::kernels::cast(in.to(device), out);
+  }
+  return out;
+}
+
+// A forward's RequestStats: its op profile, plan and tokens, the time and the launches since
+// `started` and `before`, and on CUDA the allocator's peaks.
+void fill_forward_stats(RequestStats& st,
+                        const std::map<std::string, s3d::profiler::OpTotals>& totals,
+                        const ExecutionPlan& plan, const FlagSet& flags, int64_t tokens,
+                        std::chrono::steady_clock::time_point started,
+                        const s3d::LaunchCounts& before, Device device) {
+  st = RequestStats{};
+  for (const auto& [name, op] : totals) st.profile[name] = OpTime{op.calls, op.seconds, op.flops};
+  st.plan = plan_with(plan, flags).label();
+  st.tokens = tokens;
+  st.loop_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  const s3d::LaunchCounts after = s3d::launch_counts();
+  st.launches = after.total - before.total;
+  st.launches_by_op = launch_delta(before, after);
+  if (device == Device::CUDA) {
+    const s3d::AllocatorStats mem = s3d::DeviceAllocator::current().stats();
+    st.peak_device_bytes = mem.peak_allocated_bytes;
+    st.peak_device_reserved_bytes = mem.peak_reserved_bytes;
+  }
+}
+
 }  // namespace
 
 Engine::Impl::SampleInputs Engine::Impl::check_sample(const SampleRequest& r) const {
@@ -643,19 +678,9 @@ Array Engine::Impl::forward(const ForwardRequest& r) {
   if (device == Device::CUDA) s3d::DeviceAllocator::current().reset_peak();
   s3d::model::Request req = model->prepare(coords, r.batch, L, concat);
   req.use_flags(flags, &cache);
-  Tensor x = Tensor::empty(x_shape, DType::F32, device);
-  if (x_in.dtype() == DType::F32) {
-    x.copy_from(x_in);
-  } else {
-    s3d::kernels::cast(x_in.to(device), x);
-  }
+  Tensor x = on_device_as(x_in, DType::F32, device);  // x_in's shape is x_shape, checked above
   if (volume) x = to_tokens(x);
-  Tensor cond = Tensor::empty(cond_in.shape(), DType::BF16, device);
-  if (cond_in.dtype() == DType::BF16) {
-    cond.copy_from(cond_in);
-  } else {
-    s3d::kernels::cast(cond_in.to(device), cond);
-  }
+  Tensor cond = on_device_as(cond_in, DType::BF16, device);
   Tensor t = t_in.to(device);
   // Stats and profile cover the forward itself, not the request's set-up above.
   if (device == Device::CUDA) s3d::synchronize();
@@ -667,23 +692,7 @@ Array Engine::Impl::forward(const ForwardRequest& r) {
   ++requests;
   if (device == Device::CUDA) s3d::synchronize();
   const auto totals = s3d::profiler::stop_and_collect();
-  if (r.stats) {
-    RequestStats& st = *r.stats;
-    st = RequestStats{};
-    for (const auto& [name, op] : totals) st.profile[name] = OpTime{op.calls, op.seconds, op.flops};
-    st.plan = plan_with(plan, flags).label();
-    st.tokens = T;
-    st.loop_seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-    const s3d::LaunchCounts after = s3d::launch_counts();
-    st.launches = after.total - before.total;
-    st.launches_by_op = launch_delta(before, after);
-    if (device == Device::CUDA) {
-      const s3d::AllocatorStats mem = s3d::DeviceAllocator::current().stats();
-      st.peak_device_bytes = mem.peak_allocated_bytes;
-      st.peak_device_reserved_bytes = mem.peak_reserved_bytes;
-    }
-  }
+  if (r.stats) fill_forward_stats(*r.stats, totals, plan, flags, T, started, before, device);
   if (r.out.empty()) return array_of(v);
   copy_into_view(v, r.out, "out");
   Array a;

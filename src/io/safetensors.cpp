@@ -209,6 +209,106 @@ void convert_with(const uint8_t* src, size_t in_size, void* dst, DType to, size_
   }
 }
 
+// The header length in the file's first 8 bytes (little-endian), checked against the file's
+// size and both limits before any of the header is read.
+uint64_t read_header_length(const InputFile& file, uint64_t size, const std::string& what,
+                            uint64_t max_header_bytes, const std::string& expected) {
+  S3D_CHECK(size >= 8, what, ": the file is ", size,
+            " bytes, shorter than the 8-byte header length that starts a safetensors file");
+  uint8_t len_bytes[8];
+  file.read_exact(len_bytes, 8, 0);
+  uint64_t header_len = 0;
+  for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | len_bytes[i];
+  // A length past the end means these bytes are not a header length at all (a text file, a
+  // hard link to anything): the message gives the file's size, never the number those bytes
+  // make, which would print the file's first bytes in another guise.
+  // size >= 8 here, so size - 8 cannot wrap.
+  S3D_CHECK(header_len <= size - 8, what,
+            ": not a safetensors file (the header length in its first 8 bytes is larger than "
+            "the file, ",
+            size, " bytes)");
+  // Nor here: the length is only known to fit the file.
+  S3D_CHECK(header_len <= kMaxHeaderBytes, what,
+            ": the header length in its first 8 bytes is larger than the limit of ",
+            kMaxHeaderBytes, " bytes");
+  S3D_CHECK(header_len <= max_header_bytes, what,
+            ": the header length in its first 8 bytes is more than ", max_header_bytes,
+            " bytes, all that ", expected, " can need; refused before reading it");
+  return header_len;
+}
+
+// The JSON header that follows the length: a JSON object, with nothing before its '{'.
+Json read_header(const InputFile& file, uint64_t header_len, const std::string& what) {
+  std::string header(static_cast<size_t>(header_len), '\0');
+  file.read_exact(header.data(), header_len, 8);
+  // nlohmann would silently skip a UTF-8 byte-order mark; requiring '{' as the first
+  // non-blank byte leaves no room for anything (a polyglot's second header) before it.
+  size_t first = header.find_first_not_of(" \t\r\n");
+  // Named without the byte itself: the file may be anything.
+  S3D_CHECK(first != std::string::npos && header[first] == '{', what,
+            ": not a safetensors file (its header does not start with '{'",
+            first == std::string::npos          ? ": it is only white space"
+            : header.compare(first, 3, "\xEF\xBB\xBF") == 0 ? ": it starts with a UTF-8 byte-order mark"
+                                                : "",
+            ")");
+  Json root = parse_json(header, what + " header");
+  S3D_CHECK(root.is_object(), what, ": header is not a JSON object");
+  return root;
+}
+
+// The header's items: the __metadata__ strings, and one entry per tensor, in the header's
+// order.
+void parse_header_items(const Json& root, const std::string& what,
+                        std::vector<TensorEntry>& entries,
+                        std::map<std::string, std::string>& metadata) {
+  // Duplicate names cannot reach here (parse_json rejects duplicate keys), but the check is
+  // cheap and keeps this reader correct on its own.
+  std::set<std::string> names;
+  for (const auto& [key, value] : root.items()) {
+    if (key == kMetadataKey) {
+      S3D_CHECK(value.is_object(), what, ": __metadata__ must map strings to strings, found ",
+                excerpt(value));
+      for (const auto& [mk, mv] : value.items()) {
+        S3D_CHECK(mv.is_string(), what, ": __metadata__ value of '", mk,
+                  "' must be a string, found ", excerpt(mv));
+        metadata[mk] = mv.get<std::string>();
+      }
+      continue;
+    }
+    S3D_CHECK(names.insert(key).second, what, ": duplicate tensor name '", key, "'");
+    entries.push_back(parse_entry(key, value, what));
+  }
+}
+
+// Sorted by offset, the tensors must tile the data section exactly: the first starts at 0,
+// each starts where the previous ended, and the last ends at the end of the file. Only
+// comparisons, no sums, so offsets near 2^64 cannot wrap. Returns the bytes the tensors cover
+// (the last one's end); the caller checks them against the data section's size.
+uint64_t sort_and_check_tiling(std::vector<TensorEntry>& entries, const std::string& what) {
+  std::stable_sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+  });
+  uint64_t covered = 0;
+  const TensorEntry* prev = nullptr;
+  for (const TensorEntry& e : entries) {
+    if (e.begin != covered) {
+      if (prev == nullptr)
+        fail(what, ": tensor '", e.name, "' is the first in the data section but starts at offset ",
+             e.begin, " instead of 0");
+      if (e.begin > covered)
+        fail(what, ": gap of ", e.begin - covered, " bytes between tensor '", prev->name,
+             "' (data_offsets [", prev->begin, ", ", prev->end, "]) and tensor '", e.name,
+             "' (data_offsets [", e.begin, ", ", e.end, "])");
+      fail(what, ": tensor '", e.name, "' (data_offsets [", e.begin, ", ", e.end,
+           "]) overlaps tensor '", prev->name, "' (data_offsets [", prev->begin, ", ", prev->end,
+           "])");
+    }
+    covered = e.end;
+    prev = &e;
+  }
+  return covered;
+}
+
 }  // namespace
 
 const char* file_dtype(DType d) {
@@ -252,89 +352,15 @@ SafetensorsFile SafetensorsFile::open(const std::string& path, const std::string
                                       uint64_t max_header_bytes, const std::string& expected) {
   InputFile file(path, what);
   const uint64_t size = file.size();
-  S3D_CHECK(size >= 8, what, ": the file is ", size,
-            " bytes, shorter than the 8-byte header length that starts a safetensors file");
-  uint8_t len_bytes[8];
-  file.read_exact(len_bytes, 8, 0);
-  uint64_t header_len = 0;
-  for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | len_bytes[i];
-  // A length past the end means these bytes are not a header length at all (a text file, a
-  // hard link to anything): the message gives the file's size, never the number those bytes
-  // make, which would print the file's first bytes in another guise.
-  // size >= 8 here, so size - 8 cannot wrap.
-  S3D_CHECK(header_len <= size - 8, what,
-            ": not a safetensors file (the header length in its first 8 bytes is larger than "
-            "the file, ",
-            size, " bytes)");
-  // Nor here: the length is only known to fit the file.
-  S3D_CHECK(header_len <= kMaxHeaderBytes, what,
-            ": the header length in its first 8 bytes is larger than the limit of ",
-            kMaxHeaderBytes, " bytes");
-  S3D_CHECK(header_len <= max_header_bytes, what,
-            ": the header length in its first 8 bytes is more than ", max_header_bytes,
-            " bytes, all that ", expected, " can need; refused before reading it");
-
-  std::string header(static_cast<size_t>(header_len), '\0');
-  file.read_exact(header.data(), header_len, 8);
-  // nlohmann would silently skip a UTF-8 byte-order mark; requiring '{' as the first
-  // non-blank byte leaves no room for anything (a polyglot's second header) before it.
-  size_t first = header.find_first_not_of(" \t\r\n");
-  // Named without the byte itself: the file may be anything.
-  S3D_CHECK(first != std::string::npos && header[first] == '{', what,
-            ": not a safetensors file (its header does not start with '{'",
-            first == std::string::npos          ? ": it is only white space"
-            : header.compare(first, 3, "\xEF\xBB\xBF") == 0 ? ": it starts with a UTF-8 byte-order mark"
-                                                : "",
-            ")");
-  Json root = parse_json(header, what + " header");
-  S3D_CHECK(root.is_object(), what, ": header is not a JSON object");
+  const uint64_t header_len = read_header_length(file, size, what, max_header_bytes, expected);
+  const Json root = read_header(file, header_len, what);
 
   SafetensorsFile f;
   f.path_ = path;
   f.what_ = what;
   f.data_start_ = 8 + header_len;
-  // Duplicate names cannot reach here (parse_json rejects duplicate keys), but the check is
-  // cheap and keeps this reader correct on its own.
-  std::set<std::string> names;
-  for (const auto& [key, value] : root.items()) {
-    if (key == kMetadataKey) {
-      S3D_CHECK(value.is_object(), what, ": __metadata__ must map strings to strings, found ",
-                excerpt(value));
-      for (const auto& [mk, mv] : value.items()) {
-        S3D_CHECK(mv.is_string(), what, ": __metadata__ value of '", mk,
-                  "' must be a string, found ", excerpt(mv));
-        f.metadata_[mk] = mv.get<std::string>();
-      }
-      continue;
-    }
-    S3D_CHECK(names.insert(key).second, what, ": duplicate tensor name '", key, "'");
-    f.entries_.push_back(parse_entry(key, value, what));
-  }
-
-  // Sorted by offset, the tensors must tile the data section exactly: the first starts at 0,
-  // each starts where the previous ended, and the last ends at the end of the file. Only
-  // comparisons, no sums, so offsets near 2^64 cannot wrap.
-  std::stable_sort(f.entries_.begin(), f.entries_.end(), [](const auto& a, const auto& b) {
-    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
-  });
-  uint64_t covered = 0;
-  const TensorEntry* prev = nullptr;
-  for (const TensorEntry& e : f.entries_) {
-    if (e.begin != covered) {
-      if (prev == nullptr)
-        fail(what, ": tensor '", e.name, "' is the first in the data section but starts at offset ",
-             e.begin, " instead of 0");
-      if (e.begin > covered)
-        fail(what, ": gap of ", e.begin - covered, " bytes between tensor '", prev->name,
-             "' (data_offsets [", prev->begin, ", ", prev->end, "]) and tensor '", e.name,
-             "' (data_offsets [", e.begin, ", ", e.end, "])");
-      fail(what, ": tensor '", e.name, "' (data_offsets [", e.begin, ", ", e.end,
-           "]) overlaps tensor '", prev->name, "' (data_offsets [", prev->begin, ", ", prev->end,
-           "])");
-    }
-    covered = e.end;
-    prev = &e;
-  }
+  parse_header_items(root, what, f.entries_, f.metadata_);
+  const uint64_t covered = sort_and_check_tiling(f.entries_, what);
   f.index_.reserve(f.entries_.size());
   for (size_t i = 0; i < f.entries_.size(); ++i) f.index_.emplace(f.entries_[i].name, i);
   const uint64_t data_bytes = size - f.data_start_;

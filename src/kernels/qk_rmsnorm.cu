@@ -24,6 +24,59 @@ constexpr int kThreads = 256;
 constexpr int kGroup = 16;             // lanes per head
 constexpr int kSpan = kGroup * kChunk;  // 128 elements per pass of a group
 
+// The head's L2 norm over the group's lanes (lane j holds chunk v0 at d0 = 8j when have0, and
+// reads the chunks at d0 + 128k itself), in the reference kernel's summation order (above).
+__device__ __forceinline__ float group_l2_norm(const uint16_t* head, const float (&v0)[kChunk],
+                                               bool have0, int d0, int D, unsigned mask) {
+  double a = 0.0, b = 0.0;
+  auto add_squares = [&](const float(&v)[kChunk]) {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) a += static_cast<double>(v[k]) * v[k];
+#pragma unroll
+    for (int k = 4; k < 8; ++k) b += static_cast<double>(v[k]) * v[k];
+  };
+  if (have0) add_squares(v0);
+  for (int d = d0 + kSpan; d < D; d += kSpan) {
+    float v[kChunk];
+    load_chunk(head + d, v);
+    add_squares(v);
+  }
+#pragma unroll
+  for (int offset = kGroup / 2; offset > 0; offset >>= 1) {
+    a += __shfl_xor_sync(mask, a, offset);
+    b += __shfl_xor_sync(mask, b, offset);
+  }
+  return math::l2_norm_from_squares(a + b);
+}
+
+// Chunk d of the head (values v, read before): normalised (kNorm: by norm, with the gammas g),
+// rotated (kRope: by the token's cos/sin c, sn) and written back, rounded to bf16.
+template <bool kNorm, bool kRope>
+__device__ __forceinline__ void finish_chunk(uint16_t* head, float (&v)[kChunk], int d, float norm,
+                                             const float* g, float scale, const float* c,
+                                             const float* sn) {
+  if constexpr (kNorm) {
+    float gv[kChunk];
+    load_chunk(g + d, gv);
+#pragma unroll
+    for (int k = 0; k < kChunk; ++k)
+      v[k] = round_bf16(math::head_rmsnorm_apply(v[k], norm, gv[k], scale));
+  }
+  if constexpr (kRope) {
+    const float4 c4 = *reinterpret_cast<const float4*>(c + d / 2);
+    const float4 s4 = *reinterpret_cast<const float4*>(sn + d / 2);
+    const float cv[4] = {c4.x, c4.y, c4.z, c4.w}, sv[4] = {s4.x, s4.y, s4.z, s4.w};
+#pragma unroll
+    for (int p = 0; p < 4; ++p) {
+      float re, im;
+      math::rope_rotate(v[2 * p], v[2 * p + 1], cv[p], sv[p], re, im);
+      v[2 * p] = re;
+      v[2 * p + 1] = im;
+    }
+  }
+  store_chunk(head + d, v);  // rounds each value to bf16
+}
+
 template <bool kNorm, bool kRope>
 __global__ void __launch_bounds__(kThreads)
 qk_inplace_kernel(uint16_t* x, int64_t stride, int64_t tokens, int slots, int H, int D,
@@ -57,55 +110,13 @@ qk_inplace_kernel(uint16_t* x, int64_t stride, int64_t tokens, int slots, int H,
   if (have0) load_chunk(head + d0, v0);
 
   float norm = 0.0f;
-  if constexpr (kNorm) {
-    double a = 0.0, b = 0.0;
-    auto add_squares = [&](const float(&v)[kChunk]) {
-#pragma unroll
-      for (int k = 0; k < 4; ++k) a += static_cast<double>(v[k]) * v[k];
-#pragma unroll
-      for (int k = 4; k < 8; ++k) b += static_cast<double>(v[k]) * v[k];
-    };
-    if (have0) add_squares(v0);
-    for (int d = d0 + kSpan; d < D; d += kSpan) {
-      float v[kChunk];
-      load_chunk(head + d, v);
-      add_squares(v);
-    }
-#pragma unroll
-    for (int offset = kGroup / 2; offset > 0; offset >>= 1) {
-      a += __shfl_xor_sync(mask, a, offset);
-      b += __shfl_xor_sync(mask, b, offset);
-    }
-    norm = math::l2_norm_from_squares(a + b);
-  }
+  if constexpr (kNorm) norm = group_l2_norm(head, v0, have0, d0, D, mask);
 
-  auto finish = [&](float(&v)[kChunk], int d) {
-    if constexpr (kNorm) {
-      float gv[kChunk];
-      load_chunk(g + d, gv);
-#pragma unroll
-      for (int k = 0; k < kChunk; ++k)
-        v[k] = round_bf16(math::head_rmsnorm_apply(v[k], norm, gv[k], scale));
-    }
-    if constexpr (kRope) {
-      const float4 c4 = *reinterpret_cast<const float4*>(c + d / 2);
-      const float4 s4 = *reinterpret_cast<const float4*>(sn + d / 2);
-      const float cv[4] = {c4.x, c4.y, c4.z, c4.w}, sv[4] = {s4.x, s4.y, s4.z, s4.w};
-#pragma unroll
-      for (int p = 0; p < 4; ++p) {
-        float re, im;
-        math::rope_rotate(v[2 * p], v[2 * p + 1], cv[p], sv[p], re, im);
-        v[2 * p] = re;
-        v[2 * p + 1] = im;
-      }
-    }
-    store_chunk(head + d, v);  // rounds each value to bf16
-  };
-  if (have0) finish(v0, d0);
+  if (have0) finish_chunk<kNorm, kRope>(head, v0, d0, norm, g, scale, c, sn);
   for (int d = d0 + kSpan; d < D; d += kSpan) {
     float v[kChunk];
     load_chunk(head + d, v);  // not written yet: only this lane writes chunk d
-    finish(v, d);
+    finish_chunk<kNorm, kRope>(head, v, d, norm, g, scale, c, sn);
   }
 }
 

@@ -292,6 +292,69 @@ std::unique_ptr<const s3d::mesh::DeviceVolume> volume_on_device(
   }
 }
 
+// The chart options of the UV atlas, as GlbOptions gives them.
+s3d::mesh::ChartOptions chart_options(const GlbOptions& o) {
+  namespace sm = s3d::mesh;
+  sm::ChartOptions charts;
+  charts.cone_half_angle_rad = o.mesh_cluster_threshold_cone_half_angle_rad;
+  charts.refine_iterations = o.mesh_cluster_refine_iterations;
+  charts.global_iterations = o.mesh_cluster_global_iterations;
+  charts.smooth_strength = o.mesh_cluster_smooth_strength;
+  charts.texture_size = o.texture_size;
+  charts.method = o.atlas == UvAtlas::Xatlas ? sm::AtlasMethod::xatlas : sm::AtlasMethod::planar;
+  return charts;
+}
+
+// The UV atlas stage: the simplified mesh cleaned and unwrapped, and its vertex normals carried
+// over to the atlas's vertices (a vertex split at a seam keeps its normal).
+s3d::mesh::UvMesh unwrap_with_normals(TriMesh& simplified, const GlbOptions& o,
+                                      std::vector<float>& normals) {
+  namespace sm = s3d::mesh;
+  sm::SubTimer clean_timer("UV atlas");
+  sm::remove_degenerate_faces(simplified);
+  sm::remove_unreferenced_vertices(simplified);
+  clean_timer.mark("clean");
+  sm::UvMesh uv = sm::uv_unwrap(simplified, chart_options(o));
+  sm::SubTimer normals_timer("UV atlas");
+  const std::vector<float> vn = sm::vertex_normals(simplified);
+  normals.resize(3 * uv.vertex_of.size());
+  for (size_t v = 0; v < uv.vertex_of.size(); ++v)
+    for (int k = 0; k < 3; ++k) normals[3 * v + k] = vn[3 * uv.vertex_of[v] + k];
+  normals_timer.mark("vertex normals");
+  return uv;
+}
+
+// What the bake samples: the atlas, the decoded surface, the attribute volume (and its device
+// copy, if any), and the voxel grid's placement in the aabb.
+s3d::mesh::BakeInputs bake_inputs(const s3d::mesh::UvMesh& uv, const s3d::mesh::Bvh& bvh,
+                                  const s3d::mesh::SparseVolume& volume,
+                                  const s3d::mesh::DeviceVolume* device_volume,
+                                  const GlbInput& in) {
+  s3d::mesh::BakeInputs bake_in;
+  bake_in.uv_mesh = &uv;
+  bake_in.surface = &bvh;
+  bake_in.volume = &volume;
+  bake_in.device_volume = device_volume;
+  for (int k = 0; k < 3; ++k) {
+    bake_in.grid_origin[k] = in.aabb[k];
+    bake_in.voxel_size[k] = (in.aabb[k + 3] - in.aabb[k]) / in.grid_size[k];
+  }
+  return bake_in;
+}
+
+// The finalize stage: the two images, and the mesh in glTF's axes.
+void finalize_mesh(const s3d::mesh::BakedTexture& baked, const s3d::mesh::UvMesh& uv,
+                   const GlbInput& in, const GlbOptions& o, TexturedMesh::Impl& out) {
+  out.texture_size = o.texture_size;
+  finalize_textures(baked, in.layout, out);
+  out.positions = uv.positions;
+  to_gltf_axes(out.positions);
+  to_gltf_axes(out.normals);
+  out.uvs = uv.uvs;  // raster rows are image rows: glTF's v = 0 at the top is the raster's row 0
+  out.faces.assign(uv.faces.begin(), uv.faces.end());
+  out.double_sided = !o.remesh;
+}
+
 }  // namespace
 
 void check_glb_input(const GlbInput& in) {
@@ -346,24 +409,7 @@ TexturedMesh to_glb(const GlbInput& in, const GlbOptions& o) {
             o.remesh ? "remeshing" : "cleaning", " (is the mesh inside its aabb?)");
 
   clock.start("UV atlas");
-  sm::SubTimer clean_timer("UV atlas");
-  sm::remove_degenerate_faces(simplified);
-  sm::remove_unreferenced_vertices(simplified);
-  clean_timer.mark("clean");
-  sm::ChartOptions charts;
-  charts.cone_half_angle_rad = o.mesh_cluster_threshold_cone_half_angle_rad;
-  charts.refine_iterations = o.mesh_cluster_refine_iterations;
-  charts.global_iterations = o.mesh_cluster_global_iterations;
-  charts.smooth_strength = o.mesh_cluster_smooth_strength;
-  charts.texture_size = o.texture_size;
-  charts.method = o.atlas == UvAtlas::Xatlas ? sm::AtlasMethod::xatlas : sm::AtlasMethod::planar;
-  const sm::UvMesh uv = sm::uv_unwrap(simplified, charts);
-  sm::SubTimer normals_timer("UV atlas");
-  const std::vector<float> vn = sm::vertex_normals(simplified);
-  out.normals.resize(3 * uv.vertex_of.size());
-  for (size_t v = 0; v < uv.vertex_of.size(); ++v)
-    for (int k = 0; k < 3; ++k) out.normals[3 * v + k] = vn[3 * uv.vertex_of[v] + k];
-  normals_timer.mark("vertex normals");
+  const sm::UvMesh uv = unwrap_with_normals(simplified, o, out.normals);
 
   clock.start("bake textures");
   sm::SubTimer timer("bake textures");
@@ -371,29 +417,14 @@ TexturedMesh to_glb(const GlbInput& in, const GlbOptions& o) {
   timer.mark("rasterize");
   sm::dilate_raster(raster, uv, kDilateTexels);
   timer.mark("dilate");
-  sm::BakeInputs bake_in;
-  bake_in.uv_mesh = &uv;
-  bake_in.surface = &bvh;
-  bake_in.volume = &volume;
   const std::unique_ptr<const sm::DeviceVolume> device_volume =
       volume_on_device(bvh, volume, out.fallbacks);
-  bake_in.device_volume = device_volume.get();
   timer.mark("attribute volume to the device");
-  for (int k = 0; k < 3; ++k) {
-    bake_in.grid_origin[k] = in.aabb[k];
-    bake_in.voxel_size[k] = (in.aabb[k + 3] - in.aabb[k]) / in.grid_size[k];
-  }
-  const sm::BakedTexture baked = sm::bake(raster, bake_in);
+  const sm::BakedTexture baked =
+      sm::bake(raster, bake_inputs(uv, bvh, volume, device_volume.get(), in));
 
   clock.start("finalize");
-  out.texture_size = o.texture_size;
-  finalize_textures(baked, in.layout, out);
-  out.positions = uv.positions;
-  to_gltf_axes(out.positions);
-  to_gltf_axes(out.normals);
-  out.uvs = uv.uvs;  // raster rows are image rows: glTF's v = 0 at the top is the raster's row 0
-  out.faces.assign(uv.faces.begin(), uv.faces.end());
-  out.double_sided = !o.remesh;
+  finalize_mesh(baked, uv, in, o, out);
   clock.stop();
   return result;
 }

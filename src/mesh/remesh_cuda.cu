@@ -293,6 +293,41 @@ Buffer<int32_t> band_voxels(const DeviceBvh::View& bvh, const RemeshOptions& o, 
   return parents;
 }
 
+// The contour's mesh: two triangles per sign-changing band edge (quads_kernel), a vertex per
+// voxel that one references, positions from the voxels' dual points; copied to the host.
+TriMesh mesh_from_contour(const int32_t* coords, int64_t n, const Slot* table, uint64_t mask,
+                          const int8_t* dir, const float* dual, const Grid& g,
+                          cudaStream_t stream) {
+  Buffer<int32_t> triangles(n + 1), referenced(n + 1), start(n + 1), vertex_of(n + 1);
+  S3D_CUDA_CHECK(cudaMemsetAsync(referenced.get(), 0, 4 * size_t(n + 1), stream));
+  quads_kernel<<<blocks_for(n), kThreads, 0, stream>>>(coords, n, table, mask, dir,
+                                                       triangles.get(), referenced.get());
+  after_launch("mesh_remesh_quads");
+  const int64_t nf = exclusive_sum(triangles.get(), start.get(), n);
+  const int64_t nv = exclusive_sum(referenced.get(), vertex_of.get(), n);
+  // Poisoned (NaN, -1): an element no kernel writes fails the comparison with the CPU.
+  Buffer<float> positions(3 * nv);
+  Buffer<int32_t> faces(3 * nf);
+  S3D_CUDA_CHECK(cudaMemsetAsync(positions.get(), 0xFF, 12 * size_t(nv), stream));
+  S3D_CUDA_CHECK(cudaMemsetAsync(faces.get(), 0xFF, 12 * size_t(nf), stream));
+  positions_kernel<<<blocks_for(n), kThreads, 0, stream>>>(dual, n, referenced.get(),
+                                                           vertex_of.get(), g, positions.get());
+  after_launch("mesh_remesh_positions");
+  faces_kernel<<<blocks_for(n), kThreads, 0, stream>>>(coords, n, table, mask, dir, start.get(),
+                                                       vertex_of.get(), positions.get(),
+                                                       faces.get());
+  after_launch("mesh_remesh_faces");
+  TriMesh out;
+  out.positions.resize(3 * nv);
+  out.faces.resize(3 * nf);
+  S3D_CUDA_CHECK(cudaMemcpyAsync(out.positions.data(), positions.get(), 12 * size_t(nv),
+                                 cudaMemcpyDeviceToHost, stream));
+  S3D_CUDA_CHECK(cudaMemcpyAsync(out.faces.data(), faces.get(), 12 * size_t(nf),
+                                 cudaMemcpyDeviceToHost, stream));
+  S3D_CUDA_CHECK(cudaStreamSynchronize(stream));
+  return out;
+}
+
 }  // namespace
 
 TriMesh remesh_on_device(const Bvh& bvh, const RemeshOptions& o, int32_t base, float eps,
@@ -344,34 +379,8 @@ TriMesh remesh_on_device(const Bvh& bvh, const RemeshOptions& o, int32_t base, f
   S3D_CUDA_CHECK(cudaStreamSynchronize(stream));
   timer.mark("contour");
 
-  Buffer<int32_t> triangles(n + 1), referenced(n + 1), start(n + 1), vertex_of(n + 1);
-  S3D_CUDA_CHECK(cudaMemsetAsync(referenced.get(), 0, 4 * size_t(n + 1), stream));
-  quads_kernel<<<blocks_for(n), kThreads, 0, stream>>>(coords.get(), n, table.get(), mask,
-                                                       dir.get(), triangles.get(),
-                                                       referenced.get());
-  after_launch("mesh_remesh_quads");
-  const int64_t nf = exclusive_sum(triangles.get(), start.get(), n);
-  const int64_t nv = exclusive_sum(referenced.get(), vertex_of.get(), n);
-  // Poisoned (NaN, -1): an element no kernel writes fails the comparison with the CPU.
-  Buffer<float> positions(3 * nv);
-  Buffer<int32_t> faces(3 * nf);
-  S3D_CUDA_CHECK(cudaMemsetAsync(positions.get(), 0xFF, 12 * size_t(nv), stream));
-  S3D_CUDA_CHECK(cudaMemsetAsync(faces.get(), 0xFF, 12 * size_t(nf), stream));
-  positions_kernel<<<blocks_for(n), kThreads, 0, stream>>>(dual.get(), n, referenced.get(),
-                                                           vertex_of.get(), g, positions.get());
-  after_launch("mesh_remesh_positions");
-  faces_kernel<<<blocks_for(n), kThreads, 0, stream>>>(coords.get(), n, table.get(), mask,
-                                                       dir.get(), start.get(), vertex_of.get(),
-                                                       positions.get(), faces.get());
-  after_launch("mesh_remesh_faces");
-  TriMesh out;
-  out.positions.resize(3 * nv);
-  out.faces.resize(3 * nf);
-  S3D_CUDA_CHECK(cudaMemcpyAsync(out.positions.data(), positions.get(), 12 * size_t(nv),
-                                 cudaMemcpyDeviceToHost, stream));
-  S3D_CUDA_CHECK(cudaMemcpyAsync(out.faces.data(), faces.get(), 12 * size_t(nf),
-                                 cudaMemcpyDeviceToHost, stream));
-  S3D_CUDA_CHECK(cudaStreamSynchronize(stream));
+  TriMesh out = mesh_from_contour(coords.get(), n, table.get(), mask, dir.get(), dual.get(), g,
+                                  stream);
   timer.mark("build mesh");
   st.contour_s = seconds_since(t);
   return out;

@@ -762,9 +762,9 @@ static void bind_workspace(nb::module_& m) {
       .def("reset_peak", &sparse3d::Workspace::reset_peak);
 }
 
-// The Engine class: construction (from a file or tensors), requests, state and residency.
-static void bind_engine(nb::module_& m) {
-  nb::class_<PyEngine>(m, "Engine", nb::type_slots(engine_slots))
+// Engine's constructors: from a checkpoint file, or from tensors in memory.
+static void bind_engine_constructors(nb::class_<PyEngine>& engine) {
+  engine
       .def("__init__",
            [](PyEngine* self, const std::string& checkpoint, const std::string& path,
               const std::string& device, int device_index, double max_device_memory_gib,
@@ -811,7 +811,12 @@ static void bind_engine(nb::module_& m) {
           "qualify_m"_a = std::vector<int64_t>{}, "log"_a = nb::none(),
           "devices"_a = std::vector<int>{}, "parallel_min_tokens"_a = int64_t{8192},
           "borrow"_a = false, "workspace"_a = nb::none(), "fit_to_reference"_a = false,
-          nb::rv_policy::take_ownership)
+          nb::rv_policy::take_ownership);
+}
+
+// Engine's requests: sample, forward, warm_up, and fits (will a request fit in memory).
+static void bind_engine_requests(nb::class_<PyEngine>& engine) {
+  engine
       .def("sample", &PyEngine::sample, "coords"_a.none(), "cond"_a.none(), "batch"_a, "noise"_a.none() = nb::none(),
            "seed"_a = 0, "concat_cond"_a.none() = nb::none(), "sampler"_a = nb::dict(),
            "path"_a = nb::none(), "out"_a.none() = nb::none(), "callback"_a = nb::none(),
@@ -820,7 +825,13 @@ static void bind_engine(nb::module_& m) {
            "cond"_a.none(), "batch"_a, "concat_cond"_a.none() = nb::none(), "path"_a = nb::none(),
            "out"_a.none() = nb::none(), "stream"_a = 0)
       .def("warm_up", &PyEngine::warm_up, "tokens"_a, "cond_tokens"_a)
-      .def("fits", &PyEngine::fits, "tokens"_a, "batch"_a, "cond_tokens"_a, "path"_a = nb::none())
+      .def("fits", &PyEngine::fits, "tokens"_a, "batch"_a, "cond_tokens"_a, "path"_a = nb::none());
+}
+
+// Engine's state: counters, fingerprint, qualification, residency, and its model, device and
+// plan.
+static void bind_engine_state(nb::class_<PyEngine>& engine) {
+  engine
       // These wait for a request running on another thread (one request at a time per
       // engine), so they let go of the GIL, which that request's callback may need.
       .def("counters", [](PyEngine& e) {
@@ -856,27 +867,17 @@ static void bind_engine(nb::module_& m) {
       .def_prop_ro("plan", [](PyEngine& e) { return e.engine().plan().label(); });
 }
 
-NB_MODULE(_native, m) {
-  m.doc() = "sparse3d's native engine (the public C++ API over DLPack); use the sparse3d_engine package.";
-  nb::exception<sparse3d::Error>(m, "Error", PyExc_RuntimeError);
+// The Engine class: construction (from a file or tensors), requests, state and residency.
+static void bind_engine(nb::module_& m) {
+  nb::class_<PyEngine> engine(m, "Engine", nb::type_slots(engine_slots));
+  bind_engine_constructors(engine);
+  bind_engine_requests(engine);
+  bind_engine_state(engine);
+}
 
-  m.def("version", [] { return std::string(sparse3d::version()); });
-  // The `sparse3d` command line itself (apps/command_line.h), for the package's
-  // `sparse3d-engine` and `python -m sparse3d_engine`: one implementation for both. It runs
-  // without the GIL and calls no Python; the caller sends the engine's messages to stderr first.
-  // The arguments come as bytes (os.fsencode): a file name that is not UTF-8 passes unchanged.
-  m.def("command_line", [](const std::vector<nb::bytes>& args, const std::string& name) {
-        std::vector<std::string> argv;
-        for (const nb::bytes& a : args) argv.emplace_back(a.c_str(), a.size());
-        nb::gil_scoped_release release;
-        return s3d::apps::command_line(argv, name);
-      }, "args"_a, "name"_a,
-      "Runs the sparse3d command line on args (bytes; args[0]: the program as typed); returns its "
-      "exit code. Fatal signals end the process (after removing files under way), as they do "
-      "the sparse3d executable.");
-  m.def("default_path", [] { return std::string(sparse3d::default_path()); });
-  // The environment fingerprint without an engine (`sparse3d info --json`): one JSON object.
-  m.def("environment_json", [] { return unlocked([] { return sparse3d::environment_report(true); }); });
+// The execution paths and optimization flags the engine knows (what `sparse3d paths` prints),
+// and a path spec's label.
+static void bind_paths_and_flags(nb::module_& m) {
   m.def("paths", [] {
     nb::list out;
     for (const auto& p : sparse3d::execution_paths()) {
@@ -903,6 +904,30 @@ NB_MODULE(_native, m) {
   });
   m.def("plan_label", [](const std::string& spec) { return sparse3d::ExecutionPlan::parse(spec).label(); },
         "spec"_a);
+}
+
+NB_MODULE(_native, m) {
+  m.doc() = "sparse3d's native engine (the public C++ API over DLPack); use the sparse3d_engine package.";
+  nb::exception<sparse3d::Error>(m, "Error", PyExc_RuntimeError);
+
+  m.def("version", [] { return std::string(sparse3d::version()); });
+  // The `sparse3d` command line itself (apps/command_line.h), for the package's
+  // `sparse3d-engine` and `python -m sparse3d_engine`: one implementation for both. It runs
+  // without the GIL and calls no Python; the caller sends the engine's messages to stderr first.
+  // The arguments come as bytes (os.fsencode): a file name that is not UTF-8 passes unchanged.
+  m.def("command_line", [](const std::vector<nb::bytes>& args, const std::string& name) {
+        std::vector<std::string> argv;
+        for (const nb::bytes& a : args) argv.emplace_back(a.c_str(), a.size());
+        nb::gil_scoped_release release;
+        return s3d::apps::command_line(argv, name);
+      }, "args"_a, "name"_a,
+      "Runs the sparse3d command line on args (bytes; args[0]: the program as typed); returns its "
+      "exit code. Fatal signals end the process (after removing files under way), as they do "
+      "the sparse3d executable.");
+  m.def("default_path", [] { return std::string(sparse3d::default_path()); });
+  // The environment fingerprint without an engine (`sparse3d info --json`): one JSON object.
+  m.def("environment_json", [] { return unlocked([] { return sparse3d::environment_report(true); }); });
+  bind_paths_and_flags(m);
   m.def("draw_noise", [](uint64_t seed, int64_t rows, int64_t cols, uint64_t offset) {
         return to_python(sparse3d::draw_noise(seed, rows, cols, offset));
       }, "seed"_a, "rows"_a, "cols"_a, "offset"_a = 0);

@@ -16,6 +16,24 @@ using parallel::Transfer;
 
 size_t idx(int r) { return static_cast<size_t>(r); }
 
+// A bf16 [rows, cols] tensor of rank r (allocated in its context).
+Tensor bf16_on(parallel::Group& group, int r, Device device, int64_t rows, int64_t cols) {
+  RankScope scope(group, r);
+  return Tensor::empty({rows, cols}, DType::BF16, device);
+}
+
+// The rows of rank r's group.
+int64_t group_rows(const parallel::ShardPlan& plan, int r) {
+  const int g = plan.group_of(r);
+  return plan.group_end(g) - plan.group_begin(g);
+}
+
+// Rank r's rows within its group's [T_g] rows of any rank of the group.
+Tensor rows_in_group(const parallel::ShardPlan& plan, const Tensor& t, int r) {
+  const int64_t base = plan.group_begin(plan.group_of(r));
+  return t.rows(plan.begin(r) - base, plan.end(r) - base);
+}
+
 // Rows [r0, r1) of a prepared request, on the host: the assets with tokens there (from b0,
 // renumbered from 0), their token counts, and how many of them have a real condition.
 struct ShardRows {
@@ -184,11 +202,34 @@ Tensor SequenceParallel::forward(const ShardedRequest& sr, const Tensor& x, cons
             "input; run it on one device");
   const ModelConfig& c = m0.config();
 
+  std::vector<Modulation> mods(idx(P));
+  std::vector<Tensor> h = embed_shards(sr, x, t1000, mod, mods);
+
+  for (int i = 0; i < c.num_blocks; ++i) {
+    self_attention(i, sr, h, mods);
+    for (int r = 0; r < P; ++r) {
+      RankScope scope(*group_, r);
+      const Transformer& m = rank(r);
+      const Request& s = sr.shards[idx(r)];
+      Condition cond = sc.conds[idx(r)];
+      if (!sc.kv[idx(r)].kv.empty()) cond.kv = &sc.kv[idx(r)];
+      const NullPath* null = sc.has_null ? &sc.nulls[idx(r)] : nullptr;
+      h[idx(r)] = m.cross_attention(i, s, h[idx(r)], cond, null);
+      h[idx(r)] = m.mlp(i, m.weights_.blocks[idx(i)], s, h[idx(r)], mods[idx(r)].blocks[idx(i)]);
+    }
+  }
+
+  return gather_output(sr, h, std::move(out));
+}
+
+std::vector<Tensor> SequenceParallel::embed_shards(const ShardedRequest& sr, const Tensor& x,
+                                                   const Tensor& t1000, const Modulation* mod,
+                                                   std::vector<Modulation>& mods) const {
+  const int P = parts();
   // Each rank's rows of x, and the modulation of the assets it holds (given, or computed from t on
   // every rank).
   std::vector<Transfer> batch;
   std::vector<Tensor> xs(idx(P)), ts(idx(P));
-  std::vector<Modulation> mods(idx(P));
   for (int r = 0; r < P; ++r) {
     xs[idx(r)] = moved(r, x.rows(sr.plan.begin(r), sr.plan.end(r)), batch);
     const int b0 = sr.first_asset[idx(r)], nb = sr.shards[idx(r)].batch;
@@ -213,21 +254,16 @@ Tensor SequenceParallel::forward(const ShardedRequest& sr, const Tensor& x, cons
     h[idx(r)] = rank(r).embed_input(s, xs[idx(r)]);
     xs[idx(r)] = Tensor();
   }
+  return h;
+}
 
-  for (int i = 0; i < c.num_blocks; ++i) {
-    self_attention(i, sr, h, mods);
-    for (int r = 0; r < P; ++r) {
-      RankScope scope(*group_, r);
-      const Transformer& m = rank(r);
-      const Request& s = sr.shards[idx(r)];
-      Condition cond = sc.conds[idx(r)];
-      if (!sc.kv[idx(r)].kv.empty()) cond.kv = &sc.kv[idx(r)];
-      const NullPath* null = sc.has_null ? &sc.nulls[idx(r)] : nullptr;
-      h[idx(r)] = m.cross_attention(i, s, h[idx(r)], cond, null);
-      h[idx(r)] = m.mlp(i, m.weights_.blocks[idx(i)], s, h[idx(r)], mods[idx(r)].blocks[idx(i)]);
-    }
-  }
-
+Tensor SequenceParallel::gather_output(const ShardedRequest& sr, std::vector<Tensor>& h,
+                                       Tensor out) const {
+  const Transformer& m0 = rank(0);
+  const Request& whole = sr.whole;
+  const ModelConfig& c = m0.config();
+  const int P = parts();
+  std::vector<Transfer> batch;
   // The output layer on each rank's rows, gathered on rank 0.
   Tensor v = out;
   if (v.defined()) {
@@ -269,49 +305,14 @@ void SequenceParallel::self_attention(int block, const ShardedRequest& sr, std::
     return;
   }
   const ModelConfig& c = rank(0).config();
-  const int64_t C = c.model_channels, Cp = C / Q;
+  const int64_t Cp = c.model_channels / Q;
   const int Hp = plan.heads_per_part(), D = c.head_dim();
-  auto bf16 = [&](int r, int64_t rows, int64_t cols) {
-    RankScope scope(*group_, r);
-    return Tensor::empty({rows, cols}, DType::BF16, rank(r).device());
-  };
-  auto first = [&](int r) { return plan.group_of(r) * Q; };  // rank r's group's first rank
-  // Rank r's rows within its group's [T_g] rows of any rank of the group.
-  auto rows_of = [&](const Tensor& t, int r) {
-    const int64_t base = plan.group_begin(plan.group_of(r));
-    return t.rows(plan.begin(r) - base, plan.end(r) - base);
-  };
-  auto group_rows = [&](int r) {
-    const int g = plan.group_of(r);
-    return plan.group_end(g) - plan.group_begin(g);
-  };
-
-  std::vector<Tensor> heads(idx(P));  // rank s: its head group of its group's tokens, [T_g, 3 Cp]
-  for (int s = 0; s < P; ++s) heads[idx(s)] = bf16(s, group_rows(s), 3 * Cp);
-  std::vector<Transfer> batch;
-  for (int r = 0; r < P; ++r) {
-    RankScope scope(*group_, r);
-    const Transformer& m = rank(r);
-    const int64_t Tr = plan.rows(r);
-    const Tensor qkv = m.attention_input(m.weights_.blocks[idx(block)], sr.shards[idx(r)],
-                                         h[idx(r)], mods[idx(r)].blocks[idx(block)]);
-    for (int j = 0; j < Q; ++j) {
-      const int s = first(r) + j;
-      Tensor pack = bf16(r, Tr, 3 * Cp);  // q, k, v of head group j, side by side
-      for (int i = 0; i < 3; ++i) {
-        RowView dst = RowView::columns(pack, i * Cp, Cp);
-        kernels::copy_rows(RowView{qkv, i * C + j * Cp, Tr, Cp, 3 * C}, dst);
-      }
-      batch.push_back({r, s, pack, rows_of(heads[idx(s)], r)});
-    }
-  }
-  group_->exchange(batch);
-  batch.clear();
+  std::vector<Tensor> heads = heads_to_ranks(block, sr, h, mods);
 
   std::vector<Tensor> attn(idx(P));  // rank s: its head group of its group's outputs, [T_g, Cp]
   for (int s = 0; s < P; ++s) {
-    const int64_t Tg = group_rows(s);
-    attn[idx(s)] = bf16(s, Tg, Cp);
+    const int64_t Tg = group_rows(plan, s);
+    attn[idx(s)] = bf16_on(*group_, s, rank(s).device(), Tg, Cp);
     RankScope scope(*group_, s);
     const Tensor& in = heads[idx(s)];
     ops::sdpa(sr.shards[idx(s)].ops, RowView{in, 0, Tg, Cp, 3 * Cp}, sr.layouts[idx(s)],
@@ -320,30 +321,72 @@ void SequenceParallel::self_attention(int block, const ShardedRequest& sr, std::
     heads[idx(s)] = Tensor();
   }
 
-  std::vector<std::vector<Tensor>> back(idx(P));  // back[r][j]: rank r's rows of head group j
+  std::vector<Tensor> joined = outputs_to_rows(sr, attn);
   for (int r = 0; r < P; ++r) {
+    RankScope scope(*group_, r);
+    const Transformer& m = rank(r);
+    h[idx(r)] = m.attention_output(m.weights_.blocks[idx(block)], sr.shards[idx(r)], h[idx(r)],
+                                   std::move(joined[idx(r)]), mods[idx(r)].blocks[idx(block)]);
+  }
+}
+
+std::vector<Tensor> SequenceParallel::heads_to_ranks(int block, const ShardedRequest& sr,
+                                                     const std::vector<Tensor>& h,
+                                                     const std::vector<Modulation>& mods) const {
+  const parallel::ShardPlan& plan = sr.plan;
+  const int P = parts(), Q = plan.group_size();
+  const int64_t C = rank(0).config().model_channels, Cp = C / Q;
+  std::vector<Tensor> heads(idx(P));  // rank s: its head group of its group's tokens, [T_g, 3 Cp]
+  for (int s = 0; s < P; ++s)
+    heads[idx(s)] = bf16_on(*group_, s, rank(s).device(), group_rows(plan, s), 3 * Cp);
+  std::vector<Transfer> batch;
+  for (int r = 0; r < P; ++r) {
+    RankScope scope(*group_, r);
+    const Transformer& m = rank(r);
+    const int64_t Tr = plan.rows(r);
+    const Tensor qkv = m.attention_input(m.weights_.blocks[idx(block)], sr.shards[idx(r)],
+                                         h[idx(r)], mods[idx(r)].blocks[idx(block)]);
     for (int j = 0; j < Q; ++j) {
-      const int s = first(r) + j;
-      back[idx(r)].push_back(bf16(r, plan.rows(r), Cp));
-      batch.push_back({s, r, rows_of(attn[idx(s)], r), back[idx(r)].back()});
+      const int s = plan.group_of(r) * Q + j;
+      Tensor pack = bf16_on(*group_, r, m.device(), Tr, 3 * Cp);  // q, k, v of head group j
+      for (int i = 0; i < 3; ++i) {
+        RowView dst = RowView::columns(pack, i * Cp, Cp);
+        kernels::copy_rows(RowView{qkv, i * C + j * Cp, Tr, Cp, 3 * C}, dst);
+      }
+      batch.push_back({r, s, pack, rows_in_group(plan, heads[idx(s)], r)});
     }
   }
   group_->exchange(batch);
-  batch.clear();
-  attn.clear();
+  return heads;
+}
 
+std::vector<Tensor> SequenceParallel::outputs_to_rows(const ShardedRequest& sr,
+                                                      std::vector<Tensor>& attn) const {
+  const parallel::ShardPlan& plan = sr.plan;
+  const int P = parts(), Q = plan.group_size();
+  const int64_t C = rank(0).config().model_channels, Cp = C / Q;
+  std::vector<Transfer> batch;
+  std::vector<std::vector<Tensor>> back(idx(P));  // back[r][j]: rank r's rows of head group j
   for (int r = 0; r < P; ++r) {
-    Tensor joined = bf16(r, plan.rows(r), C);
-    RankScope scope(*group_, r);
-    const Transformer& m = rank(r);
     for (int j = 0; j < Q; ++j) {
-      RowView dst = RowView::columns(joined, j * Cp, Cp);
+      const int s = plan.group_of(r) * Q + j;
+      back[idx(r)].push_back(bf16_on(*group_, r, rank(r).device(), plan.rows(r), Cp));
+      batch.push_back({s, r, rows_in_group(plan, attn[idx(s)], r), back[idx(r)].back()});
+    }
+  }
+  group_->exchange(batch);
+  attn.clear();
+  std::vector<Tensor> joined(idx(P));  // rank r: its rows, every head group, [T_r, C]
+  for (int r = 0; r < P; ++r) {
+    joined[idx(r)] = bf16_on(*group_, r, rank(r).device(), plan.rows(r), C);
+    RankScope scope(*group_, r);
+    for (int j = 0; j < Q; ++j) {
+      RowView dst = RowView::columns(joined[idx(r)], j * Cp, Cp);
       kernels::copy_rows(RowView::of(back[idx(r)][idx(j)]), dst);
     }
     back[idx(r)].clear();
-    h[idx(r)] = m.attention_output(m.weights_.blocks[idx(block)], sr.shards[idx(r)], h[idx(r)],
-                                   std::move(joined), mods[idx(r)].blocks[idx(block)]);
   }
+  return joined;
 }
 
 }  // namespace s3d::model

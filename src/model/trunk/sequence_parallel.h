@@ -88,6 +88,17 @@ class SequenceParallel {
   // One block's self-attention across the ranks: h[r] becomes h[r] + gate * to_out(attn).
   void self_attention(int block, const ShardedRequest& sr, std::vector<Tensor>& h,
                       const std::vector<Modulation>& mods) const;
+  // forward()'s first and last steps: each rank's embedded rows of x and (into mods) the
+  // modulation of the assets it holds; the ranks' output layers gathered into `out` on rank 0.
+  std::vector<Tensor> embed_shards(const ShardedRequest& sr, const Tensor& x, const Tensor& t1000,
+                                   const Modulation* mod, std::vector<Modulation>& mods) const;
+  Tensor gather_output(const ShardedRequest& sr, std::vector<Tensor>& h, Tensor out) const;
+  // self_attention() with groups of Q > 1 ranks: the all-to-all of the q | k | v head groups
+  // (heads[s]: rank s's head group of its group's tokens) and back (each rank's rows, all heads).
+  std::vector<Tensor> heads_to_ranks(int block, const ShardedRequest& sr,
+                                     const std::vector<Tensor>& h,
+                                     const std::vector<Modulation>& mods) const;
+  std::vector<Tensor> outputs_to_rows(const ShardedRequest& sr, std::vector<Tensor>& attn) const;
 
   std::vector<const Transformer*> replicas_;
   parallel::Group* group_;
