@@ -25,20 +25,17 @@ samplers show one, as TRELLIS.2's do, when their `verbose` says so and stderr is
 from __future__ import annotations
 
 import atexit
-import dataclasses
 import gc
 import itertools
 import json
 import logging
-import math
 import numbers
-import operator
 import os
 import sys
 import threading
 import weakref
 from collections.abc import Mapping
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Union
 
 from . import _loader
 
@@ -52,6 +49,16 @@ except ImportError as e:  # pragma: no cover - depends on the machine
 Error = _native.Error
 __version__: str = _native.version()
 
+# The package is a face over its private modules (each needs _native loaded first): argument
+# checks, framework arrays, the sampler's settings, progress bars. The drop-in (trellis2.py)
+# and the torch ops import what they need from those modules, not from here.
+from ._args import (_INT32, _INT64, _UINT64, _engine_options, _flag, _integer,  # noqa: E402
+                    _optional_text, _real, _text)
+from ._frameworks import (_array, _as_framework, _feats, _float_array,  # noqa: E402
+                          _framework, _out_array, _stream)
+from ._progress import _progress_bar, _sample_hooks, progress_enabled, set_progress  # noqa: E402
+from ._settings import SAMPLER_PRESETS, SamplerSettings, SamplerSpec, _sampler  # noqa: E402
+
 __all__ = ["Engine", "Workspace", "Error", "SamplerSettings", "SAMPLER_PRESETS", "SLAT", "DENSE", "model_families",
            "default_path", "paths", "flags", "draw_noise", "timesteps", "build_info",
            "engine_by_id", "set_progress", "progress_enabled", "synthetic_presets",
@@ -60,129 +67,10 @@ __all__ = ["Engine", "Workspace", "Error", "SamplerSettings", "SAMPLER_PRESETS",
 # Any DLPack producer: a torch, CuPy or JAX tensor, a NumPy array (or, for latents, a
 # SparseTensor: anything with .feats and .coords).
 Array = Any
-# A sampler: a preset name, a dict of SamplerSettings fields, a SamplerSettings, or None.
-SamplerSpec = Union[None, str, Dict[str, Any], "SamplerSettings"]
 
 # The package's logger: the engine's messages (fallbacks, WARNING), engines' start-up lines
 # (INFO) and the CUDA libraries loaded (INFO; an outdated one is a WARNING).
 logger = logging.getLogger("sparse3d_engine")
-
-# ---- Arguments -----------------------------------------------------------------------------------
-# Numbers are taken as they are or refused, never changed on the way in: int(2.7) would run 2
-# steps, int("3") would read text as a count, and a value past the C++ type's range would
-# fail in the binding with a message naming nothing. Integers are Python ints or integer
-# scalars (NumPy's, torch's: anything with __index__), never bools or floats; real numbers
-# are ints or floats (NumPy's too), never strings or bools. Every refusal is an Error naming
-# the argument, as the engine's own argument errors are.
-
-_INT32 = (-2**31, 2**31 - 1)
-_INT64 = (-2**63, 2**63 - 1)
-_UINT64 = (0, 2**64 - 1)
-
-
-def _is_bool(value):
-    # bool and NumPy's bool (numpy.bool_, not a bool subclass): a flag, never a count.
-    return isinstance(value, bool) or (type(value).__module__ == "numpy" and
-                                       type(value).__name__ in ("bool", "bool_", "bool8"))
-
-
-def _integer(value, name, lo, hi):
-    """`value` as an int in [lo, hi], or an Error naming `name`."""
-    if _is_bool(value) or isinstance(value, (str, bytes)) or not hasattr(type(value), "__index__"):
-        raise Error(f"{name} must be an integer, got {value!r} ({type(value).__name__})")
-    try:
-        n = operator.index(value)
-    except TypeError:   # e.g. a float tensor, whose __index__ refuses
-        raise Error(f"{name} must be an integer, got {value!r} ({type(value).__name__})") from None
-    if not lo <= n <= hi:
-        raise Error(f"{name} must be an integer in [{lo}, {hi}], got {n}")
-    return n
-
-
-def _real(value, name, finite=True):
-    """`value` as a float (finite unless `finite` is False), or an Error naming `name`."""
-    if _is_bool(value) or isinstance(value, (str, bytes)) or not hasattr(type(value), "__float__"):
-        raise Error(f"{name} must be a real number, got {value!r} ({type(value).__name__})")
-    x = float(value)
-    if finite and not math.isfinite(x):
-        raise Error(f"{name} must be finite, got {x}")
-    return x
-
-
-def _flag(value, name):
-    """`value` as a bool: True or False (NumPy's too), not a number or a string."""
-    if not _is_bool(value):
-        raise Error(f"{name} must be True or False, got {value!r} ({type(value).__name__})")
-    return bool(value)
-
-
-def _text(value, name, path=False):
-    """A str (or, with `path`, an os.PathLike) as it is: str() would make None the text
-    "None"."""
-    if isinstance(value, str):
-        return value
-    if path and isinstance(value, os.PathLike):
-        text = os.fspath(value)
-        if isinstance(text, str):
-            return text
-    kind = "a str or an os.PathLike" if path else "a str"
-    raise Error(f"{name} must be {kind}, got {value!r} ({type(value).__name__})")
-
-
-def _optional_text(value, name):
-    """None or a str, as it is (an execution path, a progress bar's name)."""
-    return None if value is None else _text(value, name)
-
-
-def _array(value, name, optional=False):
-    """`value` as it is when it is an array (a DLPack producer with a shape: a torch, NumPy,
-    CuPy or JAX array), or None when `optional`; else an Error naming `name`. A list, a dict
-    or a number is not an array: the engine reads its inputs in place, never converted."""
-    if value is None:
-        if optional:
-            return None
-        raise Error(f"{name} is required (an array), got None")
-    if hasattr(value, "shape") and (hasattr(type(value), "__dlpack__") or
-                                    _framework(value) is not None):
-        return value
-    raise Error(f"{name} must be an array (a torch, NumPy, CuPy or JAX array), got "
-                f"{type(value).__name__}")
-
-
-def _out_array(value, name):
-    """A caller's buffer for a result: None, or a writable array (the engine writes into it)."""
-    _array(value, name, optional=True)
-    flags = getattr(value, "flags", None)   # NumPy's (and CuPy's) writeable flag
-    if value is not None and flags is not None and getattr(flags, "writeable", True) is False:
-        raise Error(f"{name} is read-only (the engine writes the result into it); pass a "
-                    f"writable array")
-    return value
-
-
-def _engine_options(path, device, device_index, max_device_memory_gib, cache_dir,
-                    persist_qualification, qualify_m, devices=(), parallel_min_tokens=8192):
-    """The native engine's options, checked (Engine() and Engine.from_state_dict())."""
-    if isinstance(qualify_m, (str, bytes)) or not hasattr(qualify_m, "__iter__"):
-        raise Error(f"qualify_m must be a sequence of integers, got {qualify_m!r}")
-    if isinstance(devices, (str, bytes)) or not hasattr(devices, "__iter__"):
-        raise Error(f"devices must be a sequence of CUDA device ordinals, got {devices!r}")
-    devices = [_integer(d, "devices", 0, _INT32[1]) for d in devices]
-    twice = sorted({d for d in devices if devices.count(d) > 1})
-    if twice:
-        raise Error(f"devices: device {twice[0]} is listed twice")
-    qualify_m = [_integer(m, "qualify_m", *_INT64) for m in qualify_m]
-    for m in qualify_m:
-        if not 1 <= m <= 1 << 20:
-            raise Error(f"qualify_m: candidate M must be in [1, 1048576], got {m}")
-    return dict(path=_text(path, "path"), device=_text(device, "device"),
-                devices=devices,
-                parallel_min_tokens=_integer(parallel_min_tokens, "parallel_min_tokens", 1,
-                                             _INT64[1]),
-                device_index=_integer(device_index, "device_index", 0, _INT32[1]),
-                max_device_memory_gib=_real(max_device_memory_gib, "max_device_memory_gib"),
-                cache_dir=_text(cache_dir, "cache_dir", path=True),
-                persist_qualification=_flag(persist_qualification, "persist_qualification"),
-                qualify_m=qualify_m)
 
 # ---- Messages ---------------------------------------------------------------------------------
 # The C++ side sends its messages (a fast path refused: "fallback: FLAG: REASON") to one
@@ -231,84 +119,6 @@ def _engine_log(user_log):
 _native.set_message_sink(_on_message)
 # Back to stderr before the interpreter goes (a message after that could not take the GIL).
 atexit.register(_native.set_message_sink, None)
-
-# ---- Progress --------------------------------------------------------------------------------
-# Off unless asked for (output nobody asked for, in a service's log). A bar follows the
-# engine's progress report and never makes the GPU wait. The drop-in's samplers follow
-# TRELLIS.2's `verbose` where stderr is a terminal.
-
-
-def _progress_setting(text: Optional[str]) -> Optional[bool]:
-    """SPARSE3D_ENGINE_PROGRESS: 1/true/on/yes on, 0/false/off/no off, else None (the
-    defaults: sample() none, the drop-in's samplers where stderr is a terminal)."""
-    value = (text or "").strip().lower()
-    if value in ("1", "true", "on", "yes"):
-        return True
-    if value in ("0", "false", "off", "no"):
-        return False
-    return None
-
-
-_progress_default: Optional[bool] = _progress_setting(os.environ.get("SPARSE3D_ENGINE_PROGRESS"))
-
-
-def set_progress(enabled: bool) -> None:
-    """Turns the default tqdm progress bar of sample() on or off for the process, the drop-in's
-    samplers included (the initial value: off for sample(), the drop-in's where stderr is a
-    terminal; SPARSE3D_ENGINE_PROGRESS=1 or 0 sets it). A call's `progress=` wins."""
-    global _progress_default
-    _progress_default = bool(enabled)
-
-
-def progress_enabled() -> bool:
-    """Whether sample() shows a bar by default (tqdm must also be installed)."""
-    return _progress_default is True
-
-
-def _pipeline_progress() -> bool:
-    """Whether the drop-in's samplers show a bar when their `verbose` asks for one: as set, or
-    (not set) where stderr is a terminal."""
-    if _progress_default is not None:
-        return _progress_default
-    try:
-        return bool(sys.stderr is not None and sys.stderr.isatty())
-    except Exception:  # noqa: BLE001 - a replaced stderr without isatty: no terminal
-        return False
-
-
-def _sample_hooks(callback: Optional[Callable[[int, float, Array], Any]], like: Array,
-                  bar: Any) -> Tuple[Optional[Callable], Optional[Callable]]:
-    """Engine.sample: the native loop's step callback (the user's, the latent in the inputs'
-    framework) and progress callback (the bar's), each None where there is none."""
-    on_step = None
-    if callback is not None:
-        def on_step(step, t, latent):
-            callback(step, t, _as_framework(latent, like))
-    on_progress = None
-    if bar is not None:
-        # Steps the device has finished, reported without making it wait (the host stays
-        # one step ahead); a bar never synchronises the loop, unlike a step callback.
-        shown = [0]
-
-        def on_progress(done, total):
-            bar.update(done - shown[0])
-            shown[0] = done
-    return on_step, on_progress
-
-
-def _progress_bar(progress, total, desc="Sampling"):
-    """A tqdm bar of `total` steps, or None: progress None follows set_progress(), False is
-    none, True a bar named `desc`, a string a bar of that name. None without tqdm."""
-    if progress is None:
-        progress = _progress_default is True
-    if progress is False:
-        return None
-    try:
-        from tqdm.auto import tqdm  # a notebook's widget, a terminal's text bar
-        bar = tqdm(total=int(total), desc=progress if isinstance(progress, str) else desc)
-    except Exception:  # noqa: BLE001 - no tqdm, or a stand-in that is not one: no bar
-        return None
-    return bar if hasattr(bar, "update") and hasattr(bar, "close") else None
 
 # ---- Engines by id -----------------------------------------------------------------------------
 # Every Engine has a process-unique int, `engine.id`: what the torch custom ops take
@@ -360,148 +170,6 @@ def model_families() -> Dict[str, Dict[str, Any]]:
     whole R^3 grid, and coords=None takes volumes [B, C, R, R, R]."""
     return {f["name"]: f for f in _native.model_families()}
 
-# cudaStreamLegacy: what a framework's "default stream" handle 0 means; the engine runs such
-# work on its own stream, ordered by events (docs/PYTHON.md, "Streams").
-_CUDA_STREAM_LEGACY = 1
-
-
-@dataclasses.dataclass
-class SamplerSettings:
-    """TRELLIS.2's FlowEulerGuidanceIntervalSampler settings. `released()` is the released
-    shape model's pipeline.json (the default of a SLatFlowModel engine);
-    `released_sparse_structure()` the released sparse-structure sampler's (the default of a
-    SparseStructureFlowModel engine); `protocol()` the benchmark's (15 steps, CFG 7.5 on every
-    step, no rescale)."""
-    steps: int = 12
-    rescale_t: float = 3.0
-    guidance: float = 7.5                 # TRELLIS.2's guidance_strength
-    guidance_interval: Tuple[float, float] = (0.6, 1.0)  # CFG only for t in [lo, hi]
-    guidance_rescale: float = 0.5
-    sigma_min: float = 1e-5
-
-    @classmethod
-    def released(cls) -> "SamplerSettings":
-        return cls()
-
-    @classmethod
-    def released_sparse_structure(cls) -> "SamplerSettings":
-        return cls(rescale_t=5.0, guidance_rescale=0.7)
-
-    @classmethod
-    def protocol(cls) -> "SamplerSettings":
-        return cls(steps=15, guidance_interval=(0.0, 1.0), guidance_rescale=0.0)
-
-    def _native(self) -> Dict[str, Any]:
-        """The settings as the engine takes them, each checked as it is (an Error naming the
-        setting, never a silent int() of 2.7); the engine checks the values' ranges."""
-        interval = self.guidance_interval
-        if isinstance(interval, (str, bytes)) or not hasattr(interval, "__len__") or len(interval) != 2:
-            raise Error(f"sampler: guidance_interval must be (lo, hi), got {interval!r}")
-        lo, hi = interval
-        return {"steps": _integer(self.steps, "sampler: steps", 1, _INT32[1]),
-                "rescale_t": _real(self.rescale_t, "sampler: rescale_t"),
-                "guidance": _real(self.guidance, "sampler: guidance"),
-                "interval_lo": _real(lo, "sampler: guidance_interval[0]"),
-                "interval_hi": _real(hi, "sampler: guidance_interval[1]"),
-                "guidance_rescale": _real(self.guidance_rescale, "sampler: guidance_rescale"),
-                "sigma_min": _real(self.sigma_min, "sampler: sigma_min")}
-
-
-# SamplerSettings' fields, read once (what torch.compile traces in _sampler() is a tuple).
-_SAMPLER_FIELDS = tuple(f.name for f in dataclasses.fields(SamplerSettings))
-
-# Named presets (sampler="..."), by their SamplerSettings constructor.
-SAMPLER_PRESETS = ("released", "released_sparse_structure", "protocol")
-
-
-def _sampler(spec: SamplerSpec, default: str = "released") -> SamplerSettings:
-    """SamplerSettings from a preset name, a dict or SamplerSettings; None: the preset
-    `default` (a model family's own: Engine.model["sampler_preset"])."""
-    if spec is None:
-        spec = default
-    if isinstance(spec, str) and spec in SAMPLER_PRESETS:
-        return getattr(SamplerSettings, spec)()
-    if isinstance(spec, SamplerSettings):
-        return spec
-    if isinstance(spec, dict):
-        names = set(_SAMPLER_FIELDS)
-        unknown = sorted(str(k) for k in set(spec) - names)
-        if unknown:
-            raise Error(f"sampler: unknown setting(s) {', '.join(unknown)} "
-                        f"(known: {', '.join(sorted(names))})")
-        return SamplerSettings(**spec)
-    raise Error(f"sampler must be one of {', '.join(repr(p) for p in SAMPLER_PRESETS)}, None (the "
-                f"model's released settings), a dict or a SamplerSettings, got {spec!r}")
-
-
-# ---- Frameworks ------------------------------------------------------------------------------
-
-def _framework(x):
-    """'torch', 'numpy', 'cupy', 'jax' or None, from the type's module (importing nothing)."""
-    module = type(x).__module__.split(".")[0]
-    if module in ("torch", "numpy", "cupy"):
-        return module
-    if module in ("jax", "jaxlib"):
-        return "jax"
-    return None
-
-
-def _as_framework(array, like):
-    """The engine's DLPack result as a tensor of `like`'s framework (a view, no copy)."""
-    if array is None:
-        return None
-    kind = _framework(like)
-    if kind == "torch":
-        return sys.modules["torch"].from_dlpack(array)
-    if kind == "numpy":
-        return sys.modules["numpy"].from_dlpack(array)
-    if kind == "cupy":
-        return sys.modules["cupy"].from_dlpack(array)
-    if kind == "jax":
-        return sys.modules["jax"].dlpack.from_dlpack(array)
-    return array
-
-
-def _float_array(values, like):
-    """A float32 array of `values` in `like`'s framework and device (the forward's t)."""
-    kind = _framework(like)
-    if kind == "torch":
-        torch = sys.modules["torch"]
-        return torch.tensor(values, dtype=torch.float32, device=like.device)
-    if kind == "cupy":
-        return sys.modules["cupy"].asarray(values, dtype="float32")
-    import numpy
-    return numpy.asarray(values, dtype=numpy.float32)
-
-
-def _stream(stream, tensors):
-    """The CUDA stream handle the request runs on. None: the current stream of the inputs'
-    framework (torch, CuPy) when they are on a GPU, else the engine's own stream."""
-    if stream is not None:
-        if isinstance(stream, int) and not _is_bool(stream):
-            handle = stream
-        elif hasattr(stream, "cuda_stream"):   # torch.cuda.Stream
-            handle = stream.cuda_stream
-        elif hasattr(stream, "ptr"):           # cupy.cuda.Stream
-            handle = stream.ptr
-        else:
-            raise Error(f"stream must be an int handle, a torch.cuda.Stream or a "
-                        f"cupy.cuda.Stream, got {type(stream).__name__}")
-        return _integer(handle, "stream", *_UINT64) or _CUDA_STREAM_LEGACY
-    for t in tensors:
-        kind = _framework(t)
-        if kind == "torch" and t.is_cuda:
-            torch = sys.modules["torch"]
-            return torch.cuda.current_stream(t.device).cuda_stream or _CUDA_STREAM_LEGACY
-        if kind == "cupy":
-            cupy = sys.modules["cupy"]
-            return cupy.cuda.get_current_stream().ptr or _CUDA_STREAM_LEGACY
-    return 0
-
-
-def _feats(x):
-    """A SparseTensor's features (duck typing: `.feats`), or x itself."""
-    return x.feats if hasattr(x, "feats") else x
 
 
 # ---- The engine ------------------------------------------------------------------------------

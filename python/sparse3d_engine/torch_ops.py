@@ -36,8 +36,9 @@ from typing import Optional, Union
 
 import torch
 
-from . import (_INT64, Engine, Error, SamplerSpec, _integer, _optional_text, _real,
-               _sampler, engine_by_id)
+from . import Engine, Error, engine_by_id
+from ._args import _INT64, _integer, _optional_text, _real
+from ._settings import SamplerSpec, _sampler
 
 if not hasattr(torch.library, "custom_op"):  # pragma: no cover - depends on the torch
     raise ImportError(f"sparse3d_engine.torch_ops needs torch 2.4 or later "

@@ -50,9 +50,11 @@ import types
 from collections import Counter
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
-from . import (DENSE, SLAT, Engine, Error, SamplerSettings, Workspace, _engine_options, _flag,
-               _framework, _integer, _optional_text, _real, _text, default_path,
-               model_families, _pipeline_progress)
+from . import (DENSE, SLAT, Engine, Error, SamplerSettings, Workspace, default_path,
+               model_families)
+from ._args import _engine_options, _flag, _integer, _optional_text, _real, _text
+from ._frameworks import _framework
+from ._progress import _pipeline_progress
 
 # The flow models of a TRELLIS.2 image-to-3D pipeline (pipeline.models keys): the dense
 # sparse-structure model, then the structured-latent ones.

@@ -39,7 +39,7 @@ def bars(monkeypatch):
     stand_in = types.SimpleNamespace(tqdm=tqdm)
     monkeypatch.setitem(sys.modules, "tqdm", stand_in)
     monkeypatch.setitem(sys.modules, "tqdm.auto", stand_in)
-    monkeypatch.setattr(s3d, "_progress_default", True)
+    monkeypatch.setattr(s3d._progress, "_progress_default", True)
     return made
 
 
@@ -64,7 +64,7 @@ def _request():
 
 def test_no_bar_unless_asked_for(engine, bars, monkeypatch):
     coords, cond = _request()
-    monkeypatch.setattr(s3d, "_progress_default", s3d._progress_setting(None))
+    monkeypatch.setattr(s3d._progress, "_progress_default", s3d._progress._progress_setting(None))
     assert not s3d.progress_enabled()
     engine.sample(coords, cond, seed=2, sampler=QUICK)
     assert bars == []
@@ -95,11 +95,11 @@ def test_the_bar_follows_the_progress_report_not_a_step_callback(engine, bars, m
 
 def test_the_environment_variable_reads_as_documented():
     for text in ("1", "true", " ON ", "yes"):
-        assert s3d._progress_setting(text) is True
+        assert s3d._progress._progress_setting(text) is True
     for text in ("0", "false", "Off", "no"):
-        assert s3d._progress_setting(text) is False
+        assert s3d._progress._progress_setting(text) is False
     for text in (None, "", "maybe"):
-        assert s3d._progress_setting(text) is None
+        assert s3d._progress._progress_setting(text) is None
 
 
 def test_a_bar_per_sample_when_turned_on(engine, bars):
@@ -140,7 +140,7 @@ def test_the_bar_is_closed_when_the_request_fails(engine, bars):
 def test_without_tqdm_nothing_and_no_error(engine, monkeypatch):
     monkeypatch.setitem(sys.modules, "tqdm", None)   # import tqdm raises ImportError
     monkeypatch.delitem(sys.modules, "tqdm.auto", raising=False)
-    monkeypatch.setattr(s3d, "_progress_default", True)
+    monkeypatch.setattr(s3d._progress, "_progress_default", True)
     coords, cond = _request()
     engine.sample(coords, cond, seed=2, sampler=QUICK)
     engine.sample(coords, cond, seed=2, sampler=QUICK, progress=True)
@@ -178,7 +178,7 @@ def test_the_drop_in_sampler_follows_verbose_and_tqdm_desc(bars, cache_dir, tiny
     finally:
         s3d.set_progress(True)
     # Not set: a bar where stderr is a terminal, none where it is not (a log file, a pipe).
-    monkeypatch.setattr(s3d, "_progress_default", None)
+    monkeypatch.setattr(s3d._progress, "_progress_default", None)
     monkeypatch.setattr(sys, "stderr", _Stderr(tty=False))
     sampler.sample(model, noise, cond, zero, **params)
     assert len(bars) == 2

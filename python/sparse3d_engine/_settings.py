@@ -1,0 +1,82 @@
+"""The sampler's settings: SamplerSettings (TRELLIS.2's FlowEulerGuidanceIntervalSampler
+fields), its named presets, and the one reading of a `sampler=` argument."""
+import dataclasses
+from typing import Any, Dict, Tuple, Union
+
+from ._args import _INT32, _integer, _real
+from ._native import Error
+
+# A sampler: a preset name, a dict of SamplerSettings fields, a SamplerSettings, or None.
+SamplerSpec = Union[None, str, Dict[str, Any], "SamplerSettings"]
+
+
+@dataclasses.dataclass
+class SamplerSettings:
+    """TRELLIS.2's FlowEulerGuidanceIntervalSampler settings. `released()` is the released
+    shape model's pipeline.json (the default of a SLatFlowModel engine);
+    `released_sparse_structure()` the released sparse-structure sampler's (the default of a
+    SparseStructureFlowModel engine); `protocol()` the benchmark's (15 steps, CFG 7.5 on every
+    step, no rescale)."""
+    steps: int = 12
+    rescale_t: float = 3.0
+    guidance: float = 7.5                 # TRELLIS.2's guidance_strength
+    guidance_interval: Tuple[float, float] = (0.6, 1.0)  # CFG only for t in [lo, hi]
+    guidance_rescale: float = 0.5
+    sigma_min: float = 1e-5
+
+    @classmethod
+    def released(cls) -> "SamplerSettings":
+        return cls()
+
+    @classmethod
+    def released_sparse_structure(cls) -> "SamplerSettings":
+        return cls(rescale_t=5.0, guidance_rescale=0.7)
+
+    @classmethod
+    def protocol(cls) -> "SamplerSettings":
+        return cls(steps=15, guidance_interval=(0.0, 1.0), guidance_rescale=0.0)
+
+    def _native(self) -> Dict[str, Any]:
+        """The settings as the engine takes them, each checked as it is (an Error naming the
+        setting, never a silent int() of 2.7); the engine checks the values' ranges."""
+        interval = self.guidance_interval
+        if isinstance(interval, (str, bytes)) or not hasattr(interval, "__len__") or len(interval) != 2:
+            raise Error(f"sampler: guidance_interval must be (lo, hi), got {interval!r}")
+        lo, hi = interval
+        return {"steps": _integer(self.steps, "sampler: steps", 1, _INT32[1]),
+                "rescale_t": _real(self.rescale_t, "sampler: rescale_t"),
+                "guidance": _real(self.guidance, "sampler: guidance"),
+                "interval_lo": _real(lo, "sampler: guidance_interval[0]"),
+                "interval_hi": _real(hi, "sampler: guidance_interval[1]"),
+                "guidance_rescale": _real(self.guidance_rescale, "sampler: guidance_rescale"),
+                "sigma_min": _real(self.sigma_min, "sampler: sigma_min")}
+
+
+# Public as sparse3d_engine.SamplerSettings (its repr and pickles name the package).
+SamplerSettings.__module__ = "sparse3d_engine"
+
+# SamplerSettings' fields, read once (what torch.compile traces in _sampler() is a tuple).
+_SAMPLER_FIELDS = tuple(f.name for f in dataclasses.fields(SamplerSettings))
+
+# Named presets (sampler="..."), by their SamplerSettings constructor.
+SAMPLER_PRESETS = ("released", "released_sparse_structure", "protocol")
+
+
+def _sampler(spec: SamplerSpec, default: str = "released") -> SamplerSettings:
+    """SamplerSettings from a preset name, a dict or SamplerSettings; None: the preset
+    `default` (a model family's own: Engine.model["sampler_preset"])."""
+    if spec is None:
+        spec = default
+    if isinstance(spec, str) and spec in SAMPLER_PRESETS:
+        return getattr(SamplerSettings, spec)()
+    if isinstance(spec, SamplerSettings):
+        return spec
+    if isinstance(spec, dict):
+        names = set(_SAMPLER_FIELDS)
+        unknown = sorted(str(k) for k in set(spec) - names)
+        if unknown:
+            raise Error(f"sampler: unknown setting(s) {', '.join(unknown)} "
+                        f"(known: {', '.join(sorted(names))})")
+        return SamplerSettings(**spec)
+    raise Error(f"sampler must be one of {', '.join(repr(p) for p in SAMPLER_PRESETS)}, None (the "
+                f"model's released settings), a dict or a SamplerSettings, got {spec!r}")
