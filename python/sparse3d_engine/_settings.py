@@ -3,11 +3,17 @@ fields), its named presets, and the one reading of a `sampler=` argument."""
 import dataclasses
 from typing import Any, Dict, Tuple, Union
 
+from . import _native
 from ._args import _INT32, _integer, _real
 from ._native import Error
 
 # A sampler: a preset name, a dict of SamplerSettings fields, a SamplerSettings, or None.
 SamplerSpec = Union[None, str, Dict[str, Any], "SamplerSettings"]
+
+
+# The engine's presets (SamplerSettings::preset), read once: the values are the engine's, never
+# written twice. The fields' defaults are the released shape model's.
+_RELEASED = _native.sampler_preset("released")
 
 
 @dataclasses.dataclass
@@ -17,24 +23,32 @@ class SamplerSettings:
     `released_sparse_structure()` the released sparse-structure sampler's (the default of a
     SparseStructureFlowModel engine); `protocol()` the benchmark's (15 steps, CFG 7.5 on every
     step, no rescale)."""
-    steps: int = 12
-    rescale_t: float = 3.0
-    guidance: float = 7.5                 # TRELLIS.2's guidance_strength
-    guidance_interval: Tuple[float, float] = (0.6, 1.0)  # CFG only for t in [lo, hi]
-    guidance_rescale: float = 0.5
-    sigma_min: float = 1e-5
+    steps: int = _RELEASED["steps"]                        # 12
+    rescale_t: float = _RELEASED["rescale_t"]              # 3.0
+    guidance: float = _RELEASED["guidance"]                # 7.5, TRELLIS.2's guidance_strength
+    guidance_interval: Tuple[float, float] = (_RELEASED["interval_lo"],   # (0.6, 1.0): CFG only
+                                              _RELEASED["interval_hi"])   # for t in [lo, hi]
+    guidance_rescale: float = _RELEASED["guidance_rescale"]  # 0.5
+    sigma_min: float = _RELEASED["sigma_min"]              # 1e-5
+
+    @classmethod
+    def _preset(cls, name: str) -> "SamplerSettings":
+        d = _native.sampler_preset(name)
+        return cls(steps=d["steps"], rescale_t=d["rescale_t"], guidance=d["guidance"],
+                   guidance_interval=(d["interval_lo"], d["interval_hi"]),
+                   guidance_rescale=d["guidance_rescale"], sigma_min=d["sigma_min"])
 
     @classmethod
     def released(cls) -> "SamplerSettings":
-        return cls()
+        return cls._preset("released")
 
     @classmethod
     def released_sparse_structure(cls) -> "SamplerSettings":
-        return cls(rescale_t=5.0, guidance_rescale=0.7)
+        return cls._preset("released_sparse_structure")
 
     @classmethod
     def protocol(cls) -> "SamplerSettings":
-        return cls(steps=15, guidance_interval=(0.0, 1.0), guidance_rescale=0.0)
+        return cls._preset("protocol")
 
     def _native(self) -> Dict[str, Any]:
         """The settings as the engine takes them, each checked as it is (an Error naming the

@@ -96,6 +96,15 @@ def test_the_native_settings_name_the_setting_not_a_bad_cast():
         s3d._native.timesteps({"rescale_t": "3"})
 
 
+@pytest.mark.parametrize("name", s3d.SAMPLER_PRESETS)
+def test_the_presets_are_the_engines(name):
+    """SamplerSettings' presets are read from the engine (SamplerSettings::preset), so a preset
+    the C++ side changes is the one Python passes; the fields' defaults are "released"."""
+    from sparse3d_engine import _native
+    assert getattr(s3d.SamplerSettings, name)()._native() == _native.sampler_preset(name)
+    assert s3d.SamplerSettings() == s3d.SamplerSettings.released()
+
+
 def test_fits_refuses_counts_that_describe_no_request(engine):
     for args, message in [((-1, 1, 37), "fits: tokens must be an integer in [1, "),
                           ((40, 0, 37), "fits: batch must be an integer in [1, "),
