@@ -334,27 +334,53 @@ void* stream_of(uintptr_t stream) { return reinterpret_cast<void*>(stream); }
 
 // ---- Results as plain Python ----------------------------------------------------------------
 
-nb::dict stats_dict(const sparse3d::RequestStats& st) {
+// Each result struct's dict is declared once, as a table of (key, member) pairs; to_dict()
+// copies the members in that order. What is not a plain member (a computed total, a nested
+// map or list) is added after the table by the struct's own function.
+template <class S, class T>
+struct Field {
+  const char* key;
+  T S::*member;
+};
+template <class S, class T>
+constexpr Field<S, T> field(const char* key, T S::*member) {
+  return {key, member};
+}
+
+template <class S, class... T>
+nb::dict to_dict(const S& s, const Field<S, T>&... fields) {
   nb::dict d;
-  d["plan"] = st.plan;
-  d["tokens"] = st.tokens;
-  d["setup_seconds"] = st.setup_seconds;
-  d["loop_seconds"] = st.loop_seconds;
+  ((d[fields.key] = s.*(fields.member)), ...);
+  return d;
+}
+
+using sparse3d::Counters;
+using sparse3d::ModelInfo;
+using sparse3d::RequestStats;
+using sparse3d::Residency;
+using sparse3d::StepInfo;
+
+nb::dict stats_dict(const RequestStats& st) {
+  nb::dict d = to_dict(
+      st, field("plan", &RequestStats::plan), field("tokens", &RequestStats::tokens),
+      field("setup_seconds", &RequestStats::setup_seconds),
+      field("loop_seconds", &RequestStats::loop_seconds), field("launches", &RequestStats::launches),
+      field("launches_before_loop", &RequestStats::launches_before_loop),
+      field("peak_device_bytes", &RequestStats::peak_device_bytes),
+      field("peak_device_reserved_bytes", &RequestStats::peak_device_reserved_bytes),
+      field("graphs_captured", &RequestStats::graphs_captured),
+      field("graph_capture_seconds", &RequestStats::graph_capture_seconds),
+      field("graph_nodes", &RequestStats::graph_nodes),
+      // sample() only: the whole call, its null-context work, and the one-time work per new
+      // shape (docs/CONTRACTS.md, "First requests").
+      field("wall_seconds", &RequestStats::wall_seconds),
+      field("null_context_seconds", &RequestStats::null_context_seconds),
+      field("devices", &RequestStats::devices),
+      field("devices_reason", &RequestStats::devices_reason));
   d["request_seconds"] = st.request_seconds();
-  d["launches"] = st.launches;
-  d["launches_before_loop"] = st.launches_before_loop;
-  d["peak_device_bytes"] = st.peak_device_bytes;
-  d["peak_device_reserved_bytes"] = st.peak_device_reserved_bytes;
-  d["graphs_captured"] = st.graphs_captured;
-  d["graph_capture_seconds"] = st.graph_capture_seconds;
-  d["graph_nodes"] = st.graph_nodes;
   nb::dict by_op;
   for (const auto& [op, n] : st.launches_by_op) by_op[op.c_str()] = n;
   d["launches_by_op"] = by_op;
-  // sample() only: the whole call, its null-context work, and the one-time work per new
-  // shape (docs/CONTRACTS.md, "First requests").
-  d["wall_seconds"] = st.wall_seconds;
-  d["null_context_seconds"] = st.null_context_seconds;
   nb::dict first_use;
   for (const auto& [kind, c] : st.first_use) {
     nb::dict one;
@@ -363,26 +389,24 @@ nb::dict stats_dict(const sparse3d::RequestStats& st) {
     first_use[kind.c_str()] = one;
   }
   d["first_use"] = first_use;
-  d["devices"] = st.devices;
-  d["devices_reason"] = st.devices_reason;
   return d;
 }
 
-nb::dict step_dict(const sparse3d::StepInfo& s) {
-  nb::dict d;
-  d["index"] = s.index;
-  d["total"] = s.total;
-  d["t"] = s.t;
-  d["t_prev"] = s.t_prev;
-  d["cfg"] = s.cfg;
-  d["elapsed_s"] = s.elapsed_s;
-  return d;
+nb::dict step_dict(const StepInfo& s) {
+  return to_dict(s, field("index", &StepInfo::index), field("total", &StepInfo::total),
+                 field("t", &StepInfo::t), field("t_prev", &StepInfo::t_prev),
+                 field("cfg", &StepInfo::cfg), field("elapsed_s", &StepInfo::elapsed_s));
 }
 
-nb::dict counters_dict(const sparse3d::Counters& c) {
-  nb::dict d;
-  d["requests"] = c.requests;
-  d["launches"] = c.launches;
+nb::dict counters_dict(const Counters& c) {
+  nb::dict d = to_dict(
+      c, field("requests", &Counters::requests), field("launches", &Counters::launches),
+      field("device_bytes_in_use", &Counters::device_bytes_in_use),
+      field("device_bytes_reserved", &Counters::device_bytes_reserved),
+      field("peak_device_bytes", &Counters::peak_device_bytes),
+      field("qualifications_run", &Counters::qualifications_run),
+      field("qualification_cache_hits", &Counters::qualification_cache_hits),
+      field("qualification_cache_refusals", &Counters::qualification_cache_refusals));
   nb::list fallbacks;
   for (const auto& f : c.fallbacks) {
     nb::dict e;
@@ -392,47 +416,33 @@ nb::dict counters_dict(const sparse3d::Counters& c) {
     fallbacks.append(e);
   }
   d["fallbacks"] = fallbacks;
-  d["device_bytes_in_use"] = c.device_bytes_in_use;
-  d["device_bytes_reserved"] = c.device_bytes_reserved;
-  d["peak_device_bytes"] = c.peak_device_bytes;
-  d["qualifications_run"] = c.qualifications_run;
-  d["qualification_cache_hits"] = c.qualification_cache_hits;
-  d["qualification_cache_refusals"] = c.qualification_cache_refusals;
   return d;
 }
 
-nb::dict model_dict(const sparse3d::ModelInfo& m) {
-  nb::dict d;
-  d["family"] = m.family;
-  d["layout"] = m.layout;
-  d["sampler_preset"] = m.sampler_preset;
-  d["checkpoint"] = m.checkpoint;
-  d["content_hash"] = m.content_hash;
-  d["resolution"] = m.resolution;
-  d["in_channels"] = m.in_channels;
-  d["out_channels"] = m.out_channels;
-  d["model_channels"] = m.model_channels;
-  d["cond_channels"] = m.cond_channels;
-  d["num_blocks"] = m.num_blocks;
-  d["num_heads"] = m.num_heads;
-  d["parameters"] = m.parameters;
-  return d;
+nb::dict model_dict(const ModelInfo& m) {
+  return to_dict(
+      m, field("family", &ModelInfo::family), field("layout", &ModelInfo::layout),
+      field("sampler_preset", &ModelInfo::sampler_preset),
+      field("checkpoint", &ModelInfo::checkpoint), field("content_hash", &ModelInfo::content_hash),
+      field("resolution", &ModelInfo::resolution), field("in_channels", &ModelInfo::in_channels),
+      field("out_channels", &ModelInfo::out_channels),
+      field("model_channels", &ModelInfo::model_channels),
+      field("cond_channels", &ModelInfo::cond_channels),
+      field("num_blocks", &ModelInfo::num_blocks), field("num_heads", &ModelInfo::num_heads),
+      field("parameters", &ModelInfo::parameters));
 }
 
-nb::dict residency_dict(const sparse3d::Residency& r) {
-  nb::dict d;
-  d["resident"] = r.resident;
-  d["weight_bytes"] = r.weight_bytes;
-  d["host_copy_bytes"] = r.host_copy_bytes;
-  d["offloads"] = r.offloads;
-  d["reloads"] = r.reloads;
-  d["bytes_offloaded"] = r.bytes_offloaded;
-  d["bytes_reloaded"] = r.bytes_reloaded;
-  d["device_bytes_released"] = r.device_bytes_released;
-  d["offload_seconds"] = r.offload_seconds;
-  d["reload_seconds"] = r.reload_seconds;
-  d["weights_source"] = r.weights_source;
-  return d;
+nb::dict residency_dict(const Residency& r) {
+  return to_dict(
+      r, field("resident", &Residency::resident), field("weight_bytes", &Residency::weight_bytes),
+      field("host_copy_bytes", &Residency::host_copy_bytes),
+      field("offloads", &Residency::offloads), field("reloads", &Residency::reloads),
+      field("bytes_offloaded", &Residency::bytes_offloaded),
+      field("bytes_reloaded", &Residency::bytes_reloaded),
+      field("device_bytes_released", &Residency::device_bytes_released),
+      field("offload_seconds", &Residency::offload_seconds),
+      field("reload_seconds", &Residency::reload_seconds),
+      field("weights_source", &Residency::weights_source));
 }
 
 // The arrays a borrowing engine keeps as its weights (InMemoryCheckpoint::keep_alive): let go
