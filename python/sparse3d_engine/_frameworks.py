@@ -100,3 +100,51 @@ def _out_array(value, name):
         raise Error(f"{name} is read-only (the engine writes the result into it); pass a "
                     f"writable array")
     return value
+
+
+# ---- Torch operands ----------------------------------------------------------------------
+# The casts the original models make, done once, where the engine is called with torch
+# tensors (the torch ops, and the drop-in where torch has no custom ops): f16 values are exact
+# in f32; the coordinates int32; t f32 with one value per asset; all contiguous.
+
+def _torch_contiguous(*tensors):
+    return tuple(None if t is None else t.contiguous() for t in tensors)
+
+
+def _torch_conditions(cond, concat):
+    """cond f32 where it is f16 (bf16 and f32 as they are), concat_cond f32."""
+    torch = sys.modules["torch"]
+    if cond.dtype == torch.float16:
+        cond = cond.float()
+    if concat is not None and concat.dtype != torch.float32:
+        concat = concat.float()
+    return cond, concat
+
+
+def _torch_forward_operands(x, t, cond, concat=None, coords=None):
+    """Engine.forward's operands from torch tensors: x f32 unless bf16 or f32, t (a number or a
+    tensor) f32 [B] on x's device (one value broadcast over the B assets of cond)."""
+    torch = sys.modules["torch"]
+    if x.dtype not in (torch.float32, torch.bfloat16):
+        x = x.float()
+    cond, concat = _torch_conditions(cond, concat)
+    if coords is not None and coords.dtype != torch.int32:
+        coords = coords.int()
+    batch = int(cond.shape[0]) if cond.dim() == 3 else 1
+    if not torch.is_tensor(t):
+        t = torch.full((batch,), float(t), dtype=torch.float32, device=x.device)
+    t = t.to(dtype=torch.float32, device=x.device).reshape(-1)
+    if t.numel() == 1 and batch > 1:
+        t = t.expand(batch)
+    return _torch_contiguous(x, t, cond, concat, coords)
+
+
+def _torch_sample_operands(coords, noise, cond, concat=None):
+    """Engine.sample's operands from torch tensors: the noise f32, the coordinates int32."""
+    torch = sys.modules["torch"]
+    if coords is not None and coords.dtype != torch.int32:
+        coords = coords.int()
+    if noise is not None and noise.dtype != torch.float32:
+        noise = noise.float()
+    cond, concat = _torch_conditions(cond, concat)
+    return _torch_contiguous(coords, noise, cond, concat)

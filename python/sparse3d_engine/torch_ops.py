@@ -38,7 +38,8 @@ import torch
 
 from . import Engine, Error, engine_by_id
 from ._args import _INT64, _integer, _optional_text, _real
-from ._settings import SamplerSpec, _sampler
+from ._frameworks import _torch_forward_operands, _torch_sample_operands
+from ._settings import SamplerSettings, SamplerSpec, _sampler
 
 if not hasattr(torch.library, "custom_op"):  # pragma: no cover - depends on the torch
     raise ImportError(f"sparse3d_engine.torch_ops needs torch 2.4 or later "
@@ -47,10 +48,6 @@ if not hasattr(torch.library, "custom_op"):  # pragma: no cover - depends on the
 NAMESPACE = "sparse3d_engine"
 
 __all__ = ["forward", "sample", "engine_id", "NAMESPACE"]
-
-
-def _contiguous(x: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
-    return None if x is None else x.contiguous()
 
 
 def _on(result: torch.Tensor, device: torch.device) -> torch.Tensor:
@@ -65,21 +62,10 @@ def _forward(engine: int, x: torch.Tensor, t: torch.Tensor, cond: torch.Tensor,
              coords: Optional[torch.Tensor] = None, concat_cond: Optional[torch.Tensor] = None,
              path: Optional[str] = None) -> torch.Tensor:
     e = engine_by_id(engine)
-    if x.dtype not in (torch.float32, torch.bfloat16):
-        x = x.float()   # f16 values are exact in f32
-    if cond.dtype == torch.float16:
-        cond = cond.float()
-    if concat_cond is not None and concat_cond.dtype != torch.float32:
-        concat_cond = concat_cond.float()
-    if coords is not None and coords.dtype != torch.int32:
-        coords = coords.int()
-    batch = int(cond.shape[0]) if cond.dim() == 3 else 1
-    t = t.to(dtype=torch.float32, device=x.device).reshape(-1)
-    if t.numel() == 1 and batch > 1:
-        t = t.expand(batch)
-    v = e.forward(x.contiguous(), t.contiguous(), cond.contiguous(), _contiguous(concat_cond),
-                  coords=_contiguous(coords), path=path)
-    return _on(v, x.device)
+    device = x.device
+    x, t, cond, concat_cond, coords = _torch_forward_operands(x, t, cond, concat_cond, coords)
+    v = e.forward(x, t, cond, concat_cond, coords=coords, path=path)
+    return _on(v, device)
 
 
 @_forward.register_fake
@@ -98,21 +84,14 @@ def _sample(engine: int, coords: Optional[torch.Tensor], cond: torch.Tensor,
             desc: str = "Sampling") -> torch.Tensor:
     e = engine_by_id(engine)
     like = next(a for a in (coords, noise, cond) if a is not None)
-    if coords is not None and coords.dtype != torch.int32:
-        coords = coords.int()
-    if noise is not None and noise.dtype != torch.float32:
-        noise = noise.float()
-    if cond.dtype == torch.float16:
-        cond = cond.float()
-    if concat_cond is not None and concat_cond.dtype != torch.float32:
-        concat_cond = concat_cond.float()
-    settings = {"steps": steps, "rescale_t": rescale_t, "guidance": guidance,
-                "guidance_interval": (interval_lo, interval_hi),
-                "guidance_rescale": guidance_rescale, "sigma_min": sigma_min}
-    latent = e.sample(_contiguous(coords), cond.contiguous(), noise=_contiguous(noise),
-                      seed=seed, concat_cond=_contiguous(concat_cond), sampler=settings,
-                      path=path, progress=(desc if progress else False) if progress is not None
-                      else None)
+    coords, noise, cond, concat_cond = _torch_sample_operands(coords, noise, cond, concat_cond)
+    # One SamplerSettings from the op's scalars (the op cannot take an object).
+    settings = SamplerSettings(steps=steps, rescale_t=rescale_t, guidance=guidance,
+                               guidance_interval=(interval_lo, interval_hi),
+                               guidance_rescale=guidance_rescale, sigma_min=sigma_min)
+    latent = e.sample(coords, cond, noise=noise, seed=seed, concat_cond=concat_cond,
+                      sampler=settings, path=path,
+                      progress=(desc if progress else False) if progress is not None else None)
     return _on(latent, like.device)
 
 

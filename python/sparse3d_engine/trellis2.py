@@ -53,7 +53,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 from . import (DENSE, SLAT, Engine, Error, SamplerSettings, Workspace, default_path,
                model_families)
 from ._args import _engine_options, _flag, _integer, _optional_text, _real, _text
-from ._frameworks import _framework
+from ._frameworks import _framework, _torch_forward_operands, _torch_sample_operands
 from ._progress import _pipeline_progress
 
 # The flow models of a TRELLIS.2 image-to-3D pipeline (pipeline.models keys): the dense
@@ -447,33 +447,16 @@ class EngineFlowModel(_module_base()):  # type: ignore[misc]  # torch.nn.Module 
         kind = _framework(feats)
         cond_t = _feats(cond)
         concat = _feats(concat_cond)
+        coords = x.coords
         if kind == "torch":
-            import torch
-            # As the original casts: f16 values are exact in f32.
-            if cond_t.dtype == torch.float16:
-                cond_t = cond_t.float()
-            if concat is not None and concat.dtype != torch.float32:
-                concat = concat.float()
-            if feats.dtype == torch.float16:
-                feats = feats.float()
-            coords = x.coords if x.coords.dtype == torch.int32 else x.coords.int()
-            if not torch.is_tensor(t):
-                t = torch.tensor([float(t)] * int(cond_t.shape[0]), dtype=torch.float32,
-                                 device=feats.device)
-            t = t.to(dtype=torch.float32, device=feats.device).reshape(-1)
-            if t.numel() == 1 and cond_t.shape[0] > 1:
-                t = t.expand(int(cond_t.shape[0]))
-            args = [a.contiguous() if a is not None else None
-                    for a in (feats, t, coords, cond_t, concat)]
-            feats, t, coords, cond_t, concat = args
+            # The torch op casts as the original does (f16 to f32, int32 coordinates, t per
+            # asset); without custom ops (torch < 2.4) the same casts, then the engine.
             ops = _torch_ops()
             if ops is not None:
                 v = ops.forward(engine, feats, t, cond_t, concat, coords=coords)
-                if v.dtype != x.feats.dtype:
-                    v = v.to(x.feats.dtype)  # the original returns x's dtype
-                return x.replace(v)
-        else:
-            coords = x.coords
+                return x.replace(v if v.dtype == x.feats.dtype else v.to(x.feats.dtype))
+            feats, t, cond_t, concat, coords = _torch_forward_operands(feats, t, cond_t, concat,
+                                                                       coords)
         v = engine.forward(feats, t, cond_t, concat, coords=coords)
         if kind == "torch" and v.dtype != x.feats.dtype:
             v = v.to(x.feats.dtype)  # the original returns x's dtype
@@ -488,22 +471,11 @@ class EngineFlowModel(_module_base()):  # type: ignore[misc]  # torch.nn.Module 
         cond_t = _feats(cond)
         vol = x
         if _framework(x) == "torch":
-            import torch
-            if cond_t.dtype == torch.float16:
-                cond_t = cond_t.float()
-            if vol.dtype not in (torch.float32, torch.bfloat16):
-                vol = vol.float()   # f16 values are exact in f32
-            B = int(vol.shape[0])
-            if not torch.is_tensor(t):
-                t = torch.tensor([float(t)] * B, dtype=torch.float32, device=vol.device)
-            t = t.to(dtype=torch.float32, device=vol.device).reshape(-1)
-            if t.numel() == 1 and B > 1:
-                t = t.expand(B)
-            vol, t, cond_t = vol.contiguous(), t.contiguous(), cond_t.contiguous()
-            ops = _torch_ops()
+            ops = _torch_ops()   # as _serve: the op casts, or the same casts without one
             if ops is not None:
                 v = ops.forward(engine, vol, t, cond_t)
                 return v if v.dtype == x.dtype else v.to(x.dtype)
+            vol, t, cond_t, _, _ = _torch_forward_operands(vol, t, cond_t)
         v = engine.forward(vol, t, cond_t)
         if _framework(v) == "torch" and v.dtype != x.dtype:
             v = v.to(x.dtype)   # the original returns x's dtype
@@ -660,27 +632,21 @@ class EngineSampler:
         engine = model.engine(model._device_of(feats))
         coords = None if dense else noise.coords
         cond_t, concat_t = _feats(cond), _feats(concat)
-        if _framework(feats) == "torch":
-            import torch
-            if cond_t.dtype == torch.float16:
-                cond_t = cond_t.float()
-            if concat_t is not None and concat_t.dtype != torch.float32:
-                concat_t = concat_t.float()
-            feats = feats.float().contiguous()
-            coords = coords.int().contiguous() if coords is not None else None
-            cond_t = cond_t.contiguous()
-            concat_t = concat_t.contiguous() if concat_t is not None else None
         # A bar as TRELLIS.2's samplers show one: verbose (default True) and tqdm_desc.
         kwargs = a.get("kwargs", {})
         verbose = a.get("verbose", kwargs.get("verbose", True))
         desc = a.get("tqdm_desc", kwargs.get("tqdm_desc")) or "Sampling"
         progress = desc if verbose and _pipeline_progress() else False
-        ops = _torch_ops() if _framework(feats) == "torch" else None
-        if ops is not None:
+        torch_inputs = _framework(feats) == "torch"
+        ops = _torch_ops() if torch_inputs else None
+        if ops is not None:   # the op casts as the original does (f16 to f32, int32 coords)
             _make_room(engine, feats, cond_t, dense)
             latent = ops.sample(engine, coords, cond_t, noise=feats, concat_cond=concat_t,
                                 sampler=settings, progress=progress)
         else:
+            if torch_inputs:   # torch without custom ops: the same casts here
+                coords, feats, cond_t, concat_t = _torch_sample_operands(coords, feats, cond_t,
+                                                                         concat_t)
             latent = engine.sample(coords, cond_t, noise=feats, concat_cond=concat_t,
                                    sampler=settings, progress=progress)
         if model._release_workspace and model._engine_device and model._engine_device[0] == "cuda":
