@@ -95,6 +95,12 @@ struct EngineOptions {
   // whose estimate is above that reference, each drop a counted fallback naming the sizes.
   // Nothing is refused for it: a request that does not fit the device still is, as always.
   bool fit_to_reference = false;
+  // How the linear layers hold their weights (docs/DESIGN.md, "Weight formats"): "" or
+  // "plain", the checkpoint's tensors as they are (every path's bits); "row_scaled", the test
+  // format (bf16 weights scaled per output channel, f32 scales folded in after each GEMM;
+  // tolerance 1e-2, not faster). Converted once at load, on the host; not with a borrowed
+  // checkpoint (the weights are then copied). An unknown name is an error naming the known.
+  std::string weight_format;
 };
 
 struct StepInfo {
@@ -243,7 +249,8 @@ struct ModelInfo {
   // "released_sparse_structure": SamplerSettings::preset).
   std::string sampler_preset;
   std::string checkpoint;  // the NAME.json it was loaded from
-  std::string content_hash;  // 16 hex digits over every tensor's name and bytes
+  std::string content_hash;  // 16 hex digits over every tensor's name and bytes (and the format)
+  std::string weight_format;  // EngineOptions::weight_format as loaded: "plain", "row_scaled"
   int resolution = 0, in_channels = 0, out_channels = 0, model_channels = 0;
   int cond_channels = 0, num_blocks = 0, num_heads = 0;
   int mlp_hidden = 0;  // the MLP's hidden width (model_channels * mlp_ratio)

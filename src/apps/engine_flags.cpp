@@ -37,6 +37,10 @@ void EngineFlags::add_to(CLI::App* sub) {
       ->check(kNonEmptyPath);
   sub->add_flag("--no-qualification-cache", no_cache,
                 "Qualify in memory only: neither read nor write the cache file");
+  sub->add_option("--weight-format", weight_format,
+                  "How the linear layers hold their weights: plain (default: the checkpoint's "
+                  "tensors as they are) or row_scaled (a test format; docs/DESIGN.md)")
+      ->check(kNonEmptyValue);
 }
 
 void EngineFlags::add_qualify_m(CLI::App* sub, std::vector<int64_t>& qualify_m) {
@@ -110,6 +114,7 @@ sparse3d::EngineOptions EngineFlags::resolve() const {
   o.parallel_min_tokens = parallel_min_tokens;
   o.cache_dir = cache_dir;
   o.persist_qualification = !no_cache;
+  o.weight_format = weight_format;  // an unknown name: the engine's error names the known
   return o;
 }
 

@@ -24,6 +24,7 @@ struct EngineFlags {
   double max_device_memory_gib = 0;
   std::string cache_dir;
   bool no_cache = false;
+  std::string weight_format;
 
   void add_to(CLI::App* sub);
   sparse3d::EngineOptions resolve() const;

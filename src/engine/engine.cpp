@@ -54,6 +54,7 @@ ModelInfo model_info(const s3d::model::Transformer& m, const std::string& checkp
   i.sampler_preset = f.sampler_preset;
   i.checkpoint = checkpoint;
   i.content_hash = s3d::hex16(m.weights_version());
+  i.weight_format = std::string(m.weight_format().name);
   i.resolution = c.resolution;
   i.in_channels = c.in_channels;
   i.out_channels = c.out_channels;
@@ -136,9 +137,11 @@ Engine::Impl::Impl(const std::string& checkpoint,
               options.device_index);
     workspace = &options.workspace->impl();
   }
+  const s3d::ops::WeightFormat& format = s3d::ops::find_weight_format(options.weight_format);
   // CUDA's start-up (the device's primary context) overlaps reading the checkpoint.
   const auto t0 = std::chrono::steady_clock::now();
   s3d::model::Checkpoint host = read_while_cuda_starts(read, device, options.device_index);
+  s3d::model::apply_weight_format(host, format);
   const auto t1 = std::chrono::steady_clock::now();
   // The device work of the build runs while no request of an engine sharing the workspace
   // does (they share its allocator; a capture in flight must not see these allocations).
@@ -246,6 +249,8 @@ void check_cpu_size(const s3d::model::ModelConfig& cfg, const std::string& check
 // Empty when InMemoryCheckpoint::borrow can be honoured for `ck` under `o`; else why not.
 std::string borrow_refusal(const InMemoryCheckpoint& ck, const EngineOptions& o) {
   if (o.devices.size() > 1) return "the engine splits requests over several devices";
+  if (&s3d::ops::find_weight_format(o.weight_format) != &s3d::ops::plain_format())
+    return s3d::cat("weight format ", o.weight_format, " converts the weights");
   const Device device = choose_device(o.device);
   bool host = false, gpu = false;
   std::vector<s3d::model::BorrowedTensor> tensors;

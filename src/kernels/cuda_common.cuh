@@ -12,6 +12,7 @@
 #include "core/bf16.h"
 #include "core/tensor.h"
 #include "kernels/kernel_checks.h"
+#include "kernels/reference_math.h"
 
 namespace s3d::kernels::cuda {
 
@@ -59,6 +60,21 @@ __device__ __forceinline__ void store_chunk(uint16_t* p, const float (&v)[kChunk
 __device__ __forceinline__ void store_chunk(float* p, const float (&v)[kChunk]) {
   reinterpret_cast<float4*>(p)[0] = make_float4(v[0], v[1], v[2], v[3]);
   reinterpret_cast<float4*>(p)[1] = make_float4(v[4], v[5], v[6], v[7]);
+}
+
+// RoPE on one 8-element chunk in place: its 4 (even, odd) pairs rotated by the cos c and sin s
+// of each pair (math::rope_rotate, the reference's product), for the in-place q/k kernels
+// (qk_rmsnorm.cu) and their tolerance twins (fast_norm.cu).
+__device__ __forceinline__ void rope_rotate_chunk(float (&v)[kChunk], const float4& c,
+                                                  const float4& s) {
+  const float cv[4] = {c.x, c.y, c.z, c.w}, sv[4] = {s.x, s.y, s.z, s.w};
+#pragma unroll
+  for (int p = 0; p < 4; ++p) {
+    float re, im;
+    math::rope_rotate(v[2 * p], v[2 * p + 1], cv[p], sv[p], re, im);
+    v[2 * p] = re;
+    v[2 * p + 1] = im;
+  }
 }
 
 using detail::aligned16;

@@ -191,7 +191,7 @@ fast_qk_kernel(uint16_t* x, int64_t stride, int64_t items, int slots, int H, int
   for (int k = 0; k < kN; ++k) {
     const int c = k * kL + j;
     if (!(active && c < chunks)) continue;
-    float v[8];
+    float v[kChunk];
 #pragma unroll
     for (int e = 0; e < 8; ++e) v[e] = elem(xv[k], e);
     if constexpr (kNorm) {
@@ -200,17 +200,7 @@ fast_qk_kernel(uint16_t* x, int64_t stride, int64_t items, int slots, int H, int
 #pragma unroll
       for (int e = 0; e < 8; ++e) v[e] = fm::rms_apply(v[e], inv, g[e], scale);
     }
-    if constexpr (kRope) {
-      const float cs[4] = {cv[k].x, cv[k].y, cv[k].z, cv[k].w};
-      const float sn[4] = {sv[k].x, sv[k].y, sv[k].z, sv[k].w};
-#pragma unroll
-      for (int p = 0; p < 4; ++p) {
-        float re, im;
-        math::rope_rotate(v[2 * p], v[2 * p + 1], cs[p], sn[p], re, im);
-        v[2 * p] = re;
-        v[2 * p + 1] = im;
-      }
-    }
+    if constexpr (kRope) rope_rotate_chunk(v, cv[k], sv[k]);
     reinterpret_cast<uint4*>(head)[c] = pack_chunk(v);  // only this lane touches chunk c
   }
 }

@@ -63,16 +63,8 @@ __device__ __forceinline__ void finish_chunk(uint16_t* head, float (&v)[kChunk],
       v[k] = round_bf16(math::head_rmsnorm_apply(v[k], norm, gv[k], scale));
   }
   if constexpr (kRope) {
-    const float4 c4 = *reinterpret_cast<const float4*>(c + d / 2);
-    const float4 s4 = *reinterpret_cast<const float4*>(sn + d / 2);
-    const float cv[4] = {c4.x, c4.y, c4.z, c4.w}, sv[4] = {s4.x, s4.y, s4.z, s4.w};
-#pragma unroll
-    for (int p = 0; p < 4; ++p) {
-      float re, im;
-      math::rope_rotate(v[2 * p], v[2 * p + 1], cv[p], sv[p], re, im);
-      v[2 * p] = re;
-      v[2 * p + 1] = im;
-    }
+    rope_rotate_chunk(v, *reinterpret_cast<const float4*>(c + d / 2),
+                      *reinterpret_cast<const float4*>(sn + d / 2));
   }
   store_chunk(head + d, v);  // rounds each value to bf16
 }

@@ -219,6 +219,34 @@ Checkpoint to_device(Checkpoint ck, Device device) {
   return ck;
 }
 
+void apply_weight_format(Checkpoint& ck, const ops::WeightFormat& format) {
+  if (&format == &ops::plain_format()) return;
+  S3D_CHECK(!ck.borrowed, ck.path, ": weight format ", format.name, " converts the weights; "
+            "a borrowed checkpoint's tensors are the caller's");
+  for (const LinearSpec& l : linear_specs(ck.config)) {
+    const ops::WeightFormat& f = ops::format_for(format, l.dtype);
+    if (&f == &ops::plain_format()) continue;
+    const Tensor weight = ck.tensors.at(l.name + ".weight"), bias = ck.tensors.at(l.name + ".bias");
+    S3D_CHECK(!weight.is_cuda() && !bias.is_cuda(), ck.path, ": weight format ", f.name,
+              " converts host tensors; ", l.name, " is on the GPU");
+    const std::vector<ops::FormatTensor> layout = f.layout(l.out, l.in, l.dtype);
+    std::vector<Tensor> made = f.create(weight, bias);
+    S3D_CHECK(made.size() == layout.size(), "weight format ", f.name, ": create made ",
+              made.size(), " tensors for a layout of ", layout.size());
+    ck.tensors.erase(l.name + ".weight");
+    ck.tensors.erase(l.name + ".bias");
+    for (size_t i = 0; i < layout.size(); ++i) {
+      S3D_CHECK(made[i].shape() == layout[i].shape && made[i].dtype() == layout[i].dtype,
+                "weight format ", f.name, ": ", l.name, layout[i].suffix, " was made ",
+                made[i].describe(), ", its layout says ", dtype_name(layout[i].dtype), " ",
+                shape_str(layout[i].shape));
+      ck.tensors[l.name + layout[i].suffix] = std::move(made[i]);
+    }
+  }
+  ck.format = &format;
+  ck.version = content_hash(std::string(format.name), ck.version);
+}
+
 Checkpoint read_checkpoint(const std::string& json_path) {
   Checkpoint ck;
   ck.path = json_path;

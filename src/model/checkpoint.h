@@ -9,6 +9,7 @@
 
 #include "core/tensor.h"
 #include "model/config.h"
+#include "ops/weight_format.h"
 
 namespace s3d::model {
 
@@ -27,12 +28,25 @@ struct Checkpoint {
   std::map<std::string, Tensor> home;
   bool borrowed = false;           // checkpoint_borrowed made it: the tensors are the caller's
   bool borrowed_in_place = false;
+  // The weight format of its linear layers (apply_weight_format; null: plain, the
+  // checkpoint's tensors as read).
+  const ops::WeightFormat* format = nullptr;
+  const ops::WeightFormat& weight_format() const {
+    return format != nullptr ? *format : ops::plain_format();
+  }
 };
 
 // NAME.json -> NAME.safetensors beside it. Keys are checked strictly against param_specs:
 // one error lists every missing, unexpected and mis-shaped tensor. bf16, f16 and f32
 // files load; each tensor is converted to its run-time dtype and moved to `device`.
 Checkpoint load_checkpoint(const std::string& json_path, Device device);
+// Puts the linear layers that `format` takes into it (ops/weight_format.h): on the host,
+// before the upload, each layer's checkpoint tensors are replaced by the format's run-time
+// tensors, and the version changes with the format's name (so nothing qualified for one
+// format's weights is taken for another's). Plain changes nothing. Not for a borrowed
+// checkpoint (its tensors are the caller's, not converted copies).
+void apply_weight_format(Checkpoint& ck, const ops::WeightFormat& format);
+
 // The two halves of load_checkpoint: everything on the host (config, strict check, read,
 // convert, hash), then the upload. An engine overlaps the first with CUDA's start-up.
 Checkpoint read_checkpoint(const std::string& json_path);

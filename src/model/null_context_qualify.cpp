@@ -15,9 +15,8 @@ namespace {
 
 Projection projection_of(const QualificationOptions& o) {
   return o.projection ? o.projection
-                      : Projection([plan = o.ops](const Tensor& x, const Tensor& w,
-                                                  const Tensor* b, Tensor& y) {
-                          ops::linear(plan, x, w, b, y);
+                      : Projection([plan = o.ops](const Tensor& x, const Linear& l, Tensor& y) {
+                          ops::linear(plan, x, l, y);
                         });
 }
 
@@ -91,8 +90,8 @@ struct Checks {
   Tensor table;
 
   Tensor project(const Tensor& x, const Linear& l) const {
-    Tensor y = Tensor::empty({x.size(0), l.weight.size(0)}, DType::BF16, dev);
-    proj(x, l.weight, l.bias_or_null(), y);
+    Tensor y = Tensor::empty({x.size(0), l.out_features()}, DType::BF16, dev);
+    proj(x, l, y);
     return y;
   }
   int64_t add(Slot s) {
@@ -269,7 +268,7 @@ CandidateRows make_candidate_rows(const Transformer& model,
     Tensor table = Tensor::empty({K, C}, DType::BF16, model.device());
     for (int64_t k = 0; k < K; ++k) {
       const int64_t m = c.ms[static_cast<size_t>(k)];
-      Tensor row = canonical_row(proj, v0, m, to_out.weight, to_out.bias);
+      Tensor row = canonical_row(proj, v0, m, to_out);
       if (o.tamper_cached_row) o.tamper_cached_row(i, row);
       RowView dst = RowView::of(table.rows(k, k + 1));
       kernels::copy_rows(RowView::of(row), dst);
@@ -287,13 +286,13 @@ bool bits_equal(const Tensor& a, const Tensor& b) {
 }
 
 Tensor canonical_row(const Projection& projection, const Tensor& v0, int64_t m,
-                     const Tensor& w_out, const Tensor& b_out) {
+                     const Linear& to_out) {
   S3D_CHECK(m >= 1, "canonical_row: M must be >= 1, got ", m);
   Tensor x = Tensor::empty({m, v0.numel()}, DType::BF16, v0.device());
   kernels::broadcast_row(v0, x);
-  Tensor y = Tensor::empty({m, w_out.size(0)}, DType::BF16, v0.device());
-  projection(x, w_out, &b_out, y);
-  Tensor row = Tensor::empty({1, w_out.size(0)}, DType::BF16, v0.device());
+  Tensor y = Tensor::empty({m, to_out.out_features()}, DType::BF16, v0.device());
+  projection(x, to_out, y);
+  Tensor row = Tensor::empty({1, to_out.out_features()}, DType::BF16, v0.device());
   row.copy_from(y.rows(0, 1));
   return row;
 }
@@ -302,12 +301,12 @@ void restore_cached_rows(const ops::OpPlan& plan, const Transformer& model,
                          const std::vector<Tensor>& value_rows, Qualification& q) {
   q.cached_rows.clear();
   if (q.m == 0 || !q.rows_checked) return;
-  const Projection proj = [&plan](const Tensor& x, const Tensor& w, const Tensor* b,
-                                  Tensor& y) { ops::linear(plan, x, w, b, y); };
+  const Projection proj = [&plan](const Tensor& x, const Linear& l, Tensor& y) {
+    ops::linear(plan, x, l, y);
+  };
   for (int i = 0; i < model.config().num_blocks; ++i) {
     const Linear& to_out = model.weights().blocks[static_cast<size_t>(i)].cross_attn.to_out;
-    q.cached_rows.push_back(canonical_row(proj, value_rows[static_cast<size_t>(i)], q.m,
-                                          to_out.weight, to_out.bias));
+    q.cached_rows.push_back(canonical_row(proj, value_rows[static_cast<size_t>(i)], q.m, to_out));
   }
 }
 

@@ -27,10 +27,10 @@
 
 namespace s3d::model {
 
-// y = x W^T + b at x's shape: gemm::linear in production; tests inject a stub whose
-// rounding depends on M so that both the pass and the fail branch run.
-using Projection =
-    std::function<void(const Tensor& x, const Tensor& weight, const Tensor* bias, Tensor& y)>;
+// y = x W^T + b at x's shape for a layer in its weight format: ops::linear in production;
+// tests inject a stub whose rounding depends on M so that both the pass and the fail branch
+// run.
+using Projection = std::function<void(const Tensor& x, const Linear& layer, Tensor& y)>;
 
 // Every candidate's cached row c_i(M) of every block: made once per NullContext and shared
 // by its qualifications (they depend on the weights and M only, not on N).
@@ -112,7 +112,7 @@ void restore_cached_rows(const ops::OpPlan& plan, const Transformer& model,
 
 // The cached row: to_out applied to M rows all equal to v0, first row kept. bf16 [1, C].
 Tensor canonical_row(const Projection& projection, const Tensor& v0, int64_t m,
-                     const Tensor& w_out, const Tensor& b_out);
+                     const Linear& to_out);
 
 // Empty when a result taken with (taken_fp, taken_version) applies to (fp, version); else why
 // not (a weight reload, another GPU or library version).

@@ -1,6 +1,7 @@
 #include "ops/linear_gelu.h"
 
 #include "ops/linear.h"
+#include "ops/weight_format.h"
 #include "kernels/elementwise.h"
 #include "kernels/gelu_tanh.h"
 
@@ -9,16 +10,16 @@ namespace {
 
 struct Args {
   const Tensor& x;
-  const Tensor& weight;
-  const Tensor* bias;
+  const LinearWeights& w;  // fc1, in its weight format
   Tensor& out;
   const OpPlan& plan;  // the GEMMs are the `linear` op's (its candidates, under this plan)
 };
 
-// The GEMM with its bias, rounded to a bf16 temporary of out's shape.
+// The layer's product with its bias (its format's apply), rounded to a bf16 temporary of
+// out's shape.
 Tensor rounded_gemm(const Args& a) {
   Tensor u = Tensor::empty(a.out.shape(), a.out.dtype(), a.out.device());
-  linear(a.plan, a.x, a.weight, a.bias, u);
+  linear(a.plan, a.x, a.w, u);
   return u;
 }
 
@@ -33,26 +34,33 @@ class Case : public CaseOf<Args> {
         weight_(random_tensor({s.hidden, s.channels()}, DType::BF16, dev, seed + 1,
                               1.0f / static_cast<float>(s.channels()))),
         bias_(random_tensor({s.hidden}, DType::BF16, dev, seed + 2, 0.5f)),
-        out_(Tensor::empty({s.tokens, s.hidden}, DType::BF16, dev)) {}
+        out_(Tensor::empty({s.tokens, s.hidden}, DType::BF16, dev)),
+        w_{&plain_format(), weight_, bias_, Tensor()} {}
 
  private:
-  Args operands() override { return Args{x_, weight_, &bias_, out_, plan_}; }
+  Args operands() override { return Args{x_, w_, out_, plan_}; }
   void reset() override { out_.poison(); }
   Tensor output(const Args&) const override { return out_; }
   Tensor call_op(const OpPlan& plan, Args& a) override {
-    linear_gelu(plan, a.x, a.weight, a.bias, a.out);
+    linear_gelu(plan, a.x, a.w, a.out);
     return out_;
   }
   Tensor x_, weight_, bias_, out_;
+  LinearWeights w_;
   OpPlan plan_;  // the GEMMs' reference
 };
 
 }  // namespace
 
+void linear_gelu(const OpPlan& plan, const Tensor& x, const LinearWeights& w, Tensor& out) {
+  Args a{x, w, out, plan};
+  run_ladder(OpId::linear_gelu, plan, &reference, a);
+}
+
 void linear_gelu(const OpPlan& plan, const Tensor& x, const Tensor& weight, const Tensor* bias,
                  Tensor& out) {
-  Args a{x, weight, bias, out, plan};
-  run_ladder(OpId::linear_gelu, plan, &reference, a);
+  const LinearWeights w{&plain_format(), weight, bias ? *bias : Tensor(), Tensor()};
+  linear_gelu(plan, x, w, out);
 }
 
 OpInfo linear_gelu_row() {
@@ -66,10 +74,16 @@ OpInfo linear_gelu_row() {
            Flag::gemm_gelu_epilogue, Contract::Tolerance, 1e-2,
            "gemm::linear(..., Epilogue::BiasGelu)",
            [](const Args& a) -> std::string {
-             if (a.bias == nullptr) return "the layer has no bias (the GELU epilogue applies one)";
+             if (a.w.bias_or_null() == nullptr)
+               return "the layer has no bias (the GELU epilogue applies one)";
+             if (a.w.format != &plain_format())
+               return cat("the layer's weights are in format ", a.w.format->name,
+                          ", whose product is not a bare GEMM");
              return "";
            },
-           [](Args& a) { linear(a.plan, a.x, a.weight, a.bias, a.out, gemm::Epilogue::BiasGelu); }),
+           [](Args& a) {
+             linear(a.plan, a.x, a.w.weight, a.w.bias_or_null(), a.out, gemm::Epilogue::BiasGelu);
+           }),
        candidate<Args>(
            Flag::gelu_tanh, Contract::Bitwise, 0, "kernels::fused::gelu_tanh",
            [](const Args&) { return std::string(); },

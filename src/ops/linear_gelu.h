@@ -14,7 +14,12 @@
 
 namespace s3d::ops {
 
-// x: bf16 [M, K]; weight: bf16 [N, K]; bias: bf16 [N] or null; out: bf16 [M, N].
+struct LinearWeights;
+
+// x: bf16 [M, K]; w: the layer [N, K] in its weight format (ops/weight_format.h; the GEMM is
+// the format's apply, and the epilogue candidate takes the plain format only); out: bf16 [M, N].
+void linear_gelu(const OpPlan& plan, const Tensor& x, const LinearWeights& w, Tensor& out);
+// The same for a plain layer: weight bf16 [N, K], bias bf16 [N] or null.
 void linear_gelu(const OpPlan& plan, const Tensor& x, const Tensor& weight, const Tensor* bias,
                  Tensor& out);
 

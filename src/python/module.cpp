@@ -781,20 +781,22 @@ static void bind_engine_constructors(nb::class_<PyEngine>& engine) {
               const std::string& cache_dir, bool persist_qualification,
               const std::vector<int64_t>& qualify_m, std::optional<nb::callable> log,
               const std::vector<int>& devices, int64_t parallel_min_tokens,
-              std::shared_ptr<sparse3d::Workspace> workspace, bool fit_to_reference) {
+              std::shared_ptr<sparse3d::Workspace> workspace, bool fit_to_reference,
+              const std::string& weight_format) {
              auto sink = log_sink(log);
              auto options = engine_options(path, device, device_index, max_device_memory_gib,
                                            cache_dir, persist_qualification, qualify_m, sink,
                                            devices, parallel_min_tokens);
              options.workspace = std::move(workspace);
              options.fit_to_reference = fit_to_reference;
+             options.weight_format = weight_format;
              new (self) PyEngine(checkpoint, std::move(options), std::move(sink));
            },
            "checkpoint"_a, "path"_a = "", "device"_a = "auto", "device_index"_a = 0,
            "max_device_memory_gib"_a = 0.0, "cache_dir"_a = "", "persist_qualification"_a = true,
            "qualify_m"_a = std::vector<int64_t>{}, "log"_a = nb::none(),
            "devices"_a = std::vector<int>{}, "parallel_min_tokens"_a = int64_t{8192},
-           "workspace"_a = nb::none(), "fit_to_reference"_a = false)
+           "workspace"_a = nb::none(), "fit_to_reference"_a = false, "weight_format"_a = "")
       .def_static(
           "from_tensors",
           [](const std::string& config_json, nb::handle tensors_arg, const std::string& name,
@@ -803,7 +805,8 @@ static void bind_engine_constructors(nb::class_<PyEngine>& engine) {
              bool persist_qualification, const std::vector<int64_t>& qualify_m,
              std::optional<nb::callable> log, const std::vector<int>& devices,
              int64_t parallel_min_tokens, bool borrow,
-             std::shared_ptr<sparse3d::Workspace> workspace, bool fit_to_reference) {
+             std::shared_ptr<sparse3d::Workspace> workspace, bool fit_to_reference,
+             const std::string& weight_format) {
             // Kept while the engine copies them; with borrow, for as long as it uses them.
             const auto tensors = named_arrays(tensors_arg);
             auto sink = log_sink(log);
@@ -812,6 +815,7 @@ static void bind_engine_constructors(nb::class_<PyEngine>& engine) {
                                           devices, parallel_min_tokens);
             options.workspace = std::move(workspace);
             options.fit_to_reference = fit_to_reference;
+            options.weight_format = weight_format;
             return new PyEngine(config_json, tensors, name, std::move(options), std::move(sink),
                                 borrow);
           },
@@ -821,7 +825,7 @@ static void bind_engine_constructors(nb::class_<PyEngine>& engine) {
           "qualify_m"_a = std::vector<int64_t>{}, "log"_a = nb::none(),
           "devices"_a = std::vector<int>{}, "parallel_min_tokens"_a = int64_t{8192},
           "borrow"_a = false, "workspace"_a = nb::none(), "fit_to_reference"_a = false,
-          nb::rv_policy::take_ownership);
+          "weight_format"_a = "", nb::rv_policy::take_ownership);
 }
 
 // Engine's requests: sample, forward, warm_up, and fits (will a request fit in memory).

@@ -22,8 +22,8 @@ namespace fs = std::filesystem;
 // gemm::linear, then the last bit of every bf16 output flipped when M is below `threshold`
 // (or above `above`): a library whose result depends on the M it was called with.
 Projection m_dependent_gemm(int64_t threshold, int64_t above = INT64_MAX) {
-  return [threshold, above](const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y) {
-    gemm::linear(x, w, b, y);
+  return [threshold, above](const Tensor& x, const Linear& l, Tensor& y) {
+    gemm::linear(x, l.weight, l.bias_or_null(), y);
     const int64_t M = x.size(0);
     if (M >= threshold && M <= above) return;
     auto* p = y.data_as<uint16_t>();

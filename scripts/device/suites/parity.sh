@@ -20,6 +20,13 @@
 #   golden        the oracle's selftest and the goldens of the C++ CPU tests (inputs carried in
 #                 .deps/golden_in) -> golden.tar.
 #   golden-dense  the tiny-ss goldens of the C++ CPU tests, by the oracle on the GPU.
+#   formats       each weight format but plain (FORMATS: row_scaled) against plain on the shape
+#                 model at 3,664 and 30,227 tokens, fast path and pure_eager, released sampler:
+#                 the latent within FORMAT_TOL (2e-2) relative L2, and each run's loop time.
+#   bench-ref     the new build's speed against the reference build's (REF): `bench --paths
+#                 fast pure_eager` at 3,664 and 30,227 tokens (repeated protocol, 3 repeats),
+#                 the two builds alternating, ROUNDS (2) rounds each; a table of the median
+#                 loop per build, path and asset, and their ratio.
 # Default: reference.
 set -uo pipefail
 cd "$(dirname "$0")/../../.." || exit 1
@@ -222,6 +229,56 @@ mode_golden_dense() {
     --manifest $W/gold_in/payloads/manifest.json --device cuda --out /tmp/golden-dense > "$OUT/golden.log" 2>&1
   track $?; echo "golden-dense: exit $? ($(ls /tmp/golden-dense 2>/dev/null | tr '\n' ' '))"
   [ -d /tmp/golden-dense ] && tar -C /tmp -czf "$OUT/golden-dense.tgz" golden-dense
+}
+
+mode_formats() {
+  source scripts/device/prepare_model.sh
+  local tol=${FORMAT_TOL:-2e-2} summary=()
+  ARGS="--checkpoint $W/shape.json --manifest $W/pl/manifest.json --asset $SMALL --asset $LARGE"
+  loop_time() { grep -oE "denoise loop [0-9.]+ s" "$1" | awk '{s = s $3 " "} END {print s}'; }
+  for path in fast pure_eager; do
+    $BIN/sparse3d run $ARGS --path $path --cache-dir $W/cache-fmt --out $W/fmt-plain-$path > "$OUT/plain-$path.log" 2>&1
+    track $? || echo "plain $path exit $?" >> "$OUT/errors.txt"
+    for format in ${FORMATS:-row_scaled}; do
+      $BIN/sparse3d run $ARGS --path $path --weight-format $format --cache-dir $W/cache-fmt \
+        --out $W/fmt-$format-$path > "$OUT/$format-$path.log" 2>&1
+      track $? || echo "$format $path exit $?" >> "$OUT/errors.txt"
+      python3 tools/same_bits.py $W/fmt-$format-$path $W/fmt-plain-$path --tensors latent --within $tol \
+        > "$OUT/compare-$format-$path.txt" 2>&1
+      track $?
+      summary+=("$format vs plain, $path: $(tr '\n' ';' < "$OUT/compare-$format-$path.txt")")
+      summary+=("  loop s (small large): plain $(loop_time "$OUT/plain-$path.log")| $format $(loop_time "$OUT/$format-$path.log")")
+      summary+=("  fallbacks: $(grep -E "^ *(gemm_gelu_epilogue|fallback)" "$OUT/$format-$path.log" | sort | uniq -c | tr -s ' ' | tr '\n' ';')")
+    done
+  done
+  printf '%s\n' "${summary[@]}" | tee "$OUT/summary.txt"
+}
+
+mode_bench_ref() {
+  REF=${REF:-build-before/bin/sparse3d}
+  source scripts/device/prepare_model.sh
+  local common="--checkpoint $W/shape.json --manifest $W/pl/manifest.json --assets $SMALL $LARGE \
+    --paths fast pure_eager --protocol repeated --repeats 3 --no-torch"
+  for round in $(seq 1 ${ROUNDS:-2}); do
+    for build in ref new; do
+      local bin=$BIN/sparse3d; [ $build = ref ] && bin=$REF
+      $bin bench $common --out $OUT --stem $build-$round > "$OUT/$build-$round.log" 2>&1
+      track $? || echo "$build round $round exit $?" >> "$OUT/errors.txt"
+    done
+  done
+  python3 - "$OUT" <<'PY' | tee "$OUT/summary.txt"
+import glob, json, os, statistics, sys
+out = sys.argv[1]
+loops = {}
+for f in glob.glob(os.path.join(out, "*-[0-9]*.json")):
+    build = os.path.basename(f).split("-")[0]
+    for c in json.load(open(f)).get("cells", []):
+        loops.setdefault((c["path"], c["asset"]), {}).setdefault(build, []).extend(c["loop_seconds"])
+print(f"{'path':12} {'asset':18} {'ref s':>8} {'new s':>8} {'new/ref':>8}  (median over every timed loop)")
+for (path, asset), by in sorted(loops.items()):
+    r, n = statistics.median(by.get("ref", [float("nan")])), statistics.median(by.get("new", [float("nan")]))
+    print(f"{path:12} {asset:18} {r:8.4f} {n:8.4f} {n / r:8.4f}")
+PY
 }
 
 run_modes parity reference -- "$@"

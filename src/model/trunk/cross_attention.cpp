@@ -29,7 +29,7 @@ Transformer::CrossKV Transformer::condition_kv(const ops::OpPlan& plan, int bloc
   const CrossAttentionWeights& w = weights_.blocks[static_cast<size_t>(block)].cross_attn;
   CrossKV r;
   r.kv = Tensor::empty({BL, 2 * C}, DType::BF16, device_);
-  ops::linear(plan, cond2d, w.to_kv.weight, w.to_kv.bias_or_null(), r.kv);
+  ops::linear(plan, cond2d, w.to_kv, r.kv);
   if (c.qk_rms_norm_cross) {
     r.k_normed = Tensor::empty({BL, c.num_heads, c.head_dim()}, DType::BF16, device_);
     kernels::head_rmsnorm(RowView{r.kv, 0, BL, C, 2 * C}, w.k_rms_gamma, c.num_heads,
@@ -79,7 +79,7 @@ void Transformer::attend_condition(int i, const Request& req, const Tensor& x,
   Tensor hn = Tensor::empty({T, C}, DType::BF16, device_);
   kernels::layer_norm(x, &w.norm2.weight, &w.norm2.bias, kBlockNormEps, hn);
   Tensor q = Tensor::empty({T, C}, DType::BF16, device_);
-  ops::linear(req.ops, hn, w.cross_attn.to_q.weight, w.cross_attn.to_q.bias_or_null(), q);
+  ops::linear(req.ops, hn, w.cross_attn.to_q, q);
   hn = Tensor();
   CrossKV kv;
   if (cond.kv) {
@@ -110,7 +110,7 @@ Tensor Transformer::cross_attention(int i, const Request& req, const Tensor& x,
   Tensor attn = Tensor::empty({T, C}, DType::BF16, device_);
   attend_condition(i, req, x, cond, req.tokens_layout, req.cond_layout, attn);
   Tensor ca = Tensor::empty({T, C}, DType::BF16, device_);
-  ops::linear(req.ops, attn, to_out.weight, to_out.bias_or_null(), ca);
+  ops::linear(req.ops, attn, to_out, ca);
   attn = Tensor();
   Tensor x2 = Tensor::empty({T, C}, DType::BF16, device_);
   kernels::add(x, ca, x2);
@@ -143,7 +143,7 @@ Tensor Transformer::cross_attention_null(int i, const Request& req, const Tensor
     Tensor attn_null = attn.rows(Tc, T);
     kernels::broadcast_row(row, attn_null);
     Tensor ca = bf16({T, C});
-    ops::linear(req.ops, attn, to_out.weight, to_out.bias_or_null(), ca);
+    ops::linear(req.ops, attn, to_out, ca);
     kernels::add(x, ca, x2);
     return x2;
   }
@@ -153,7 +153,7 @@ Tensor Transformer::cross_attention_null(int i, const Request& req, const Tensor
     Tensor attn_c = bf16({Tc, C});
     attend(attn_c);
     Tensor ca = bf16({Tc, C});
-    ops::linear(req.ops, attn_c, to_out.weight, to_out.bias_or_null(), ca);
+    ops::linear(req.ops, attn_c, to_out, ca);
     Tensor out_c = x2.rows(0, Tc);
     kernels::add(x.rows(0, Tc), ca, out_c);
   }

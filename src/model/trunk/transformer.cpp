@@ -36,8 +36,8 @@ Tensor bf16_empty(Shape s, Device dev) { return Tensor::empty(s, DType::BF16, de
 
 // y = x W^T + b in bf16, [rows of x, out_features of W].
 Tensor project(const ops::OpPlan& plan, const Tensor& x, const Linear& l) {
-  Tensor y = bf16_empty({x.size(0), l.weight.size(0)}, x.device());
-  ops::linear(plan, x, l.weight, l.bias_or_null(), y);
+  Tensor y = bf16_empty({x.size(0), l.out_features()}, x.device());
+  ops::linear(plan, x, l, y);
   return y;
 }
 
@@ -47,7 +47,7 @@ Transformer::Transformer(Checkpoint checkpoint)
     : ck_(std::move(checkpoint)), family_(&find_family(ck_.config.family)) {
   S3D_CHECK(!ck_.tensors.empty(), "model: checkpoint ", ck_.path, " holds no tensors");
   device_ = ck_.tensors.begin()->second.device();
-  weights_ = bind_weights(ck_.config, ck_.tensors);
+  weights_ = bind_weights(ck_.config, ck_.tensors, ck_.weight_format());
   positions_ = family_->positions(ck_.config, device_);
   if (!ck_.home.empty()) {
     host_copy_.emplace(HostWeights::borrowed(ck_.home, std::move(ck_.keep_alive),
@@ -235,8 +235,7 @@ Tensor Transformer::embed_input(const Request& req, const Tensor& x) const {
     kernels::copy_rows(RowView::of(req.concat_cond), right);
   }
   Tensor h32 = Tensor::empty({T, C}, DType::F32, dev);
-  ops::linear(req.ops, feats, weights_.input_layer.weight, weights_.input_layer.bias_or_null(),
-              h32);
+  ops::linear(req.ops, feats, weights_.input_layer, h32);
   if (req.position_f32.defined()) {
     // The dense model's APE: added to the fp32 output, one rounding (docs/DENSE_MODEL.md).
     Tensor sum32 = Tensor::empty({T, C}, DType::F32, dev);
@@ -265,7 +264,7 @@ Tensor Transformer::output_layer(const ops::OpPlan& plan, const Tensor& h) const
   Tensor on = Tensor::empty({T, C}, DType::F32, dev);
   kernels::layer_norm(o32, nullptr, nullptr, kOutNormEps, on);
   Tensor v = Tensor::empty({T, c.out_channels}, DType::F32, dev);
-  ops::linear(plan, on, weights_.out_layer.weight, weights_.out_layer.bias_or_null(), v);
+  ops::linear(plan, on, weights_.out_layer, v);
   return v;
 }
 
@@ -280,21 +279,18 @@ Modulation Transformer::modulation(const ops::OpPlan& plan, const Tensor& t1000)
   Tensor freq = Tensor::empty({B, 256}, DType::F32, dev);
   kernels::timestep_embedding(t1000, freq);
   Tensor a = Tensor::empty({B, C}, DType::F32, dev);
-  ops::linear(plan, freq, weights_.t_embedder_fc1.weight, weights_.t_embedder_fc1.bias_or_null(),
-              a);
+  ops::linear(plan, freq, weights_.t_embedder_fc1, a);
   Tensor a_act = Tensor::empty({B, C}, DType::F32, dev);
   kernels::silu(a, a_act);
   Tensor t_emb = Tensor::empty({B, C}, DType::F32, dev);
-  ops::linear(plan, a_act, weights_.t_embedder_fc2.weight, weights_.t_embedder_fc2.bias_or_null(),
-               t_emb);
+  ops::linear(plan, a_act, weights_.t_embedder_fc2, t_emb);
 
   Tensor mod_shared, t_emb_bf16;
   if (c.share_mod) {
     Tensor s = Tensor::empty({B, C}, DType::F32, dev);
     kernels::silu(t_emb, s);
     Tensor m32 = Tensor::empty({B, 6 * C}, DType::F32, dev);
-    ops::linear(plan, s, weights_.adaLN_modulation.weight, weights_.adaLN_modulation.bias_or_null(),
-                 m32);
+    ops::linear(plan, s, weights_.adaLN_modulation, m32);
     mod_shared = Tensor::empty({B, 6 * C}, DType::BF16, dev);
     kernels::cast(m32, mod_shared);
   } else {
@@ -313,7 +309,7 @@ Modulation Transformer::modulation(const ops::OpPlan& plan, const Tensor& t1000)
     } else {
       Tensor s = bf16({B, C});
       kernels::silu(t_emb_bf16, s);
-      ops::linear(plan, s, bw.adaLN_modulation.weight, bw.adaLN_modulation.bias_or_null(), mod);
+      ops::linear(plan, s, bw.adaLN_modulation, mod);
     }
     out.blocks.push_back(std::move(mod));
   }
@@ -434,7 +430,7 @@ void Transformer::mlp_rows(int i, const BlockWeights& w, const Request& req, con
                            batch_index, kBlockNormEps, hm);
   if (req.mlp_probe) req.mlp_probe(i, hm);
   Tensor ug = bf16_empty({T, c.mlp_hidden()}, device_);
-  ops::linear_gelu(req.ops, hm, w.mlp.fc1.weight, w.mlp.fc1.bias_or_null(), ug);
+  ops::linear_gelu(req.ops, hm, w.mlp.fc1, ug);
   hm = Tensor();
   Tensor mo = project(req.ops, ug, w.mlp.fc2);
   ug = Tensor();
@@ -453,7 +449,7 @@ void Transformer::check_resident() const {
 }
 
 void Transformer::bind(std::map<std::string, Tensor> tensors) {
-  TrunkWeights bound = bind_weights(ck_.config, tensors);
+  TrunkWeights bound = bind_weights(ck_.config, tensors, ck_.weight_format());
   ck_.tensors = std::move(tensors);
   weights_ = std::move(bound);
 }

@@ -43,6 +43,8 @@ class Transformer {
   // A content hash of the weights: results taken from them (null-context rows, qualification)
   // are valid only for the same version.
   uint64_t weights_version() const { return ck_.version; }
+  // The weight format its linear layers are held in (ops/weight_format.h).
+  const ops::WeightFormat& weight_format() const { return ck_.weight_format(); }
 
   // The step-invariant part of a request. coords: i32 [T, 4] on the host, assets packed in
   // batch order (validated: batch indices contiguous 0..B-1, coordinates in range, and the

@@ -20,21 +20,41 @@ namespace {
 constexpr float kBiasStd = 0.02f;
 constexpr float kGammaStd = 0.1f;  // RMSNorm gammas and norm2 weight: 1 + N(0, 0.1)
 
-// Called once per parameter with its spec and the field it binds to.
-using Visit = std::function<void(const ParamSpec&, Tensor& field)>;
+// Called once per tensor that is not a linear layer's, with its spec and its field; and once
+// per linear layer with its spec, the initialisation of its weight and its field.
+struct Visit {
+  std::function<void(const ParamSpec&, Tensor& field)> tensor;
+  std::function<void(const LinearSpec&, float weight_std, Linear& field)> linear;
+};
 
 struct Walk {
   const Visit& visit;
 
   void tensor(Tensor& field, std::string name, Shape shape, DType dt, float mean, float std) {
-    visit(ParamSpec{std::move(name), std::move(shape), dt, Init{mean, std}}, field);
+    visit.tensor(ParamSpec{std::move(name), std::move(shape), dt, Init{mean, std}}, field);
   }
   void linear(Linear& field, const std::string& name, int64_t out, int64_t in, DType dt,
               float std) {
-    tensor(field.weight, name + ".weight", {out, in}, dt, 0.0f, std);
-    tensor(field.bias, name + ".bias", {out}, dt, 0.0f, kBiasStd);
+    visit.linear(LinearSpec{name, out, in, dt}, std, field);
   }
 };
+
+// A linear layer's two checkpoint tensors.
+void linear_params(const LinearSpec& l, float weight_std, std::vector<ParamSpec>& specs) {
+  specs.push_back(ParamSpec{l.name + ".weight", {l.out, l.in}, l.dtype, Init{0.0f, weight_std}});
+  specs.push_back(ParamSpec{l.name + ".bias", {l.out}, l.dtype, Init{0.0f, kBiasStd}});
+}
+
+// The tensor `name` of `tensors`, checked against the shape and dtype the config needs.
+const Tensor& bound_tensor(const std::map<std::string, Tensor>& tensors, const std::string& name,
+                           const Shape& shape, DType dtype) {
+  auto it = tensors.find(name);
+  S3D_CHECK(it != tensors.end(), "model: parameter ", name, " is not loaded");
+  const Tensor& t = it->second;
+  S3D_CHECK(t.shape() == shape && t.dtype() == dtype, "model: parameter ", name, " is ",
+            t.describe(), ", the config needs ", dtype_name(dtype), " ", shape_str(shape));
+  return t;
+}
 
 // Block i's parameters, named "blocks.<i>.<...>" as in the released state dict.
 void walk_block(const ModelConfig& c, int i, BlockWeights& w, Walk& walk) {
@@ -92,7 +112,20 @@ void walk_parameters(const ModelConfig& c, TrunkWeights& w, const Visit& visit) 
 std::vector<ParamSpec> param_specs(const ModelConfig& config) {
   std::vector<ParamSpec> specs;
   TrunkWeights unused;
-  walk_parameters(config, unused, [&](const ParamSpec& s, Tensor&) { specs.push_back(s); });
+  walk_parameters(config, unused,
+                  Visit{[&](const ParamSpec& s, Tensor&) { specs.push_back(s); },
+                        [&](const LinearSpec& l, float std, Linear&) {
+                          linear_params(l, std, specs);
+                        }});
+  return specs;
+}
+
+std::vector<LinearSpec> linear_specs(const ModelConfig& config) {
+  std::vector<LinearSpec> specs;
+  TrunkWeights unused;
+  walk_parameters(config, unused,
+                  Visit{[](const ParamSpec&, Tensor&) {},
+                        [&](const LinearSpec& l, float, Linear&) { specs.push_back(l); }});
   return specs;
 }
 
@@ -102,18 +135,19 @@ int64_t parameter_count(const ModelConfig& config) {
   return n;
 }
 
-TrunkWeights bind_weights(const ModelConfig& config,
-                             const std::map<std::string, Tensor>& tensors) {
+TrunkWeights bind_weights(const ModelConfig& config, const std::map<std::string, Tensor>& tensors,
+                          const ops::WeightFormat& format) {
   TrunkWeights w;
-  walk_parameters(config, w, [&](const ParamSpec& s, Tensor& field) {
-    auto it = tensors.find(s.name);
-    S3D_CHECK(it != tensors.end(), "model: parameter ", s.name, " is not loaded");
-    const Tensor& t = it->second;
-    S3D_CHECK(t.shape() == s.shape && t.dtype() == s.runtime_dtype, "model: parameter ",
-              s.name, " is ", t.describe(), ", the config needs ", dtype_name(s.runtime_dtype),
-              " ", shape_str(s.shape));
-    field = t;
-  });
+  const auto tensor = [&](const ParamSpec& s, Tensor& field) {
+    field = bound_tensor(tensors, s.name, s.shape, s.runtime_dtype);
+  };
+  const auto linear = [&](const LinearSpec& l, float, Linear& field) {
+    const ops::WeightFormat& f = ops::format_for(format, l.dtype);
+    field.format = &f;
+    for (const ops::FormatTensor& t : f.layout(l.out, l.in, l.dtype))
+      field.*t.field = bound_tensor(tensors, l.name + t.suffix, t.shape, t.dtype);
+  };
+  walk_parameters(config, w, Visit{tensor, linear});
   return w;
 }
 

@@ -14,6 +14,7 @@
 
 #include "core/tensor.h"
 #include "model/config.h"
+#include "ops/weight_format.h"
 
 namespace s3d::model {
 
@@ -30,11 +31,16 @@ struct ParamSpec {
   Init init;
 };
 
-// y = x W^T + b: weight [out, in], bias [out] (undefined: no bias).
-struct Linear {
-  Tensor weight;
-  Tensor bias;
-  const Tensor* bias_or_null() const { return bias.defined() ? &bias : nullptr; }
+// y = x W^T + b: a linear layer's run-time tensors in its weight format (ops/weight_format.h;
+// plain: weight [out, in], bias [out]), applied by ops::linear(plan, x, layer, y).
+using Linear = ops::LinearWeights;
+
+// A linear layer of the checkpoint: NAME.weight [out, in] and NAME.bias [out], both `dtype`
+// at run time.
+struct LinearSpec {
+  std::string name;
+  int64_t out = 0, in = 0;
+  DType dtype = DType::F32;
 };
 
 // Affine LayerNorm parameters, f32 [C] each.
@@ -86,10 +92,14 @@ struct TrunkWeights {
 std::vector<ParamSpec> param_specs(const ModelConfig& config);
 int64_t parameter_count(const ModelConfig& config);
 
+// Every linear layer of a checkpoint for `config`, in the checkpoint's order.
+std::vector<LinearSpec> linear_specs(const ModelConfig& config);
+
 // The typed weights of `config` from a loaded checkpoint's tensors (by name, shared, not
-// copied). Throws naming the first tensor that is missing or has another shape or dtype.
-TrunkWeights bind_weights(const ModelConfig& config,
-                             const std::map<std::string, Tensor>& tensors);
+// copied), each linear layer by the layout of its format (format_for(format, its dtype)).
+// Throws naming the first tensor that is missing or has another shape or dtype.
+TrunkWeights bind_weights(const ModelConfig& config, const std::map<std::string, Tensor>& tensors,
+                          const ops::WeightFormat& format = ops::plain_format());
 
 // A host copy of a model's tensors in one buffer, for the engine's offload and reload
 // (docs/API.md, "Residency"). Pinned (page-locked) when the tensors live on a GPU, so that
