@@ -7,8 +7,8 @@
 // GPU also: the model's token counts (1000 and 30227 at C 1536, H 12, D 128), and the fused
 // kernel's CPU version as the oracle under the contract the reference ops have between the
 // backends (bitwise, or 1 bf16 ulp where a reduction or a transcendental is involved).
-// The model-level checks stay in tests/cpu/test_kernels_fused.cpp and
-// tests/gpu/test_kernels_fused_gpu.cpp.
+// The model-level checks are in tests/device/test_fused_model.cpp (both backends),
+// tests/cpu/test_kernels_fused.cpp and tests/gpu/test_kernels_fused_gpu.cpp.
 #include <gtest/gtest.h>
 
 #include <cmath>
