@@ -1,14 +1,18 @@
-// Shared by the CPU and GPU null-context tests: raw-bit comparison of tensors (int16 view of
-// bf16, int32 view of fp32) and "this execution path gives pure_eager's bits" over a whole
-// sampler run (final latent and the first step's conditional and unconditional outputs).
+// Shared by the null-context tests of both backends (tests/device/test_null_context.cpp, the
+// CPU's and the GPU's own): raw-bit comparison of tensors (int16 view of bf16, int32 view of
+// fp32), "this execution path gives pure_eager's bits" over a whole sampler run (final latent
+// and the first step's conditional and unconditional outputs) for one path or every one, and
+// the qualification's report.
 #pragma once
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include "contract/fallback.h"
 #include "core/tensor.h"
 #include "model/null_context.h"
 #include "sampler/sampler.h"
@@ -86,6 +90,32 @@ inline const std::vector<std::string>& null_context_specs() {
 
 inline bool spec_is_batched(const std::string& spec) {
   return sparse3d::ExecutionPlan::parse(spec).on(sparse3d::Flag::batched_cfg);
+}
+
+// Every spec of null_context_specs() against pure_eager (per CFG mode) on the inputs, bitwise.
+inline void expect_every_path_bitwise(const model::Transformer& m, const sampler::Inputs& in,
+                                      const sampler::SamplerOptions& o,
+                                      const model::NullContext& nc, const std::string& label) {
+  sampler::Output ref[2] = {reference_run(m, in, o, false), reference_run(m, in, o, true)};
+  for (const auto& spec : null_context_specs()) {
+    SCOPED_TRACE(label + " " + spec);
+    expect_same_bits_as(ref[spec_is_batched(spec) ? 1 : 0], m, in, o, spec, &nc);
+  }
+}
+
+// The qualification outcome as the bench report will quote it, and which path ran; a cache
+// that did not qualify must have been refused and counted, never used silently.
+inline void report_qualification(const model::NullContext& nc, const std::string& label) {
+  std::printf("[%s] %s", label.c_str(), nc.report().c_str());
+  std::printf("[%s] fallbacks:\n%s", label.c_str(),
+              contract::format_fallbacks(contract::fallback_counts()).c_str());
+  ::testing::Test::RecordProperty(label + "_qualified_m", std::to_string(nc.qualification().m));
+  if (nc.qualification().m == 0) {
+    bool counted = false;
+    for (const auto& f : contract::fallback_counts())
+      counted |= f.optimization == "null_context_cache";
+    EXPECT_TRUE(counted) << label << ": the cache did not qualify, but no fallback was counted";
+  }
 }
 
 }  // namespace s3d::testing

@@ -1,7 +1,8 @@
-// Cases for the row comparison kernels (src/kernels/row_match.h), shared by the CPU test and
-// the GPU test so that both backends answer the same questions: random non-zero bf16 rows of
-// odd sizes (no tile or vector width divides them), with differences planted at known
-// elements; the expected answer is the planted element first in row-major order.
+// Cases for the row comparison kernels (src/kernels/row_match.h), for the device-parametrised
+// test (tests/device/test_row_match.cpp), so that both backends answer the same questions:
+// random non-zero bf16 rows of odd sizes (no tile or vector width divides them), with
+// differences planted at known elements; the expected answer is the planted element first
+// in row-major order.
 #pragma once
 
 #include <cstdint>

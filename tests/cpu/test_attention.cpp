@@ -1,11 +1,13 @@
-// attention::sdpa_varlen on the CPU against an independent fp64 loop; sequence layouts; and
-// the boundary checks.
+// attention::sdpa_varlen on the CPU against an independent fp64 loop (tests/attention_reference.h,
+// which the GPU tests check their longest sequences with); sequence layouts; and the boundary
+// checks.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <string>
 #include <vector>
 
+#include "../attention_reference.h"
 #include "../test_numerics.h"
 #include "attention/attention.h"
 #include "core/cuda_util.h"
@@ -19,13 +21,9 @@ using attention::SeqLayout;
 using testing::error_of;
 using testing::random_tensor;
 
-int64_t total(const std::vector<int32_t>& lengths) {
-  int64_t t = 0;
-  for (int32_t l : lengths) t += l;
-  return t;
-}
+using testing::total_length;
 
-// fp64 attention, written out independently of the library: [Tq, H*D].
+// fp64 attention over every query row: [Tq, H*D].
 std::vector<double> reference(const RowView& q, const std::vector<int32_t>& q_lens,
                               const RowView& k, const RowView& v,
                               const std::vector<int32_t>& kv_lens, int H, int D, double scale) {
@@ -34,26 +32,16 @@ std::vector<double> reference(const RowView& q, const std::vector<int32_t>& q_le
   auto at = [](const std::vector<float>& f, const RowView& r, int64_t row, int64_t col) {
     return static_cast<double>(f[r.offset + row * r.stride + col]);
   };
-  std::vector<double> out(total(q_lens) * H * D, 0.0);
+  std::vector<double> out(total_length(q_lens) * H * D, 0.0);
   int64_t q0 = 0, kv0 = 0;
   for (size_t b = 0; b < q_lens.size(); ++b) {
     for (int64_t i = 0; i < q_lens[b]; ++i) {
       for (int h = 0; h < H; ++h) {
-        std::vector<double> s(kv_lens[b]);
-        double m = -INFINITY, sum = 0;
-        for (int64_t j = 0; j < kv_lens[b]; ++j) {
-          double dot = 0;
-          for (int d = 0; d < D; ++d)
-            dot += at(qf, q, q0 + i, h * D + d) * at(kf, k, kv0 + j, h * D + d);
-          s[j] = dot * scale;
-          m = std::max(m, s[j]);
-        }
-        for (double& x : s) sum += (x = std::exp(x - m));
-        for (int d = 0; d < D; ++d) {
-          double acc = 0;
-          for (int64_t j = 0; j < kv_lens[b]; ++j) acc += s[j] * at(vf, v, kv0 + j, h * D + d);
-          out[(q0 + i) * H * D + h * D + d] = acc / sum;
-        }
+        testing::fp64_attention_head(
+            [&](int d) { return at(qf, q, q0 + i, h * D + d); },
+            [&](int64_t j, int d) { return at(kf, k, kv0 + j, h * D + d); },
+            [&](int64_t j, int d) { return at(vf, v, kv0 + j, h * D + d); }, kv_lens[b], D,
+            scale, &out[(q0 + i) * H * D + h * D]);
       }
     }
     q0 += q_lens[b];
@@ -113,7 +101,7 @@ TEST(SdpaCpu, SelfAttentionFromPackedQkv) {
     for (const std::vector<int32_t>& lens :
          {std::vector<int32_t>{1, 7, 30}, {1}, {13, 1, 2}, {200, 57}}) {
       SCOPED_TRACE(cat("H=", H, " D=", D, " lengths ", lens.size()));
-      const int64_t T = total(lens), HD = H * D;
+      const int64_t T = total_length(lens), HD = H * D;
       Tensor qkv = random_tensor({T, 3, H, D}, DType::BF16, 11 + T);
       RowView q{qkv, 0, T, HD, 3 * HD}, k{qkv, HD, T, HD, 3 * HD}, v{qkv, 2 * HD, T, HD, 3 * HD};
       run_and_check(q, lens, k, v, lens, H, D, 1.0f / std::sqrt(static_cast<float>(D)));
@@ -124,7 +112,7 @@ TEST(SdpaCpu, SelfAttentionFromPackedQkv) {
 TEST(SdpaCpu, CrossAttentionRaggedQueriesDenseKeys) {
   const int H = 2, D = 8, L = 5;
   const std::vector<int32_t> q_lens{1, 7, 30}, kv_lens(3, L);
-  const int64_t T = total(q_lens), HD = H * D, B = 3;
+  const int64_t T = total_length(q_lens), HD = H * D, B = 3;
   Tensor q = random_tensor({T, H, D}, DType::BF16, 21);
   Tensor kv = random_tensor({B, L, 2, H, D}, DType::BF16, 22);
   RowView qv = RowView::of(q.reshape({T, HD}));

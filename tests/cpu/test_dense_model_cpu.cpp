@@ -1,6 +1,8 @@
 // The dense family (SparseStructureFlowModel, docs/DENSE_MODEL.md) on the CPU backend: its
-// config, its layout checks, its host position tables, the volume <-> token transposes, the
-// unbiased guidance-rescale std, and the public API's volume layout against the token layout.
+// config, its layout checks, its host position tables, its forward against the structured-
+// latent one, and the public API's volume layout against the token layout. The family's
+// kernels (the volume <-> token transposes, the unbiased std) run on both backends in
+// tests/device/test_dense_model.cpp.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -9,7 +11,6 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "io/json.h"
-#include "kernels/sampler_ops.h"
 #include "kernels/volume_layout.h"
 #include "model/checkpoint.h"
 #include "model/config.h"
@@ -59,55 +60,6 @@ TEST(DenseConfig, RefusesWhatCannotRun) {
   j["name"] = "SparseStructureFlowModelX";
   EXPECT_NE(error_of([&] { config_from_json(j, "cfg"); }).find("SparseStructureFlowModelX"),
             std::string::npos);
-}
-
-TEST(DenseLayout, VolumeTokenTransposesOnOddSizes) {
-  for (auto [B, C, R] : {std::tuple{1, 8, 16}, {3, 5, 7}, {2, 33, 3}, {1, 1, 1}}) {
-    const Shape vs = {B, C, R, R, R};
-    const int64_t N = int64_t(R) * R * R;
-    Tensor v = random_tensor(vs, DType::F32, 11 + B + C + R, 1.0f, 0.5f);
-    Tensor tok = Tensor::empty({B * N, C}, DType::F32, Device::CPU);
-    tok.poison();
-    kernels::volume_to_tokens(v, tok);
-    const float* pv = v.data_as<float>();
-    const float* pt = tok.data_as<float>();
-    bool ok = true;
-    for (int64_t b = 0; b < B; ++b)
-      for (int64_t c = 0; c < C; ++c)
-        for (int64_t n = 0; n < N; ++n)
-          ok &= testing::bits_equal(pt[(b * N + n) * C + c], pv[(b * C + c) * N + n]);
-    EXPECT_TRUE(ok) << B << "x" << C << "x" << R;
-    Tensor back = Tensor::empty(vs, DType::F32, Device::CPU);
-    back.poison();
-    kernels::tokens_to_volume(tok, back);
-    EXPECT_TRUE(testing::bitwise_equal(back, v));
-  }
-  Tensor v = Tensor::zeros({2, 3, 4, 4, 4}, DType::F32, Device::CPU);
-  Tensor wrong = Tensor::empty({128, 4}, DType::F32, Device::CPU);
-  EXPECT_NE(error_of([&] { kernels::volume_to_tokens(v, wrong); }).find("[128, 3]"),
-            std::string::npos);
-}
-
-TEST(DenseSampler, UnbiasedStdDividesByNMinusOne) {
-  const std::vector<int32_t> offsets = {0, 3, 40};
-  Tensor x = random_tensor({40, 7}, DType::F32, 5, 0.5f, 0.2f);
-  Tensor off = Tensor::from_ints(offsets, {3});
-  Tensor pop = Tensor::empty({2}, DType::F32, Device::CPU);
-  Tensor unb = Tensor::empty({2}, DType::F32, Device::CPU);
-  unb.poison();
-  kernels::asset_std(x, off, pop);
-  kernels::asset_std(x, off, unb, true);
-  const std::vector<float> xv = x.to_floats();
-  for (int b = 0; b < 2; ++b) {
-    const int64_t lo = offsets[b] * 7, hi = offsets[b + 1] * 7, n = hi - lo;
-    long double mean = 0, ss = 0;
-    for (int64_t i = lo; i < hi; ++i) mean += xv[i];
-    mean /= n;
-    for (int64_t i = lo; i < hi; ++i) ss += (xv[i] - mean) * (xv[i] - mean);
-    const double exact = static_cast<double>(std::sqrt(ss / (n - 1)));
-    EXPECT_NEAR(unb.data_as<float>()[b], exact, 2e-7 * exact) << b;
-    EXPECT_NE(unb.data_as<float>()[b], pop.data_as<float>()[b]);
-  }
 }
 
 struct DenseFixture : ::testing::Test {

@@ -1,7 +1,9 @@
 // The public Engine API (include/sparse3d/engine.h) on the CPU backend: requests from
 // caller-owned host buffers, the seed and caller noise agreeing, forward() against the first
-// step of sample(), callbacks, errors with their messages, the qualification cache across
-// Engines, and two Engines on two threads.
+// step of sample(), callbacks, stop, errors with their messages, the null-context paths'
+// qualifications, warm-up, and checkpoints handed over as state dicts. Progress, the
+// qualification cache across Engines, new token counts and two Engines on two threads run on
+// both backends in tests/device/test_engine.cpp.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -11,7 +13,6 @@
 #include <fstream>
 #include <iterator>
 #include <limits>
-#include <thread>
 
 #include "core/cuda_util.h"
 #include "io/safetensors.h"
@@ -146,21 +147,6 @@ TEST_F(EngineApi, CallbackSeesEveryStepAndTheLatent) {
   EXPECT_EQ(seen, (std::vector<int>{0, 1, 2}));
 }
 
-// SampleRequest::on_progress on the CPU: after each step, 1..N, and the bits of a request
-// without it.
-TEST_F(EngineApi, ProgressCountsEveryFinishedStep) {
-  sparse3d::Engine e(kTiny, options("beyond"));
-  auto in = inputs({61}, 5);
-  sparse3d::SampleRequest r = request(in, 5);
-  r.sampler.steps = 5;
-  const sparse3d::SampleResult plain = e.sample(r);
-  std::vector<std::pair<int, int>> seen;
-  r.on_progress = [&](int done, int total) { seen.emplace_back(done, total); };
-  const sparse3d::SampleResult with = e.sample(r);
-  EXPECT_EQ(seen, (std::vector<std::pair<int, int>>{{1, 5}, {2, 5}, {3, 5}, {4, 5}, {5, 5}}));
-  EXPECT_TRUE(same_bytes(with.latent, plain.latent));
-}
-
 void expect_error(const std::function<void()>& fn, const std::string& needle);
 
 // SampleRequest::stop: asked after each step but the last; true after step 2 of 9 ends the
@@ -233,57 +219,12 @@ TEST_F(EngineApi, BadInputsAreOneClearError) {
   }
 }
 
-TEST_F(EngineApi, SecondEngineTakesTheProbeVerdictFromTheCacheAndQualifiesAgain) {
-  auto in = inputs({61}, 10);
-  sparse3d::SampleResult first, second;
-  {
-    sparse3d::Engine e(kTiny, options("canonical_cache_null"));
-    first = e.sample(request(in, 4));
-    EXPECT_EQ(e.counters().qualifications_run, 1u);
-    EXPECT_EQ(e.counters().qualification_cache_hits, 0u);
-    ASSERT_EQ(e.qualification().size(), 1u);
-    ASSERT_EQ(e.qualification()[0].shapes.size(), 1u);
-    EXPECT_EQ(e.qualification()[0].shapes[0].source, "qualified");
-    EXPECT_GT(first.stats.null_context_seconds, 0.0);
-  }
-  // The probe's verdict is persisted; a token count's qualification is not (it costs a few
-  // GEMMs): the second engine qualifies again and gets the same M and the same bits.
-  sparse3d::Engine e(kTiny, options("canonical_cache_null"));
-  second = e.sample(request(in, 4));
-  EXPECT_EQ(e.counters().qualifications_run, 1u);
-  EXPECT_EQ(e.counters().qualification_cache_hits, 1u);
-  EXPECT_EQ(e.qualification()[0].shapes[0].m, 1);
-  EXPECT_TRUE(e.counters().fallbacks.empty());
-  EXPECT_TRUE(same_bytes(first.latent, second.latent));
-}
-
 // Fallbacks of the null-context flags (the CPU backend also counts cuda_graphs' refusal).
 uint64_t null_fallbacks(const sparse3d::Engine& e) {
   uint64_t n = 0;
   for (const auto& f : e.counters().fallbacks)
     if (f.optimization.rfind("null_context", 0) == 0) n += f.count;
   return n;
-}
-
-TEST_F(EngineApi, ANewTokenCountAfterOthersGivesTheBitsOfAFreshEngine) {
-  for (const char* path : {"canonical_cache_null", "beyond", "fast"}) {
-    auto a = inputs({61}, 21), b = inputs({40}, 22), c = inputs({77}, 23);
-    sparse3d::Engine fresh(kTiny, options(path));
-    const sparse3d::SampleResult alone = fresh.sample(request(c, 3));
-    sparse3d::Engine used(kTiny, options(path));
-    used.sample(request(a, 1));
-    used.sample(request(b, 2));
-    const sparse3d::SampleResult after = used.sample(request(c, 3));
-    EXPECT_TRUE(same_bytes(alone.latent, after.latent)) << path;
-    // Each token count was qualified once, for the request that met it.
-    EXPECT_EQ(used.counters().qualifications_run, 3u) << path;
-    EXPECT_EQ(null_fallbacks(used), 0u) << path;
-    // A repeat needs nothing new.
-    const sparse3d::SampleResult again = used.sample(request(c, 3));
-    EXPECT_EQ(used.counters().qualifications_run, 3u) << path;
-    EXPECT_EQ(again.stats.null_context_seconds, 0.0) << path;
-    EXPECT_TRUE(same_bytes(alone.latent, again.latent)) << path;
-  }
 }
 
 // The exact null path under batched CFG qualifies the batched slices alone (no cached row,
@@ -335,25 +276,6 @@ TEST_F(EngineApi, WarmUpQualifiesAheadOfTheFirstRequest) {
   EXPECT_EQ(e.counters().qualifications_run, 1u);  // nothing left for the request to build
   EXPECT_EQ(r.latent.view.shape, (std::vector<int64_t>{61, 32}));
   EXPECT_THROW(e.warm_up({0}, 9), sparse3d::Error);
-}
-
-TEST_F(EngineApi, TwoEnginesOnTwoThreadsGiveTheBitsEachGivesAlone) {
-  auto a_in = inputs({61}, 11), b_in = inputs({40, 33}, 12);
-  sparse3d::Engine a(kTiny, options("pure_eager")), b(kTiny, options());
-  const sparse3d::SampleResult a_alone = a.sample(request(a_in, 1));
-  const sparse3d::SampleResult b_alone = b.sample(request(b_in, 2));
-  std::vector<sparse3d::SampleResult> a_runs(3), b_runs(3);
-  std::thread ta([&] { for (auto& r : a_runs) r = a.sample(request(a_in, 1)); });
-  std::thread tb([&] { for (auto& r : b_runs) r = b.sample(request(b_in, 2)); });
-  ta.join();
-  tb.join();
-  for (int i = 0; i < 3; ++i) {
-    EXPECT_TRUE(same_bytes(a_runs[i].latent, a_alone.latent)) << "engine a, run " << i;
-    EXPECT_TRUE(same_bytes(b_runs[i].latent, b_alone.latent)) << "engine b, run " << i;
-  }
-  // Counters are each engine's own.
-  EXPECT_EQ(a.counters().requests, 4u);
-  EXPECT_EQ(b.counters().requests, 4u);
 }
 
 TEST_F(EngineApi, AStateDictInMemoryLoadsAsItsFile) {

@@ -1,9 +1,10 @@
 // Fault injection on the CPU backend (core/fault.h, docs/RELIABILITY.md): every host
-// allocation of a cold request (load the tiny checkpoint, sample two assets) fails in turn.
-// Each run must end in one sparse3d::Error naming the injected fault, or succeed with a
-// counted fallback; either way nothing stays allocated once the Engine and its result are
-// gone (the allocator's live counters), and a request after the failure gives the same
-// bits as one that never failed.
+// allocation of a cold request (load the tiny checkpoint, sample two assets) fails in turn
+// (the sweep of tests/fault_sweep.h, which the GPU's device allocations and plan builds go
+// through too). Each run must end in one sparse3d::Error naming the injected fault, or
+// succeed with a counted fallback; either way nothing stays allocated once the Engine and its
+// result are gone (the allocator's live counters), and a request after the failure gives the
+// same bits as one that never failed.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -15,6 +16,8 @@
 #include "core/allocator.h"
 #include "core/fault.h"
 #include "sparse3d/sparse3d.h"
+#include "../array_bytes.h"
+#include "../fault_sweep.h"
 #include "../model_inputs.h"
 
 namespace {
@@ -23,11 +26,6 @@ namespace fs = std::filesystem;
 using s3d::fault::Point;
 
 const std::string kTiny = std::string(SPARSE3D_TEST_DATA) + "/golden/inputs/tiny.json";
-
-std::vector<uint8_t> bytes_of(const sparse3d::Array& a) {
-  const auto* p = static_cast<const uint8_t*>(a.view.data);
-  return {p, p + a.view.nbytes()};
-}
 
 struct Faults : ::testing::Test {
   void SetUp() override {
@@ -51,6 +49,14 @@ std::vector<uint8_t> cold_request(const sparse3d::EngineOptions& options,
   return bytes_of(result.latent);
 }
 
+// One run of the sweep: the request with the n-th host allocation failed.
+struct HostFaultRun {
+  std::string error;
+  bool fell_back = false;
+  std::vector<uint8_t> latent;
+  uint64_t seen = 0;
+};
+
 TEST_F(Faults, EveryHostAllocationOfAColdRequestFailsCleanly) {
   auto in = s3d::testing::synthetic_inputs({37, 21}, 9, 64, 32, 5);
   bool fell_back = false;
@@ -60,46 +66,33 @@ TEST_F(Faults, EveryHostAllocationOfAColdRequestFailsCleanly) {
   const uint64_t per_request = s3d::fault::count(Point::HostAlloc);
   const s3d::HostAllocationStats baseline = s3d::host_allocation_stats();
 
-  uint64_t tried = 0, errors = 0, fallbacks = 0;
-  for (uint64_t n = 1;; ++n) {
-    ASSERT_LT(n, 100000u) << "the sweep does not end";
+  auto run = [&](uint64_t n) {
+    HostFaultRun r;
     s3d::fault::arm(Point::HostAlloc, n);
-    std::string message;
-    std::vector<uint8_t> got;
     try {
-      got = cold_request(options, in, &fell_back);
+      r.latent = cold_request(options, in, &r.fell_back);
     } catch (const sparse3d::Error& e) {
-      message = e.what();
+      r.error = e.what();
     }
-    const uint64_t seen = s3d::fault::count(Point::HostAlloc);
+    r.seen = s3d::fault::count(Point::HostAlloc);
     s3d::fault::arm(Point::HostAlloc, 0);
+    return r;
+  };
+  // Nothing stays allocated once the Engine and its result are gone.
+  auto no_leak = [&](uint64_t n, const HostFaultRun& r) {
     const s3d::HostAllocationStats now = s3d::host_allocation_stats();
-    EXPECT_EQ(now.live_blocks, baseline.live_blocks) << "fault " << n << " leaked: " << message;
+    EXPECT_EQ(now.live_blocks, baseline.live_blocks) << "fault " << n << " leaked: " << r.error;
     EXPECT_EQ(now.live_bytes, baseline.live_bytes) << "fault " << n;
-    if (seen < n) {  // the request ran past its last allocation: the sweep is complete
-      EXPECT_TRUE(message.empty()) << message;
-      EXPECT_EQ(got, want);
-      break;
-    }
-    ++tried;
-    if (message.empty()) {
-      // It survived the fault: only through a counted fallback.
-      EXPECT_TRUE(fell_back) << "fault " << n << " was absorbed silently";
-      ++fallbacks;
-    } else {
-      ++errors;
-      EXPECT_NE(message.find("out of host memory"), std::string::npos) << n << ": " << message;
-      EXPECT_NE(message.find("(injected fault"), std::string::npos) << n << ": " << message;
-    }
-  }
-  EXPECT_EQ(tried, per_request) << "every allocation of the request was failed once";
-  EXPECT_GT(tried, 50u);
-  RecordProperty("injection_points", static_cast<int>(tried));
-  RecordProperty("errors", static_cast<int>(errors));
-  RecordProperty("fallbacks", static_cast<int>(fallbacks));
+  };
+  const s3d::testing::SweepCounts c = s3d::testing::sweep_faults(
+      Point::HostAlloc, "out of host memory", want, per_request, run, no_leak);
+  EXPECT_GT(c.tried, 50u);
+  RecordProperty("injection_points", static_cast<int>(c.tried));
+  RecordProperty("errors", static_cast<int>(c.errors));
+  RecordProperty("fallbacks", static_cast<int>(c.fallbacks));
   std::printf("host-allocation faults: %llu points, %llu clean errors, %llu counted fallbacks\n",
-              static_cast<unsigned long long>(tried), static_cast<unsigned long long>(errors),
-              static_cast<unsigned long long>(fallbacks));
+              static_cast<unsigned long long>(c.tried), static_cast<unsigned long long>(c.errors),
+              static_cast<unsigned long long>(c.fallbacks));
   // And after all that, a request that never failed gives the same bits.
   EXPECT_EQ(cold_request(options, in, &fell_back), want);
 }

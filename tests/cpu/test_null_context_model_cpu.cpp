@@ -1,8 +1,10 @@
 // Null-context paths and the condition K/V cache at model level on the CPU backend (tiny
 // preset): latents and first-step denoiser outputs bitwise equal to pure_eager, in serial and
-// batched CFG. The CPU backend computes every GEMM row on its own, so every M gives the same
-// bits and bitwise equality must hold for every path (on the GPU it holds after
-// qualification: tests/gpu/test_null_context_gpu.cpp).
+// batched CFG, for several assets and the released sampler's interval; the symbolic null
+// forward; refused applicability; the K/V cache's size. The CPU backend computes every GEMM
+// row on its own, so every M gives the same bits and bitwise equality must hold for every
+// path (on the GPU it holds after qualification). Every path on two assets and the forced
+// qualification failure run on both backends in tests/device/test_null_context.cpp.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -49,20 +51,6 @@ struct NullModelCpu : ::testing::Test {
 };
 std::string NullModelCpu::dir;
 
-TEST_F(NullModelCpu, EveryPathIsBitwisePureEagerOneAsset) {
-  Transformer m(load_checkpoint(dir + "/tiny.json", Device::CPU));
-  auto in = testing::synthetic_inputs({61}, 9, m.config().cond_channels, 32, 3);
-  NullContext nc = NullContext::build(m, options(9, {61}));
-  ASSERT_TRUE(nc.applicability().ok) << nc.applicability().reason;
-  ASSERT_EQ(nc.qualification().m, 1) << nc.report();  // the CPU GEMM: every M is exact
-  sampler::SamplerOptions o;
-  o.steps = 3;
-  o.guidance_rescale = 0.5;
-  for (const auto& spec : testing::null_context_specs()) expect_same_as_pure_eager(m, in, o, spec, &nc);
-  EXPECT_TRUE(contract::fallback_counts().empty())
-      << contract::format_fallbacks(contract::fallback_counts());
-}
-
 TEST_F(NullModelCpu, EveryPathIsBitwisePureEagerThreeAssetsWithAnInterval) {
   // Several assets of different sizes (the conditional part's layouts), and the released
   // sampler: steps outside the guidance interval run the conditional forward alone.
@@ -71,7 +59,7 @@ TEST_F(NullModelCpu, EveryPathIsBitwisePureEagerThreeAssetsWithAnInterval) {
   NullContext nc = NullContext::build(m, options(6, {62}));
   sampler::SamplerOptions o = sampler::SamplerOptions::released();
   o.steps = 4;
-  for (const auto& spec : testing::null_context_specs()) expect_same_as_pure_eager(m, in, o, spec, &nc);
+  testing::expect_every_path_bitwise(m, in, o, nc, "three assets");
   EXPECT_TRUE(contract::fallback_counts().empty());
 }
 
@@ -108,24 +96,6 @@ TEST_F(NullModelCpu, SymbolicNullForwardEqualsTheZeroTensorForward) {
               m.forward(req, in.noise, t, Condition{in.cond.rows(0, 1), 1, nullptr}, &p);
             }).find("prepared for 0"),
             std::string::npos);
-}
-
-TEST_F(NullModelCpu, ForcedQualificationFailureFallsBackCountedAndStaysBitwise) {
-  Transformer m(load_checkpoint(dir + "/tiny.json", Device::CPU));
-  auto in = testing::synthetic_inputs({44}, 7, m.config().cond_channels, 32, 9);
-  NullContextOptions o = options(7, {44});
-  o.qualification.tamper_cached_row = [](int, Tensor& row) { row.data_as<uint16_t>()[0] ^= 1u; };
-  NullContext nc = NullContext::build(m, o);
-  ASSERT_EQ(nc.qualification().m, 0);
-  sampler::SamplerOptions s;
-  s.steps = 2;
-  expect_same_as_pure_eager(m, in, s, "canonical_cache_null", &nc);
-  expect_same_as_pure_eager(m, in, s, "canonical_cache_null+batched_cfg", &nc);
-  auto f = contract::fallback_counts();
-  ASSERT_EQ(f.size(), 1u);
-  EXPECT_EQ(f[0].optimization, "null_context_cache");
-  EXPECT_EQ(f[0].count, 2u);  // once per request
-  EXPECT_NE(f[0].reason.find("ran null_context_exact"), std::string::npos);
 }
 
 TEST_F(NullModelCpu, RefusedApplicabilityRunsTheReferenceCountedAndBitwise) {

@@ -1,8 +1,11 @@
 // Engine residency on the CPU backend (Engine::offload / reload, docs/API.md "Residency"):
-// the same moves as on a GPU, between host buffers. A request after offload and reload gives
-// the bits it gave before, the host copy is made once, the counters say what moved, the
-// null-context qualifications survive, a failed move changes nothing, and the model refuses
-// a forward while its weights are away.
+// the same moves as on a GPU, between host buffers. The host copy is made once and repeated
+// calls are no-ops, the null-context qualifications survive, the dense model's volumes keep
+// their bits, borrowed weights go with the engine, are copied (and the log says why) when
+// they cannot be borrowed and are checked as a file is, and release_cache() and Workspace
+// need a GPU. What both backends check (the bits and counters of a move, reloads by
+// request, a failed move, the weights away and back, the caller's tensors in place) is in
+// tests/device/test_residency.cpp.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -23,6 +26,7 @@
 #include "model/trunk/transformer.h"
 #include "model/trunk/weights.h"
 #include "sparse3d/sparse3d.h"
+#include "../caller_tensors.h"
 #include "../model_inputs.h"
 
 namespace {
@@ -49,24 +53,7 @@ size_t expected_weight_bytes(const std::string& checkpoint) {
 
 using s3d::testing::error_of;
 
-// The tiny checkpoint's tensors in their run-time dtypes, on the host, owned by the test (what
-// a PyTorch module's parameters are to the drop-in).
-struct Caller {
-  s3d::model::Checkpoint ck = s3d::model::read_checkpoint(kTiny);
-  std::string config_json = s3d::model::config_to_json(ck.config).dump();
-
-  sparse3d::InMemoryCheckpoint borrowing(std::shared_ptr<void> keep_alive) {
-    sparse3d::InMemoryCheckpoint m;
-    m.config_json = config_json;
-    m.name = "caller's tensors";
-    for (auto& [name, t] : ck.tensors)
-      m.tensors.emplace_back(name, sparse3d::TensorView{t.data(), t.dtype(), sparse3d::Device::CPU,
-                                                        0, t.shape()});
-    m.borrow = true;
-    m.keep_alive = std::move(keep_alive);
-    return m;
-  }
-};
+using s3d::testing::CallerTensors;
 
 struct Residency : ::testing::Test {
   void SetUp() override {
@@ -104,43 +91,6 @@ struct Residency : ::testing::Test {
   std::string cache;
 };
 
-TEST_F(Residency, OffloadAndReloadGiveTheSameBitsAndSayWhatMoved) {
-  sparse3d::Engine e(kTiny, options());
-  auto in = inputs();
-  const sparse3d::SampleRequest r = request(in);
-  const sparse3d::SampleResult before = e.sample(r);
-
-  sparse3d::Residency res = e.residency();
-  const size_t weights = expected_weight_bytes(kTiny);
-  EXPECT_TRUE(res.resident);
-  EXPECT_EQ(res.weight_bytes, weights);
-  EXPECT_EQ(res.offloads, 0u);
-  EXPECT_EQ(res.host_copy_bytes, 0u);  // no copy before the first offload
-
-  e.offload();
-  res = e.residency();
-  EXPECT_FALSE(res.resident);
-  EXPECT_EQ(res.offloads, 1u);
-  EXPECT_EQ(res.bytes_offloaded, weights);  // every weight copied once
-  // The copy holds each tensor at a 256-byte aligned offset: the gaps are under 256 bytes a
-  // tensor.
-  const size_t tensors = s3d::model::param_specs(s3d::model::read_config_file(kTiny)).size();
-  EXPECT_GE(res.host_copy_bytes, weights);
-  EXPECT_LT(res.host_copy_bytes, weights + 256 * tensors);
-  EXPECT_EQ(res.host_copy_bytes % 256, 0u);
-  EXPECT_EQ(res.device_bytes_released, 0u);  // no device memory on the CPU backend
-
-  e.reload();
-  res = e.residency();
-  EXPECT_TRUE(res.resident);
-  EXPECT_EQ(res.reloads, 1u);
-  EXPECT_EQ(res.bytes_reloaded, res.host_copy_bytes);  // one copy of the whole buffer
-  EXPECT_GE(res.offload_seconds, 0.0);
-  EXPECT_GE(res.reload_seconds, 0.0);
-  const sparse3d::SampleResult after = e.sample(r);
-  EXPECT_TRUE(same_bytes(before.latent, after.latent));
-}
-
 TEST_F(Residency, TheHostCopyIsMadeOnceAndRepeatedCallsAreNoOps) {
   sparse3d::Engine e(kTiny, options());
   auto in = inputs();
@@ -163,37 +113,6 @@ TEST_F(Residency, TheHostCopyIsMadeOnceAndRepeatedCallsAreNoOps) {
   EXPECT_EQ(res.bytes_offloaded, res.weight_bytes);  // the later offloads copy nothing
   EXPECT_EQ(res.bytes_reloaded, 3 * copy);
   EXPECT_EQ(res.host_copy_bytes, copy);
-}
-
-TEST_F(Residency, ARequestAfterOffloadReloadsByItself) {
-  sparse3d::Engine e(kTiny, options());
-  auto in = inputs();
-  const sparse3d::SampleRequest r = request(in);
-  const sparse3d::SampleResult before = e.sample(r);
-  e.offload();
-  EXPECT_TRUE(same_bytes(before.latent, e.sample(r).latent));
-  EXPECT_TRUE(e.residency().resident);
-  EXPECT_EQ(e.residency().reloads, 1u);
-
-  // forward() and warm_up() too.
-  sparse3d::ForwardRequest f;
-  f.x = {in.noise.data(), sparse3d::DType::F32, sparse3d::Device::CPU, 0, in.noise.shape()};
-  const float t[2] = {700.0f, 700.0f};
-  f.t = {const_cast<float*>(t), sparse3d::DType::F32, sparse3d::Device::CPU, 0, {2}};
-  f.coords = r.coords;
-  f.batch = 2;
-  f.cond = r.cond;
-  const sparse3d::Array v = e.forward(f);
-  e.offload();
-  EXPECT_TRUE(same_bytes(v, e.forward(f)));
-  EXPECT_EQ(e.residency().reloads, 2u);
-  e.offload();
-  e.warm_up({40}, 9);
-  EXPECT_EQ(e.residency().reloads, 3u);
-  // fits() moves nothing.
-  e.offload();
-  EXPECT_EQ(e.fits(40, 1, 9, e.plan().flags()), "");
-  EXPECT_FALSE(e.residency().resident);
 }
 
 TEST_F(Residency, TheNullContextQualificationsSurviveAnOffload) {
@@ -233,102 +152,19 @@ TEST_F(Residency, TheDenseModelInVolumesGivesTheSameBits) {
   EXPECT_TRUE(same_bytes(before.latent, e.sample(r).latent));
 }
 
-TEST_F(Residency, AFailedMoveChangesNothing) {
-  sparse3d::Engine e(kTiny, options());
-  auto in = inputs();
-  const sparse3d::SampleRequest r = request(in);
-  const sparse3d::SampleResult before = e.sample(r);
-  // The host copy's allocation fails: still resident, nothing counted, requests run.
-  s3d::fault::arm(Point::HostAlloc, 1);
-  EXPECT_NE(error_of([&] { e.offload(); }).find("out of host memory"), std::string::npos);
-  s3d::fault::arm(Point::HostAlloc, 0);
-  EXPECT_TRUE(e.residency().resident);
-  EXPECT_EQ(e.residency().offloads, 0u);
-  EXPECT_TRUE(same_bytes(before.latent, e.sample(r).latent));
-  // The reload's buffer fails: still offloaded, and the next reload works.
-  e.offload();
-  s3d::fault::arm(Point::HostAlloc, 1);
-  EXPECT_NE(error_of([&] { e.reload(); }).find("out of host memory"), std::string::npos);
-  s3d::fault::arm(Point::HostAlloc, 0);
-  EXPECT_FALSE(e.residency().resident);
-  EXPECT_EQ(e.residency().reloads, 0u);
-  e.reload();
-  EXPECT_TRUE(same_bytes(before.latent, e.sample(r).latent));
-}
-
-TEST(ModelResidency, TheWeightsMoveWithTheirBitsAndAForwardNeedsThemHome) {
-  using namespace s3d::model;
-  std::unique_ptr<Transformer> m = std::make_unique<Transformer>(load_checkpoint(kTiny, s3d::Device::CPU));
-  const Checkpoint original = load_checkpoint(kTiny, s3d::Device::CPU);
-  const auto& qkv = [](const Transformer& model) -> const s3d::Tensor& {
-    return model.weights().blocks[1].self_attn.to_qkv.weight;
-  };
-  const void* home = qkv(*m).data();
-  EXPECT_EQ(m->offload_weights(), m->weight_bytes());
-  EXPECT_FALSE(m->weights_resident());
-  // Bound to the host copy, at a 256-byte aligned address, with the checkpoint's bits.
-  EXPECT_NE(qkv(*m).data(), home);
-  EXPECT_EQ(reinterpret_cast<uintptr_t>(qkv(*m).data()) % 256, 0u);
-  const s3d::Tensor& want = original.tensors.at("blocks.1.self_attn.to_qkv.weight");
-  ASSERT_EQ(qkv(*m).nbytes(), want.nbytes());
-  EXPECT_EQ(std::memcmp(qkv(*m).data(), want.data(), want.nbytes()), 0);
-
-  auto in = s3d::testing::synthetic_inputs({12}, 5, 64, 32, 2);
-  const std::string refused = error_of([&] { m->prepare(in.coords, 1, 5); });
-  EXPECT_NE(refused.find("offloaded to host memory"), std::string::npos) << refused;
-  EXPECT_NE(refused.find("Engine::reload"), std::string::npos) << refused;
-
-  EXPECT_EQ(m->offload_weights(), 0u);  // already there
-  EXPECT_EQ(m->reload_weights(), m->host_copy_bytes());
-  EXPECT_TRUE(m->weights_resident());
-  EXPECT_EQ(reinterpret_cast<uintptr_t>(qkv(*m).data()) % 256, 0u);
-  EXPECT_EQ(std::memcmp(qkv(*m).data(), want.data(), want.nbytes()), 0);
-  EXPECT_NO_THROW(m->prepare(in.coords, 1, 5));
-  EXPECT_EQ(m->reload_weights(), 0u);  // already there
-}
-
-// Borrowed weights (InMemoryCheckpoint::borrow): an engine over the caller's tensors gives
-// the bits an engine over the file gives, holds the caller's memory only while it uses it,
-// makes a copy of its own when an offload asks for the memory back, copies (and says why)
-// what it cannot borrow, and checks what it borrows as it checks a file. release_cache() is
-// a no-op without a GPU, and a Workspace is refused without one.
-
-TEST_F(Residency, AnEngineOverTheCallersTensorsGivesTheFilesBitsWithoutACopy) {
-  Caller caller;
-  auto token = std::make_shared<int>(0);
-  std::weak_ptr<int> held = token;
-  auto in = inputs();
-  const sparse3d::SampleRequest r = request(in);
-  const sparse3d::SampleResult from_file = sparse3d::Engine(kTiny, options()).sample(r);
-  {
-    sparse3d::Engine e(caller.borrowing(token), options());
-    token.reset();
-    EXPECT_FALSE(held.expired()) << "the engine holds the caller's tensors while it uses them";
-    const sparse3d::Residency res = e.residency();
-    EXPECT_EQ(res.weights_source, "borrowed in place");
-    EXPECT_EQ(res.host_copy_bytes, 0u);
-    EXPECT_TRUE(same_bytes(from_file.latent, e.sample(r).latent));
-    // The content hash is the file's: caches keyed by it (the null context's) are shared.
-    EXPECT_EQ(e.model().content_hash, sparse3d::Engine(kTiny, options()).model().content_hash);
-
-    // An offload asks for the memory back: the engine makes a copy of its own and lets the
-    // caller's tensors go; the bits stay.
-    e.offload();
-    EXPECT_TRUE(held.expired()) << "offload() lets the borrowed tensors go";
-    EXPECT_EQ(e.residency().weights_source, "own copy");
-    EXPECT_EQ(e.residency().bytes_offloaded, e.residency().weight_bytes);
-    e.reload();
-    EXPECT_TRUE(same_bytes(from_file.latent, e.sample(r).latent));
-  }
-}
+// Borrowed weights (InMemoryCheckpoint::borrow) on the host: the caller's tensors go with the
+// engine, what cannot be borrowed is copied (and the log says why), and what is borrowed is
+// checked as a file is (an engine using them in place: tests/device/test_residency.cpp).
+// release_cache() is a no-op without a GPU, and a Workspace is refused without one.
 
 TEST_F(Residency, TheCallersTensorsGoWithTheEngine) {
-  Caller caller;
   auto token = std::make_shared<int>(0);
   std::weak_ptr<int> held = token;
+  CallerTensors caller(kTiny, false, token);
+  token.reset();
   {
-    sparse3d::Engine e(caller.borrowing(token), options());
-    token.reset();
+    sparse3d::Engine e(caller.ck, options());
+    caller.ck.keep_alive.reset();
     EXPECT_FALSE(held.expired());
   }
   EXPECT_TRUE(held.expired());
@@ -336,11 +172,11 @@ TEST_F(Residency, TheCallersTensorsGoWithTheEngine) {
 
 TEST_F(Residency, WhatCannotBeBorrowedIsCopiedAndTheLogSaysWhy) {
   // Every tensor in f32: the blocks' Linear layers run in bf16, so they need a conversion.
-  Caller caller;
+  CallerTensors caller(kTiny, false, nullptr);
   std::vector<std::vector<float>> f32;
   sparse3d::InMemoryCheckpoint m;
-  m.config_json = caller.config_json;
-  for (auto& [name, t] : caller.ck.tensors) {
+  m.config_json = caller.ck.config_json;
+  for (auto& [name, t] : caller.host.tensors) {
     f32.push_back(t.to_floats());
     m.tensors.emplace_back(name, sparse3d::TensorView{f32.back().data(), sparse3d::DType::F32,
                                                       sparse3d::Device::CPU, 0, t.shape()});
@@ -360,20 +196,20 @@ TEST_F(Residency, WhatCannotBeBorrowedIsCopiedAndTheLogSaysWhy) {
 }
 
 TEST_F(Residency, BorrowedTensorsAreCheckedAsAFileIs) {
-  Caller caller;
+  CallerTensors caller(kTiny, false, nullptr);
   // A NaN in one weight: refused by name, as from a file.
-  auto& [name, t] = *caller.ck.tensors.begin();
+  auto& [name, t] = *caller.host.tensors.begin();
   const std::string bad = name;
   if (t.dtype() == s3d::DType::F32) static_cast<float*>(t.data())[t.numel() - 1] = NAN;
   else static_cast<uint16_t*>(t.data())[t.numel() - 1] = 0x7fc0;
   const std::string e1 = s3d::testing::error_of(
-      [&] { sparse3d::Engine e(caller.borrowing(nullptr), options()); });
+      [&] { sparse3d::Engine e(caller.ck, options()); });
   EXPECT_NE(e1.find("non-finite"), std::string::npos) << e1;
   EXPECT_NE(e1.find(bad), std::string::npos) << e1;
 
   // A tensor missing: the strict check names it.
-  Caller missing;
-  sparse3d::InMemoryCheckpoint m = missing.borrowing(nullptr);
+  CallerTensors missing(kTiny, false, nullptr);
+  sparse3d::InMemoryCheckpoint m = missing.ck;
   const std::string dropped = m.tensors.back().first;
   m.tensors.pop_back();
   const std::string e2 = s3d::testing::error_of([&] { sparse3d::Engine e(m, options()); });

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "../attention_reference.h"
 #include "../test_numerics.h"
 #include "attention/attention.h"
 #include "attention/cudnn_sdpa.h"
@@ -28,11 +29,7 @@ using testing::random_tensor;
 
 constexpr double kTolerance = 2e-2;
 
-int64_t total(const std::vector<int32_t>& lengths) {
-  int64_t t = 0;
-  for (int32_t l : lengths) t += l;
-  return t;
-}
+using testing::total_length;
 
 RowView on(const Tensor& base, const RowView& like) {
   return RowView{base, like.offset, like.rows, like.cols, like.stride};
@@ -74,7 +71,7 @@ ErrorStats gpu_vs_cpu(const RowView& q, const RowView& k, const RowView& v,
 
 // Self-attention read straight out of a packed [T, 3, H, D] buffer (token stride 3HD).
 ErrorStats self_attention(const std::vector<int32_t>& lens, int H, int D, uint64_t seed) {
-  const int64_t T = total(lens), HD = static_cast<int64_t>(H) * D;
+  const int64_t T = total_length(lens), HD = static_cast<int64_t>(H) * D;
   Tensor qkv = random_tensor({T, 3, H, D}, DType::BF16, seed);
   Tensor qkv_d = qkv.to(Device::CUDA);
   RowView q{qkv, 0, T, HD, 3 * HD}, k{qkv, HD, T, HD, 3 * HD}, v{qkv, 2 * HD, T, HD, 3 * HD};
@@ -89,7 +86,7 @@ TEST(SdpaGpu, SelfAttentionPackedQkv) {
     for (const std::vector<int32_t>& lens :
          {std::vector<int32_t>{1}, {1, 7, 300}, {1000, 1}, {64, 65, 63, 129}}) {
       ErrorStats s = self_attention(lens, H, D, seed += 10);
-      report(cat("self H=", H, " D=", D, " B=", lens.size(), " T=", total(lens)).c_str(), s);
+      report(cat("self H=", H, " D=", D, " B=", lens.size(), " T=", total_length(lens)).c_str(), s);
     }
   }
 }
@@ -100,7 +97,7 @@ TEST(SdpaGpu, CrossAttentionRaggedQueriesDenseKeyValues) {
   for (auto [H, D] : {std::pair<int, int>{12, 128}, {2, 64}}) {
     for (auto [q_lens, L] :
          {std::pair<std::vector<int32_t>, int32_t>{{1, 7, 300}, 77}, {{1000, 1}, 4101}}) {
-      const int64_t T = total(q_lens), HD = static_cast<int64_t>(H) * D;
+      const int64_t T = total_length(q_lens), HD = static_cast<int64_t>(H) * D;
       const int64_t B = static_cast<int64_t>(q_lens.size());
       Tensor q = random_tensor({T, H, D}, DType::BF16, seed += 10);
       Tensor kv = random_tensor({B, L, 2, H, D}, DType::BF16, seed += 10);
@@ -124,7 +121,7 @@ void guarded_self_attention(bool nan_guard) {
   const int64_t HD = static_cast<int64_t>(H) * D, G = 1024;
   uint64_t seed = nan_guard ? 500 : 550;
   for (const std::vector<int32_t>& lens : {std::vector<int32_t>{300, 1}, {1, 7, 300}}) {
-    const int64_t T = total(lens);
+    const int64_t T = total_length(lens);
     Tensor qkv = random_tensor({T, 3 * HD}, DType::BF16, seed += 10);
     Tensor qkv_d = Tensor::empty({T + G, 3 * HD}, DType::BF16, Device::CUDA);
     Tensor head = qkv_d.rows(0, T), guard = qkv_d.rows(T, T + G);
@@ -156,10 +153,11 @@ TEST(SdpaGpu, RowsPastTheLastSequenceAreNotRead) {
 }
 
 // 30,227 tokens (and a mixed batch including them): the GPU runs everything, the test checks
-// 64 sampled query rows against its own fp64 loop (the full CPU reference would take minutes).
+// 64 sampled query rows against the fp64 loop (tests/attention_reference.h; the full CPU
+// reference would take minutes).
 void long_self_attention(const std::vector<int32_t>& lens, uint64_t seed) {
   const int H = 12, D = 128;
-  const int64_t T = total(lens), HD = static_cast<int64_t>(H) * D;
+  const int64_t T = total_length(lens), HD = static_cast<int64_t>(H) * D;
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   Tensor qkv = random_tensor({T, 3 * HD}, DType::BF16, seed);
   Tensor qkv_d = qkv.to(Device::CUDA);
@@ -190,22 +188,14 @@ void long_self_attention(const std::vector<int32_t>& lens, uint64_t seed) {
     const int64_t t = sample[i / H], h = i % H;
     const int64_t b =
         std::upper_bound(l.offsets.begin(), l.offsets.end(), t) - l.offsets.begin() - 1;
-    const int64_t s0 = l.offsets[b], n = lens[b];
-    std::vector<double> p(n);
-    double m = -INFINITY, sum = 0;
-    for (int64_t j = 0; j < n; ++j) {
-      double dot = 0;
-      for (int64_t d = 0; d < D; ++d) dot += val(t, h * D + d) * val(s0 + j, HD + h * D + d);
-      p[j] = dot * scale;
-      m = std::max(m, p[j]);
-    }
-    for (double& e : p) sum += (e = std::exp(e - m));
-    for (int64_t d = 0; d < D; ++d) {
-      double acc = 0;
-      for (int64_t j = 0; j < n; ++j) acc += p[j] * val(s0 + j, 2 * HD + h * D + d);
-      want[(i / H) * HD + h * D + d] = acc / sum;
+    const int64_t s0 = l.offsets[b];
+    testing::fp64_attention_head(
+        [&](int d) { return val(t, h * D + d); },
+        [&](int64_t j, int d) { return val(s0 + j, HD + h * D + d); },
+        [&](int64_t j, int d) { return val(s0 + j, 2 * HD + h * D + d); }, lens[b], D, scale,
+        &want[(i / H) * HD + h * D]);
+    for (int64_t d = 0; d < D; ++d)
       got[(i / H) * HD + h * D + d] = bf16_to_float(out_h.data_as<uint16_t>()[t * HD + h * D + d]);
-    }
   }
   report(cat("long self B=", lens.size(), " T=", T, " (64 sampled rows vs fp64)").c_str(),
          testing::compare(got, want));
@@ -223,7 +213,7 @@ TEST(SdpaGpu, GraphIsReusedWithinABucket) {
   const int H = 2, D = 64;
   const float scale = 0.1234f;
   auto run = [&](const std::vector<int32_t>& lens, uint64_t seed) {
-    const int64_t T = total(lens), HD = H * D;
+    const int64_t T = total_length(lens), HD = H * D;
     Tensor qkv = random_tensor({T, 3 * HD}, DType::BF16, seed);
     Tensor qkv_d = qkv.to(Device::CUDA);
     RowView q{qkv, 0, T, HD, 3 * HD}, k{qkv, HD, T, HD, 3 * HD}, v{qkv, 2 * HD, T, HD, 3 * HD};

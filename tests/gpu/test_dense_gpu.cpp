@@ -1,7 +1,7 @@
-// The dense family (SparseStructureFlowModel) on the GPU: the volume <-> token transposes
-// and the unbiased std against their CPU versions (poisoned outputs, odd sizes), the dense
-// forward and loop against the CPU backend, every execution path against pure_eager, and
-// the public API's volume layout against its token layout.
+// The dense family (SparseStructureFlowModel) on the GPU: the dense forward and loop against
+// the CPU backend, and every execution path against pure_eager, in the volume and the token
+// layouts. The family's kernels (the volume <-> token transposes, the unbiased std) run on
+// both backends, the GPU's against the CPU's, in tests/device/test_dense_model.cpp.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -9,7 +9,6 @@
 #include <filesystem>
 
 #include "core/cuda_util.h"
-#include "kernels/sampler_ops.h"
 #include "kernels/volume_layout.h"
 #include "model/checkpoint.h"
 #include "model/config.h"
@@ -33,39 +32,6 @@ struct DenseGpu : ::testing::Test {
   }
   std::string dir;
 };
-
-TEST_F(DenseGpu, TransposesMatchTheCpuBitForBit) {
-  for (auto [B, C, R] : {std::tuple{1, 8, 16}, {3, 5, 7}, {2, 33, 9}, {4, 8, 17}}) {
-    const Shape vs = {B, C, R, R, R};
-    const int64_t N = int64_t(R) * R * R;
-    Tensor v = random_tensor(vs, DType::F32, 100 + R, 1.0f, 0.25f);
-    Tensor ref = Tensor::empty({B * N, C}, DType::F32, Device::CPU);
-    kernels::volume_to_tokens(v, ref);
-    Tensor vd = v.to(Device::CUDA);
-    Tensor got = Tensor::empty({B * N, C}, DType::F32, Device::CUDA);
-    got.poison();
-    kernels::volume_to_tokens(vd, got);
-    EXPECT_EQ(testing::count_poisoned(got), 0);
-    EXPECT_TRUE(testing::bitwise_equal(got, ref)) << B << "x" << C << "x" << R;
-    Tensor back = Tensor::empty(vs, DType::F32, Device::CUDA);
-    back.poison();
-    kernels::tokens_to_volume(got, back);
-    EXPECT_TRUE(testing::bitwise_equal(back, v)) << B << "x" << C << "x" << R;
-  }
-}
-
-TEST_F(DenseGpu, UnbiasedStdMatchesTheCpu) {
-  const std::vector<int32_t> offsets = {0, 1, 4096, 4096 + 333};
-  Tensor x = random_tensor({offsets.back(), 8}, DType::F32, 7, 0.9f, 0.1f);
-  Tensor off = Tensor::from_ints(offsets, {4});
-  Tensor ref = Tensor::empty({3}, DType::F32, Device::CPU);
-  kernels::asset_std(x, off, ref, true);
-  Tensor got = Tensor::empty({3}, DType::F32, Device::CUDA);
-  got.poison();
-  kernels::asset_std(x.to(Device::CUDA), off.to(Device::CUDA), got, true);
-  const std::vector<float> g = got.to_floats(), r = ref.to_floats();
-  for (int b = 0; b < 3; ++b) EXPECT_NEAR(g[b], r[b], 1e-6 * std::fabs(r[b]) + 1e-30) << b;
-}
 
 TEST_F(DenseGpu, ForwardAndLoopMatchTheCpuBackend) {
   Transformer cpu(load_checkpoint(dir + "/ss.json", Device::CPU));

@@ -1,6 +1,7 @@
 // Fault injection on the GPU (core/fault.h, docs/RELIABILITY.md): every device allocation
 // and every cuBLASLt plan / cuDNN graph build of a cold request (a fresh Engine on the tiny
-// model, two assets, beyond with CUDA graphs) fails in turn. Each run must end in one
+// model, two assets, beyond with CUDA graphs) fails in turn (the sweep of tests/fault_sweep.h,
+// which the CPU's host allocations go through too). Each run must end in one
 // sparse3d::Error naming the injected fault, or succeed through a counted fallback; the
 // Engine stays usable: a second request on it gives the reference bits, with no more device
 // memory in use than an Engine that never failed (nothing stuck in use).
@@ -18,6 +19,8 @@
 #include "core/fault.h"
 #include "model/checkpoint.h"
 #include "sparse3d/sparse3d.h"
+#include "../array_bytes.h"
+#include "../fault_sweep.h"
 #include "../model_inputs.h"
 
 namespace {
@@ -25,17 +28,10 @@ namespace {
 namespace fs = std::filesystem;
 using s3d::fault::Point;
 
-std::vector<uint8_t> bytes_of(const sparse3d::Array& a) {
-  std::vector<uint8_t> out(a.view.nbytes());
-  const auto kind = a.view.device == sparse3d::Device::CUDA ? cudaMemcpyDeviceToHost
-                                                            : cudaMemcpyHostToHost;
-  EXPECT_EQ(cudaMemcpy(out.data(), a.view.data, out.size(), kind), cudaSuccess);
-  return out;
-}
-
 struct Outcome {
   std::string error;  // empty: the request succeeded
   bool fell_back = false;
+  uint64_t seen = 0;  // the point's operations counted in the armed request
   int graphs_captured = 0;
   std::vector<uint8_t> latent;
   // Later fault-free requests on the same Engine (a new one when the fault came in its
@@ -94,7 +90,7 @@ struct FaultsGpu : ::testing::Test {
     } catch (const sparse3d::Error& err) {
       o.error = err.what();
     }
-    seen = s3d::fault::count(point);
+    o.seen = s3d::fault::count(point);
     s3d::fault::arm(point, 0);
     if (!e) e = std::make_unique<sparse3d::Engine>(dir + "/tiny.json", opt);
     if (o.error.empty()) o.in_use.push_back(e->counters().device_bytes_in_use);
@@ -109,10 +105,10 @@ struct FaultsGpu : ::testing::Test {
     return o;
   }
 
-  // Every operation of `point` in a cold request, failed in turn.
+  // Every operation of `point` in a cold request, failed in turn (tests/fault_sweep.h).
   void sweep(Point point, const char* needle) {
     const Outcome ref = cold(point, 0, 2);
-    const uint64_t per_request = seen;  // counted in the armed request only
+    const uint64_t per_request = ref.seen;  // counted in the armed request only
     ASSERT_TRUE(ref.error.empty()) << ref.error;
     ASSERT_FALSE(ref.fell_back);
     ASSERT_GT(per_request, 0u);
@@ -126,60 +122,52 @@ struct FaultsGpu : ::testing::Test {
     std::fflush(stdout);
     EXPECT_EQ(ref.in_use[1], ref.in_use[2]) << "device memory in use grows with each request";
     const auto start = std::chrono::steady_clock::now();
-    uint64_t errors = 0, fallbacks = 0, tried = 0, less_in_use = 0;
-    for (uint64_t n = 1;; ++n) {
-      ASSERT_LT(n, 100000u) << "the sweep does not end";
-      const Outcome o = cold(point, n, 1);
-      if (seen < n) {  // past the request's last operation: complete
-        EXPECT_TRUE(o.error.empty()) << o.error;
-        EXPECT_EQ(o.latent, ref.latent);
-        break;
-      }
-      ++tried;
-      if (o.error.empty()) {
-        EXPECT_TRUE(o.fell_back) << s3d::fault::name(point) << " " << n << " absorbed silently";
-        ++fallbacks;
-      } else {
-        ++errors;
-        EXPECT_NE(o.error.find(needle), std::string::npos) << n << ": " << o.error;
-        EXPECT_NE(o.error.find("(injected fault"), std::string::npos) << n << ": " << o.error;
-      }
-      // The Engine (or a new one, when the fault came in its constructor) still works, with
-      // the same bits, and a failed request left nothing in use: after k good requests the
-      // Engine holds what an Engine that never failed holds after its k-th.
-      EXPECT_EQ(o.retries[0], ref.latent) << s3d::fault::name(point) << " " << n;
-      // More in use is a leak; less means a lazily-built cache (e.g. a layout's memoised
-      // offsets) is not built yet: reported, with the Engine's state beside the clean one's.
-      const size_t want_in_use = ref.in_use[o.in_use.size() - 1];
-      EXPECT_LE(o.in_use.back(), want_in_use)
-          << s3d::fault::name(point) << " " << n << " left memory in use: " << o.error;
-      if (o.in_use.back() != want_in_use && less_in_use++ == 0)
-        std::printf("  %s %llu: %zu bytes fewer in use than a clean Engine (%s)\n"
-                    "  its state:\n%s  a clean Engine's:\n%s",
-                    s3d::fault::name(point), static_cast<unsigned long long>(n),
-                    want_in_use - o.in_use.back(), o.error.c_str(), o.state.c_str(),
-                    ref.state.c_str());
-      if (::testing::Test::HasFailure()) break;  // one failure's report, not hundreds
+    uint64_t less_in_use = 0;
+    auto run = [&](uint64_t n) { return cold(point, n, 1); };
+    auto check = [&](uint64_t n, const Outcome& o) {
+      if (o.seen < n) return;  // the run past the last operation: checked by the sweep
+      check_retry(point, n, o, ref, less_in_use);
       if (n % 50 == 0) {
+        const auto took = std::chrono::steady_clock::now() - start;
         std::printf("  %llu done, %.1f s\n", static_cast<unsigned long long>(n),
-                    std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+                    std::chrono::duration<double>(took).count());
         std::fflush(stdout);
       }
-    }
+    };
+    const s3d::testing::SweepCounts c =
+        s3d::testing::sweep_faults(point, needle, ref.latent, per_request, run, check);
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    EXPECT_EQ(tried, per_request);
     std::printf("%s faults: %llu points, %llu clean errors, %llu counted fallbacks, %llu with "
                 "less in use after, %.1f s\n",
-                s3d::fault::name(point), static_cast<unsigned long long>(tried),
-                static_cast<unsigned long long>(errors), static_cast<unsigned long long>(fallbacks),
+                s3d::fault::name(point), static_cast<unsigned long long>(c.tried),
+                static_cast<unsigned long long>(c.errors),
+                static_cast<unsigned long long>(c.fallbacks),
                 static_cast<unsigned long long>(less_in_use), seconds);
-    RecordProperty("injection_points", static_cast<int>(tried));
+    RecordProperty("injection_points", static_cast<int>(c.tried));
+  }
+
+  // The Engine (or a new one, when the fault came in its constructor) still works, with the
+  // same bits, and a failed request left nothing in use: after k good requests the Engine
+  // holds what an Engine that never failed holds after its k-th.
+  static void check_retry(Point point, uint64_t n, const Outcome& o, const Outcome& ref,
+                          uint64_t& less_in_use) {
+    EXPECT_EQ(o.retries[0], ref.latent) << s3d::fault::name(point) << " " << n;
+    // More in use is a leak; less means a lazily-built cache (e.g. a layout's memoised
+    // offsets) is not built yet: reported, with the Engine's state beside the clean one's.
+    const size_t want_in_use = ref.in_use[o.in_use.size() - 1];
+    EXPECT_LE(o.in_use.back(), want_in_use)
+        << s3d::fault::name(point) << " " << n << " left memory in use: " << o.error;
+    if (o.in_use.back() != want_in_use && less_in_use++ == 0)
+      std::printf("  %s %llu: %zu bytes fewer in use than a clean Engine (%s)\n"
+                  "  its state:\n%s  a clean Engine's:\n%s",
+                  s3d::fault::name(point), static_cast<unsigned long long>(n),
+                  want_in_use - o.in_use.back(), o.error.c_str(), o.state.c_str(),
+                  ref.state.c_str());
   }
 
   std::string dir;
   s3d::sampler::Inputs in;
-  uint64_t seen = 0;
 };
 
 TEST_F(FaultsGpu, EveryDeviceAllocationOfAColdRequest) {

@@ -1,7 +1,8 @@
-// The fused kernels in the model on the GPU (tiny preset): kernel_fusion against pure_eager,
-// bitwise without the epilogue and close with it, and the eager launches it removes. The
-// op-level checks (each fused candidate against its op's reference chain on the GPU and
-// against its CPU version) are in tests/ops/test_fused_ops.cpp, built into this suite too.
+// The fused kernels in the model on the GPU (tiny preset): the eager launches kernel_fusion
+// removes. kernel_fusion against pure_eager (bitwise without the epilogue, close with it) is
+// in tests/device/test_fused_model.cpp and the op-level checks (each fused candidate against
+// its op's reference chain on the GPU and against its CPU version) in
+// tests/ops/test_fused_ops.cpp, both built into this suite too.
 //
 // Run with build/bin/sparse3d_gpu_tests --gtest_filter='Fused*'
 #include <gtest/gtest.h>
@@ -14,10 +15,7 @@
 #include "core/cuda_util.h"
 #include "model/checkpoint.h"
 #include "model_inputs.h"
-#include "null_context_checks.h"
-#include "sampler/sampler.h"
 #include "sparse3d/flags.h"
-#include "test_numerics.h"
 
 namespace s3d {
 namespace {
@@ -36,43 +34,6 @@ struct FusedModelGpu : ::testing::Test {
   }
   std::string dir;
 };
-
-TEST_F(FusedModelGpu, KernelFusionWithoutTheEpilogueIsBitwisePureEager) {
-  model::Transformer m(model::load_checkpoint(dir + "/tiny.json", Device::CUDA));
-  auto in = testing::synthetic_inputs({1, 7, 333}, 13, m.config().cond_channels, 32, 21);
-  sampler::SamplerOptions o;
-  o.steps = 3;
-  o.guidance_rescale = 0.3;
-  for (const std::string spec : {"kernel_fusion-gemm_gelu_epilogue",
-                                 "kernel_fusion-gemm_gelu_epilogue+batched_cfg",
-                                 "kernel_fusion-gemm_gelu_epilogue+gelu_tanh",
-                                 "kernel_fusion-gemm_gelu_epilogue+cond_kv_cache"}) {
-    auto ref = testing::reference_run(m, in, o, testing::spec_is_batched(spec));
-    testing::expect_same_bits_as(ref, m, in, o, spec, nullptr);
-  }
-  EXPECT_TRUE(contract::fallback_counts().empty())
-      << contract::format_fallbacks(contract::fallback_counts());
-}
-
-TEST_F(FusedModelGpu, KernelFusionWithTheEpilogueStaysCloseToPureEager) {
-  model::Transformer m(model::load_checkpoint(dir + "/tiny.json", Device::CUDA));
-  auto in = testing::synthetic_inputs({1, 7, 333}, 13, m.config().cond_channels, 32, 23);
-  sampler::SamplerOptions o;
-  o.steps = 3;
-  for (bool batched : {false, true}) {
-    auto ref = testing::reference_run(m, in, o, batched);
-    sampler::SamplerOptions f = o;
-    f.apply(
-        sparse3d::ExecutionPlan::parse(batched ? "kernel_fusion+batched_cfg" : "kernel_fusion"));
-    auto got = sampler::sample(m, in, f, true);
-    const testing::ErrorStats e = testing::compare(got.latent.to_floats(), ref.latent.to_floats());
-    std::cout << "[ model    ] kernel_fusion" << (batched ? "+batched_cfg" : "")
-              << " vs pure_eager (GPU): latent rel L2 " << e.rel_l2 << " max abs " << e.max_abs
-              << "\n";
-    EXPECT_EQ(e.non_finite, 0);
-    EXPECT_LE(e.rel_l2, 2e-2);
-  }
-}
 
 // One conditional forward: the eager ops the fused kernels replace are gone.
 TEST_F(FusedModelGpu, ReplacedEagerLaunchesAreGone) {

@@ -1,5 +1,7 @@
 // The whole model and sampler on the GPU against the CPU backend (tiny preset, several
-// assets of odd sizes), and the two CFG modes on the GPU against each other.
+// assets of odd sizes), the two CFG modes on the GPU against each other, packed assets, and
+// the step tables. The forward's finiteness, repeatability and launch counts run in
+// tests/device/test_model.cpp (on both backends).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -71,26 +73,6 @@ TEST_F(ModelGpu, SamplerSerialAndBatchedMatchTheCpuBackend) {
   EXPECT_LT(e_serial, 3e-2);
   EXPECT_LT(e_batched, 3e-2);
   EXPECT_LT(e_modes, 3e-2);
-}
-
-TEST_F(ModelGpu, ForwardLaunchesAreCountedAndRepeatable) {
-  Transformer gpu(load_checkpoint(dir + "/tiny.json", Device::CUDA));
-  auto in = make_inputs({100}, 8, 64, 41);
-  Request r = gpu.prepare(in.coords, 1, 8);
-  Tensor t = Tensor::from_floats({500.0f}, {1}, DType::F32).to(Device::CUDA);
-  Tensor x = in.noise.to(Device::CUDA), cond = in.cond.to(Device::CUDA);
-  gpu.forward(r, x, t, cond);  // warm-up: graph and algorithm caches
-  synchronize();
-  reset_launch_counts();
-  auto a = gpu.forward(r, x, t, cond).to_floats();
-  LaunchCounts first = launch_counts();
-  reset_launch_counts();
-  auto b = gpu.forward(r, x, t, cond).to_floats();
-  LaunchCounts second = launch_counts();
-  EXPECT_GT(first.total, 50u);
-  EXPECT_EQ(first.total, second.total);
-  EXPECT_EQ(first.by_op.at("sdpa"), 2u * 2u);  // 2 blocks x (self + cross)
-  for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(a[i], b[i]) << "run-to-run difference at " << i;
 }
 
 // Multi-asset batching on the GPU: two assets packed into one request against each run

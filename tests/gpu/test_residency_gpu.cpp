@@ -1,11 +1,14 @@
 // Engine residency on the GPU (Engine::offload / reload, docs/API.md "Residency"), as the
 // Python drop-in uses it for TRELLIS.2's low_vram mode (.cpu() after a stage, .to() before
-// the next): offload returns the weights' device memory and the allocator's cached blocks to
-// the driver; a request after the reload gives the bits it gave before on every path
-// (searched plans included), and rebuilds no library plan or graph; the weights sit in pinned
-// host memory while away and come back 256-byte aligned; a failed reload changes nothing.
-// The model is a 4-block cut of trellis2-shape-1024 (about 150M parameters, 0.3 GB), big
-// enough for the memory to be measured against the allocator's granularity.
+// the next): weights borrowed from the caller's host tensors are uploaded from them and an
+// offload copies nothing; release_cache() returns the workspace without changing a bit;
+// engines sharing a Workspace give the bits of engines alone, hold only their weights
+// between requests and refuse a request from each other's callbacks. The model is a 4-block
+// cut of trellis2-shape-1024 (about 150M parameters, 0.3 GB), big enough for the memory to be
+// measured against the allocator's granularity. What both backends check (offload and
+// reload on every path with the memory returned, reloads by request, a failed reload, the
+// weights in pinned host memory and back aligned, the caller's device tensors in place) is
+// in tests/device/test_residency.cpp.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -21,11 +24,11 @@
 #include "core/cuda_util.h"
 #include "engine/engine_impl.h"  // Workspace::Impl: its allocator's live blocks
 #include "test_numerics.h"
-#include "core/fault.h"
 #include "model/checkpoint.h"
 #include "model/config.h"
 #include "model/trunk/transformer.h"
 #include "sparse3d/sparse3d.h"
+#include "../caller_tensors.h"
 #include "../model_inputs.h"
 #include "array_bytes.h"
 
@@ -56,7 +59,6 @@ struct ResidencyGpu : ::testing::Test {
     }
     fs::remove_all(dir + "/cache");
   }
-  void TearDown() override { s3d::fault::arm(s3d::fault::Point::DeviceAlloc, 0); }
   sparse3d::EngineOptions options(const std::string& path) const {
     sparse3d::EngineOptions o;
     o.device = sparse3d::DeviceChoice::CUDA;
@@ -77,157 +79,11 @@ struct ResidencyGpu : ::testing::Test {
   std::string dir, checkpoint;
 };
 
-TEST_F(ResidencyGpu, OffloadReturnsTheMemoryAndTheReloadGivesTheSameBitsOnEveryPath) {
-  for (const std::string path : {"", "pure_eager", "fast", "fast+tuned_gemm+tuned_attention"}) {
-    SCOPED_TRACE("path '" + path + "'");
-    sparse3d::Engine e(checkpoint, options(path));
-    auto in = inputs();
-    const sparse3d::SampleRequest r = request(in);
-    const std::vector<uint8_t> before = bytes_of(e.sample(r).latent);
-    const sparse3d::Counters held = e.counters();
-    const size_t free_before = device_free_bytes();
-    const size_t weights = e.residency().weight_bytes;
-    ASSERT_GT(weights, size_t(250) << 20);
-
-    e.offload();
-    const sparse3d::Residency off = e.residency();
-    const sparse3d::Counters away = e.counters();
-    EXPECT_FALSE(off.resident);
-    EXPECT_EQ(off.bytes_offloaded, weights);
-    EXPECT_GE(off.device_bytes_released, weights);
-    // The weights left the tensors in use, and with the cached blocks the driver got back at
-    // least the weights' bytes.
-    EXPECT_LE(away.device_bytes_in_use + weights, held.device_bytes_in_use);
-    EXPECT_LE(away.device_bytes_reserved + weights, held.device_bytes_reserved);
-    EXPECT_GE(device_free_bytes(), free_before + weights);
-    std::printf("[ residency ] path '%s': %.3f GiB weights, offload %.3f s, %.3f GiB released, "
-                "%.1f MiB still reserved\n",
-                path.c_str(), weights / double(1 << 30), off.offload_seconds,
-                off.device_bytes_released / double(1 << 30),
-                away.device_bytes_reserved / double(1 << 20));
-
-    e.reload();
-    const sparse3d::Residency on = e.residency();
-    EXPECT_TRUE(on.resident);
-    EXPECT_EQ(on.bytes_reloaded, on.host_copy_bytes);
-    std::printf("[ residency ] path '%s': reload %.3f s (%.1f GB/s)\n", path.c_str(),
-                on.reload_seconds, on.bytes_reloaded / on.reload_seconds / 1e9);
-    const sparse3d::SampleResult after = e.sample(r);
-    EXPECT_EQ(bytes_of(after.latent), before);
-    // Nothing was rebuilt: no cuDNN graph, cuBLASLt plan or plan search, no qualification.
-    for (const char* kind : {"attention_graph", "gemm_plan", "gemm_plan_search",
-                             "attention_plan_search"})
-      EXPECT_EQ(after.stats.first_use.count(kind), 0u) << kind;
-    EXPECT_EQ(e.counters().qualifications_run, held.qualifications_run);
-    EXPECT_TRUE(e.counters().fallbacks.empty());
-  }
-}
-
-TEST_F(ResidencyGpu, ARequestAndAForwardReloadByThemselves) {
-  sparse3d::Engine e(checkpoint, options(""));
-  auto in = inputs();
-  const sparse3d::SampleRequest r = request(in);
-  const std::vector<uint8_t> before = bytes_of(e.sample(r).latent);
-  for (int round = 0; round < 3; ++round) {
-    e.offload();
-    EXPECT_EQ(bytes_of(e.sample(r).latent), before) << "round " << round;
-  }
-  const sparse3d::Residency res = e.residency();
-  EXPECT_EQ(res.offloads, 3u);
-  EXPECT_EQ(res.reloads, 3u);
-  EXPECT_EQ(res.bytes_offloaded, res.weight_bytes);  // the first offload's copy serves all
-  EXPECT_EQ(res.bytes_reloaded, 3 * res.host_copy_bytes);
-
-  s3d::Tensor x = in.noise.to(s3d::Device::CUDA);
-  s3d::Tensor t = s3d::Tensor::from_floats({900.0f, 900.0f}, {2}, DType::F32);
-  sparse3d::ForwardRequest f;
-  f.x = {x.data(), DType::F32, Device::CUDA, 0, x.shape()};
-  f.t = {t.data(), DType::F32, Device::CPU, 0, {2}};
-  f.coords = r.coords;
-  f.batch = 2;
-  f.cond = r.cond;
-  const std::vector<uint8_t> v = bytes_of(e.forward(f));
-  e.offload();
-  EXPECT_EQ(bytes_of(e.forward(f)), v);
-  EXPECT_TRUE(e.residency().resident);
-}
-
-TEST_F(ResidencyGpu, AFailedReloadLeavesTheEngineOffloadedAndUsable) {
-  sparse3d::Engine e(checkpoint, options(""));
-  auto in = inputs();
-  const sparse3d::SampleRequest r = request(in);
-  const std::vector<uint8_t> before = bytes_of(e.sample(r).latent);
-  e.offload();
-  s3d::fault::arm(s3d::fault::Point::DeviceAlloc, 1);
-  const std::string refused = error_of([&] { e.reload(); });
-  s3d::fault::arm(s3d::fault::Point::DeviceAlloc, 0);
-  EXPECT_NE(refused.find("out of device memory"), std::string::npos) << refused;
-  EXPECT_FALSE(e.residency().resident);
-  EXPECT_EQ(e.residency().reloads, 0u);
-  e.reload();
-  EXPECT_EQ(bytes_of(e.sample(r).latent), before);
-}
-
-// The checkpoint's tensors where a PyTorch module keeps them: each in an allocation of its
-// own on the GPU (as PyTorch's caching allocator hands out, 512-byte aligned), or on the host.
-struct CallerTensors {
-  s3d::model::Checkpoint host;
-  std::vector<void*> device_blocks;
-  sparse3d::InMemoryCheckpoint ck;
-
-  CallerTensors(const std::string& checkpoint, bool on_gpu, std::shared_ptr<void> keep_alive)
-      : host(s3d::model::read_checkpoint(checkpoint)) {
-    ck.config_json = s3d::model::config_to_json(host.config).dump();
-    ck.name = "caller's tensors";
-    ck.borrow = true;
-    ck.keep_alive = std::move(keep_alive);
-    for (auto& [name, t] : host.tensors) {
-      void* data = t.data();
-      if (on_gpu) {
-        EXPECT_EQ(cudaMalloc(&data, t.nbytes()), cudaSuccess);
-        EXPECT_EQ(cudaMemcpy(data, t.data(), t.nbytes(), cudaMemcpyHostToDevice), cudaSuccess);
-        device_blocks.push_back(data);
-      }
-      ck.tensors.emplace_back(name, sparse3d::TensorView{data, t.dtype(),
-                                                         on_gpu ? Device::CUDA : Device::CPU, 0,
-                                                         t.shape()});
-    }
-  }
-  ~CallerTensors() {
-    for (void* p : device_blocks) cudaFree(p);
-  }
-};
-
-TEST_F(ResidencyGpu, AnEngineUsesTheCallersDeviceTensorsInPlace) {
-  auto in = inputs();
-  const sparse3d::SampleRequest r = request(in);
-  const std::vector<uint8_t> from_file = bytes_of(sparse3d::Engine(checkpoint, options("")).sample(r).latent);
-  auto token = std::make_shared<int>(0);
-  std::weak_ptr<int> held = token;
-  CallerTensors caller(checkpoint, true, token);
-  token.reset();
-  const size_t free_before = device_free_bytes();
-  sparse3d::Engine e(caller.ck, options(""));
-  caller.ck.keep_alive.reset();  // the engine's reference is the last one now
-  const sparse3d::Residency res = e.residency();
-  EXPECT_EQ(res.weights_source, "borrowed in place");
-  // No weight copy on the device: the engine's build took far less than the weights' bytes.
-  EXPECT_LT(free_before - std::min(free_before, device_free_bytes()), res.weight_bytes / 4);
-  EXPECT_EQ(bytes_of(e.sample(r).latent), from_file);
-  EXPECT_FALSE(held.expired());
-  // offload(): a pinned copy of the engine's own, and the caller's tensors let go.
-  e.offload();
-  EXPECT_TRUE(held.expired());
-  EXPECT_EQ(e.residency().weights_source, "own copy");
-  EXPECT_EQ(e.residency().bytes_offloaded, res.weight_bytes);
-  EXPECT_EQ(bytes_of(e.sample(r).latent), from_file);
-}
-
 TEST_F(ResidencyGpu, AHostHomeIsUploadedFromAndOffloadCopiesNothing) {
   auto in = inputs();
   const sparse3d::SampleRequest r = request(in);
   const std::vector<uint8_t> from_file = bytes_of(sparse3d::Engine(checkpoint, options("")).sample(r).latent);
-  CallerTensors caller(checkpoint, false, nullptr);
+  s3d::testing::CallerTensors caller(checkpoint, false, nullptr);
   sparse3d::Engine e(caller.ck, options(""));
   EXPECT_EQ(e.residency().weights_source, "borrowed host home");
   EXPECT_EQ(bytes_of(e.sample(r).latent), from_file);
@@ -344,30 +200,6 @@ TEST_F(ResidencyGpu, ARequestFromACallbackOfAnEngineSharingTheWorkspaceIsRefused
   EXPECT_NE(refused.find("could never start"), std::string::npos) << refused;
   r.on_step = nullptr;
   b.sample(r);  // after the request returned: runs
-}
-
-TEST_F(ResidencyGpu, TheWeightsWaitInPinnedHostMemoryAndComeBackAligned) {
-  std::unique_ptr<s3d::model::Transformer> m =
-      std::make_unique<s3d::model::Transformer>(s3d::model::load_checkpoint(checkpoint, s3d::Device::CUDA));
-  const auto where = [&](const s3d::Tensor& w) {
-    cudaPointerAttributes a{};
-    EXPECT_EQ(cudaPointerGetAttributes(&a, w.data()), cudaSuccess);
-    return a.type;
-  };
-  const s3d::Tensor& fc1 = m->weights().blocks[2].mlp.fc1.weight;
-  const std::vector<float> want = fc1.to_floats();
-  ASSERT_EQ(where(fc1), cudaMemoryTypeDevice);
-  EXPECT_EQ(m->offload_weights(), m->weight_bytes());
-  const s3d::Tensor& away = m->weights().blocks[2].mlp.fc1.weight;
-  EXPECT_EQ(where(away), cudaMemoryTypeHost);  // page-locked: cudaHostAlloc
-  EXPECT_EQ(away.device(), s3d::Device::CPU);
-  EXPECT_EQ(away.to_floats(), want);
-  EXPECT_EQ(m->reload_weights(), m->host_copy_bytes());
-  const s3d::Tensor& back = m->weights().blocks[2].mlp.fc1.weight;
-  EXPECT_EQ(where(back), cudaMemoryTypeDevice);
-  EXPECT_EQ(back.device(), s3d::Device::CUDA);
-  EXPECT_EQ(reinterpret_cast<uintptr_t>(back.data()) % 256, 0u);
-  EXPECT_EQ(back.to_floats(), want);
 }
 
 }  // namespace

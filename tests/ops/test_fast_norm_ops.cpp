@@ -1,5 +1,5 @@
 // The tolerance candidates of the norm ops (src/kernels/fast_norm.h), on the test device
-// (tests/ops/op_test_device.h): each op (ops/), run with its tolerance candidate on, against
+// (tests/device_under_test.h): each op (ops/), run with its tolerance candidate on, against
 // the fp64 golden (computed on the host from the same inputs) under the fp64-golden rule
 // (tests/fast_norm_golden.h), r being the reference chain's output on the same device, on
 // random non-zero inputs: token counts 1, 3, 37, 1001, widths 8, 24, 1536, 1544, head dims 8,
@@ -20,13 +20,13 @@
 #include "contract/fallback.h"
 #include "cpu/kernel_test_util.h"
 #include "device_contract.h"
+#include "device_under_test.h"
 #include "fast_norm_golden.h"
 #include "kernels/elementwise.h"
 #include "kernels/fast_norm.h"
 #include "kernels/modulated_layernorm.h"
 #include "kernels/qk_norm_rope.h"
 #include "kernels/qk_rmsnorm.h"
-#include "op_test_device.h"
 #include "ops/modulated_layernorm.h"
 #include "ops/qk_rmsnorm_cross.h"
 #include "ops/qk_rmsnorm_rope.h"
@@ -39,7 +39,7 @@ namespace {
 
 using sparse3d::Flag;
 using test::fallbacks_of;
-using test::kOpTestDevice;
+using test::kTestDevice;
 using test::plan_if;
 using test::plan_of;
 using test::random_tensor;
@@ -48,7 +48,7 @@ using testing::copy_of;
 using testing::count_poisoned;
 using testing::Golden;
 
-constexpr bool kOnCuda = kOpTestDevice == Device::CUDA;
+constexpr bool kOnCuda = kTestDevice == Device::CUDA;
 
 constexpr int kH = 12, kD = 128;
 constexpr int64_t kC = int64_t{kH} * kD;  // 1536
@@ -59,15 +59,15 @@ const std::vector<int64_t> kModelTokens =
     kOnCuda ? std::vector<int64_t>{3664, 30227} : std::vector<int64_t>{};
 
 // A host tensor's copy on the test device (always a new buffer, on the CPU too).
-Tensor on_dev(const Tensor& host) { return host.to(kOpTestDevice); }
+Tensor on_dev(const Tensor& host) { return host.to(kTestDevice); }
 
 // A bf16 tensor on the test device with every element poisoned.
 Tensor poisoned_dev(const Shape& shape) {
-  return test::poisoned(shape, DType::BF16, kOpTestDevice);
+  return test::poisoned(shape, DType::BF16, kTestDevice);
 }
 
 std::string on_device(const std::string& what) {
-  return cat(what, " on ", device_name(kOpTestDevice));
+  return cat(what, " on ", device_name(kTestDevice));
 }
 
 // The GPU's fast result against the fast kernel's CPU version: a tolerance, with the bitwise
@@ -122,7 +122,7 @@ void check_modulated(int64_t T, int64_t C, int B, uint64_t seed) {
 }
 
 TEST_F(FastNormOps, ModulatedLayerNormMeetsTheGoldenRule) {
-  S3D_OP_TEST_DEVICE();
+  S3D_TEST_DEVICE();
   for (int64_t T : kTokens) {
     check_modulated(T, 8, 1, 1000 + T);
     check_modulated(T, 24, 3, 1010 + T);    // fewer chunks than lanes
@@ -139,7 +139,7 @@ TEST_F(FastNormOps, ModulatedLayerNormMeetsTheGoldenRule) {
 // A row far from zero mean: the fp32 two-pass statistics keep the rule (a one-pass
 // E[x^2] - mean^2 would cancel here).
 TEST_F(FastNormOps, ModulatedLayerNormKeepsTheRuleOnAnOffsetRow) {
-  S3D_OP_TEST_DEVICE();
+  S3D_TEST_DEVICE();
   const int64_t T = 37, C = kC;
   Tensor x = random_tensor({T, C}, DType::BF16, 1050, 0.05f, 30.0f);
   Tensor mod = random_tensor({2, 6 * C}, DType::BF16, 1051, 0.5f);
@@ -160,7 +160,7 @@ TEST_F(FastNormOps, ModulatedLayerNormKeepsTheRuleOnAnOffsetRow) {
 }
 
 TEST_F(FastNormOps, ModulatedLayerNormRefusesUnsupportedWidthsAndFallsBack) {
-  S3D_OP_TEST_DEVICE();
+  S3D_TEST_DEVICE();
   // C = 12: not a multiple of 8 (the bitwise twin refuses it too, and falls back to the
   // chain); C = 4104: wider than a warp's registers (the bitwise fused kernel takes it).
   for (auto [C, reason, twin_falls_back] : {std::tuple{int64_t{12}, "multiple of 8", true},
@@ -244,7 +244,7 @@ void check_qk(int64_t T, int H, int D, bool norm, bool rope, uint64_t seed) {
 }
 
 TEST_F(FastNormOps, QkRmsNormRopeMeetsTheGoldenRule) {
-  S3D_OP_TEST_DEVICE();
+  S3D_TEST_DEVICE();
   for (int64_t T : kTokens) {
     for (auto [H, D] : {std::pair{2, 8}, std::pair{3, 24}, std::pair{2, 64}, std::pair{kH, kD}}) {
       const uint64_t seed = 2000 + 10 * T + D;
@@ -263,7 +263,7 @@ TEST_F(FastNormOps, QkRmsNormRopeMeetsTheGoldenRule) {
 }
 
 TEST_F(FastNormOps, QkRmsNormRopeWithNothingToDoReturnsItsInput) {
-  S3D_OP_TEST_DEVICE();
+  S3D_TEST_DEVICE();
   const Tensor before = random_tensor({3, 3 * 16}, DType::BF16, 2950);
   Tensor qkv = on_dev(before);
   Tensor got = ops::qk_rmsnorm_rope(
@@ -278,7 +278,7 @@ TEST_F(FastNormOps, QkRmsNormRopeWithNothingToDoReturnsItsInput) {
 }
 
 TEST_F(FastNormOps, CrossQRmsNormMeetsTheGoldenRule) {
-  S3D_OP_TEST_DEVICE();
+  S3D_TEST_DEVICE();
   auto check = [](int64_t T, int H, int D, uint64_t seed) {
     const std::string what = on_device(cat("fast cross_q_rmsnorm T ", T, " H ", H, " D ", D));
     Tensor q = random_tensor({T, int64_t{H} * D}, DType::BF16, seed, 2.0f, -0.2f);
@@ -308,7 +308,7 @@ TEST_F(FastNormOps, CrossQRmsNormMeetsTheGoldenRule) {
 }
 
 TEST_F(FastNormOps, QkKernelsRefuseUnsupportedShapesAndTheEntryPointsFallBack) {
-  S3D_OP_TEST_DEVICE();
+  S3D_TEST_DEVICE();
   // head_dim 12: not a multiple of 8 (the bitwise twin refuses it too); head_dim 264: wider
   // than 8 lanes' registers (the bitwise fused kernel takes it).
   for (auto [D, reason, twin_falls_back] :
@@ -374,7 +374,7 @@ TEST_F(FastNormOps, QkKernelsRefuseUnsupportedShapesAndTheEntryPointsFallBack) {
 // Refused shapes at more tokens, every candidate on: each refusal counted once, under its
 // flag, and the bitwise fused kernel's bits (the bitwise candidate accepts these widths).
 TEST_F(FastNormOps, RefusedShapesFallBackToTheBitwiseCandidateCountedOnce) {
-  S3D_OP_TEST_DEVICE();
+  S3D_TEST_DEVICE();
   const int64_t T = 37, C = 4104;  // wider than a warp's registers; the bitwise kernel takes it
   const Tensor x = on_dev(random_tensor({T, C}, DType::BF16, 6200, 2.0f, 0.5f));
   const Tensor mod = on_dev(random_tensor({2, 6 * C}, DType::BF16, 6201, 0.5f));

@@ -1,5 +1,5 @@
 // The bitwise fused candidates of the op families (kernels::fused::), on the test device
-// (tests/ops/op_test_device.h): each op (ops/) with its fused candidate against the same op's
+// (tests/device_under_test.h): each op (ops/) with its fused candidate against the same op's
 // reference chain (the plan with no candidate, what pure_eager ships) on the same device,
 // bitwise, on random non-zero inputs with odd token counts and widths; shapes the fused
 // kernels refuse (the kernel throws, the op falls back, counted); poisoned outputs; the
@@ -7,8 +7,8 @@
 // GPU also: the model's token counts (1000 and 30227 at C 1536, H 12, D 128), and the fused
 // kernel's CPU version as the oracle under the contract the reference ops have between the
 // backends (bitwise, or 1 bf16 ulp where a reduction or a transcendental is involved).
-// The model-level checks stay in tests/cpu/test_kernels_fused.cpp and
-// tests/gpu/test_kernels_fused_gpu.cpp.
+// The model-level checks are in tests/device/test_fused_model.cpp (both backends),
+// tests/cpu/test_kernels_fused.cpp and tests/gpu/test_kernels_fused_gpu.cpp.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -21,6 +21,7 @@
 #include "core/bf16.h"
 #include "cpu/kernel_test_util.h"
 #include "device_contract.h"
+#include "device_under_test.h"
 #include "gelu_epilogue_contract.h"
 #include "gemm/linear.h"
 #include "gpu/epilogue_error.h"
@@ -33,7 +34,6 @@
 #include "kernels/qk_rmsnorm.h"
 #include "model_inputs.h"
 #include "null_context_checks.h"
-#include "op_test_device.h"
 #include "ops/gated_residual_add.h"
 #include "ops/linear_gelu.h"
 #include "ops/modulated_layernorm.h"
@@ -49,7 +49,7 @@ namespace {
 using sparse3d::Flag;
 using test::Contract;
 using test::fallbacks_of;
-using test::kOpTestDevice;
+using test::kTestDevice;
 using test::meets;
 using test::plan_if;
 using test::plan_of;
@@ -60,7 +60,7 @@ using testing::copy_of;
 using testing::count_poisoned;
 using testing::same_bits;
 
-constexpr bool kOnCuda = kOpTestDevice == Device::CUDA;
+constexpr bool kOnCuda = kTestDevice == Device::CUDA;
 
 // The model's shapes: C 1536 = H 12 x D 128.
 constexpr int kH = 12, kD = 128;
@@ -80,15 +80,15 @@ std::vector<int64_t> all_tokens() {
 }
 
 // A host tensor's copy on the test device (always a new buffer, on the CPU too).
-Tensor on_dev(const Tensor& host) { return host.to(kOpTestDevice); }
+Tensor on_dev(const Tensor& host) { return host.to(kTestDevice); }
 
 // A bf16 tensor on the test device with every element poisoned.
 Tensor poisoned_dev(const Shape& shape) {
-  return test::poisoned(shape, DType::BF16, kOpTestDevice);
+  return test::poisoned(shape, DType::BF16, kTestDevice);
 }
 
 std::string on_device(const std::string& what) {
-  return cat(what, " on ", device_name(kOpTestDevice));
+  return cat(what, " on ", device_name(kTestDevice));
 }
 
 struct FusedOps : ::testing::Test {
@@ -166,7 +166,7 @@ void check_qk(int64_t T, int H, int D, bool norm, bool rope, uint64_t seed) {
 }
 
 TEST_F(FusedOps, QkRmsNormRopeFusedIsTheReferenceChainBitwise) {
-  S3D_OP_TEST_DEVICE();
+  S3D_TEST_DEVICE();
   for (int64_t T : kSmallTokens) {
     check_qk(T, 2, 64, true, true, 10 + T);
     check_qk(T, 3, 16, true, true, 20 + T);   // odd head count, D = 16
@@ -183,7 +183,7 @@ TEST_F(FusedOps, QkRmsNormRopeFusedIsTheReferenceChainBitwise) {
 }
 
 TEST_F(FusedOps, QkRmsNormRopeWithNothingToDoReturnsItsInput) {
-  S3D_OP_TEST_DEVICE();
+  S3D_TEST_DEVICE();
   Tensor qkv = on_dev(random_tensor({3, 3 * 16}, DType::BF16, 61));
   for (bool fused : {false, true}) {
     Tensor got = ops::qk_rmsnorm_rope(plan_if(fused, Flag::qk_rmsnorm_rope_inplace), qkv, 2, 8,
@@ -196,7 +196,7 @@ TEST_F(FusedOps, QkRmsNormRopeWithNothingToDoReturnsItsInput) {
 // ---- qk_rmsnorm_cross ----
 
 TEST_F(FusedOps, CrossQRmsNormFusedIsTheReferenceBitwise) {
-  S3D_OP_TEST_DEVICE();
+  S3D_TEST_DEVICE();
   auto check = [](int64_t T, int H, int D, uint64_t seed) {
     const std::string what = on_device(cat("cross_q_rmsnorm T ", T, " H ", H, " D ", D));
     Tensor q = random_tensor({T, int64_t{H} * D}, DType::BF16, seed, 2.0f, -0.2f);
@@ -225,7 +225,7 @@ TEST_F(FusedOps, CrossQRmsNormFusedIsTheReferenceBitwise) {
 }
 
 TEST_F(FusedOps, QkKernelsRefuseUnsupportedShapesAndTheEntryPointsFallBack) {
-  S3D_OP_TEST_DEVICE();
+  S3D_TEST_DEVICE();
   // head_dim 10: not a multiple of 8. The fused kernel throws ...
   Tensor qkv = on_dev(random_tensor({3, 3 * 20}, DType::BF16, 90));
   Tensor g = on_dev(random_tensor({2, 10}, DType::F32, 91));
@@ -299,7 +299,7 @@ void check_modulated(int64_t T, int64_t C, int B, uint64_t seed) {
 }
 
 TEST_F(FusedOps, ModulatedLayerNormFusedIsTheReferenceChainBitwise) {
-  S3D_OP_TEST_DEVICE();
+  S3D_TEST_DEVICE();
   for (int64_t T : kSmallTokens) {
     check_modulated(T, 8, 1, 100 + T);
     check_modulated(T, 136, 3, 110 + T);  // C not a multiple of 16 or of the block width
@@ -312,7 +312,7 @@ TEST_F(FusedOps, ModulatedLayerNormFusedIsTheReferenceChainBitwise) {
 }
 
 TEST_F(FusedOps, ModulatedLayerNormRefusesOddWidthsAndFallsBack) {
-  S3D_OP_TEST_DEVICE();
+  S3D_TEST_DEVICE();
   for (int64_t C : {7, 30}) {
     const Tensor x = on_dev(random_tensor({3, C}, DType::BF16, 130));
     const Tensor mod = on_dev(random_tensor({1, 6 * C}, DType::BF16, 131));
@@ -335,7 +335,7 @@ TEST_F(FusedOps, ModulatedLayerNormRefusesOddWidthsAndFallsBack) {
 }
 
 TEST_F(FusedOps, ModulatedLayerNormRejectsABadBatchIndexOnEveryRung) {
-  S3D_OP_TEST_DEVICE();
+  S3D_TEST_DEVICE();
   // The GPU kernels trap on a batch index outside [0, B) (reading the indices on the host
   // would need a synchronisation), which ends the CUDA context: only the CPU throws. Each rung
   // of the op's ladder (the tolerance kernel, the bitwise one, the reference chain's gather)
@@ -391,7 +391,7 @@ void check_gated(int64_t T, int64_t C, int B, uint64_t seed) {
 }
 
 TEST_F(FusedOps, GatedResidualAddFusedIsTheReferenceChainBitwise) {
-  S3D_OP_TEST_DEVICE();
+  S3D_TEST_DEVICE();
   for (int64_t T : kSmallTokens) {
     for (int64_t C : {int64_t{8}, int64_t{136}, kC}) {
       for (int B : {1, 3}) check_gated(T, C, B, 150 + T + C + 10 * B);
@@ -404,7 +404,7 @@ TEST_F(FusedOps, GatedResidualAddFusedIsTheReferenceChainBitwise) {
 }
 
 TEST_F(FusedOps, GatedResidualAddRefusesOddWidthsAndFallsBack) {
-  S3D_OP_TEST_DEVICE();
+  S3D_TEST_DEVICE();
   const Tensor x = on_dev(random_tensor({3, 12}, DType::BF16, 180));
   const Tensor mod = on_dev(random_tensor({1, 72}, DType::BF16, 181));
   const Tensor bidx = on_dev(batch_runs(3, 1));
@@ -425,7 +425,7 @@ TEST_F(FusedOps, GatedResidualAddRefusesOddWidthsAndFallsBack) {
 // ---- mlp_gelu (the wide kernel; on the CPU the reference loop) ----
 
 TEST_F(FusedOps, MlpGeluWideIsTheReferenceBitwise) {
-  S3D_OP_TEST_DEVICE();
+  S3D_TEST_DEVICE();
   auto check = [](const Shape& shape, uint64_t seed) {
     const std::string what = on_device(cat("mlp_gelu ", shape_str(shape)));
     const Tensor x = on_dev(random_tensor(shape, DType::BF16, seed, 3.0f));
@@ -454,7 +454,7 @@ void check_epilogue(int64_t T, int64_t K, int64_t N, float w_scale, uint64_t see
   const Tensor w = random_tensor({N, K}, DType::BF16, seed + 1, w_scale);
   const Tensor b = random_tensor({N}, DType::BF16, seed + 2, 0.5f);
   const Tensor x_d = on_dev(x), w_d = on_dev(w), b_d = on_dev(b);
-  Tensor u = Tensor::empty({T, N}, DType::BF16, kOpTestDevice);
+  Tensor u = Tensor::empty({T, N}, DType::BF16, kTestDevice);
   gemm::linear(x_d, w_d, &b_d, u);
   Tensor ref = poisoned_dev({T, N});
   ops::linear_gelu(plan_of({}), x_d, w_d, &b_d, ref);
@@ -503,7 +503,7 @@ void check_epilogue(int64_t T, int64_t K, int64_t N, float w_scale, uint64_t see
 }
 
 TEST_F(FusedOps, GemmGeluEpilogueMeetsItsTolerance) {
-  S3D_OP_TEST_DEVICE();
+  S3D_TEST_DEVICE();
   for (int64_t T : kSmallTokens) check_epilogue(T, 64, 256, 0.4f, 200 + T);
   for (int64_t T : {int64_t{1}, int64_t{7}}) check_epilogue(T, kC, 8192, 0.05f, 350 + T);
   for (int64_t T : kLargeTokens) check_epilogue(T, kC, 8192, 0.05f, 350 + T);

@@ -1,4 +1,4 @@
-// The op registry (src/ops/op.h), on the test device (tests/ops/op_test_device.h): every
+// The op registry (src/ops/op.h), on the test device (tests/device_under_test.h): every
 // candidate of every op meets its contract against the op's reference on every test shape
 // of its row; the ladder tries the candidates in order, counts each refusal once with the
 // rule's reason and runs the first that accepts; the table's names match the flags.
@@ -10,7 +10,7 @@
 #include <string>
 
 #include "contract/fallback.h"
-#include "op_test_device.h"
+#include "device_under_test.h"
 #include "ops/op.h"
 #include "sparse3d/flags.h"
 
@@ -23,11 +23,11 @@ using ops::OpInfo;
 using ops::OpPlan;
 using ops::OpShape;
 using sparse3d::Flag;
-using test::kOpTestDevice;
+using test::kTestDevice;
 
 std::string describe(const OpInfo& op, const OpShape& s) {
   return cat(op.name, " at T ", s.tokens, " H ", s.heads, " D ", s.head_dim, " B ", s.batch,
-             " hidden ", s.hidden, " on ", device_name(kOpTestDevice));
+             " hidden ", s.hidden, " on ", device_name(kTestDevice));
 }
 
 // Host copy of a result, as raw bits and as floats.
@@ -79,12 +79,12 @@ struct OpTable : ::testing::Test {
 };
 
 TEST_F(OpTable, EveryCandidateMeetsItsContractOnEveryTestShape) {
-  S3D_OP_TEST_DEVICE();
+  S3D_TEST_DEVICE();
   int ran = 0, refused = 0;
   for (const OpInfo& op : ops::op_table()) {
     for (const OpShape& shape : op.test_shapes) {
       const std::string what = describe(op, shape);
-      auto c = op.make_case(shape, kOpTestDevice, 7000 + shape.tokens);
+      auto c = op.make_case(shape, kTestDevice, 7000 + shape.tokens);
       c->run(OpCase::kReference);
       const Result ref = read(c->result());
       ASSERT_EQ(non_finite(ref.values), 0u) << what << ": the reference left poison";
@@ -117,11 +117,11 @@ TEST_F(OpTable, EveryCandidateMeetsItsContractOnEveryTestShape) {
 }
 
 TEST_F(OpTable, TheLadderRunsTheFirstCandidateThatAcceptsAndCountsEachRefusal) {
-  S3D_OP_TEST_DEVICE();
+  S3D_TEST_DEVICE();
   for (const OpInfo& op : ops::op_table()) {
     for (const OpShape& shape : op.test_shapes) {
       const std::string what = describe(op, shape);
-      auto c = op.make_case(shape, kOpTestDevice, 8000 + shape.tokens);
+      auto c = op.make_case(shape, kTestDevice, 8000 + shape.tokens);
       // Every candidate on: the ladder in table order.
       sparse3d::FlagSet all;
       for (const auto& cand : op.candidates) all.set(cand.flag);

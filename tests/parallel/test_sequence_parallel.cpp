@@ -12,10 +12,10 @@
 #include <string>
 #include <vector>
 
+#include "../device_under_test.h"
 #include "../expect_error.h"
 #include "../model_inputs.h"
 #include "../null_context_checks.h"
-#include "../ops/op_test_device.h"
 #include "../test_numerics.h"
 #include "contract/fallback.h"
 #include "core/context.h"
@@ -35,7 +35,7 @@ namespace s3d::model {
 namespace {
 
 namespace fs = std::filesystem;
-using test::kOpTestDevice;
+using test::kTestDevice;
 
 constexpr double kGpuBound = 1e-2;  // per forward, against the unsharded forward (CONTRACTS.md)
 const std::vector<int> kParts = {1, 2, 3, 4, 6};
@@ -65,7 +65,7 @@ struct SequenceParallelTest : ::testing::Test {
   using Case = testing::ForwardCase;
   static Case make_case(const Transformer& m, const std::vector<int64_t>& counts, int L,
                         int null_assets, const sparse3d::FlagSet& flags, uint64_t seed) {
-    return testing::forward_case(m, counts, L, null_assets, flags, seed, kOpTestDevice);
+    return testing::forward_case(m, counts, L, null_assets, flags, seed, kTestDevice);
   }
   // Batched CFG's layout: the assets of `half`, then the same ones with the null condition; the
   // conditional half's tokens and their cached K/V.
@@ -102,24 +102,24 @@ struct SequenceParallelTest : ::testing::Test {
       std::vector<const Transformer*> replicas(static_cast<size_t>(P), &m);
       if (!checkpoint.empty()) {
         int device = -1;
-        if (kOpTestDevice == Device::CUDA) S3D_CUDA_CHECK(cudaGetDevice(&device));
+        if (kTestDevice == Device::CUDA) S3D_CUDA_CHECK(cudaGetDevice(&device));
         for (int r = 0; r < P; ++r) {
           contexts.push_back(std::make_unique<Context>(device));
           ctx.push_back(contexts.back().get());
           ContextScope scope(*contexts.back());
           owned.push_back(
-              std::make_unique<Transformer>(load_checkpoint(checkpoint, kOpTestDevice)));
+              std::make_unique<Transformer>(load_checkpoint(checkpoint, kTestDevice)));
           replicas[static_cast<size_t>(r)] = owned.back().get();
         }
       }
-      parallel::LocalGroup group(P, kOpTestDevice, ctx);
+      parallel::LocalGroup group(P, kTestDevice, ctx);
       SequenceParallel sp(replicas, group);
       const ShardedRequest sr = sp.shard(k.req, groups == kPerRank ? P : groups);
       EXPECT_EQ(sr.plan.groups, groups == kPerRank ? P : groups);
-      Tensor out = Tensor::empty(want.shape(), DType::F32, kOpTestDevice);
+      Tensor out = Tensor::empty(want.shape(), DType::F32, kTestDevice);
       out.poison();
       const Tensor got = sp.forward(sr, k.x, k.t1000, cond, null, mod, out);
-      if (kOpTestDevice == Device::CPU) {
+      if (kTestDevice == Device::CPU) {
         EXPECT_TRUE(testing::bitwise_equal(got, want)) << what << ", P = " << P;
       } else {
         EXPECT_LE(testing::rel_l2(got.to_floats(), want.to_floats()), kGpuBound)
@@ -133,7 +133,7 @@ struct SequenceParallelTest : ::testing::Test {
     n.mode = mode;
     for (int i = 0; i < m.config().num_blocks; ++i)
       n.rows.push_back(ops::random_tensor({1, m.config().model_channels}, DType::BF16,
-                                          kOpTestDevice, seed + static_cast<uint64_t>(i)));
+                                          kTestDevice, seed + static_cast<uint64_t>(i)));
     return n;
   }
 };
@@ -227,14 +227,14 @@ TEST(ShardPlan, ChoosesTheLargestDividingCountThatKeepsEveryRankBusy) {
 }
 
 TEST_F(SequenceParallelTest, LocalGroupExchangeMovesEveryBufferAndChecksThem) {
-  S3D_OP_TEST_DEVICE();
-  parallel::LocalGroup g(3, kOpTestDevice);
+  S3D_TEST_DEVICE();
+  parallel::LocalGroup g(3, kTestDevice);
   std::vector<parallel::Transfer> ts;
   std::vector<Tensor> srcs, dsts;
   for (int r = 0; r < 3; ++r) {
     for (int s = 0; s < 3; ++s) {
-      srcs.push_back(ops::random_tensor({2 + r, 5}, DType::BF16, kOpTestDevice, 10 * r + s));
-      dsts.push_back(Tensor::empty({2 + r, 5}, DType::BF16, kOpTestDevice));
+      srcs.push_back(ops::random_tensor({2 + r, 5}, DType::BF16, kTestDevice, 10 * r + s));
+      dsts.push_back(Tensor::empty({2 + r, 5}, DType::BF16, kTestDevice));
       dsts.back().poison();
       ts.push_back({r, s, srcs.back(), dsts.back()});
     }
@@ -242,9 +242,9 @@ TEST_F(SequenceParallelTest, LocalGroupExchangeMovesEveryBufferAndChecksThem) {
   g.exchange(ts);
   for (size_t i = 0; i < srcs.size(); ++i)
     EXPECT_TRUE(testing::bitwise_equal(srcs[i], dsts[i])) << "transfer " << i;
-  Tensor a = Tensor::empty({4}, DType::BF16, kOpTestDevice);
-  Tensor b = Tensor::empty({5}, DType::BF16, kOpTestDevice);
-  Tensor f = Tensor::empty({4}, DType::F32, kOpTestDevice);
+  Tensor a = Tensor::empty({4}, DType::BF16, kTestDevice);
+  Tensor b = Tensor::empty({5}, DType::BF16, kTestDevice);
+  Tensor f = Tensor::empty({4}, DType::F32, kTestDevice);
   EXPECT_ERROR((g.exchange({{0, 3, a, a}})), "to rank 3 in a group of 3");
   EXPECT_ERROR((g.exchange({{0, 1, a, b}})), "transfer 0 sends");
   EXPECT_ERROR((g.exchange({{0, 1, a, f}})), "transfer 0 sends");
@@ -252,15 +252,15 @@ TEST_F(SequenceParallelTest, LocalGroupExchangeMovesEveryBufferAndChecksThem) {
 }
 
 TEST_F(SequenceParallelTest, ReferencePathMatchesTheWholeForward) {
-  S3D_OP_TEST_DEVICE();
-  Transformer m(load_checkpoint(dir + "/slat.json", kOpTestDevice));
+  S3D_TEST_DEVICE();
+  Transformer m(load_checkpoint(dir + "/slat.json", kTestDevice));
   const Case k = make_case(m, {37, 61, 5}, 7, 0, {}, 3);
   expect_matches(m, k, Condition{k.cond, 0, nullptr}, nullptr, nullptr, "pure_eager, 3 assets");
 }
 
 TEST_F(SequenceParallelTest, FastPlanWithCachedConditionChunksAndStepTablesMatches) {
-  S3D_OP_TEST_DEVICE();
-  Transformer m(load_checkpoint(dir + "/slat.json", kOpTestDevice));
+  S3D_TEST_DEVICE();
+  Transformer m(load_checkpoint(dir + "/slat.json", kTestDevice));
   const sparse3d::FlagSet fast = sparse3d::ExecutionPlan::parse("fast+chunked_mlp").flags();
   Case k = make_case(m, {44, 9, 50}, 5, 0, fast, 5);
   k.req.mlp_chunk_tokens = 16;  // several chunks on every rank, a partial one last
@@ -270,8 +270,8 @@ TEST_F(SequenceParallelTest, FastPlanWithCachedConditionChunksAndStepTablesMatch
 }
 
 TEST_F(SequenceParallelTest, NullContextPathsMatchWithNullAssetsOnEveryRank) {
-  S3D_OP_TEST_DEVICE();
-  Transformer m(load_checkpoint(dir + "/slat.json", kOpTestDevice));
+  S3D_TEST_DEVICE();
+  Transformer m(load_checkpoint(dir + "/slat.json", kTestDevice));
   const CfgCase c = cfg_case(m, {29, 40}, "beyond", 7);
   const Case& k = c.k;
   const Tensor& real = c.real;
@@ -289,8 +289,8 @@ TEST_F(SequenceParallelTest, NullContextPathsMatchWithNullAssetsOnEveryRank) {
 TEST_F(SequenceParallelTest, WholeAssetsPerRankMatchAsCfgParallelism) {
   // CFG parallelism: batched CFG's conditional assets on one rank, the unconditional ones on
   // the other (or one asset per rank), self-attention on each rank alone.
-  S3D_OP_TEST_DEVICE();
-  Transformer m(load_checkpoint(dir + "/slat.json", kOpTestDevice));
+  S3D_TEST_DEVICE();
+  Transformer m(load_checkpoint(dir + "/slat.json", kTestDevice));
   const CfgCase c = cfg_case(m, {29, 40}, "beyond", 7);
   const Condition cond{c.real, 2, &c.kv};
   for (NullContextMode mode : {NullContextMode::Exact, NullContextMode::Cache}) {
@@ -300,7 +300,7 @@ TEST_F(SequenceParallelTest, WholeAssetsPerRankMatchAsCfgParallelism) {
   const NullPath null = null_path(m, NullContextMode::Cache, 41);
   expect_matches(m, c.k, cond, &null, nullptr, "whole assets, own contexts", {2},
                  dir + "/slat.json", kPerRank);
-  parallel::LocalGroup five(5, kOpTestDevice);
+  parallel::LocalGroup five(5, kTestDevice);
   SequenceParallel sp5(std::vector<const Transformer*>(5, &m), five);
   EXPECT_ERROR(sp5.shard(c.k.req, 5), "4 assets cannot be split over 5 ranks");
 }
@@ -308,8 +308,8 @@ TEST_F(SequenceParallelTest, WholeAssetsPerRankMatchAsCfgParallelism) {
 TEST_F(SequenceParallelTest, AssetGroupsSplitOverTheirRanksMatchAsCfgTimesSequence) {
   // CFG parallelism combined with the token split: the conditional assets over half the ranks,
   // the unconditional ones over the other half, assets cut between the ranks of a group.
-  S3D_OP_TEST_DEVICE();
-  Transformer m(load_checkpoint(dir + "/slat.json", kOpTestDevice));
+  S3D_TEST_DEVICE();
+  Transformer m(load_checkpoint(dir + "/slat.json", kTestDevice));
   const CfgCase c = cfg_case(m, {29, 40}, "fast", 19);
   for (NullContextMode mode : {NullContextMode::Exact, NullContextMode::Cache}) {
     const NullPath null = null_path(m, mode, 60);
@@ -329,8 +329,8 @@ TEST_F(SequenceParallelTest, AssetGroupsSplitOverTheirRanksMatchAsCfgTimesSequen
 TEST_F(SequenceParallelTest, RanksInContextsOfTheirOwnMatch) {
   // As on P GPUs: each rank has its own context (allocator, library state) and replica of the
   // model, and its work reads only what was moved into its context.
-  S3D_OP_TEST_DEVICE();
-  Transformer m(load_checkpoint(dir + "/slat.json", kOpTestDevice));
+  S3D_TEST_DEVICE();
+  Transformer m(load_checkpoint(dir + "/slat.json", kTestDevice));
   const CfgCase c = cfg_case(m, {33, 70}, "fast", 13);
   const Case& k = c.k;
   const Tensor& real = c.real;
@@ -344,8 +344,8 @@ TEST_F(SequenceParallelTest, RanksInContextsOfTheirOwnMatch) {
 }
 
 TEST_F(SequenceParallelTest, DenseFamilyMatches) {
-  S3D_OP_TEST_DEVICE();
-  Transformer m(load_checkpoint(dir + "/dense.json", kOpTestDevice));
+  S3D_TEST_DEVICE();
+  Transformer m(load_checkpoint(dir + "/dense.json", kTestDevice));
   const int64_t R3 = 64;
   auto in =
       testing::synthetic_inputs({R3, R3}, 4, m.config().cond_channels, m.config().out_channels, 9);
@@ -359,9 +359,9 @@ TEST_F(SequenceParallelTest, DenseFamilyMatches) {
   }
   Case k;
   k.req = m.prepare(in.coords, 2, 4);
-  k.x = in.noise.to(kOpTestDevice);
-  k.t1000 = Tensor::from_floats({700.0f, 250.0f}, {2}, DType::F32).to(kOpTestDevice);
-  k.cond = in.cond.to(kOpTestDevice);
+  k.x = in.noise.to(kTestDevice);
+  k.t1000 = Tensor::from_floats({700.0f, 250.0f}, {2}, DType::F32).to(kTestDevice);
+  k.cond = in.cond.to(kTestDevice);
   expect_matches(m, k, Condition{k.cond, 0, nullptr}, nullptr, nullptr, "dense, 2 grids");
 }
 
@@ -369,8 +369,8 @@ TEST_F(SequenceParallelTest, SampledLatentsMatchInSerialAndBatchedCfg) {
   // The whole denoise loop (sampler::sample) with every forward sharded: the released sampler (its
   // guidance interval mixes steps with and without CFG) on every path, serial and batched CFG, with
   // the null-context paths.
-  S3D_OP_TEST_DEVICE();
-  Transformer m(load_checkpoint(dir + "/slat.json", kOpTestDevice));
+  S3D_TEST_DEVICE();
+  Transformer m(load_checkpoint(dir + "/slat.json", kTestDevice));
   auto in = testing::synthetic_inputs({26, 47}, 6, m.config().cond_channels, 32, 17);
   NullContext nc = NullContext::build(m, testing::qualified_options(6, {73}));
   for (const char* spec :
@@ -382,12 +382,12 @@ TEST_F(SequenceParallelTest, SampledLatentsMatchInSerialAndBatchedCfg) {
     const Tensor want = sampler::sample(m, in, o).latent;
     for (int P : {2, 3, 4}) {  // batched CFG: one rank per branch, all three, two per branch
       contract::reset_fallbacks();
-      parallel::LocalGroup group(P, kOpTestDevice);
+      parallel::LocalGroup group(P, kTestDevice);
       SequenceParallel sp(std::vector<const Transformer*>(static_cast<size_t>(P), &m), group);
       o.parallel = &sp;
       const Tensor got = sampler::sample(m, in, o).latent;
       o.parallel = nullptr;
-      if (kOpTestDevice == Device::CPU) {
+      if (kTestDevice == Device::CPU) {
         EXPECT_TRUE(testing::bitwise_equal(got, want)) << spec << ", P = " << P;
       } else {
         EXPECT_LE(testing::rel_l2(got.to_floats(), want.to_floats()), 2 * kGpuBound)
@@ -402,10 +402,10 @@ TEST_F(SequenceParallelTest, SampledLatentsMatchInSerialAndBatchedCfg) {
 }
 
 TEST_F(SequenceParallelTest, RefusesWhatItCannotRun) {
-  S3D_OP_TEST_DEVICE();
-  Transformer m(load_checkpoint(dir + "/slat.json", kOpTestDevice));
+  S3D_TEST_DEVICE();
+  Transformer m(load_checkpoint(dir + "/slat.json", kTestDevice));
   Case k = make_case(m, {3}, 2, 0, {}, 1);
-  parallel::LocalGroup four(4, kOpTestDevice), five(5, kOpTestDevice), two(2, kOpTestDevice);
+  parallel::LocalGroup four(4, kTestDevice), five(5, kTestDevice), two(2, kTestDevice);
   SequenceParallel sp4(std::vector<const Transformer*>(4, &m), four);
   EXPECT_ERROR(sp4.shard(k.req), "3 tokens cannot be split over 4");
   SequenceParallel sp5(std::vector<const Transformer*>(5, &m), five);

@@ -125,7 +125,7 @@ mode_memory() {
   [ -d "$T2/trellis2/models" ] || { echo "no TRELLIS.2 checkout at $T2"; exit 1; }
   summary=("machine: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | head -1); torch $(python3 -c 'import torch; print(torch.__version__)' 2>/dev/null)")
 
-  [ "${GPU_TESTS:-0}" = 1 ] && unit_tests 'ResidencyGpu.*'
+  [ "${GPU_TESTS:-0}" = 1 ] && unit_tests 'ResidencyGpu.*:ResidencyOnDevice.*'
 
   t0=$(date +%s)
   build_module

@@ -9,8 +9,8 @@
 #            cuBLASLt (racecheck makes cuBLASLt's Hopper kernels raise a hardware exception even
 #            when they are filtered out: LinearGpu, a test of cuBLASLt alone, fails under it);
 #            every kernel with shared memory or __syncthreads is in those suites.
-#   graphs   memcheck, initcheck and synccheck over CudaGraphsGpu, EngineGpu, AllocatorPoolGpu
-#            with the caching allocator on (graph capture needs it).
+#   graphs   memcheck, initcheck and synccheck over CudaGraphsGpu, EngineGpu, EngineApiOnDevice,
+#            AllocatorPoolGpu with the caching allocator on (graph capture needs it).
 #   demo     initcheck without SPARSE3D_CLEAR_LIBRARY_OUTPUTS on one whole forward: what the
 #            hook is for (reports on the buffers cuBLASLt and cuDNN wrote).
 #   Every run: --error-exitcode 1 and the kernel filter FILTER (default kns=s3d: only the
@@ -22,11 +22,11 @@
 #   tests, head and tail of the reports), summary.txt.
 #
 # Quick memcheck runs (caching allocator off), each a gtest filter:
-#   memcheck        *Small*:ModelGpu.*:SdpaGpu.SelfAttention*:SdpaGpu.Rows*:LinearGpu.OddSizes*
-#                   (--leak-check full, 300 s)
+#   memcheck        *Small*:ModelGpu.*:ModelOnDevice.*:SdpaGpu.SelfAttention*:SdpaGpu.Rows*:
+#                   LinearGpu.OddSizes* (--leak-check full, 300 s)
 #   memcheck-small  *Small* (--leak-check full, no time limit)
 #   memcheck-fused  the fused kernels' tests (--leak-check full, 100 s)
-#   memcheck-dense  DenseGpu.Transposes*:Unbiased*:Forward* (--kernel-name kns=s3d, 300 s)
+#   memcheck-dense  DenseLayout.*:DenseSampler.*:DenseGpu.Forward* (--kernel-name kns=s3d, 300 s)
 #   memcheck-fast   *FastNorm*:*PlanSearch* (the tolerance kernels and searched plans;
 #                   --leak-check full, 400 s)
 # Default: memcheck.
@@ -61,20 +61,20 @@ quick() {
   echo "$name exit $?: $(grep -E 'ERROR SUMMARY' "$log" | tail -n 1); $(grep -c 'Invalid' "$log") invalid accesses; $(grep -E '^\[  PASSED  \]' "$log")"
 }
 mode_memcheck() {
-  quick memcheck 300 "*Small*:ModelGpu.*:SdpaGpu.SelfAttention*:SdpaGpu.Rows*:LinearGpu.OddSizes*" --leak-check full
+  quick memcheck 300 "*Small*:ModelGpu.*:ModelOnDevice.*:SdpaGpu.SelfAttention*:SdpaGpu.Rows*:LinearGpu.OddSizes*" --leak-check full
 }
 mode_memcheck_small() { quick "memcheck (small GPU tests)" 0 '*Small*' --leak-check full; }
 mode_memcheck_fused() {
-  quick "memcheck fused" 100 "FusedOps.QkRmsNorm*:FusedOps.Cross*:FusedOps.Modulated*:FusedOps.GatedResidual*:FusedOps.MlpGelu*:FusedModelGpu.*" --leak-check full
+  quick "memcheck fused" 100 "FusedOps.QkRmsNorm*:FusedOps.Cross*:FusedOps.Modulated*:FusedOps.GatedResidual*:FusedOps.MlpGelu*:FusedModel.*:FusedModelGpu.*" --leak-check full
 }
 mode_memcheck_dense() {
-  quick "memcheck DenseGpu" 300 "DenseGpu.Transposes*:DenseGpu.Unbiased*:DenseGpu.Forward*" --kernel-name kns=s3d
+  quick "memcheck DenseGpu" 300 "DenseLayout.*:DenseSampler.*:DenseGpu.Forward*" --kernel-name kns=s3d
 }
 mode_memcheck_fast() { quick "memcheck fast kernels and plans" 400 "*FastNorm*:*PlanSearch*" --leak-check full; }
 
 # The four tools over the parts in PARTS (nocache, graphs, demo), all tools at once.
 mode_tools() {
-  GRAPH_TESTS='CudaGraphsGpu.*:EngineGpu.*:AllocatorPoolGpu.*'
+  GRAPH_TESTS='CudaGraphsGpu.*:EngineGpu.*:EngineApiOnDevice.*:AllocatorPoolGpu.*'
   RACECHECK_TESTS='SdpaGpu.*:KernelsGpu.*:FusedOps.*:AllocatorPoolGpu.*:-FusedOps.GemmGeluEpilogueMeetsItsTolerance'
   {
     $BIN/sparse3d info 2>&1 | head -20
