@@ -1,5 +1,5 @@
 // The weight formats of linear layers (ops/weight_format.h), on the test device
-// (tests/ops/op_test_device.h): the table's rows; the epilogue kernel of row_scaled
+// (tests/device_under_test.h): the table's rows; the epilogue kernel of row_scaled
 // (kernels::scale_columns_add_bias) against the fp32 fma it promises, element by element, on
 // odd shapes, with every bias dtype and none; row_scaled's create (what it stores) and its
 // apply through ops::linear against the plain layer, within the format's tolerance; and the
@@ -20,7 +20,7 @@
 #include "cpu/kernel_test_util.h"
 #include "device_contract.h"
 #include "kernels/column_scale.h"
-#include "op_test_device.h"
+#include "device_under_test.h"
 #include "ops/linear.h"
 #include "ops/linear_gelu.h"
 #include "ops/weight_format.h"
@@ -32,7 +32,7 @@ namespace {
 
 using sparse3d::Flag;
 using test::fallbacks_of;
-using test::kOpTestDevice;
+using test::kTestDevice;
 using test::plan_of;
 using testing::random_tensor;
 
@@ -43,6 +43,7 @@ struct WeightFormats : ::testing::Test {
 };
 
 TEST_F(WeightFormats, TheTableNamesEachFormatOnceWithPlainFirst) {
+  S3D_TEST_DEVICE();
   const auto& formats = ops::weight_formats();
   ASSERT_GE(formats.size(), 2u);
   EXPECT_EQ(formats.front().name, "plain");
@@ -74,6 +75,7 @@ std::vector<float> expected_scaled(const Tensor& y, const Tensor& s, const Tenso
 }
 
 TEST_F(WeightFormats, ScaleColumnsAddBiasIsOneFmaPerElement) {
+  S3D_TEST_DEVICE();
   for (const auto& [M, N] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {37, 71}, {129, 200}}) {
     for (int bias_kind = 0; bias_kind < 3; ++bias_kind) {  // none, bf16, f32
       const uint64_t seed = 900 + uint64_t(M) * 7 + uint64_t(N) + uint64_t(bias_kind);
@@ -83,18 +85,18 @@ TEST_F(WeightFormats, ScaleColumnsAddBiasIsOneFmaPerElement) {
       const Tensor b = random_tensor({N}, bias_kind == 2 ? DType::F32 : DType::BF16, seed + 2,
                                      0.5f, 1.0f);
       const Tensor* bias = bias_kind == 0 ? nullptr : &b;
-      Tensor y = y0.to(kOpTestDevice);
-      const Tensor s_d = s.to(kOpTestDevice), b_d = b.to(kOpTestDevice);
+      Tensor y = y0.to(kTestDevice);
+      const Tensor s_d = s.to(kTestDevice), b_d = b.to(kTestDevice);
       kernels::scale_columns_add_bias(y, s_d, bias ? &b_d : nullptr);
       const std::vector<float> got = y.to_floats(), want = expected_scaled(y0, s, bias);
       int64_t wrong = 0;
       for (size_t i = 0; i < got.size(); ++i) wrong += std::memcmp(&got[i], &want[i], 4) != 0;
       EXPECT_EQ(wrong, 0) << "M " << M << " N " << N << " bias kind " << bias_kind << " on "
-                          << device_name(kOpTestDevice);
+                          << device_name(kTestDevice);
     }
   }
-  Tensor y = Tensor::empty({3, 5}, DType::BF16, kOpTestDevice);
-  const Tensor s = Tensor::empty({4}, DType::F32, kOpTestDevice);
+  Tensor y = Tensor::empty({3, 5}, DType::BF16, kTestDevice);
+  const Tensor s = Tensor::empty({4}, DType::F32, kTestDevice);
   const std::string e = testing::error_of([&] { kernels::scale_columns_add_bias(y, s, nullptr); });
   EXPECT_NE(e.find("scale_columns_add_bias: scale must have shape [5]"), std::string::npos) << e;
 }
@@ -106,7 +108,7 @@ struct Layer {
   Layer(int64_t N, int64_t K, uint64_t seed)
       : weight(random_tensor({N, K}, DType::BF16, seed, 1.0f / std::sqrt(float(K)))),
         bias(random_tensor({N}, DType::BF16, seed + 1, 0.5f)) {
-    plain = {&ops::plain_format(), weight.to(kOpTestDevice), bias.to(kOpTestDevice), Tensor()};
+    plain = {&ops::plain_format(), weight.to(kTestDevice), bias.to(kTestDevice), Tensor()};
     const std::vector<Tensor> made = row_scaled().create(weight, bias);
     const auto layout = row_scaled().layout(N, K, DType::BF16);
     EXPECT_EQ(made.size(), layout.size());
@@ -114,12 +116,13 @@ struct Layer {
     for (size_t i = 0; i < layout.size(); ++i) {
       EXPECT_EQ(made[i].shape(), layout[i].shape) << layout[i].suffix;
       EXPECT_EQ(made[i].dtype(), layout[i].dtype) << layout[i].suffix;
-      scaled.*layout[i].field = made[i].to(kOpTestDevice);
+      scaled.*layout[i].field = made[i].to(kTestDevice);
     }
   }
 };
 
 TEST_F(WeightFormats, RowScaledStoresEachRowOverItsLargestMagnitude) {
+  S3D_TEST_DEVICE();
   const int64_t N = 67, K = 45;
   Layer l(N, K, 31);
   const std::vector<float> w = l.weight.to_floats(), q = l.scaled.weight.to_floats(),
@@ -140,12 +143,13 @@ TEST_F(WeightFormats, RowScaledStoresEachRowOverItsLargestMagnitude) {
 }
 
 TEST_F(WeightFormats, RowScaledLinearIsThePlainLayerWithinItsTolerance) {
+  S3D_TEST_DEVICE();
   for (const auto& [T, N, K] : std::vector<std::array<int64_t, 3>>{{1, 67, 45}, {37, 129, 96},
                                                                    {301, 200, 72}}) {
     Layer l(N, K, 40 + uint64_t(T));
-    const Tensor x = random_tensor({T, K}, DType::BF16, 50 + uint64_t(T)).to(kOpTestDevice);
-    Tensor want = test::poisoned({T, N}, DType::BF16, kOpTestDevice);
-    Tensor got = test::poisoned({T, N}, DType::BF16, kOpTestDevice);
+    const Tensor x = random_tensor({T, K}, DType::BF16, 50 + uint64_t(T)).to(kTestDevice);
+    Tensor want = test::poisoned({T, N}, DType::BF16, kTestDevice);
+    Tensor got = test::poisoned({T, N}, DType::BF16, kTestDevice);
     for (const ops::OpPlan& plan : {plan_of({}), plan_of({Flag::tuned_gemm})}) {
       ops::linear(plan, x, l.plain, want);
       ops::linear(plan, x, l.scaled, got);
@@ -158,11 +162,12 @@ TEST_F(WeightFormats, RowScaledLinearIsThePlainLayerWithinItsTolerance) {
 }
 
 TEST_F(WeightFormats, LinearGeluOverARowScaledLayerRefusesTheEpilogueAndKeepsTheWideGelu) {
+  S3D_TEST_DEVICE();
   const int64_t T = 33, N = 72, K = 48;
   Layer l(N, K, 70);
-  const Tensor x = random_tensor({T, K}, DType::BF16, 71).to(kOpTestDevice);
-  Tensor ref = test::poisoned({T, N}, DType::BF16, kOpTestDevice);
-  Tensor fast = test::poisoned({T, N}, DType::BF16, kOpTestDevice);
+  const Tensor x = random_tensor({T, K}, DType::BF16, 71).to(kTestDevice);
+  Tensor ref = test::poisoned({T, N}, DType::BF16, kTestDevice);
+  Tensor fast = test::poisoned({T, N}, DType::BF16, kTestDevice);
   ops::linear_gelu(plan_of({}), x, l.scaled, ref);
   ops::linear_gelu(plan_of({Flag::gemm_gelu_epilogue, Flag::gelu_tanh}), x, l.scaled, fast);
   EXPECT_EQ(testing::count_poisoned(ref), 0);
