@@ -25,15 +25,12 @@ samplers show one, as TRELLIS.2's do, when their `verbose` says so and stderr is
 from __future__ import annotations
 
 import atexit
-import gc
-import itertools
 import json
 import logging
 import numbers
 import os
 import sys
 import threading
-import weakref
 from collections.abc import Mapping
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Union
 
@@ -50,13 +47,15 @@ Error = _native.Error
 __version__: str = _native.version()
 
 # The package is a face over its private modules (each needs _native loaded first): argument
-# checks, framework arrays, the sampler's settings, progress bars. The drop-in (trellis2.py)
-# and the torch ops import what they need from those modules, not from here.
+# checks, framework arrays, the sampler's settings, progress bars, the engines by id (and, for
+# the drop-in, _trellis2_args: a TRELLIS.2 sampler call in the engine's form). The drop-in
+# (trellis2.py) and the torch ops import what they need from those modules, not from here.
 from ._args import (_INT32, _INT64, _UINT64, _engine_options, _flag, _integer,  # noqa: E402
                     _optional_text, _real, _text)
 from ._frameworks import (_array, _as_framework, _feats, _float_array,  # noqa: E402
                           _framework, _out_array, _stream)
 from ._progress import _progress_bar, _sample_hooks, progress_enabled, set_progress  # noqa: E402
+from ._registry import _register, _release_engines_at_exit, engine_by_id  # noqa: E402
 from ._settings import SAMPLER_PRESETS, SamplerSettings, SamplerSpec, _sampler  # noqa: E402
 
 __all__ = ["Engine", "Workspace", "Error", "SamplerSettings", "SAMPLER_PRESETS", "SLAT", "DENSE", "model_families",
@@ -122,40 +121,10 @@ atexit.register(_native.set_message_sink, None)
 
 # ---- Engines by id -----------------------------------------------------------------------------
 # Every Engine has a process-unique int, `engine.id`: what the torch custom ops take
-# (torch_ops), since an op's arguments cannot be Python objects. Weak: the registry keeps
-# no engine alive.
-
-_ENGINES: "weakref.WeakValueDictionary[int, Engine]" = weakref.WeakValueDictionary()
-_NEXT_ID = itertools.count(1)
-
-
-class _Released:
-    """What an Engine holds in place of its native engine after the interpreter began to exit."""
-
-    def __getattr__(self, name):
-        raise Error("this engine was released at interpreter exit")
-
-
-def _release_engines_at_exit() -> None:
-    """Lets go of every native engine still alive when the interpreter exits (atexit runs this
-    before the message sink's reset, registered earlier). Something may keep an Engine to the
-    very end: torch.compile's caches under torch 2.6 hold the modules a compiled frame read,
-    and they are never freed. An engine held there outlived the interpreter's teardown, with
-    its device memory, and nanobind reported it (and its type's functions) leaked."""
-    for engine in list(_ENGINES.values()):
-        engine._e = _Released()
-    gc.collect()
-
+# (torch_ops; the registry is _registry.py's, weak). Released at interpreter exit: registered
+# after the message sink's reset, so that it runs first.
 
 atexit.register(_release_engines_at_exit)
-
-
-def engine_by_id(engine_id: int) -> "Engine":
-    """The live Engine whose `id` is `engine_id` (Error when there is none)."""
-    engine = _ENGINES.get(_integer(engine_id, "engine id", *_INT64))
-    if engine is None:
-        raise Error(f"no live sparse3d_engine.Engine has id {engine_id}")
-    return engine
 
 # The two families of TRELLIS.2 (Engine.model["family"]). The package reads what differs
 # between families from the engine's registry (model_families(), Engine.model's "layout" and
@@ -259,8 +228,7 @@ class Engine:
         self._family, self._resolution = m["family"], int(m["resolution"])
         self._grid, self._sampler_preset = m["layout"] == "grid", m["sampler_preset"]
         self._out_channels = int(m["out_channels"])
-        self.id = next(_NEXT_ID)
-        _ENGINES[self.id] = self
+        self.id = _register(self)
 
     @classmethod
     def from_state_dict(cls, config: Union[Dict[str, Any], str],
@@ -351,6 +319,60 @@ class Engine:
         set_progress() (off unless turned on), False none, True or a description string
         one. The bar shows the steps the device has finished and never makes it wait (the
         host stays one step ahead); a callback synchronises after every step."""
+        return self._sample(coords, cond, noise, seed, concat_cond, callback, path=path, out=out,
+                            stream=stream, keep_first_forward=keep_first_forward,
+                            progress=progress, sampler=sampler)
+
+    def _sample(self, coords: Optional[Array], cond: Optional[Array], noise: Optional[Array],
+                seed: Optional[int], concat_cond: Optional[Array],
+                callback: Optional[Callable[[int, float, Array], Any]] = None, *,
+                path: Optional[str] = None, out: Optional[Array] = None,
+                stream: Union[int, Any, None] = None, keep_first_forward: bool = False,
+                progress: Union[bool, str, None] = None, sampler: SamplerSpec = None,
+                settings: Optional[Dict[str, Any]] = None,
+                make_room: Optional[Callable[[], Any]] = None,
+                release_cache: bool = False) -> Array:
+        """sample(), and the one way into the engine of the package's own callers (the torch op
+        and the drop-in: docs/PYTHON.md, "The drop-in's sample call"). `settings`: the
+        engine's form, already checked (_settings._engine_settings), in place of `sampler`.
+        `make_room()`: called before the loop when the request would not fit with the
+        engine's flags (_make_room). `release_cache`: the allocator's cached blocks go back to
+        the driver after the loop (release_cache())."""
+        coords, cond, noise, concat_cond, out, seed, keep_first_forward, path = \
+            self._sample_arguments(coords, cond, noise, seed, concat_cond, out,
+                                   keep_first_forward, path, callback)
+        batch = self._batch("sample", coords, cond, noise, "noise", out)
+        like = next(a for a in (coords, noise, cond) if a is not None)
+        out = self._host_out(like, out, coords, batch)
+        if settings is None:
+            settings = _sampler(sampler, self._sampler_preset)._native()
+        self._make_room(make_room, coords, noise, cond, batch, path)
+        bar = _progress_bar(progress, settings["steps"])
+        on_step, on_progress = _sample_hooks(callback, like, bar)
+        try:
+            with _routing(self._user_log):
+                r = self._e.sample(coords, cond, batch, noise=noise,
+                                   seed=0 if seed is None else seed,
+                                   concat_cond=concat_cond, sampler=settings,
+                                   path=path, out=out, callback=on_step,
+                                   keep_first_forward=keep_first_forward,
+                                   stream=_stream(stream, (coords, cond, noise)),
+                                   progress=on_progress)
+        finally:
+            if bar is not None:
+                bar.close()
+        self.last_request = {"steps": r["steps"], "stats": r["stats"],
+                             "first_v_cond": _as_framework(r["first_v_cond"], like),
+                             "first_v_uncond": _as_framework(r["first_v_uncond"], like)}
+        if release_cache:
+            self._e.release_cache()   # after the loop: the result is not a cached block
+        return out if out is not None else _as_framework(r["latent"], like)
+
+    @staticmethod
+    def _sample_arguments(coords, cond, noise, seed, concat_cond, out, keep_first_forward, path,
+                          callback):
+        """sample()'s arguments but the settings, checked in this order (a SparseTensor's
+        .coords and .feats read)."""
         if coords is None and hasattr(noise, "feats") and hasattr(noise, "coords"):
             coords = getattr(noise, "coords")   # a SparseTensor's own coords
         coords, cond = _feats(coords), _feats(cond)
@@ -372,29 +394,28 @@ class Engine:
         if callback is not None and not callable(callback):
             raise Error(f"sample: callback must be a callable or None, got "
                         f"{type(callback).__name__}")
-        batch = self._batch("sample", coords, cond, noise, "noise", out)
-        like = next(a for a in (coords, noise, cond) if a is not None)
-        out = self._host_out(like, out, coords, batch)
-        settings = _sampler(sampler, self._sampler_preset)
-        native_settings = settings._native()
-        bar = _progress_bar(progress, native_settings["steps"])
-        on_step, on_progress = _sample_hooks(callback, like, bar)
-        try:
-            with _routing(self._user_log):
-                r = self._e.sample(coords, cond, batch, noise=noise,
-                                   seed=0 if seed is None else seed,
-                                   concat_cond=concat_cond, sampler=native_settings,
-                                   path=path, out=out, callback=on_step,
-                                   keep_first_forward=keep_first_forward,
-                                   stream=_stream(stream, (coords, cond, noise)),
-                                   progress=on_progress)
-        finally:
-            if bar is not None:
-                bar.close()
-        self.last_request = {"steps": r["steps"], "stats": r["stats"],
-                             "first_v_cond": _as_framework(r["first_v_cond"], like),
-                             "first_v_uncond": _as_framework(r["first_v_uncond"], like)}
-        return out if out is not None else _as_framework(r["latent"], like)
+        return coords, cond, noise, concat_cond, out, seed, keep_first_forward, path
+
+    def _make_room(self, make_room, coords, noise, cond, batch, path):
+        """Before a loop: when the request would not fit with the engine's flags (fits(), the
+        weights brought back first, as the request has them), make_room() first (the drop-in:
+        PyTorch's cached blocks back to the driver, so that the engine drops its memory-costly
+        flags only for memory nobody holds). Nothing without a callback, a noise, a [B, L, C]
+        condition or a request of at least one token and one asset."""
+        if make_room is None or noise is None or len(cond.shape) != 3:
+            return
+        if coords is not None:
+            tokens = int(noise.shape[0])
+        else:   # volumes [B, C, R, R, R]
+            tokens = batch
+            for n in noise.shape[2:]:
+                tokens *= int(n)
+        if tokens < 1 or batch < 1:
+            return
+        with _routing(self._user_log):
+            self._e.reload()
+        if self.fits(tokens, batch, int(cond.shape[1]), path):
+            make_room()
 
     def forward(self, x: Array, t: Union[float, Array], cond: Array,
                 concat_cond: Optional[Array] = None, *, coords: Optional[Array] = None,

@@ -77,6 +77,15 @@ def _feats(x):
     return x.feats if hasattr(x, "feats") else x
 
 
+def _tensor_like(x):
+    """Whether `x` can be a tensor argument of the engine (an array with a shape and a dtype;
+    the engine checks the rest), not a list or a number. A tensor of a known framework is
+    told by its type alone (what torch.compile traces in a model's call)."""
+    if _framework(x) is not None:
+        return True
+    return hasattr(x, "shape") and hasattr(x, "dtype")
+
+
 def _array(value, name, optional=False):
     """`value` as it is when it is an array (a DLPack producer with a shape: a torch, NumPy,
     CuPy or JAX array), or None when `optional`; else an Error naming `name`. A list, a dict

@@ -51,19 +51,32 @@ class SamplerSettings:
         return cls._preset("protocol")
 
     def _native(self) -> Dict[str, Any]:
-        """The settings as the engine takes them, each checked as it is (an Error naming the
-        setting, never a silent int() of 2.7); the engine checks the values' ranges."""
+        """The settings in the engine's form (_engine_settings), each checked as it is."""
         interval = self.guidance_interval
         if isinstance(interval, (str, bytes)) or not hasattr(interval, "__len__") or len(interval) != 2:
             raise Error(f"sampler: guidance_interval must be (lo, hi), got {interval!r}")
         lo, hi = interval
-        return {"steps": _integer(self.steps, "sampler: steps", 1, _INT32[1]),
-                "rescale_t": _real(self.rescale_t, "sampler: rescale_t"),
-                "guidance": _real(self.guidance, "sampler: guidance"),
-                "interval_lo": _real(lo, "sampler: guidance_interval[0]"),
-                "interval_hi": _real(hi, "sampler: guidance_interval[1]"),
-                "guidance_rescale": _real(self.guidance_rescale, "sampler: guidance_rescale"),
-                "sigma_min": _real(self.sigma_min, "sampler: sigma_min")}
+        return _engine_settings(self.steps, self.rescale_t, self.guidance, (lo, hi),
+                                self.guidance_rescale, self.sigma_min)
+
+
+def _engine_settings(steps: Any, rescale_t: Any, guidance: Any, interval: Any,
+                     guidance_rescale: Any, sigma_min: Any, *, prefix: str = "sampler: ",
+                     guidance_name: str = "guidance") -> Dict[str, Any]:
+    """The settings in the engine's form: the dict the native Engine.sample takes, whose keys
+    are also the names of the torch op's scalar arguments. Each value is checked as it
+    is, in this order (an Error naming it, `prefix` first: never a silent int() of 2.7);
+    `interval` is read by index, (lo, hi). The engine checks the values' ranges. Written once
+    for its three callers: SamplerSettings, the torch op's scalars, TRELLIS.2's keyword
+    arguments (_trellis2_args, whose names have no prefix and call guidance
+    guidance_strength)."""
+    return {"steps": _integer(steps, prefix + "steps", 1, _INT32[1]),
+            "rescale_t": _real(rescale_t, prefix + "rescale_t"),
+            "guidance": _real(guidance, prefix + guidance_name),
+            "interval_lo": _real(interval[0], prefix + "guidance_interval[0]"),
+            "interval_hi": _real(interval[1], prefix + "guidance_interval[1]"),
+            "guidance_rescale": _real(guidance_rescale, prefix + "guidance_rescale"),
+            "sigma_min": _real(sigma_min, prefix + "sigma_min")}
 
 
 # Public as sparse3d_engine.SamplerSettings (its repr and pickles name the package).

@@ -20,8 +20,12 @@ The ops, in the namespace "sparse3d_engine" (torch.ops.sparse3d_engine.*):
 * `sample(int engine, Tensor? coords, Tensor cond, Tensor? noise, int? seed, Tensor?
   concat_cond, int steps, float rescale_t, float guidance, float interval_lo, float
   interval_hi, float guidance_rescale, float sigma_min, str? path, bool? progress, str
-  desc) -> Tensor`: Engine.sample, the latent, float32 ([T, out] with coords, the volume
-  [B, out, R, R, R] without).
+  desc, bool make_room, bool release_cache) -> Tensor`: Engine.sample, the latent, float32
+  ([T, out] with coords, the volume [B, out, R, R, R] without). The settings' scalars are
+  the engine's form of them (_settings._engine_settings: the drop-in passes that dict by
+  name). make_room (False): on a GPU, PyTorch's cached blocks go back to the driver first
+  when the request would not fit with the engine's flags; release_cache (False): the
+  engine's cached blocks go back after the loop (the drop-in's two, inside the one call).
 
 An op's arguments are tensors and numbers, not Python objects: `engine` is the Engine's
 `id` (s3d.engine_by_id finds it; the registry is weak, so the caller keeps the engine
@@ -36,10 +40,11 @@ from typing import Optional, Union
 
 import torch
 
-from . import Engine, Error, engine_by_id
+from . import Engine, Error
 from ._args import _INT64, _integer, _optional_text, _real
 from ._frameworks import _torch_forward_operands, _torch_sample_operands
-from ._settings import SamplerSettings, SamplerSpec, _sampler
+from ._registry import engine_by_id
+from ._settings import SamplerSpec, _engine_settings, _sampler
 
 if not hasattr(torch.library, "custom_op"):  # pragma: no cover - depends on the torch
     raise ImportError(f"sparse3d_engine.torch_ops needs torch 2.4 or later "
@@ -81,24 +86,40 @@ def _sample(engine: int, coords: Optional[torch.Tensor], cond: torch.Tensor,
             concat_cond: Optional[torch.Tensor], steps: int, rescale_t: float, guidance: float,
             interval_lo: float, interval_hi: float, guidance_rescale: float, sigma_min: float,
             path: Optional[str] = None, progress: Optional[bool] = None,
-            desc: str = "Sampling") -> torch.Tensor:
+            desc: str = "Sampling", make_room: bool = False,
+            release_cache: bool = False) -> torch.Tensor:
     e = engine_by_id(engine)
     like = next(a for a in (coords, noise, cond) if a is not None)
+    room = _empty_cache_of(noise.device) if make_room and noise is not None else None
     coords, noise, cond, concat_cond = _torch_sample_operands(coords, noise, cond, concat_cond)
-    # One SamplerSettings from the op's scalars (the op cannot take an object).
-    settings = SamplerSettings(steps=steps, rescale_t=rescale_t, guidance=guidance,
-                               guidance_interval=(interval_lo, interval_hi),
-                               guidance_rescale=guidance_rescale, sigma_min=sigma_min)
-    latent = e.sample(coords, cond, noise=noise, seed=seed, concat_cond=concat_cond,
-                      sampler=settings, path=path,
-                      progress=(desc if progress else False) if progress is not None else None)
+    # The engine's form of the settings from the op's scalars (the op cannot take an object),
+    # checked as SamplerSettings' are; then the one call into the Engine.
+    settings = _engine_settings(steps, rescale_t, guidance, (interval_lo, interval_hi),
+                                guidance_rescale, sigma_min)
+    latent = e._sample(
+        coords, cond, noise, seed, concat_cond, path=path,
+        progress=(desc if progress else False) if progress is not None else None,
+        settings=settings, make_room=room, release_cache=release_cache)
     return _on(latent, like.device)
+
+
+def _empty_cache_of(device: torch.device):
+    """make_room for a request on `device`: PyTorch's cached blocks there (free, but not the
+    driver's) go back to the driver, so that the device the request meets is what PyTorch's
+    own code would meet, where those blocks serve it. None off a GPU."""
+    if device.type != "cuda":
+        return None
+
+    def make_room():
+        with torch.cuda.device(device):
+            torch.cuda.empty_cache()
+    return make_room
 
 
 @_sample.register_fake
 def _sample_fake(engine, coords, cond, noise, seed, concat_cond, steps, rescale_t, guidance,
                  interval_lo, interval_hi, guidance_rescale, sigma_min, path=None,
-                 progress=None, desc="Sampling"):
+                 progress=None, desc="Sampling", make_room=False, release_cache=False):
     e = engine_by_id(engine)
     channels = int(e.model["out_channels"])
     if coords is not None:

@@ -50,11 +50,11 @@ import types
 from collections import Counter
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
-from . import (DENSE, SLAT, Engine, Error, SamplerSettings, Workspace, default_path,
-               model_families)
-from ._args import _engine_options, _flag, _integer, _optional_text, _real, _text
-from ._frameworks import _framework, _torch_forward_operands, _torch_sample_operands
-from ._progress import _pipeline_progress
+from . import DENSE, SLAT, Engine, Error, Workspace, default_path, model_families
+from ._args import _engine_options, _flag, _optional_text, _text
+from ._frameworks import (_feats, _framework, _tensor_like, _torch_forward_operands,
+                          _torch_sample_operands)
+from ._trellis2_args import _sample_call
 
 # The flow models of a TRELLIS.2 image-to-3D pipeline (pipeline.models keys): the dense
 # sparse-structure model, then the structured-latent ones.
@@ -96,15 +96,6 @@ _UNSERVABLE = (Error, AttributeError, TypeError, ValueError, LookupError)
 def _reason(e: BaseException) -> str:
     """A fallback's reason: the engine's message as it is, another exception with its type."""
     return str(e) if isinstance(e, Error) else f"{type(e).__name__}: {e}"
-
-
-def _tensor_like(x: Any) -> bool:
-    """Whether `x` can be a tensor argument of the engine (an array with a shape and a dtype;
-    the engine checks the rest), not a list or a number. A tensor of a known framework is
-    told by its type alone (what torch.compile traces in a model's call)."""
-    if _framework(x) is not None:
-        return True
-    return hasattr(x, "shape") and hasattr(x, "dtype")
 
 
 def _check_config(config: Any, source: str) -> None:
@@ -282,12 +273,15 @@ class EngineFlowModel(_module_base()):  # type: ignore[misc]  # torch.nn.Module 
 
     # -- the engine --
 
-    def engine(self, device: Tuple[str, int] = ("cpu", 0)) -> Engine:
+    def engine(self, device: Tuple[str, int] = ("cpu", 0), reload: bool = True) -> Engine:
         """The engine on `device` (kind, index), built on first use, with its weights on the
-        device (brought back if .cpu() offloaded them)."""
+        device (brought back if .cpu() offloaded them). reload=False leaves that to the
+        request, which brings them back first thing (the sampler's loop: its one call into
+        the Engine, Engine._sample, does it before its memory check)."""
         if self._engine is not None and self._engine_device == device:
             if self._offloaded:
-                self._engine.reload()
+                if reload:
+                    self._engine.reload()
                 self._offloaded = False
             return self._engine
         self._engine = None
@@ -499,10 +493,6 @@ class EngineFlowModel(_module_base()):  # type: ignore[misc]  # torch.nn.Module 
                 f"{self._path or 'default'}, config from {self.config_source})")
 
 
-def _feats(x):
-    return x.feats if hasattr(x, "feats") else x
-
-
 def _weights(state_dict):
     """The tensors an engine loads from a module's state dict: the dense model's position
     buffer (`rope_phases`, complex64, or `pos_emb`), which the module computes at
@@ -561,12 +551,12 @@ class EngineSampler:
             return self.original.sample(model, noise, cond, neg_cond, *args, **kwargs)
         bound.apply_defaults()
         try:
-            reason, settings, concat = self._plan(model, noise, bound.arguments)
+            reason, call = self._plan(model, noise, cond, bound.arguments)
         except _UNSERVABLE as e:   # settings of the wrong kind (steps=2.7, a str): refused
-            reason, settings, concat = _reason(e), None, None
+            reason, call = _reason(e), None
         if reason is None:
             try:
-                out = self._serve(model, noise, cond, settings, concat, bound.arguments)
+                out = self._serve(model, noise, call)
                 self.stats.served("sample")
                 return out
             except _UNSERVABLE as e:
@@ -574,122 +564,48 @@ class EngineSampler:
         self.stats.fell_back("sample", reason)
         return self.original.sample(model, noise, cond, neg_cond, *args, **kwargs)
 
-    def _plan(self, model, noise, a):
-        """(reason the engine cannot run it or None, SamplerSettings, concat_cond)."""
+    def _plan(self, model, noise, cond, arguments):
+        """(reason the engine cannot run the call or None, the call in the engine's form:
+        _trellis2_args, where TRELLIS.2's keyword arguments and tensors are read, once)."""
         if type(self.original).__name__ not in ENGINE_SAMPLERS:
-            return f"sampler {type(self.original).__name__} is not one the engine runs", None, None
+            return f"sampler {type(self.original).__name__} is not one the engine runs", None
         if not isinstance(model, EngineFlowModel):
-            return "the model is not engine-backed", None, None
-        sparse = hasattr(noise, "feats") and hasattr(noise, "coords")
-        grid = model._grid
-        if grid and sparse:
-            return (f"the noise is a SparseTensor (the {model.family} samples a dense "
-                    "volume)"), None, None
-        if grid and (not hasattr(noise, "shape") or len(noise.shape) != 5):
-            return "the noise is not a dense volume [B, C, R, R, R]", None, None
-        if not grid and not sparse:
-            return "the noise is not a SparseTensor (no .feats/.coords)", None, None
-        for what, value in (("the noise", noise if grid else noise.feats),
-                            ("the noise's coords", None if grid else noise.coords),
-                            ("cond", _feats(a.get("cond")))):
-            if value is not None and not _tensor_like(value):
-                return f"{what} is a {type(value).__name__}, not a tensor", None, None
-        # Named parameters and **kwargs alike: TRELLIS.2's samplers take some settings
-        # (guidance_rescale) through **kwargs, passed on to their guidance mixins.
-        a = {k: v for k, v in a.items() if k != "kwargs"} | dict(a.get("kwargs", {}))
-        known = {"model", "noise", "cond", "neg_cond", "steps", "rescale_t", "guidance_strength",
-                 "guidance_interval", "guidance_rescale", "verbose", "tqdm_desc", "concat_cond"}
-        concat = a.get("concat_cond")
-        unknown = sorted(set(a) - known)
-        if unknown:
-            return f"arguments the engine's loop does not take: {', '.join(unknown)}", None, None
-        neg = a.get("neg_cond")
-        g = _real(a.get("guidance_strength", 1.0), "guidance_strength")
-        if neg is not None and g != 1.0 and _nonzero(neg):
-            return "the negative condition is not zero (the engine's CFG uses a zero one)", None, None
-        if neg is None and g != 1.0:
-            return "CFG without a negative condition", None, None
-        if "steps" not in a or "rescale_t" not in a:
-            return "the call gives no steps or rescale_t", None, None
-        interval = a.get("guidance_interval", (0.0, 1.0))
-        # Taken as they are (no int() of 2.7): a value the engine cannot take exactly is a
-        # reason to run the original sampler, which uses it as it is.
-        rescale = a.get("guidance_rescale", 0.0)
-        settings = SamplerSettings(
-            steps=_integer(a["steps"], "steps", 1, 2**31 - 1),
-            rescale_t=_real(a["rescale_t"], "rescale_t"), guidance=g,
-            guidance_interval=(_real(interval[0], "guidance_interval[0]"),
-                               _real(interval[1], "guidance_interval[1]")),
-            guidance_rescale=0.0 if rescale is None else _real(rescale, "guidance_rescale"),
-            sigma_min=_real(getattr(self.original, "sigma_min", 1e-5), "sigma_min"))
-        return None, settings, concat
+            return "the model is not engine-backed", None
+        return _sample_call(noise, cond, arguments, model._grid, model.family,
+                            getattr(self.original, "sigma_min", 1e-5))
 
-    def _serve(self, model, noise, cond, settings, concat, a):
-        dense = model._grid
-        if dense and concat is not None:
-            raise Error(f"concat_cond given: the {model.family} takes none")
-        feats = noise if dense else noise.feats
-        engine = model.engine(model._device_of(feats))
-        coords = None if dense else noise.coords
-        cond_t, concat_t = _feats(cond), _feats(concat)
-        # A bar as TRELLIS.2's samplers show one: verbose (default True) and tqdm_desc.
-        kwargs = a.get("kwargs", {})
-        verbose = a.get("verbose", kwargs.get("verbose", True))
-        desc = a.get("tqdm_desc", kwargs.get("tqdm_desc")) or "Sampling"
-        progress = desc if verbose and _pipeline_progress() else False
-        torch_inputs = _framework(feats) == "torch"
-        ops = _torch_ops() if torch_inputs else None
-        if ops is not None:   # the op casts as the original does (f16 to f32, int32 coords)
-            _make_room(engine, feats, cond_t, dense)
-            latent = ops.sample(engine, coords, cond_t, noise=feats, concat_cond=concat_t,
-                                sampler=settings, progress=progress)
-        else:
-            if torch_inputs:   # torch without custom ops: the same casts here
-                coords, feats, cond_t, concat_t = _torch_sample_operands(coords, feats, cond_t,
-                                                                         concat_t)
-            latent = engine.sample(coords, cond_t, noise=feats, concat_cond=concat_t,
-                                   sampler=settings, progress=progress)
-        if model._release_workspace and model._engine_device and model._engine_device[0] == "cuda":
-            engine.release_cache()   # the workspace is held only while a loop runs
-        dtype = getattr(noise if dense else noise.feats, "dtype", None)
+    def _serve(self, model, noise, call):
+        """The whole loop in the engine (_engine_loop), its latent as TRELLIS.2's sampler
+        returns it."""
+        # The weights, if offloaded, come back inside the one call into the Engine.
+        engine = model.engine(model._device_of(call.noise), reload=False)
+        # The workspace is held only while a loop runs: released inside that call.
+        release = bool(model._release_workspace and model._engine_device and
+                       model._engine_device[0] == "cuda")
+        latent = _engine_loop(engine, call, release)
+        dtype = getattr(call.noise, "dtype", None)
         if _framework(latent) == "torch" and latent.dtype != dtype:
             latent = latent.to(dtype)
-        samples = latent if dense else noise.replace(latent)
+        samples = latent if model._grid else noise.replace(latent)
         return types.SimpleNamespace(samples=samples, pred_x_t=None, pred_x_0=None)
 
 
-def _make_room(engine, feats, cond, dense):
-    """Before a whole loop on a GPU: when the request would not fit with the engine's flags
-    (Engine.fits), the blocks PyTorch's allocator keeps cached (free, but not the driver's)
-    go back to the driver first, so that the engine drops its memory-costly flags only for
-    memory nobody holds: the device the request meets is what PyTorch's own code would meet,
-    where those blocks serve it."""
-    import torch
-    if feats.device.type != "cuda" or len(cond.shape) != 3:
-        return
-    batch = int(cond.shape[0])
-    tokens = int(feats.shape[0]) if not dense else batch * int(_voxels_per_asset(feats))
-    if tokens < 1 or batch < 1:
-        return
-    if engine.fits(tokens, batch, int(cond.shape[1])):
-        with torch.cuda.device(feats.device):
-            torch.cuda.empty_cache()
-
-
-def _voxels_per_asset(volume):
-    """Voxels per asset of a dense volume [B, C, R, R, R]."""
-    n = 1
-    for d in volume.shape[2:]:
-        n *= int(d)
-    return n
-
-
-def _nonzero(x):
-    x = _feats(x)
-    if _framework(x) == "torch":
-        return bool(x.any())
-    import numpy
-    return bool(numpy.asarray(x).any())
+def _engine_loop(engine, call, release_cache):
+    """One call into the engine for the whole loop: the torch op for torch tensors (where
+    torch has custom ops; it casts as the original does, and on a GPU makes room first),
+    else Engine._sample; never both (docs/PYTHON.md, "The drop-in's sample call")."""
+    torch_inputs = _framework(call.noise) == "torch"
+    if torch_inputs and _torch_ops() is not None:
+        import torch   # imported already: the inputs are torch tensors
+        return torch.ops.sparse3d_engine.sample(
+            engine.id, call.coords, call.cond, call.noise, None, call.concat_cond,
+            **call.settings, path=None, progress=call.progress is not False,
+            desc=call.progress or "Sampling", make_room=True, release_cache=release_cache)
+    coords, noise, cond, concat = call.coords, call.noise, call.cond, call.concat_cond
+    if torch_inputs:   # torch without custom ops: the op's casts, here
+        coords, noise, cond, concat = _torch_sample_operands(coords, noise, cond, concat)
+    return engine._sample(coords, cond, noise, None, concat, progress=call.progress,
+                          settings=call.settings, release_cache=release_cache)
 
 
 class Acceleration:

@@ -189,16 +189,27 @@ def test_an_engine_id_that_is_gone(cache_dir):
 
 def test_the_drop_in_calls_the_engine_through_the_ops(monkeypatch, tiny_config, tiny_state_dict,
                                                       cache_dir):
+    """A model call goes through the forward op; a sampler's whole loop through the sample op,
+    which enters the Engine once (Engine._sample: the memory check and the cache release
+    inside it), and nothing of the Engine is called beside the op (docs/PYTHON.md, "The
+    drop-in's sample call")."""
     import sparse3d_engine.trellis2 as t2
     from test_trellis2 import OriginalModule, Pipeline
-    calls = []
+    calls, entries = [], []
     for name in ("forward", "sample"):
-        real = getattr(torch_ops, name)
+        real = getattr(torch.ops.sparse3d_engine, name)
 
         def spy(*args, _real=real, _name=name, **kwargs):
             calls.append(_name)
             return _real(*args, **kwargs)
-        monkeypatch.setattr(torch_ops, name, spy)
+        monkeypatch.setattr(torch.ops.sparse3d_engine, name, spy)
+    for name in ("sample", "_sample", "forward", "fits", "reload", "release_cache"):
+        method = getattr(s3d.Engine, name)
+
+        def entered(self, *args, _method=method, _name=name, **kwargs):
+            entries.append((_name, tuple(calls)))
+            return _method(self, *args, **kwargs)
+        monkeypatch.setattr(s3d.Engine, name, entered)
     sd = {k: torch.from_numpy(v) for k, v in tiny_state_dict.items()}
     pipeline = Pipeline(OriginalModule(tiny_config, sd))
     acc = t2.accelerate(pipeline, cache_dir=cache_dir)
@@ -206,13 +217,16 @@ def test_the_drop_in_calls_the_engine_through_the_ops(monkeypatch, tiny_config, 
     coords, cond, x, t = inputs("cpu")
     sparse = SparseTensor(x, coords)
     v = model(sparse, t, cond)
+    assert entries == [("forward", ("forward",))]
     assert torch.equal(v.feats, s3d.Engine(TINY, device="cpu", cache_dir=cache_dir)
                        .forward(x, t, cond, coords=coords))
+    entries.clear()
     out = pipeline.shape_slat_sampler.sample(model, sparse, cond, torch.zeros_like(cond),
                                              steps=2, rescale_t=3.0, guidance_strength=7.5,
                                              guidance_interval=(0.0, 1.0), verbose=False)
     assert isinstance(out.samples.feats, torch.Tensor)
     assert calls == ["forward", "sample"] and acc.fallbacks() == []
+    assert entries == [("_sample", ("forward", "sample"))]
     assert "torch" in sys.modules
 
 

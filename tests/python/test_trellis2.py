@@ -181,6 +181,82 @@ def _tiny():
     return TINY
 
 
+@pytest.mark.parametrize("settings, reason", [
+    (dict(steps=2.5), "steps must be an integer, got 2.5 (float)"),
+    (dict(steps="3"), "steps must be an integer, got '3' (str)"),
+    (dict(steps=0), "steps must be an integer in [1, 2147483647], got 0"),
+    (dict(rescale_t=float("nan")), "rescale_t must be finite, got nan"),
+    (dict(guidance_strength="7"), "guidance_strength must be a real number, got '7' (str)"),
+    (dict(guidance_interval=("a", 1.0)),
+     "guidance_interval[0] must be a real number, got 'a' (str)"),
+    (dict(guidance_interval=5), "TypeError: 'int' object is not subscriptable"),
+    (dict(guidance_rescale="x"), "guidance_rescale must be a real number, got 'x' (str)"),
+    (dict(steps=2.5, guidance_interval=5), "steps must be an integer, got 2.5 (float)"),
+    (dict(mystery=1), "arguments the engine's loop does not take: mystery"),
+])
+def test_settings_the_engine_cannot_take_as_they_are_run_the_original(pipeline, acc, settings,
+                                                                      reason):
+    """TRELLIS.2's keyword arguments are read once (_trellis2_args), each value as it is and
+    named as TRELLIS.2 names it; one the engine cannot take runs the original sampler."""
+    model, sampler = pipeline.models["shape_slat_flow_model_512"], pipeline.shape_slat_sampler
+    ran = []
+    sampler.original.sample = lambda *a, **k: ran.append(k) or "the original's result"
+    noise, cond = request((20, 20), 13)
+    kwargs = dict(PARAMS, **settings)
+    assert sampler.sample(model, noise, cond, np.zeros_like(cond), **kwargs) == \
+        "the original's result"
+    assert ran == [kwargs] and model._engine is None   # no engine built, nothing ran
+    assert [(f["what"], f["reason"]) for f in acc.fallbacks()] == [("sample", reason)]
+
+
+class _Recorder:
+    """Stands between an Engine and its native engine: records each call made on it."""
+
+    def __init__(self, native):
+        self._native, self.calls = native, []
+
+    def __getattr__(self, name):
+        attr = getattr(self._native, name)
+        if not callable(attr):
+            return attr
+
+        def call(*args, **kwargs):
+            self.calls.append((name, args))
+            return attr(*args, **kwargs)
+        return call
+
+
+def test_the_one_call_into_the_engine_makes_room_and_releases(engine, dense_config,
+                                                              dense_state_dict, cache_dir):
+    """Engine._sample, the drop-in's one way into the engine (docs/PYTHON.md, "The drop-in's
+    sample call"): the weights come back, then make_room() runs when the request would not
+    fit with the engine's flags (fits()), then the loop, then release_cache; otherwise it is
+    Engine.sample, bit for bit."""
+    noise, cond = request()
+    settings = s3d.SamplerSettings(steps=2)
+    want = engine.sample(noise.coords, cond, noise=noise.feats, sampler=settings)
+    engine.offload()
+    recorder = engine._e = _Recorder(engine._e)
+    room = []
+    got = engine._sample(noise.coords, cond, noise.feats, None, None,
+                         settings=settings._native(), make_room=lambda: room.append(1),
+                         release_cache=True)
+    np.testing.assert_array_equal(got, want)
+    assert [c[0] for c in recorder.calls] == ["reload", "fits", "sample", "release_cache"]
+    assert recorder.calls[1][1] == (71, 2, 9, None) and room == []   # it fits: no room made
+    assert engine.residency()["reloads"] == 1
+    # A request that does not fit: make_room() first (then the engine refuses it here). A
+    # dense model's volumes count B R^3 tokens.
+    small = s3d.Engine.from_state_dict(dense_config, dense_state_dict, device="cpu",
+                                       cache_dir=cache_dir, max_device_memory_gib=1e-4)
+    recorder = small._e = _Recorder(small._e)
+    volume, dcond = dense_request(2, 3)
+    with pytest.raises(s3d.Error, match="nothing was run"):
+        small._sample(None, dcond, volume, None, None, settings=settings._native(),
+                      make_room=lambda: room.append(1))
+    assert room == [1] and ("fits", (2 * DENSE_R ** 3, 2, 9, None)) in recorder.calls
+
+
 def test_the_original_sampler_over_the_drop_in_matches_the_engine_loop(pipeline, acc):
     """TRELLIS.2's own sampler arithmetic (here in NumPy) calling the engine-backed model
     once per forward: close to the engine's whole loop (the sampler's rounding differs)."""
