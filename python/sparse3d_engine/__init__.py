@@ -193,6 +193,8 @@ class Engine:
     reference); "beyond-cuda_graphs" edits one. device: "auto" (the GPU when there is one),
     "cuda" or "cpu". log: a callable receiving start-up lines (qualifications, cache hits)
     and this engine's fallback lines; both also go to the "sparse3d_engine" logger.
+    weight_format: how the linear layers hold their weights, "" (plain: the checkpoint's
+    tensors) or "row_scaled" (a test format; docs/API.md); model["weight_format"] says which.
     `id` is a process-unique int naming the engine (the torch custom ops take it).
     """
 
@@ -206,7 +208,8 @@ class Engine:
                  persist_qualification: bool = True, qualify_m: Sequence[int] = (),
                  log: Optional[Callable[[str], Any]] = None, devices: Sequence[int] = (),
                  parallel_min_tokens: int = 8192, workspace: Optional["Workspace"] = None,
-                 fit_to_reference: bool = False, _native_engine: Any = None):
+                 fit_to_reference: bool = False, weight_format: str = "",
+                 _native_engine: Any = None):
         self._user_log = log
         if _native_engine is not None:
             self._e = _native_engine
@@ -218,6 +221,7 @@ class Engine:
                                       parallel_min_tokens)
             options["workspace"] = _workspace(workspace)
             options["fit_to_reference"] = _flag(fit_to_reference, "fit_to_reference")
+            options["weight_format"] = _text(weight_format, "weight_format")
             checkpoint = _text(checkpoint, "checkpoint", path=True)
             if not checkpoint:
                 raise Error("checkpoint must be the path of a NAME.json, got '' (an empty path)")
@@ -285,6 +289,7 @@ class Engine:
         kwargs["workspace"] = _workspace(options.pop("workspace", None))
         kwargs["fit_to_reference"] = _flag(options.pop("fit_to_reference", False),
                                            "fit_to_reference")
+        kwargs["weight_format"] = _text(options.pop("weight_format", ""), "weight_format")
         if options:
             raise Error(f"Engine.from_state_dict: unknown option(s) {', '.join(sorted(options))}")
         with _routing(log):

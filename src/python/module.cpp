@@ -424,6 +424,7 @@ nb::dict model_dict(const ModelInfo& m) {
       m, field("family", &ModelInfo::family), field("layout", &ModelInfo::layout),
       field("sampler_preset", &ModelInfo::sampler_preset),
       field("checkpoint", &ModelInfo::checkpoint), field("content_hash", &ModelInfo::content_hash),
+      field("weight_format", &ModelInfo::weight_format),
       field("resolution", &ModelInfo::resolution), field("in_channels", &ModelInfo::in_channels),
       field("out_channels", &ModelInfo::out_channels),
       field("model_channels", &ModelInfo::model_channels),

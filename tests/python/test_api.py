@@ -203,3 +203,23 @@ def test_requests_release_the_gil(engine):
     assert result["latent"].shape == (350, 32)
     # The request took many milliseconds; this thread ran meanwhile.
     assert ticks > 20
+
+
+def test_a_weight_format_is_a_keyword_and_the_model_says_which(engine, cache_dir, tiny_config,
+                                                              tiny_state_dict):
+    scaled = s3d.Engine(TINY, device="cpu", cache_dir=cache_dir, weight_format="row_scaled")
+    assert engine.model["weight_format"] == "plain"
+    assert scaled.model["weight_format"] == "row_scaled"
+    assert scaled.model["content_hash"] != engine.model["content_hash"]
+    coords, cond = make_request([37, 21], 5)
+    want = engine.sample(coords, cond, seed=3, sampler=QUICK)
+    got = scaled.sample(coords, cond, seed=3, sampler=QUICK)
+    err = np.linalg.norm(got - want) / np.linalg.norm(want)
+    assert 0 < err < 2e-2
+    mem = s3d.Engine.from_state_dict(tiny_config, tiny_state_dict, device="cpu",
+                                     cache_dir=cache_dir, weight_format="row_scaled")
+    assert mem.model["content_hash"] == scaled.model["content_hash"]
+    with pytest.raises(s3d.Error, match=r"unknown weight format 'fp8' \(known: plain, row_scaled"):
+        s3d.Engine(TINY, device="cpu", cache_dir=cache_dir, weight_format="fp8")
+    with pytest.raises(s3d.Error, match=r"weight_format must be a str"):
+        s3d.Engine(TINY, device="cpu", cache_dir=cache_dir, weight_format=None)

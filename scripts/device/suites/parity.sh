@@ -24,8 +24,8 @@
 #                 model at 3,664 and 30,227 tokens, fast path and pure_eager, released sampler:
 #                 the latent within FORMAT_TOL (2e-2) relative L2, and each run's loop time.
 #   bench-ref     the new build's speed against the reference build's (REF): `bench --paths
-#                 fast pure_eager` at 3,664 and 30,227 tokens (repeated protocol, 3 repeats),
-#                 the two builds alternating, ROUNDS (2) rounds each; a table of the median
+#                 BENCH_PATHS` (fast) at 3,664 and 30,227 tokens (repeated protocol, REPEATS
+#                 (2) repeats), the two builds alternating, ROUNDS (2) rounds each; a table of the median
 #                 loop per build, path and asset, and their ratio.
 # Default: reference.
 set -uo pipefail
@@ -258,7 +258,7 @@ mode_bench_ref() {
   REF=${REF:-build-before/bin/sparse3d}
   source scripts/device/prepare_model.sh
   local common="--checkpoint $W/shape.json --manifest $W/pl/manifest.json --assets $SMALL $LARGE \
-    --paths fast pure_eager --protocol repeated --repeats 3 --no-torch"
+    --paths ${BENCH_PATHS:-fast} --protocol repeated --repeats ${REPEATS:-2} --no-torch"
   for round in $(seq 1 ${ROUNDS:-2}); do
     for build in ref new; do
       local bin=$BIN/sparse3d; [ $build = ref ] && bin=$REF
