@@ -3,7 +3,9 @@
 # (scripts/check_install.sh: install, find_package from outside the tree, the example), the
 # wheel (scripts/check_wheel.sh: the CUDA 13 / Python 3.12 wheel built, installed into a
 # clean virtual environment, `python -m sparse3d_engine`, the Python suite against it, then
-# again with PyTorch next to it), and a bounded fuzz run of every parser. GPU tests are a separate executable run on a GPU
+# again with PyTorch next to it; then the Python 3.10 and 3.11 wheels the same way without
+# PyTorch, where those interpreters are installed, e.g. by pyenv), and a bounded fuzz run of
+# every parser. GPU tests are a separate executable run on a GPU
 # machine (scripts/device/run.sh unit).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,6 +17,19 @@ log=$(mktemp)
 scripts/check_install.sh
 wheel_log=$(mktemp)
 scripts/check_wheel.sh 2>&1 | tee "$wheel_log"
+# The wheels of Python 3.10 and 3.11 (one each; 3.12 and later share the stable-ABI one): the
+# library's objects come from ccache, so each costs its module, its venv and the suite.
+has_python() { command -v "python$1" >/dev/null || compgen -G "$HOME/.pyenv/versions/$1*/bin/python3" >/dev/null; }
+other_logs=()
+for v in 3.10 3.11; do
+  other_logs+=("$(mktemp)")
+  if has_python "$v"; then
+    PYTHON=$v TORCH=0 scripts/check_wheel.sh 2>&1 | tee "${other_logs[-1]}"
+  else
+    echo "check_wheel: Python $v: no python$v here (pyenv install $v): its wheel was not checked" \
+      | tee "${other_logs[-1]}"
+  fi
+done
 if [ -x scripts/fuzz.sh ]; then
   FUZZ_SECONDS=${FUZZ_SECONDS:-20} scripts/fuzz.sh
 fi
@@ -24,4 +39,5 @@ total=$(echo "$summary" | sed -E 's/.*out of ([0-9]+).*/\1/')
 failed=$(echo "$summary" | sed -E 's/.* ([0-9]+) tests failed.*/\1/')
 rm -f "$log"
 sed -n '/^check_wheel: ok/,$p' "$wheel_log"; rm -f "$wheel_log"
+for l in "${other_logs[@]}"; do grep -E "^check_wheel: |  install: " "$l"; rm -f "$l"; done
 echo "$((total - failed)) passed, $failed failed"
