@@ -4,7 +4,7 @@
 // odd shapes, with every bias dtype and none; row_scaled's create (what it stores) and its
 // apply through ops::linear against the plain layer, within the format's tolerance; and the
 // MLP's linear_gelu over a row_scaled layer, whose epilogue candidate refuses (counted) while
-// the bitwise wide GELU still runs.
+// the bitwise wide GELU still runs when its flag is on.
 #include <gtest/gtest.h>
 
 #include <algorithm>
