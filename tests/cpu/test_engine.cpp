@@ -16,6 +16,7 @@
 
 #include "core/cuda_util.h"
 #include "io/safetensors.h"
+#include "device/device_test_util.h"
 #include "engine_test_util.h"
 #include "sparse3d/sparse3d.h"
 #include "../model_inputs.h"
@@ -219,13 +220,7 @@ TEST_F(EngineApi, BadInputsAreOneClearError) {
   }
 }
 
-// Fallbacks of the null-context flags (the CPU backend also counts cuda_graphs' refusal).
-uint64_t null_fallbacks(const sparse3d::Engine& e) {
-  uint64_t n = 0;
-  for (const auto& f : e.counters().fallbacks)
-    if (f.optimization.rfind("null_context", 0) == 0) n += f.count;
-  return n;
-}
+using s3d::test::null_fallbacks;
 
 // The exact null path under batched CFG qualifies the batched slices alone (no cached row,
 // so no candidate M): it used to pick an M from a candidate table it never made and crash.

@@ -53,4 +53,13 @@ inline sparse3d::TensorView view_of(Tensor& t) {
   return {t.data(), t.dtype(), t.device(), 0, t.shape()};
 }
 
+// The fallbacks counted for the null-context flags, every reason together (not the other
+// flags': the CPU backend also counts cuda_graphs' refusal). The CPU engine tests use it too.
+inline uint64_t null_fallbacks(const sparse3d::Engine& e) {
+  uint64_t n = 0;
+  for (const auto& f : e.counters().fallbacks)
+    if (f.optimization.rfind("null_context", 0) == 0) n += f.count;
+  return n;
+}
+
 }  // namespace s3d::test

@@ -113,13 +113,7 @@ TEST_F(EngineApiOnDevice, SecondEngineTakesTheProbeVerdictFromTheCacheAndQualifi
   EXPECT_TRUE(e.counters().fallbacks.empty());
 }
 
-// Fallbacks of the null-context flags.
-uint64_t null_fallbacks(const sparse3d::Engine& e) {
-  uint64_t n = 0;
-  for (const auto& f : e.counters().fallbacks)
-    if (f.optimization.rfind("null_context", 0) == 0) n += f.count;
-  return n;
-}
+using s3d::test::null_fallbacks;
 
 // A service meets a new token count with nearly every asset: the request at a count met after
 // others gives the bits it gives on a fresh engine, each count is qualified once (on the
