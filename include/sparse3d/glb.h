@@ -125,6 +125,13 @@ class TexturedMesh {
 
 TexturedMesh to_glb(const GlbInput& input, const GlbOptions& options);
 
+// Starts making the process's CUDA context (a few hundred ms on first use) on a thread of its
+// own and returns at once, so that a program can overlap it with reading its input; a later
+// to_glb on the GPU waits for it instead of making it. Optional (to_glb makes the context
+// itself otherwise, overlapped with hole filling only); nothing happens without a GPU, and a
+// second call does nothing. A program that already holds a context (PyTorch) gains nothing.
+void start_gpu_context();
+
 // Every check to_glb makes of its input, without the work: the mesh (faces, finite vertices,
 // indices in range), the layout against the channels, aabb and grid_size, and the voxels (each
 // inside the grid, none twice, finite attributes). One sparse3d::Error naming the first problem.

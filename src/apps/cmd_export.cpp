@@ -61,6 +61,7 @@ Command add_export_glb(CLI::App& app) {
   sub->add_flag("--cpu", a->cpu, "Keep the closest-point queries on the CPU (same bits)");
   return [a]() {
     io::check_output_file(a->out, "--out " + a->out);  // before the work, not after it
+    if (!a->cpu) sparse3d::start_gpu_context();  // made while the input is read
     const sparse3d::GlbAsset asset = sparse3d::load_glb_input(a->input);
     sparse3d::GlbOptions o;
     o.decimation_target = a->decimation_target;

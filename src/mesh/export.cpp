@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <future>
+#include <mutex>
 #include <limits>
 #include <memory>
 #include <thread>
@@ -261,6 +262,19 @@ class CudaWarmUp {
   std::thread thread_;
 };
 
+// start_gpu_context()'s thread, joined when the program ends.
+struct EarlyContext {
+  std::once_flag once;
+  std::thread thread;
+  ~EarlyContext() {
+    if (thread.joinable()) thread.join();
+  }
+};
+EarlyContext& early_context() {
+  static EarlyContext e;
+  return e;
+}
+
 // The decoded surface's BVH: built on the GPU when the closest-point queries run there (the
 // remesh's and the bake's), else on the host; a device that is missing or fails is a counted
 // fallback to the host.
@@ -360,6 +374,16 @@ void finalize_mesh(const s3d::mesh::BakedTexture& baked, const s3d::mesh::UvMesh
 void check_glb_input(const GlbInput& in) {
   check_input(in);
   volume_of(in);  // the checks; the copy is dropped
+}
+
+void start_gpu_context() {
+  EarlyContext& e = early_context();
+  std::call_once(e.once, [&e] {
+    e.thread = std::thread([] {
+      if (s3d::cuda_available()) cudaFree(nullptr);
+      cudaGetLastError();
+    });
+  });
 }
 
 TexturedMesh to_glb(const GlbInput& in, const GlbOptions& o) {

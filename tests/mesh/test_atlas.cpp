@@ -302,6 +302,36 @@ TEST(MeshAtlasPlanar, SelfOverlapIsSplit) {
   EXPECT_GE(uv_unwrap(m, o).num_charts, 2);
 }
 
+// A fold (a face simplification flipped over its neighbours: its normal faces back) joins the
+// chart around it, mirrored, instead of being a chart of its own; a face standing on edge
+// (turned 90 degrees, no plane to project onto) does not.
+TEST(MeshAtlasPlanar, FoldJoinsTheChartAroundIt) {
+  TriMesh m;
+  const int nx = 7, ny = 5;  // odd: 70 faces
+  for (int i = 0; i <= ny; ++i)
+    for (int j = 0; j <= nx; ++j)
+      m.positions.insert(m.positions.end(), {0.1f * j - 0.35f, 0.09f * i - 0.2f, 0.0f});
+  for (int i = 0; i < ny; ++i)
+    for (int j = 0; j < nx; ++j) {
+      const int32_t v = i * (nx + 1) + j, w = v + nx + 1;
+      m.faces.insert(m.faces.end(), {v, v + 1, w + 1, v, w + 1, w});
+    }
+  ChartOptions o;
+  o.texture_size = 256;
+  ASSERT_EQ(uv_unwrap(m, o).num_charts, 1);
+  const int64_t fold = 2 * (2 * nx + 3) + 1;  // an interior face
+  std::swap(m.faces[3 * fold + 1], m.faces[3 * fold + 2]);
+  const UvMesh out = uv_unwrap(m, o);
+  EXPECT_EQ(out.num_charts, 1);
+  expect_good_atlas(m, o, 1);  // the fold is mirrored in its chart: counted as flipped
+  // An interior vertex pushed straight up far enough that a face of its fan stands on edge
+  // (seen from its neighbours): charts of their own, as before.
+  TriMesh fin = m;
+  std::swap(fin.faces[3 * fold + 1], fin.faces[3 * fold + 2]);
+  fin.positions[3 * (2 * (nx + 1) + 3) + 2] = 5.0f;
+  EXPECT_GT(uv_unwrap(fin, o).num_charts, 1);
+}
+
 // Every face's UV area over its 3D area is scale^2 * cos(angle to its chart's axis): within
 // [cos(75 degrees), 1] of the largest (the hard bound), and within [cos(cone), 1] for nearly
 // all of the surface (the cone bounds the smoothed normals).

@@ -126,6 +126,20 @@ TEST(MeshExport, RemeshBranchMeetsItsContract) {
   expect_result_contract(sparse3d::to_glb(asset().view(), o), 2001, true);
 }
 
+// start_gpu_context() only moves when the CUDA context is made (none without a GPU): twice,
+// then an export, gives the same file as an export without it.
+TEST(MeshExport, EarlyGpuContextChangesNoBit) {
+  sparse3d::GlbOptions o;
+  o.decimation_target = 1201;
+  o.texture_size = 67;
+  o.remesh = true;
+  o.remesh_project = 0;
+  const std::string before = sparse3d::to_glb(asset().view(), o).glb_bytes();
+  sparse3d::start_gpu_context();
+  sparse3d::start_gpu_context();
+  EXPECT_EQ(sparse3d::to_glb(asset().view(), o).glb_bytes(), before);
+}
+
 TEST(MeshExport, WritesAGlbAndLeavesNothingOnFailure) {
   sparse3d::GlbOptions o;
   o.decimation_target = 800;
