@@ -242,14 +242,15 @@ s3d::mesh::SparseVolume volume_of(const GlbInput& in) {
 // The CUDA context (a few hundred ms on first use) made on a thread of its own while the CPU
 // fills holes and builds the BVH; wait() before the first device call. An error here is
 // dropped: the device call meets it again and reports the fallback.
+void make_cuda_context() {
+  if (s3d::cuda_available()) cudaFree(nullptr);
+  cudaGetLastError();
+}
+
 class CudaWarmUp {
  public:
   explicit CudaWarmUp(bool on) {
-    if (on)
-      thread_ = std::thread([] {
-        if (s3d::cuda_available()) cudaFree(nullptr);
-        cudaGetLastError();
-      });
+    if (on) thread_ = std::thread(make_cuda_context);
   }
   ~CudaWarmUp() { wait(); }
   CudaWarmUp(const CudaWarmUp&) = delete;
@@ -378,12 +379,7 @@ void check_glb_input(const GlbInput& in) {
 
 void start_gpu_context() {
   EarlyContext& e = early_context();
-  std::call_once(e.once, [&e] {
-    e.thread = std::thread([] {
-      if (s3d::cuda_available()) cudaFree(nullptr);
-      cudaGetLastError();
-    });
-  });
+  std::call_once(e.once, [&e] { e.thread = std::thread(make_cuda_context); });
 }
 
 TexturedMesh to_glb(const GlbInput& in, const GlbOptions& o) {
