@@ -6,7 +6,9 @@
 #             GPU_TESTS=0: not).
 #             Carried (git-ignored; see docs/EXPORT.md "Measuring"):
 #               .deps/glb/bin/   sparse3d and sparse3d_mesh_gpu_tests (else sparse3d_gpu_tests),
-#                                built on the development machine and stripped (GLB_BIN: another)
+#                                built on the development machine and stripped (GLB_BIN: another;
+#                                carrying .deps/glb replaces the whole folder there, so they must
+#                                be in it here, or be unpacked into it in the same command)
 #               .deps/glb/lib/   its runtime libraries the GPU image lacks (meshoptimizer,
 #                                libwebp, libpng), copied from the development machine
 #               .deps/glb/sources/*.safetensors  the source meshes (tools/glb_judge/sources.py)
@@ -21,7 +23,9 @@
 #             judges run at the end, JUDGE_JOBS (8) at a time, with JUDGE_ARGS), TIMEOUT_S per
 #             run (300), DEADLINE_S (540: no run starts after this many seconds, and the judges
 #             get what is left of 590 s; every log and JSON is also copied to $OUT/res as it is
-#             written). Writes glb_export.tar.gz (every JSON, log and view) and
+#             written), SPARSE3D_MESH_TIMINGS (1: sub-stage times in each of our logs).
+#             A run of the original that fails is reported with its exit status (124: killed
+#             at TIMEOUT_S; 128 + N: killed by signal N). Writes glb_export.tar.gz (every JSON, log and view) and
 #             glb_export_table.md; prints the table last.
 #   original  builds TRELLIS.2's original GLB export stack for this machine's python3 and
 #             PyTorch (o_voxel, cumesh, flex_gemm, nvdiffrast), imports and smoke-tests it, and
@@ -45,6 +49,7 @@ mode_export() {
   B=${BASELINE:-.deps/baseline}  # the original's prebuilt packages: site/ and wheels/
   W=/tmp/glb_export
   DEADLINE_S=${DEADLINE_S:-540}
+  export SPARSE3D_MESH_TIMINGS=${SPARSE3D_MESH_TIMINGS:-1}  # sub-stage times in each log
   started=$(date +%s)
   late() { [ $(( $(date +%s) - started )) -ge "$DEADLINE_S" ]; }
   rm -rf "$W"; mkdir -p "$W/cases" "$W/glb" "$W/res"
@@ -106,8 +111,9 @@ mode_export() {
       elif [ $HAVE_ORIGINAL = 1 ]; then
         timeout "$TIMEOUT_S" python3 tools/glb_judge/run_original.py --case "$W/cases/$name.safetensors" \
           --out "$W/glb/orig_$tag.glb" --decimation-target "$target" --texture-size "$tex" \
-          "${orig_flags[@]}" --json "$W/res/orig_$tag.json" > "$W/res/orig_$tag.log" 2>&1 ||
-          echo "original $tag failed: $(tail -1 "$W/res/orig_$tag.log")"
+          "${orig_flags[@]}" --json "$W/res/orig_$tag.json" > "$W/res/orig_$tag.log" 2>&1
+        rc=$?  # 124: killed at TIMEOUT_S; 128 + N: signal N (a crash)
+        [ $rc = 0 ] || echo "original $tag failed (exit $rc): $(tail -1 "$W/res/orig_$tag.log" | cut -c1-200)"
       fi
       if [ "${JUDGE:-1}" = 1 ]; then  # judged at the end, several at a time
         glbs="--glb sparse3d=$W/glb/ours_$tag.glb"
