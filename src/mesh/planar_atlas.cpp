@@ -13,8 +13,8 @@
 //    from the lowest unassigned face, taking a face when its smoothed normal is within the
 //    cone of the seed's and its own normal within 75 degrees (the hard bound that keeps the
 //    projection from flipping it); then charts of a few faces merged into a neighbour (by the
-//    cone where one holds them, else by the hard bound alone). Linear in the faces and serial,
-//    so reproducible.
+//    cone where one holds them, else by the hard bound alone, or as folds: faces flipped over
+//    their neighbours, mirrored). Linear in the faces and serial, so reproducible.
 // 2. Parameterization: each chart projected onto a plane: that of its area-weighted mean
 //    normal or of its seed's, whichever turns its most turned face less, so no face flips and
 //    no face shrinks by more than cos(75 degrees) (most by at most cos(cone)); then turned to its smallest bounding
