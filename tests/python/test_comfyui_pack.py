@@ -120,7 +120,7 @@ def test_the_accelerate_node_serves_the_pipeline_bit_for_bit_as_the_engine(pipel
     assert isinstance(pipeline.shape_slat_sampler, t2.EngineSampler)
     assert ui["text"] == [report]
     assert report.startswith("sparse3d: accelerated\n")
-    assert "shape_slat_flow_model_512: sparse3d engine" in report and "fallbacks: 0" in report
+    assert "shape_slat_flow_model_512: sparse3d engine" in report and "fallbacks to PyTorch: 0" in report
 
     noise, cond = standins.request()
     out = pipeline.shape_slat_sampler.sample(model, noise, cond, np.zeros_like(cond),
@@ -130,7 +130,7 @@ def test_the_accelerate_node_serves_the_pipeline_bit_for_bit_as_the_engine(pipel
     np.testing.assert_array_equal(out.samples.feats, direct)
     assert model.original.calls == 0 and pipeline.shape_slat_sampler.original.loops == 0
     (text,), _ = run(REPORT, pipeline=pipeline, after="anything")
-    assert "whole loops in the engine 1" in text and "fallbacks: 0" in text
+    assert "whole loops in the engine 1" in text and "fallbacks to PyTorch: 0" in text
 
 
 def test_the_accelerate_node_is_idempotent(pipeline, cache_dir):
@@ -170,7 +170,7 @@ def test_the_dict_form_and_the_fallbacks_in_the_report(pipeline, cache_dir):
     assert ui["text"] == [text]
     assert "whole loops in the engine 0" in text
     assert "ran the original sampler x1" in text
-    total = int(text.split("fallbacks: ")[1].split()[0])
+    total = int(text.split("fallbacks to PyTorch: ")[1].split()[0])
     assert total == sum(f["count"] for f in pipeline._sparse3d_comfyui["acceleration"].fallbacks())
     assert total == 1
 
@@ -191,7 +191,7 @@ def test_the_accelerate_node_names_what_it_cannot_take(pipeline, cache_dir):
     model = pipeline.models["shape_slat_flow_model_512"]
     pipeline.shape_slat_sampler.sample(model, noise, cond, np.zeros_like(cond), **standins.PARAMS)
     (text,), _ = run(REPORT, pipeline=pipeline)
-    assert "fallbacks: 0" not in text and "no-such-path" in text
+    assert "fallbacks to PyTorch: 0" not in text and "no-such-path" in text
     assert pipeline.shape_slat_sampler.original.loops == 1
 
 

@@ -86,7 +86,7 @@ def _unwrap_pipeline(value: Any) -> Any:
 def _fallback_lines(acc: Any) -> str:
     fallbacks = acc.fallbacks()
     total = sum(f["count"] for f in fallbacks)
-    return f"fallbacks: {total}" + "".join(
+    return f"fallbacks to PyTorch: {total}" + "".join(
         f"\n  {f['where']} ({f['what']}) x{f['count']}: {f['reason']}" for f in fallbacks)
 
 
