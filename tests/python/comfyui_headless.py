@@ -275,7 +275,7 @@ def model_patch(nodes, run, conftest, standins, cache):
     print("flow model patch node ui text:\n" + out["3"]["text"][0])
     print("flow model patch report (after KSampler):\n" + report)
     assert calls["original"] == 0, calls
-    assert "steps served by the engine 4, run on the original 0" in report, report
+    assert "flow model calls served by the engine 4, run on the original 0" in report, report
     run(graph(True, False), "model-oracle")
     assert calls["original"] == 4, calls
     assert torch.equal(seen["patched"], seen["oracle"])

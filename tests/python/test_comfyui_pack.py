@@ -225,18 +225,34 @@ class ModelSampling:
 
 class BaseModel:
     """comfy.model_base.BaseModel as the patch reads it: diffusion_model, model_sampling and
-    apply_model (here a marker that records its calls)."""
+    apply_model, which makes the flow model's call as BaseModel._apply_model does (the
+    condition as `context=`, control and transformer_options beside it)."""
 
     def __init__(self, diffusion_model):
         self.diffusion_model = diffusion_model
         self.model_sampling = ModelSampling()
-        self.calls = []
 
     def apply_model(self, x, t, c_concat=None, c_crossattn=None, control=None,
                     transformer_options={}, **kwargs):
         import torch
-        self.calls.append(t)
-        return torch.full_like(x, 0.5)
+        xc = self.model_sampling.calculate_input(t, x)
+        if c_concat is not None:
+            xc = torch.cat([xc, c_concat], dim=1)
+        out = self.diffusion_model(xc, self.model_sampling.timestep(t).float(),
+                                   context=c_crossattn, control=control,
+                                   transformer_options=transformer_options, **kwargs)
+        return self.model_sampling.calculate_denoised(t, out.float(), x)
+
+
+class TorchSparseStructureFlowModel(standins.SparseStructureFlowModel):
+    """test_trellis2's dense stand-in called on torch tensors: records each call's arguments
+    and returns a marker velocity of 0.25."""
+
+    def __call__(self, x, t, cond=None, **kwargs):
+        import torch
+        self.calls += 1
+        self.last = (x, t, cond, kwargs)
+        return torch.full_like(x[:, :self.out_channels], 0.25)
 
 
 class ModelPatcher:
@@ -257,8 +273,7 @@ class ModelPatcher:
 
 
 def _dense_model(dense_config, dense_state_dict):
-    return ModelPatcher(BaseModel(standins.SparseStructureFlowModel(dense_config,
-                                                                    dense_state_dict)))
+    return ModelPatcher(BaseModel(TorchSparseStructureFlowModel(dense_config, dense_state_dict)))
 
 
 def _call(patched, x, sigma, **c):
@@ -269,7 +284,7 @@ def _call(patched, x, sigma, **c):
                                     "cond_or_uncond": [0] * len(x)})
 
 
-def test_the_patch_serves_each_step_from_the_engine_bit_for_bit(dense_config, dense_state_dict,
+def test_the_patch_serves_each_call_from_the_engine_bit_for_bit(dense_config, dense_state_dict,
                                                                 cache_dir):
     torch = pytest.importorskip("torch")
     model = _dense_model(dense_config, dense_state_dict)
@@ -281,18 +296,20 @@ def test_the_patch_serves_each_step_from_the_engine_bit_for_bit(dense_config, de
     x, c = torch.from_numpy(noise), torch.from_numpy(cond)
     sigma = torch.tensor([0.75, 0.75])
     out = _call(patched, x, sigma, c_crossattn=c)
-    config, _ = t2.config_of_module(model.model.diffusion_model)
+    flow_module = model.model.diffusion_model
+    assert flow_module is patched.model.diffusion_model   # put back after the call
+    config, _ = t2.config_of_module(flow_module)
     engine = s3d.Engine.from_state_dict(config, t2._weights(dense_state_dict), device="cpu",
                                         cache_dir=cache_dir)
     v = engine.forward(noise, np.full((2,), 750.0, np.float32), cond)
     expected = x - torch.from_numpy(np.asarray(v)).float() * sigma.reshape(2, 1, 1, 1, 1)
     assert torch.equal(out, expected)
-    assert model.model.calls == [] and model.model.diffusion_model.calls == 0
+    assert flow_module.calls == 0
     # A clone (KSampler clones the MODEL) shares the route and its counters.
     clone = patched.clone()
     _call(clone, x, sigma, c_crossattn=c)
     (text,), _ = run("Sparse3dFlowModelPatchReport", model=patched)
-    assert "steps served by the engine 2, run on the original 0" in text
+    assert "flow model calls served by the engine 2, run on the original 0" in text
 
 
 def test_what_the_patch_cannot_serve_runs_the_original_counted(dense_config, dense_state_dict,
@@ -304,33 +321,66 @@ def test_what_the_patch_cannot_serve_runs_the_original_counted(dense_config, den
     noise, cond = standins.dense_request(1, seed=6)
     x, c = torch.from_numpy(noise), torch.from_numpy(cond)
     sigma = torch.tensor([0.5])
-    marker = torch.full_like(x, 0.5)
-    assert torch.equal(_call(patched, x, sigma, c_crossattn=c, c_concat=x), marker)
+    marker = x - 0.25 * 0.5        # the original's velocity 0.25, denoised
+    flow_module = model.model.diffusion_model
+    assert torch.equal(_call(patched, x, sigma, c_crossattn=c, c_concat=x[:, :1]), marker)
+    assert flow_module.last[0].shape[1] == 9     # the original got the concatenated input
+    assert torch.equal(_call(patched, x, sigma, c_crossattn=c, control={"middle": [x]}), marker)
+    assert flow_module.last[3]["control"] == {"middle": [x]}
     assert torch.equal(_call(patched, x, sigma, c_crossattn=c,
                              transformer_options={"patches": {"attn1_patch": [abs]}}), marker)
-    assert torch.equal(_call(patched, x[:, :4], sigma, c_crossattn=c), marker[:, :4])  # refused
-    assert len(model.model.calls) == 3
+    assert torch.equal(_call(patched, x, sigma), marker)
+    assert flow_module.calls == 4
     (text,), _ = run("Sparse3dFlowModelPatchReport", model=patched)
-    assert "steps served by the engine 0, run on the original 3" in text
-    assert "conditioning the engine does not take: c_concat" in text
+    assert "flow model calls served by the engine 0, run on the original 4" in text
+    assert "x must be f32 or bf16[1, 8, 8, 8, 8] (the volume; no coords given), got " \
+        "f32[1, 9, 8, 8, 8]" in text    # c_concat: the engine's own refusal
+    assert "arguments the engine does not take: control" in text
     assert "transformer_options carries patches" in text
+    assert "no condition (c_crossattn)" in text
     # A SLat model given ComfyUI's dense latent: counted, never an error.
-    slat = ModelPatcher(BaseModel(standins.OriginalModule(tiny_config, tiny_state_dict)))
+    slat = ModelPatcher(BaseModel(TorchSlat(tiny_config, tiny_state_dict)))
     (patched, _), _ = run("Sparse3dFlowModelPatch", model=slat, cache_dir=cache_dir)
     _call(patched, x, sigma, c_crossattn=c)
     assert "x is not a SparseTensor" in patched.model_options["model_function_wrapper"].report()
 
 
-def test_the_patch_refuses_what_it_cannot_route(dense_config, dense_state_dict, cache_dir):
-    pytest.importorskip("torch")
+class TorchSlat(standins.OriginalModule):
+    def __call__(self, x, t, cond=None, **kwargs):
+        import torch
+        self.calls += 1
+        return torch.zeros_like(x)
+
+
+def test_the_patch_keeps_an_earlier_wrapper_and_refuses_what_it_cannot_route(
+        dense_config, dense_state_dict, cache_dir):
+    torch = pytest.importorskip("torch")
     model = _dense_model(dense_config, dense_state_dict)
     (patched, _), _ = run("Sparse3dFlowModelPatch", model=model, cache_dir=cache_dir)
     (again, text), _ = run("Sparse3dFlowModelPatch", model=patched, cache_dir=cache_dir)
     assert again is patched and text.startswith("sparse3d: already patched: unchanged")
-    foreign = model.clone()
-    foreign.set_model_unet_function_wrapper(lambda apply_model, args: None)
-    with pytest.raises(pack.Sparse3dNodeError, match="already has a model_function_wrapper"):
-        run("Sparse3dFlowModelPatch", model=foreign)
+    # Another node's wrapper set before: it still wraps each call, the flow model inside it
+    # is the engine's.
+    earlier = model.clone()
+    seen = []
+
+    def doubled(apply_model, args):
+        seen.append(args["timestep"])
+        return 2 * apply_model(args["input"], args["timestep"], **args["c"])
+
+    earlier.set_model_unet_function_wrapper(doubled)
+    (chained, text), _ = run("Sparse3dFlowModelPatch", model=earlier, cache_dir=cache_dir,
+                             fit_memory=False)
+    assert "inside the MODEL's earlier model_function_wrapper" in text
+    noise, cond = standins.dense_request(1, seed=7)
+    x, c = torch.from_numpy(noise), torch.from_numpy(cond)
+    sigma = torch.tensor([0.5])
+    out = _call(chained, x, sigma, c_crossattn=c)
+    plain = _call(run("Sparse3dFlowModelPatch", model=model, cache_dir=cache_dir,
+                      fit_memory=False)[0][0], x, sigma, c_crossattn=c)
+    assert len(seen) == 1 and torch.equal(out, 2 * plain)
+    assert "served by the engine 1, run on the original 0" in \
+        chained.model_options["model_function_wrapper"].report()
     with pytest.raises(pack.Sparse3dNodeError, match="not a TRELLIS.2 flow model the engine "
                                                      "serves: the module has no resolution"):
         run("Sparse3dFlowModelPatch", model=ModelPatcher(BaseModel(object())))

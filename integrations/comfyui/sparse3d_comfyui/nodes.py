@@ -210,21 +210,27 @@ class _Trellis2Report:
 
 # ---- The MODEL patch ----------------------------------------------------------------------
 
-# The entries of a model call's conditioning that the engine's route reads; any other entry
-# that is set (c_concat, control, ...) runs the original apply_model.
-_SERVED_CONDITIONING = ("c_crossattn", "transformer_options")
+# The keyword arguments of a flow model call that the engine's route reads (the condition
+# comes positionally, as TRELLIS.2's packs pass it, or as ComfyUI's `context=`); any other
+# that is set (control, c_concat's extra inputs, ...) runs the original.
+_SERVED_KEYWORDS = ("context", "transformer_options")
 
 
 class EngineStepRoute:
     """ComfyUI's model_function_wrapper (ModelPatcher.set_model_unet_function_wrapper): each
-    model call of the sampler, apply_model(x, sigma, **c), is served by the engine as
-    BaseModel._apply_model does it on the flow model (calculate_input, timestep, the flow
-    model's velocity from the engine, calculate_denoised), or by apply_model itself where the
-    engine cannot serve it, counted with the reason."""
+    model call of the sampler runs the MODEL's own apply_model (its calculate_input, timestep,
+    casts and calculate_denoised, whatever the pack's BaseModel does) with the flow model's
+    forward routed through the engine for that call: one engine forward per call, bit for bit
+    the engine's. A forward the engine cannot serve runs the original module with the same
+    arguments, counted with the reason."""
 
-    def __init__(self, base_model: Any, flow: Any):
+    def __init__(self, base_model: Any, flow: Any, previous: Any = None):
         self.base_model = base_model
         self.flow = flow                 # a sparse3d_engine.trellis2.EngineFlowModel
+        # Another node's model_function_wrapper set before this patch: called inside the
+        # route, unchanged (the route only swaps the flow module for the call).
+        self.previous = previous
+        self.router = _router_class()(self)
         self.served = 0
         self.fallbacks: Counter = Counter()
 
@@ -234,51 +240,95 @@ class EngineStepRoute:
         return self
 
     def __call__(self, apply_model, args: Dict[str, Any]):
-        x, sigma, c = args["input"], args["timestep"], dict(args.get("c", {}))
-        reason = self._refusal(apply_model, c)
+        base = self.base_model
+
+        def call():
+            if self.previous is not None:
+                return self.previous(apply_model, args)
+            return apply_model(args["input"], args["timestep"], **args.get("c", {}))
+
+        owner = getattr(apply_model, "__self__", None)
+        if owner is not None and owner is not base:
+            self.fallbacks["apply_model of another model than the one patched"] += 1
+            return call()
+        original = base.diffusion_model
+        if original is self.router:      # a call inside a call: already routed
+            return call()
+        setattr(base, "diffusion_model", self.router)
+        try:
+            return call()
+        finally:
+            setattr(base, "diffusion_model", original)
+
+    def forward(self, x, t, args, kwargs):
+        """The flow model's call, as the MODEL's apply_model makes it."""
+        cond = args[0] if args else kwargs.get("context")
+        reason = self._refusal(args, kwargs, cond)
+        if reason is None:
+            reason = self.flow._refusal(x, cond, {})
         if reason is None:
             try:
-                out = self._serve(x, sigma, c)
+                v = self.flow._serve(x, t, cond, None)
+                self.flow.stats.served("forward")
                 self.served += 1
-                return out
+                return v
             except _unservable() as e:
                 reason = f"{type(e).__name__}: {e}"
         self.fallbacks[reason] += 1
-        return apply_model(x, sigma, **c)
+        return self.flow.original(x, t, *args, **kwargs)
 
-    def _refusal(self, apply_model, c) -> Optional[str]:
-        owner = getattr(apply_model, "__self__", None)
-        if owner is not None and owner is not self.base_model:
-            return "apply_model of another model than the one patched"
-        extra = sorted(k for k, v in c.items() if k not in _SERVED_CONDITIONING and v is not None)
+    @staticmethod
+    def _refusal(args, kwargs, cond) -> Optional[str]:
+        if len(args) > 1:
+            return f"{len(args) - 1} positional arguments after the condition"
+        extra = sorted(k for k, v in kwargs.items() if k not in _SERVED_KEYWORDS and v is not None)
         if extra:
-            return f"conditioning the engine does not take: {', '.join(extra)}"
-        if c.get("c_crossattn") is None:
-            return "no c_crossattn (the flow model's condition)"
-        options = c.get("transformer_options") or {}
+            return f"arguments the engine does not take: {', '.join(extra)}"
+        if cond is None:
+            return "no condition (c_crossattn)"
+        options = kwargs.get("transformer_options") or {}
         patched = [k for k in ("patches", "patches_replace") if options.get(k)]
         if patched:
             return f"transformer_options carries {' and '.join(patched)} (run by PyTorch only)"
         return None
 
-    def _serve(self, x, sigma, c):
-        ms = self.base_model.model_sampling
-        xc = ms.calculate_input(sigma, x)
-        t = ms.timestep(sigma).float()
-        cond = c["c_crossattn"]
-        reason = self.flow._refusal(xc, cond, {})
-        if reason is not None:
-            raise ValueError(reason)
-        v = self.flow._serve(xc, t, cond, None)
-        self.flow.stats.served("forward")
-        return ms.calculate_denoised(sigma, v.float(), x)
-
     def report(self) -> str:
         total = sum(self.fallbacks.values())
-        lines = [f"{self.flow.name}: steps served by the engine {self.served}, run on the "
-                 f"original {total}"]
+        lines = [f"{self.flow.name}: flow model calls served by the engine {self.served}, run "
+                 f"on the original {total}"]
         lines += [f"  ran the original x{n}: {why}" for why, n in sorted(self.fallbacks.items())]
         return "\n".join(lines)
+
+
+_ROUTER = []
+
+
+def _router_class():
+    """The torch module that stands in for the MODEL's diffusion_model during a routed call
+    (a torch.nn.Module, as BaseModel's submodule must be): its forward is the route's, every
+    attribute the BaseModel reads (dtype, ...) is the original module's."""
+    if _ROUTER:
+        return _ROUTER[0]
+    torch = _require_torch()
+
+    class FlowRouter(torch.nn.Module):
+        def __init__(self, route):
+            super().__init__()
+            object.__setattr__(self, "_route", route)   # not a submodule
+
+        def __getattr__(self, name):
+            try:
+                return super().__getattr__(name)
+            except AttributeError:
+                if name.startswith("__"):
+                    raise
+                return getattr(self.__dict__["_route"].flow.original, name)
+
+        def forward(self, x, t, *args, **kwargs):
+            return self._route.forward(x, t, args, kwargs)
+
+    _ROUTER.append(FlowRouter)
+    return FlowRouter
 
 
 def _unservable():
@@ -288,9 +338,10 @@ def _unservable():
 
 class FlowModelPatch:
     """Routes a ComfyUI MODEL's flow model through the sparse3d engine, one engine forward per
-    sampler step, where the MODEL's diffusion_model is a TRELLIS.2 flow model the engine
+    model call of the sampler, where the MODEL's diffusion_model is a TRELLIS.2 flow model the engine
     serves (SparseStructureFlowModel, SLatFlowModel); the MODEL is cloned, the input left as
-    it is. Steps the engine cannot serve run the original, counted in the report. The engine
+    it is. A call the engine cannot serve runs the original module, counted in the report;
+    another node's model_function_wrapper set before stays in effect around it. The engine
     keeps its own copy of the weights (ComfyUI moves the module's weights between devices)."""
 
     RETURN_TYPES = ("MODEL", "STRING")
@@ -318,11 +369,6 @@ class FlowModelPatch:
         if isinstance(current, EngineStepRoute):
             text = "sparse3d: already patched: unchanged\n" + current.report()
             return {"ui": {"text": [text]}, "result": (model, text)}
-        if current is not None:
-            raise Sparse3dNodeError(
-                "sparse3d: this MODEL already has a model_function_wrapper (another node's "
-                "patch); routing its steps through the engine would skip it. Put the sparse3d "
-                "patch before that node")
         base = getattr(model, "model", None)
         flow_module = getattr(base, "diffusion_model", None)
         if flow_module is None or not hasattr(base, "model_sampling"):
@@ -347,14 +393,16 @@ class FlowModelPatch:
                                         engine_options=options, share_weights=False,
                                         release_on_cpu=False)
         patched = model.clone()
-        route = EngineStepRoute(base, flow)
+        route = EngineStepRoute(base, flow, previous=current)
         patched.set_model_unet_function_wrapper(route)
-        text = f"sparse3d: patched ({config['name']}, config from {source})\n{route.report()}"
+        inside = "; inside the MODEL's earlier model_function_wrapper" if current else ""
+        text = (f"sparse3d: patched ({config['name']}, config from {source}{inside})\n"
+                f"{route.report()}")
         return {"ui": {"text": [text]}, "result": (patched, text)}
 
 
 class FlowModelPatchReport:
-    """The flow model patch's counters now (steps served, fallbacks with reasons)."""
+    """The flow model patch's counters now (calls served, fallbacks with reasons)."""
 
     RETURN_TYPES = ("STRING",)
     RETURN_NAMES = ("report",)
