@@ -184,6 +184,13 @@ def test_the_accelerate_node_names_what_it_cannot_take(pipeline, cache_dir):
         run(ACCELERATE, pipeline=object())
     (text,), _ = run(REPORT, pipeline=pipeline)
     assert text == "sparse3d: this pipeline was not accelerated by the sparse3d node"
+    # accelerate()'s own refusal, before anything is replaced, named as it names it.
+    pipeline.device = "tpu:0"
+    with pytest.raises(pack.Sparse3dNodeError, match=r"^sparse3d: accelerate: warm_up runs on "
+                                                     r"the pipeline's device, and device must"):
+        run(ACCELERATE, pipeline=pipeline, warm_up=True, cache_dir=cache_dir)
+    assert not isinstance(pipeline.models["shape_slat_flow_model_512"], t2.EngineFlowModel)
+    del pipeline.device
     # A path the engine does not have: the engine refuses it when it is built, and that is a
     # counted fallback in the report, not an error of the node.
     run(ACCELERATE, pipeline=pipeline, path="no-such-path", cache_dir=cache_dir)

@@ -159,7 +159,8 @@ class _AccelerateTrellis2:
             try:
                 acc = trellis2.accelerate(target, **options)
             except Exception as e:  # the engine's refusal of an option, named by it
-                raise Sparse3dNodeError(f"sparse3d: accelerate: {e}") from e
+                text = str(e) if str(e).startswith("accelerate") else f"accelerate: {e}"
+                raise Sparse3dNodeError(f"sparse3d: {text}") from e
             # What it replaced, kept here: restore() empties acc.models and acc.samplers.
             state = {"acceleration": acc, "options": options, "models": dict(acc.models),
                      "samplers": dict(acc.samplers)}
