@@ -37,10 +37,56 @@ def main(comfy_dir, pack_dir):
     print("loaded by nodes.load_custom_node:", ", ".join(loaded))
 
     cache = os.environ.get("SPARSE3D_COMFY_CACHE", os.path.join(comfy_dir, "temp", "s3d"))
-    tiny_config = __import__("json").load(open(conftest.TINY))
-    tiny_sd = conftest.read_safetensors(conftest.TINY[:-len(".json")] + ".safetensors")
     noise, cond = standins.request()
     seen = {"pipelines": []}
+    nodes.NODE_CLASS_MAPPINGS.update(pipeline_nodes(conftest, standins, noise, cond, seen))
+
+    def prompt(fit_memory):
+        return {
+            "1": {"class_type": "StandInLoader", "inputs": {}},
+            "2": {"class_type": "Sparse3dAccelerateTrellis2_TRELLIS2PIPELINE",
+                  "inputs": {"pipeline": ["1", 0], "cache_dir": cache, "fit_memory": fit_memory,
+                             "warm_up": False, "path": ""}},
+            "3": {"class_type": "StandInGenerate", "inputs": {"pipeline": ["2", 0]}},
+            "4": {"class_type": "Sparse3dTrellis2Report_TRELLIS2PIPELINE",
+                  "inputs": {"pipeline": ["2", 0], "after": ["3", 0]}},
+        }
+
+    run = runner(execution)
+    out = run(prompt(True), "first")
+    accelerate_text = out["2"]["text"][0]
+    report = out["4"]["text"][0]
+    print("accelerate node ui text:\n" + accelerate_text)
+    print("report node ui text:\n" + report)
+    pipeline = seen["pipelines"][0]
+    assert isinstance(pipeline.models["shape_slat_flow_model_512"], t2.EngineFlowModel)
+    direct = s3d.Engine(conftest.TINY, device="cpu", cache_dir=cache).sample(
+        noise.coords, cond, noise=noise.feats, sampler=s3d.SamplerSettings(steps=4))
+    np.testing.assert_array_equal(seen["latent"], direct)
+    print("latent: bit for bit Engine.sample (sha256 %s)" % out["3"]["text"][0])
+    assert "whole loops in the engine 1" in report and "fallbacks to PyTorch: 0" in report
+
+    out = run(prompt(True), "again")   # cached: only the report (IS_CHANGED nan) runs
+    assert len(seen["pipelines"]) == 1 and "whole loops in the engine 1" in out["4"]["text"][0]
+    out = run(prompt(False), "new-option")
+    assert len(seen["pipelines"]) == 1
+    text = out["2"]["text"][0]
+    assert "accelerated again with new options" in text, text
+    model = pipeline.models["shape_slat_flow_model_512"]
+    assert isinstance(model, t2.EngineFlowModel) and not isinstance(model.original, t2.EngineFlowModel)
+    assert not isinstance(pipeline.shape_slat_sampler.original, t2.EngineSampler)
+    np.testing.assert_array_equal(seen["latent"], direct)
+    print("new-option: " + text.splitlines()[0] + "; latent again bit for bit")
+    model_patch(nodes, run, conftest, standins, cache)
+    print("comfyui_headless: ok")
+
+
+def pipeline_nodes(conftest, standins, noise, cond, seen):
+    """The stand-in loader (the stand-in pipeline of test_trellis2.py under TRELLIS2PIPELINE)
+    and generation node (the shape sampler on a fixed request; the latent's digest)."""
+    import numpy as np
+    tiny_config = __import__("json").load(open(conftest.TINY))
+    tiny_sd = conftest.read_safetensors(conftest.TINY[:-len(".json")] + ".safetensors")
 
     class StandInLoader:
         RETURN_TYPES = ("TRELLIS2PIPELINE",)
@@ -74,20 +120,14 @@ def main(comfy_dir, pack_dir):
             digest = hashlib.sha256(np.ascontiguousarray(out.samples.feats).tobytes()).hexdigest()
             return {"ui": {"text": [digest]}, "result": (digest,)}
 
-    nodes.NODE_CLASS_MAPPINGS.update(StandInLoader=StandInLoader, StandInGenerate=StandInGenerate)
+    return {"StandInLoader": StandInLoader, "StandInGenerate": StandInGenerate}
 
-    def prompt(fit_memory):
-        return {
-            "1": {"class_type": "StandInLoader", "inputs": {}},
-            "2": {"class_type": "Sparse3dAccelerateTrellis2_TRELLIS2PIPELINE",
-                  "inputs": {"pipeline": ["1", 0], "cache_dir": cache, "fit_memory": fit_memory,
-                             "warm_up": False, "path": ""}},
-            "3": {"class_type": "StandInGenerate", "inputs": {"pipeline": ["2", 0]}},
-            "4": {"class_type": "Sparse3dTrellis2Report_TRELLIS2PIPELINE",
-                  "inputs": {"pipeline": ["2", 0], "after": ["3", 0]}},
-        }
 
-    class Server:                    # what the executor reads of PromptServer, headless
+def runner(execution):
+    """run(prompt, prompt_id) -> the outputs of ComfyUI's own validate_prompt and
+    PromptExecutor, headless (a stand-in for what the executor reads of PromptServer)."""
+
+    class Server:
         client_id = None
         last_node_id = None
         messages = []
@@ -110,32 +150,7 @@ def main(comfy_dir, pack_dir):
         print(f"{prompt_id}: validate_prompt ok (outputs {sorted(outputs)}); events {events}")
         return executor.history_result["outputs"]
 
-    out = run(prompt(True), "first")
-    accelerate_text = out["2"]["text"][0]
-    report = out["4"]["text"][0]
-    print("accelerate node ui text:\n" + accelerate_text)
-    print("report node ui text:\n" + report)
-    pipeline = seen["pipelines"][0]
-    assert isinstance(pipeline.models["shape_slat_flow_model_512"], t2.EngineFlowModel)
-    direct = s3d.Engine(conftest.TINY, device="cpu", cache_dir=cache).sample(
-        noise.coords, cond, noise=noise.feats, sampler=s3d.SamplerSettings(steps=4))
-    np.testing.assert_array_equal(seen["latent"], direct)
-    print("latent: bit for bit Engine.sample (sha256 %s)" % out["3"]["text"][0])
-    assert "whole loops in the engine 1" in report and "fallbacks to PyTorch: 0" in report
-
-    out = run(prompt(True), "again")   # cached: only the report (IS_CHANGED nan) runs
-    assert len(seen["pipelines"]) == 1 and "whole loops in the engine 1" in out["4"]["text"][0]
-    out = run(prompt(False), "new-option")
-    assert len(seen["pipelines"]) == 1
-    text = out["2"]["text"][0]
-    assert "accelerated again with new options" in text, text
-    model = pipeline.models["shape_slat_flow_model_512"]
-    assert isinstance(model, t2.EngineFlowModel) and not isinstance(model.original, t2.EngineFlowModel)
-    assert not isinstance(pipeline.shape_slat_sampler.original, t2.EngineSampler)
-    np.testing.assert_array_equal(seen["latent"], direct)
-    print("new-option: " + text.splitlines()[0] + "; latent again bit for bit")
-    model_patch(nodes, run, conftest, standins, cache)
-    print("comfyui_headless: ok")
+    return run
 
 
 def model_patch(nodes, run, conftest, standins, cache):
@@ -144,15 +159,36 @@ def model_patch(nodes, run, conftest, standins, cache):
     SparseStructureFlowModel (the tiny dense checkpoint of conftest.py); the patched MODEL's
     latent against the unpatched MODEL whose stand-in forward calls an engine directly (the
     same casts as BaseModel._apply_model): bit for bit, every step served by the engine."""
+    import torch
+    calls = {"original": 0}
+    seen = {}
+    make_model = flow_model_standin(conftest, standins, cache, calls)
+    noise, cond = standins.dense_request(1, seed=9)
+    nodes.NODE_CLASS_MAPPINGS.update(model_patch_nodes(make_model, cond, conftest, seen))
+    out = run(patch_graph(False, True, cache), "model-patch")
+    report = out["6"]["text"][0]
+    print("flow model patch node ui text:\n" + out["3"]["text"][0])
+    print("flow model patch report (after KSampler):\n" + report)
+    assert calls["original"] == 0, calls
+    assert "flow model calls served by the engine 4, run on the original 0" in report, report
+    run(patch_graph(True, False, cache), "model-oracle")
+    assert calls["original"] == 4, calls
+    assert torch.equal(seen["patched"], seen["oracle"])
+    print("KSampler latent through the patch: bit for bit the unpatched MODEL whose forward "
+          "is the engine (4 steps, cfg 3.0, euler/simple)")
+
+
+def flow_model_standin(conftest, standins, cache, calls):
+    """make_model(oracle): a ComfyUI ModelPatcher over a real BaseModel (FLOW) whose
+    diffusion_model stands for a pack's SparseStructureFlowModel on the tiny dense checkpoint;
+    its forward counts calls["original"] and is the engine called directly when `oracle`."""
     import numpy as np
     import torch
     import comfy.latent_formats
     import comfy.model_base
-    import comfy.model_management
     import comfy.model_patcher
     import comfy.supported_models_base
     import sparse3d_engine as s3d
-    import sparse3d_engine.trellis2 as t2
 
     tiny_config = __import__("json").load(open(conftest.TINY))
     args = {k: v for k, v in tiny_config["args"].items() if k != "rope_freq"}
@@ -163,7 +199,6 @@ def model_patch(nodes, run, conftest, standins, cache):
     sd["out_layer.weight"] = np.ascontiguousarray(sd["out_layer.weight"][:conftest.DENSE_C])
     sd["out_layer.bias"] = np.ascontiguousarray(sd["out_layer.bias"][:conftest.DENSE_C])
     weights = {k: torch.from_numpy(v) for k, v in sd.items()}
-    calls = {"original": 0}
 
     class SparseStructureFlowModel(torch.nn.Module):
         """Stands for a pack's SparseStructureFlowModel (the class name is the engine's
@@ -207,8 +242,13 @@ def model_patch(nodes, run, conftest, standins, cache):
         return comfy.model_patcher.ModelPatcher(base, load_device=torch.device("cpu"),
                                                 offload_device=torch.device("cpu"))
 
-    noise, cond = standins.dense_request(1, seed=9)
-    seen = {}
+    return make_model
+
+
+def model_patch_nodes(make_model, cond, conftest, seen):
+    """Stand-in nodes: the MODEL loader, the conditioning and empty latent, and a sink that
+    keeps the sampled latent in seen[name]."""
+    import torch
 
     class StandInSSModel:
         RETURN_TYPES = ("MODEL",)
@@ -250,37 +290,26 @@ def model_patch(nodes, run, conftest, standins, cache):
             seen[name] = samples["samples"].clone()
             return {"ui": {"text": [name]}, "result": (name,)}
 
-    nodes.NODE_CLASS_MAPPINGS.update(StandInSSModel=StandInSSModel,
-                                     StandInConditioning=StandInConditioning,
-                                     StandInKeep=StandInKeep)
+    return {"StandInSSModel": StandInSSModel, "StandInConditioning": StandInConditioning,
+            "StandInKeep": StandInKeep}
 
-    def graph(oracle, patch):
-        g = {"1": {"class_type": "StandInSSModel", "inputs": {"oracle": oracle}},
-             "2": {"class_type": "StandInConditioning", "inputs": {}},
-             "4": {"class_type": "KSampler", "inputs": {
-                 "model": ["3", 0] if patch else ["1", 0], "seed": 7, "steps": 4, "cfg": 3.0,
-                 "sampler_name": "euler", "scheduler": "simple", "positive": ["2", 0],
-                 "negative": ["2", 1], "latent_image": ["2", 2], "denoise": 1.0}},
-             "5": {"class_type": "StandInKeep", "inputs": {
-                 "samples": ["4", 0], "name": "patched" if patch else "oracle"}}}
-        if patch:
-            g["3"] = {"class_type": "Sparse3dFlowModelPatch",
-                      "inputs": {"model": ["1", 0], "cache_dir": cache, "fit_memory": False}}
-            g["6"] = {"class_type": "Sparse3dFlowModelPatchReport",
-                      "inputs": {"model": ["3", 0], "after": ["5", 0]}}
-        return g
 
-    out = run(graph(False, True), "model-patch")
-    report = out["6"]["text"][0]
-    print("flow model patch node ui text:\n" + out["3"]["text"][0])
-    print("flow model patch report (after KSampler):\n" + report)
-    assert calls["original"] == 0, calls
-    assert "flow model calls served by the engine 4, run on the original 0" in report, report
-    run(graph(True, False), "model-oracle")
-    assert calls["original"] == 4, calls
-    assert torch.equal(seen["patched"], seen["oracle"])
-    print("KSampler latent through the patch: bit for bit the unpatched MODEL whose forward "
-          "is the engine (4 steps, cfg 3.0, euler/simple)")
+def patch_graph(oracle, patch, cache):
+    """The KSampler graph over the stand-in MODEL, through the patch (and its report) or not."""
+    g = {"1": {"class_type": "StandInSSModel", "inputs": {"oracle": oracle}},
+         "2": {"class_type": "StandInConditioning", "inputs": {}},
+         "4": {"class_type": "KSampler", "inputs": {
+             "model": ["3", 0] if patch else ["1", 0], "seed": 7, "steps": 4, "cfg": 3.0,
+             "sampler_name": "euler", "scheduler": "simple", "positive": ["2", 0],
+             "negative": ["2", 1], "latent_image": ["2", 2], "denoise": 1.0}},
+         "5": {"class_type": "StandInKeep", "inputs": {
+             "samples": ["4", 0], "name": "patched" if patch else "oracle"}}}
+    if patch:
+        g["3"] = {"class_type": "Sparse3dFlowModelPatch",
+                  "inputs": {"model": ["1", 0], "cache_dir": cache, "fit_memory": False}}
+        g["6"] = {"class_type": "Sparse3dFlowModelPatchReport",
+                  "inputs": {"model": ["3", 0], "after": ["5", 0]}}
+    return g
 
 
 if __name__ == "__main__":
