@@ -178,22 +178,25 @@ def _still_in_place(state, pipeline) -> bool:
             bool(state["acceleration"].models or not state["models"]))
 
 
-class _Trellis2Report:
-    """The acceleration's report now: the calls each engine served and every fallback to
-    PyTorch with its reason and count. Connect `after` to the generation node's output so
-    that it runs after the generation."""
+class _ReportNode:
+    """What the report nodes share: one required input (`INPUT` of type `input_type()`), an
+    optional `after` of any type so that the report runs after the node it is wired to, a
+    STRING output, and never cached (the counters change between runs)."""
 
-    PIPELINE_TYPE = "TRELLIS2PIPELINE"
+    INPUT = "pipeline"
     RETURN_TYPES = ("STRING",)
     RETURN_NAMES = ("report",)
     FUNCTION = "report"
     CATEGORY = CATEGORY
     OUTPUT_NODE = True
-    DESCRIPTION = __doc__
+
+    @classmethod
+    def input_type(cls):
+        raise NotImplementedError
 
     @classmethod
     def INPUT_TYPES(cls):
-        return {"required": {"pipeline": (cls.PIPELINE_TYPE,)},
+        return {"required": {cls.INPUT: (cls.input_type(),)},
                 "optional": {"after": ("*", {"tooltip": "any output: runs after it"})}}
 
     @classmethod
@@ -202,11 +205,27 @@ class _Trellis2Report:
 
     @classmethod
     def IS_CHANGED(cls, **kwargs):
-        return float("nan")   # the counters change between runs: never cached
+        return float("nan")
+
+    @staticmethod
+    def shown(text: str):
+        return {"ui": {"text": [text]}, "result": (text,)}
+
+
+class _Trellis2Report(_ReportNode):
+    """The acceleration's report now: the calls each engine served and every fallback to
+    PyTorch with its reason and count. Connect `after` to the generation node's output so
+    that it runs after the generation."""
+
+    PIPELINE_TYPE = "TRELLIS2PIPELINE"
+    DESCRIPTION = __doc__
+
+    @classmethod
+    def input_type(cls):
+        return cls.PIPELINE_TYPE
 
     def report(self, pipeline, after=None):
-        text = acceleration_report(pipeline)
-        return {"ui": {"text": [text]}, "result": (text,)}
+        return self.shown(acceleration_report(pipeline))
 
 
 # ---- The MODEL patch ----------------------------------------------------------------------
@@ -402,34 +421,20 @@ class FlowModelPatch:
         return {"ui": {"text": [text]}, "result": (patched, text)}
 
 
-class FlowModelPatchReport:
+class FlowModelPatchReport(_ReportNode):
     """The flow model patch's counters now (calls served, fallbacks with reasons)."""
 
-    RETURN_TYPES = ("STRING",)
-    RETURN_NAMES = ("report",)
-    FUNCTION = "report"
-    CATEGORY = CATEGORY
-    OUTPUT_NODE = True
+    INPUT = "model"
     DESCRIPTION = __doc__
 
     @classmethod
-    def INPUT_TYPES(cls):
-        return {"required": {"model": ("MODEL",)},
-                "optional": {"after": ("*", {"tooltip": "any output: runs after it"})}}
-
-    @classmethod
-    def VALIDATE_INPUTS(cls, input_types=None):
-        return True
-
-    @classmethod
-    def IS_CHANGED(cls, **kwargs):
-        return float("nan")
+    def input_type(cls):
+        return "MODEL"
 
     def report(self, model, after=None):
         route = getattr(model, "model_options", {}).get("model_function_wrapper")
-        text = (route.report() if isinstance(route, EngineStepRoute)
-                else "sparse3d: this MODEL is not patched by the sparse3d flow model patch")
-        return {"ui": {"text": [text]}, "result": (text,)}
+        return self.shown(route.report() if isinstance(route, EngineStepRoute)
+                          else "sparse3d: this MODEL is not patched by the sparse3d flow model patch")
 
 
 def _per_type(base, type_string):
