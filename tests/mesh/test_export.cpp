@@ -117,23 +117,24 @@ TEST(MeshExport, PlainBranchMeetsItsContract) {
   EXPECT_TRUE(sparse3d::to_glb(asset().view(), o).fallbacks().empty());
 }
 
-TEST(MeshExport, RemeshBranchMeetsItsContract) {
+// The remesh branch at a small budget and texture, no pull-back (the app's settings).
+sparse3d::GlbOptions remesh_options(int64_t target, int32_t texture_size) {
   sparse3d::GlbOptions o;
-  o.decimation_target = 2001;
-  o.texture_size = 97;
+  o.decimation_target = target;
+  o.texture_size = texture_size;
   o.remesh = true;
   o.remesh_project = 0;
-  expect_result_contract(sparse3d::to_glb(asset().view(), o), 2001, true);
+  return o;
+}
+
+TEST(MeshExport, RemeshBranchMeetsItsContract) {
+  expect_result_contract(sparse3d::to_glb(asset().view(), remesh_options(2001, 97)), 2001, true);
 }
 
 // start_gpu_context() only moves when the CUDA context is made (none without a GPU): twice,
 // then an export, gives the same file as an export without it.
 TEST(MeshExport, EarlyGpuContextChangesNoBit) {
-  sparse3d::GlbOptions o;
-  o.decimation_target = 1201;
-  o.texture_size = 67;
-  o.remesh = true;
-  o.remesh_project = 0;
+  const sparse3d::GlbOptions o = remesh_options(1201, 67);
   const std::string before = sparse3d::to_glb(asset().view(), o).glb_bytes();
   sparse3d::start_gpu_context();
   sparse3d::start_gpu_context();
