@@ -15,6 +15,7 @@
 #include <functional>
 #include <limits>
 #include <numeric>
+#include <unordered_map>
 #include <utility>
 
 #include "core/error.h"
@@ -303,6 +304,125 @@ void remove_degenerate_faces(TriMesh& m, double abs_area, double rel_area) {
 #pragma omp parallel for schedule(static) if (F >= kParallelMin)
   for (int64_t f = 0; f < F; ++f) keep[f] = !is_degenerate(m, f, abs_area, rel_area);
   keep_faces(m, keep);
+}
+
+namespace {
+
+constexpr int kFlatPasses = 4;
+
+// The faces around each vertex, in CSR form (start, faces), plus the faces a flip added to a
+// vertex since; a face that no longer holds the vertex is skipped where it is read.
+struct Stars {
+  std::vector<int64_t> start;
+  std::vector<int32_t> faces;
+  std::unordered_map<int32_t, std::vector<int32_t>> added;  // per vertex, the few a flip touched
+};
+
+Stars vertex_stars(const TriMesh& m) {
+  const int64_t V = m.num_vertices(), F = m.num_faces();
+  Stars s;
+  s.start.assign(V + 1, 0);
+  for (int32_t v : m.faces) ++s.start[v + 1];
+  for (int64_t v = 0; v < V; ++v) s.start[v + 1] += s.start[v];
+  s.faces.resize(s.start[V]);
+  std::vector<int64_t> fill(s.start.begin(), s.start.end() - 1);
+  for (int64_t f = 0; f < F; ++f)
+    for (int k = 0; k < 3; ++k) s.faces[fill[m.faces[3 * f + k]]++] = static_cast<int32_t>(f);
+  return s;
+}
+
+bool holds(const TriMesh& m, int32_t f, int32_t v) {
+  const int32_t* t = &m.faces[3 * int64_t(f)];
+  return t[0] == v || t[1] == v || t[2] == v;
+}
+
+// The faces other than `f` that hold both a and b, at most two of them (enough to tell one
+// from several).
+int faces_on_edge(const TriMesh& m, const Stars& s, int32_t a, int32_t b, int32_t f,
+                  int32_t found[2]) {
+  int n = 0;
+  auto visit = [&](int32_t g) {
+    if (g == f || !holds(m, g, a) || !holds(m, g, b)) return;
+    if (n < 2 && (n == 0 || found[0] != g)) found[n] = g;
+    if (n == 0 || found[0] != g) ++n;
+  };
+  for (int64_t i = s.start[a]; i < s.start[a + 1]; ++i) visit(s.faces[i]);
+  if (const auto it = s.added.find(a); it != s.added.end())
+    for (int32_t g : it->second) visit(g);
+  return n;
+}
+
+// One flat face's flip (the header says when), or false.
+bool flip_flat_face(TriMesh& m, Stars& s, int32_t f) {
+  int32_t* t = &m.faces[3 * int64_t(f)];
+  if (repeats_index(t) || !is_degenerate(m, f, 1e-24, 1e-12)) return false;
+  // The longest edge (k, k + 1), the third corner c.
+  int k = 0;
+  double best = -1;
+  for (int e = 0; e < 3; ++e) {
+    double len2 = 0;
+    for (int c = 0; c < 3; ++c) {
+      const double d = double(m.positions[3 * int64_t(t[(e + 1) % 3]) + c]) -
+                       m.positions[3 * int64_t(t[e]) + c];
+      len2 += d * d;
+    }
+    if (len2 > best) best = len2, k = e;
+  }
+  const int32_t a = t[k], b = t[(k + 1) % 3], c = t[(k + 2) % 3];
+  int32_t across[2];
+  if (faces_on_edge(m, s, a, b, f, across) != 1) return false;
+  const int32_t g = across[0];
+  int32_t* u = &m.faces[3 * int64_t(g)];
+  int j = 0;
+  while (j < 3 && !(u[j] == b && u[(j + 1) % 3] == a)) ++j;
+  if (j == 3) return false;  // wound the other way: not one consistent surface
+  const int32_t d = u[(j + 2) % 3];
+  int32_t cd[2];
+  if (d == c || faces_on_edge(m, s, c, d, -1, cd) != 0) return false;
+  const std::array<int32_t, 3> old_f{t[0], t[1], t[2]}, old_g{u[0], u[1], u[2]};
+  t[0] = c, t[1] = a, t[2] = d;
+  u[0] = c, u[1] = d, u[2] = b;
+  if (is_degenerate(m, f, 1e-24, 1e-12) || is_degenerate(m, g, 1e-24, 1e-12)) {
+    std::copy(old_f.begin(), old_f.end(), t);  // d on the line too
+    std::copy(old_g.begin(), old_g.end(), u);
+    return false;
+  }
+  s.added[d].push_back(f);  // f gained d (and lost b), g gained c (and lost a)
+  s.added[c].push_back(g);
+  return true;
+}
+
+}  // namespace
+
+int64_t flip_flat_faces(TriMesh& m) {
+  check_input(m, "flip_flat_faces");
+  const int64_t F = m.num_faces();
+  std::vector<int32_t> flat;
+  {
+    std::vector<uint8_t> is_flat(F);
+#pragma omp parallel for schedule(static) if (F >= kParallelMin)
+    for (int64_t f = 0; f < F; ++f) {
+      is_flat[f] = !repeats_index(&m.faces[3 * f]) && is_degenerate(m, f, 1e-24, 1e-12);
+    }
+    for (int64_t f = 0; f < F; ++f)
+      if (is_flat[f]) flat.push_back(static_cast<int32_t>(f));
+  }
+  if (flat.empty()) return 0;
+  Stars s = vertex_stars(m);
+  int64_t flips = 0;
+  for (int pass = 0; pass < kFlatPasses && !flat.empty(); ++pass) {
+    std::vector<int32_t> left;
+    for (int32_t f : flat) {
+      if (flip_flat_face(m, s, f)) {
+        ++flips;
+      } else {
+        left.push_back(f);
+      }
+    }
+    if (left.size() == flat.size()) break;
+    flat.swap(left);
+  }
+  return flips;
 }
 
 void remove_duplicate_faces(TriMesh& m) {

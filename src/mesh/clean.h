@@ -13,6 +13,15 @@ namespace s3d::mesh {
 // area over the squared longest edge is below `rel_area` (CuMesh's remove_degenerate_faces
 // defaults: 1e-24 and 1e-12).
 void remove_degenerate_faces(TriMesh& m, double abs_area = 1e-24, double rel_area = 1e-12);
+// Turns flat faces (three distinct vertices in a line: no area, as remove_degenerate_faces
+// sees it with its defaults) into good ones where the geometry allows: for such a face (a, b, c)
+// with c inside its longest edge ab, and the one other face (b, a, d) across ab, the shared edge
+// is flipped to (c, d), giving (c, a, d) and (c, d, b), which tile (b, a, d) exactly. So the
+// surface, its area and its boundary stay as they were, while removing the flat face instead
+// would open a slit along ab. A face is left as it is when ab has another number of faces, d is
+// on the line too, or the edge (c, d) is there already. Serial, in face order, repeated while
+// a pass flips something (at most four passes). Returns the number of flips.
+int64_t flip_flat_faces(TriMesh& m);
 // Drops every face whose vertex set equals an earlier face's (either winding); keeps the first.
 void remove_duplicate_faces(TriMesh& m);
 // Drops vertices no face uses; renumbers. `old_of_new`, when given, receives for each kept

@@ -9,7 +9,8 @@
 // dual contouring and simplification: even triangles on a smooth surface, where a chart whose
 // normals stay inside a cone projects onto a plane with small, bounded stretch. So:
 //
-// 1. Charts: breadth-first growth over edge-adjacent faces (edges with exactly two faces)
+// 1. Charts: breadth-first growth over edge-adjacent faces (an edge of more than two faces
+//    pairs them, face_neighbours)
 //    from the lowest unassigned face, taking a face when its smoothed normal is within the
 //    cone of the seed's and its own normal within 75 degrees (the hard bound that keeps the
 //    projection from flipping it); then charts of a few faces merged into a neighbour (by the
@@ -122,9 +123,54 @@ Faces face_frames(const TriMesh& m) {
   return out;
 }
 
-// Per face and edge k (corners k, k+1): the face across that edge when exactly one other face
-// has it, else -1 (a border or a non-manifold edge ends a chart). Through each vertex's star.
-std::vector<int32_t> face_neighbours(const TriMesh& m) {
+// True when face g runs along the edge from a to b (a, then b, in its winding).
+bool runs(const TriMesh& m, int32_t g, int32_t a, int32_t b) {
+  const int32_t* t = &m.faces[3 * int64_t(g)];
+  for (int k = 0; k < 3; ++k)
+    if (t[k] == a && t[(k + 1) % 3] == b) return true;
+  return false;
+}
+
+// f's partner among the faces of an edge (a, b) that more than two share (`around`, f among
+// them): the faces running a -> b are paired with those running b -> a (a consistently wound
+// sheet goes on across the edge that way), greedily, the pair whose normals agree best first,
+// ties to the smaller face ids; every face of the edge computes the same pairing, so it is
+// symmetric. -1 when f is left over.
+int32_t edge_partner(const TriMesh& m, const Faces& faces, std::vector<int32_t>& around,
+                     int32_t f, int32_t a, int32_t b) {
+  std::sort(around.begin(), around.end());
+  struct Pair {
+    double agree;
+    int32_t forward, backward;
+  };
+  std::vector<Pair> pairs;
+  for (int32_t g : around) {
+    if (!runs(m, g, a, b)) continue;
+    for (int32_t h : around)
+      if (runs(m, h, b, a)) pairs.push_back({dotd(faces.normal[g], faces.normal[h]), g, h});
+  }
+  std::sort(pairs.begin(), pairs.end(), [](const Pair& x, const Pair& y) {
+    if (x.agree != y.agree) return x.agree > y.agree;
+    return x.forward != y.forward ? x.forward < y.forward : x.backward < y.backward;
+  });
+  std::vector<int32_t> used;
+  for (const Pair& p : pairs) {
+    if (std::find(used.begin(), used.end(), p.forward) != used.end() ||
+        std::find(used.begin(), used.end(), p.backward) != used.end())
+      continue;
+    if (p.forward == f) return p.backward;
+    if (p.backward == f) return p.forward;
+    used.push_back(p.forward);
+    used.push_back(p.backward);
+  }
+  return -1;
+}
+
+// Per face and edge k (corners k, k+1): the face across that edge, else -1 (a border ends a
+// chart). Through each vertex's star. An edge of more than two faces (two sheets of a remeshed
+// thin part meeting along it: 7% of regr01's faces at 500,000) pairs its faces by
+// edge_partner, so that each sheet's charts go on across it.
+std::vector<int32_t> face_neighbours(const TriMesh& m, const Faces& faces) {
   const int64_t V = m.num_vertices(), F = m.num_faces();
   std::vector<int64_t> start(V + 1, 0);
   for (int32_t v : m.faces) ++start[v + 1];
@@ -136,21 +182,27 @@ std::vector<int32_t> face_neighbours(const TriMesh& m) {
       for (int k = 0; k < 3; ++k) star[fill[m.faces[3 * f + k]]++] = static_cast<int32_t>(f);
   }
   std::vector<int32_t> nb(3 * F, -1);
-#pragma omp parallel for schedule(static) if (F > 16384)
-  for (int64_t f = 0; f < F; ++f) {
-    for (int k = 0; k < 3; ++k) {
-      const int32_t a = m.faces[3 * f + k], b = m.faces[3 * f + (k + 1) % 3];
-      int32_t found = -1, count = 0;
-      for (int64_t i = start[a]; i < start[a + 1]; ++i) {
-        const int32_t g = star[i];
-        if (g == f) continue;
-        const int32_t* t = &m.faces[3 * int64_t(g)];
-        if (t[0] == b || t[1] == b || t[2] == b) {
-          found = g;
-          ++count;
+#pragma omp parallel if (F > 16384)
+  {
+    std::vector<int32_t> around;  // the other faces of a shared edge
+#pragma omp for schedule(static)
+    for (int64_t f = 0; f < F; ++f) {
+      for (int k = 0; k < 3; ++k) {
+        const int32_t a = m.faces[3 * f + k], b = m.faces[3 * f + (k + 1) % 3];
+        around.clear();
+        for (int64_t i = start[a]; i < start[a + 1]; ++i) {
+          const int32_t g = star[i];
+          if (g == f) continue;
+          const int32_t* t = &m.faces[3 * int64_t(g)];
+          if (t[0] == b || t[1] == b || t[2] == b) around.push_back(g);
+        }
+        if (around.size() == 1) {
+          nb[3 * f + k] = around[0];
+        } else if (around.size() > 1) {
+          around.push_back(static_cast<int32_t>(f));
+          nb[3 * f + k] = edge_partner(m, faces, around, static_cast<int32_t>(f), a, b);
         }
       }
-      if (count == 1) nb[3 * f + k] = found;
     }
   }
   return nb;
@@ -1142,7 +1194,7 @@ void smooth_borders(Clusters& c, const Faces& faces, const std::vector<D3>& smoo
 }
 
 std::vector<Chart> initial_charts(const TriMesh& m, const Faces& faces, double cos_cone) {
-  const std::vector<int32_t> nb = face_neighbours(m);
+  const std::vector<int32_t> nb = face_neighbours(m, faces);
   const std::vector<D3> smooth = smoothed_normals(faces, nb);
   Clusters cl = grow_charts(faces, smooth, nb, cos_cone);
   merge_small_charts(cl, faces, smooth, nb, cos_cone, true);

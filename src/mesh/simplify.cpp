@@ -19,9 +19,16 @@
 //   meshoptimizer per face (its passes touch every vertex), so this pays on one thread too.
 // - Locked borders: meshopt_SimplifyLockBorder keeps every vertex on an open edge where it
 //   is, and an edge shared with another block is open inside the block, so the blocks still
-//   stitch exactly (the output is watertight where the input was). A vertex that another
-//   block uses and that a block's simplification lost anyway (topology the open-edge test
-//   does not see, such as an edge of three faces) sends that block back unsimplified.
+//   stitch exactly (the output is watertight where the input was). meshoptimizer 0.18 finds
+//   open edges by their half-edges, so a border vertex whose every edge has a twin in the
+//   block (an edge of four faces, two each way: where two sheets of a remeshed thin part
+//   meet) looks manifold to it and would be collapsed; such a vertex, and the vertices of its
+//   faces, get a point face (v, v, v), whose self-edge makes meshoptimizer lock v
+//   (lock_closed_border). Before that, regr01 (a CAD part, 23,497 such edges in its remeshed
+//   surface) sent back 12 of 15 blocks of the second round, and the serial final pass did
+//   the rest (1.4 s of its 2.3 s on the H200 machine's cores). A vertex that another block
+//   uses and that a block's simplification lost anyway still sends that block back
+//   unsimplified.
 // - Seams: the locked borders keep the input's density, and meshoptimizer would thin them
 //   out no faster than the rest later on (its error does not see density), so the blocks'
 //   budgets leave room for them, and then the faces on the borders, cut into pieces across
@@ -39,12 +46,16 @@
 //   share (its locked border, or topology meshoptimizer will not collapse) leaves the sum a
 //   little above the target (spider: 0.3%), and the serial pass over the whole mesh would
 //   cost a third of a second for that: a third round, cut across the axes again, takes it
-//   when the second did at least half of its work. Open boundaries are locked like block
-//   borders (meshoptimizer 0.18 locks every open edge), so a part with many of them (regr01,
-//   a CAD part) still leaves much to the serial pass.
+//   when the second did at least half of its work. Open boundaries of the mesh itself are
+//   locked like block borders (meshoptimizer 0.18 locks every open edge).
 // - The final pass: the serial loop above then runs over the whole result when it is still
 //   above the target, which holds the hard budget and keeps its fallbacks; it starts near
 //   the target, so it is a fraction of the input's cost.
+// - Flat faces: collapses along a straight run of vertices (a CAD part's edges, remeshed on
+//   the voxel grid) leave faces with three vertices in a line (9,549 on regr01 at 500,000).
+//   Dropping them opened as many slits (19,157 open edges, and charts that could not grow
+//   across them); flip_flat_faces (clean.h) flips each one's long edge instead where the face
+//   across allows it (all but 1,302 open edges closed), and only what is left is dropped.
 // The blocks and their budgets depend on the mesh alone, never on the thread count, each is
 // simplified from its own data, and they are put back in block order, so the result does not
 // depend on the thread count. Small inputs, or budgets not far below the input, keep the
@@ -375,13 +386,65 @@ class LocalIds {
   int shift_ = 64;
 };
 
+// Drops the point faces (v, v, v) that lock a block's border vertices (see the top), which
+// meshoptimizer leaves in place when it collapses nothing.
+void drop_point_faces(std::vector<unsigned>& indices) {
+  size_t n = 0;
+  for (size_t i = 0; i < indices.size(); i += 3) {
+    if (indices[i] == indices[i + 1] && indices[i] == indices[i + 2]) continue;
+    for (int c = 0; c < 3; ++c) indices[n + c] = indices[i + c];
+    n += 3;
+  }
+  indices.resize(n);
+}
+
+// meshoptimizer 0.18 takes a vertex with no open half-edge for a manifold one (an edge of
+// four faces, two each way, looks closed), so meshopt_SimplifyLockBorder does not lock a block's
+// border vertex that sits on such an edge, and the block would lose it (see the top). Appends
+// to `indices` (a block's faces, local ids) a point face (v, v, v) on each such vertex: its
+// self-edge makes meshoptimizer lock v, and the face is gone after its first pass
+// (drop_point_faces takes it when there was none). The point faces count towards the first
+// pass's goal, so they are kept to the vertices that need them (few: most border vertices
+// have an open half-edge in their block).
+void lock_closed_border(std::vector<unsigned>& indices, const std::vector<unsigned>& globals,
+                        const std::vector<uint8_t>& border) {
+  std::vector<uint64_t> half;  // (from << 32 | to), for the edges at a border vertex
+  for (size_t i = 0; i < indices.size(); i += 3) {
+    for (int c = 0; c < 3; ++c) {
+      const unsigned a = indices[i + c], b = indices[i + (c + 1) % 3];
+      if (border[globals[a]] || border[globals[b]]) half.push_back(uint64_t(a) << 32 | b);
+    }
+  }
+  std::sort(half.begin(), half.end());
+  std::vector<uint8_t> open(globals.size(), 0);
+  for (uint64_t e : half) {
+    const uint64_t back = (e << 32) | (e >> 32);
+    if (!std::binary_search(half.begin(), half.end(), back)) open[e >> 32] = open[e & 0xffffffffu] = 1;
+  }
+  // Locked too: the vertices of its faces, or collapsing two of them onto each other could
+  // take v's last faces away (a fin of two faces, back to back).
+  std::vector<uint8_t> lock(globals.size(), 0);
+  const size_t faces_end = indices.size();
+  for (size_t i = 0; i < faces_end; i += 3) {
+    const unsigned* f = &indices[i];
+    bool closed = false;
+    for (int c = 0; c < 3; ++c) closed |= border[globals[f[c]]] && !open[f[c]];
+    if (closed) lock[f[0]] = lock[f[1]] = lock[f[2]] = 1;
+  }
+  for (size_t v = 0; v < globals.size(); ++v) {
+    if (lock[v]) indices.insert(indices.end(), 3, static_cast<unsigned>(v));
+  }
+}
+
 // Block k of `b` (over the faces idx) simplified with its border locked to at most
 // budget(faces, border vertices) faces, as far as the absolute `bound` allows; in global
-// vertex ids. `error` receives its largest collapse error (absolute).
+// vertex ids. `error` receives its largest collapse error (absolute); `sent_back` whether the
+// block came back unsimplified (see the top).
 template <class Budget>
 std::vector<unsigned> simplify_block(const std::vector<float>& positions, const unsigned* idx,
                                      const Blocks& b, int32_t k, Budget budget, float bound,
-                                     const std::vector<uint8_t>& border, float& error) {
+                                     const std::vector<uint8_t>& border, float& error,
+                                     uint8_t& sent_back) {
   const int64_t count = b.start[k + 1] - b.start[k];
   std::vector<unsigned> globals, indices(3 * count);
   globals.reserve(count);
@@ -402,14 +465,22 @@ std::vector<unsigned> simplify_block(const std::vector<float>& positions, const 
     on_border += border[globals[v]];
   }
   const int64_t target = std::clamp<int64_t>(budget(count, on_border), 0, count);
+  error = 0;
+  if (target >= count) {
+    for (unsigned& v : indices) v = globals[v];
+    return indices;
+  }
+  std::vector<unsigned> locked = indices;
+  lock_closed_border(locked, globals, border);
   const float scale = extent(box);
-  std::vector<unsigned> out(indices.size());
+  std::vector<unsigned> out(locked.size());
   float relative = 0;
-  out.resize(meshopt_simplify(out.data(), indices.data(), indices.size(), p.data(),
+  out.resize(meshopt_simplify(out.data(), locked.data(), locked.size(), p.data(),
                               globals.size(), 3 * sizeof(float), 3 * size_t(target),
                               scale > 0 ? bound / scale : 0.f, meshopt_SimplifyLockBorder,
                               &relative));
   error = relative * scale;
+  drop_point_faces(out);
   // Every vertex another block uses must still be here (see the top).
   std::vector<uint8_t> kept(globals.size(), 0);
   for (unsigned v : out) kept[v] = 1;
@@ -417,6 +488,7 @@ std::vector<unsigned> simplify_block(const std::vector<float>& positions, const 
     if (border[globals[v]] && !kept[v]) {
       out = std::move(indices);
       error = 0;
+      sent_back = 1;
       break;
     }
   }
@@ -425,18 +497,21 @@ std::vector<unsigned> simplify_block(const std::vector<float>& positions, const 
 }
 
 // Every block of `b` simplified by simplify_block, in parallel; the results are appended to
-// `all` in block order. Returns the blocks' errors.
+// `all` in block order. Returns the blocks' errors; adds the blocks sent back to `sent_back`.
 template <class Budget>
 std::vector<float> simplify_each(const std::vector<float>& positions, const unsigned* idx,
                                  const Blocks& b, const std::vector<uint8_t>& border,
-                                 float bound, Budget budget, std::vector<unsigned>& all) {
+                                 float bound, Budget budget, std::vector<unsigned>& all,
+                                 int64_t& sent_back) {
   const int32_t blocks = b.count();
   std::vector<std::vector<unsigned>> out(blocks);
   std::vector<float> errors(blocks, 0);
+  std::vector<uint8_t> back(blocks, 0);
 #pragma omp parallel for schedule(dynamic, 1)
   for (int32_t k = 0; k < blocks; ++k) {
-    out[k] = simplify_block(positions, idx, b, k, budget, bound, border, errors[k]);
+    out[k] = simplify_block(positions, idx, b, k, budget, bound, border, errors[k], back[k]);
   }
+  sent_back += std::count(back.begin(), back.end(), uint8_t(1));
   std::vector<size_t> at(blocks + 1, all.size());
   for (int32_t k = 0; k < blocks; ++k) at[k + 1] = at[k] + out[k].size();
   all.resize(at[blocks]);
@@ -451,7 +526,8 @@ std::vector<float> simplify_each(const std::vector<float>& positions, const unsi
 std::vector<unsigned> simplify_seams(const std::vector<float>& positions,
                                      const std::vector<unsigned>& faces,
                                      const std::vector<uint8_t>& border, float bound,
-                                     int64_t target, const SimplifyOptions& o) {
+                                     int64_t target, const SimplifyOptions& o,
+                                     int64_t& sent_back) {
   std::vector<unsigned> seams, all;
   for (size_t i = 0; i < faces.size(); i += 3) {
     std::vector<unsigned>& to =
@@ -471,7 +547,7 @@ std::vector<unsigned> simplify_seams(const std::vector<float>& positions,
   }
   const double ratio = std::max(0.0, double(target) - double(all.size() / 3)) / double(F);
   auto budget = [ratio](int64_t count, int64_t) { return static_cast<int64_t>(ratio * count); };
-  simplify_each(positions, seams.data(), b, rim, bound, budget, all);
+  simplify_each(positions, seams.data(), b, rim, bound, budget, all, sent_back);
   return all;
 }
 
@@ -490,7 +566,7 @@ float block_bound(const TriMesh& m) {
 // The blocks and the seam pass of the top comment: the mesh reduced to about `target` faces
 // (global vertex ids), the blocks within `bound`.
 std::vector<unsigned> simplify_blocks(const TriMesh& m, int64_t target, float bound,
-                                      const SimplifyOptions& o) {
+                                      const SimplifyOptions& o, int64_t& sent_back) {
   const int64_t F = m.num_faces();
   // int32 and unsigned may alias: the faces as meshoptimizer's indices, without a copy.
   const unsigned* idx = reinterpret_cast<const unsigned*>(m.faces.data());
@@ -502,13 +578,15 @@ std::vector<unsigned> simplify_blocks(const TriMesh& m, int64_t target, float bo
   };
   std::vector<unsigned> faces;
   SubTimer timer("simplify");
-  std::vector<float> errors = simplify_each(m.positions, idx, b, border, bound, budget, faces);
-  timer.mark("blocks");
+  std::vector<float> errors =
+      simplify_each(m.positions, idx, b, border, bound, budget, faces, sent_back);
+  timer.mark("blocks", static_cast<long long>(faces.size() / 3));
   // The seams are coarsened as far as a typical block went.
   std::nth_element(errors.begin(), errors.begin() + errors.size() / 2, errors.end());
   std::vector<unsigned> out = simplify_seams(m.positions, faces, border,
-                                             kSeamError * errors[errors.size() / 2], target, o);
-  timer.mark("seams");
+                                             kSeamError * errors[errors.size() / 2], target, o,
+                                             sent_back);
+  timer.mark("seams", static_cast<long long>(out.size() / 3));
   return out;
 }
 
@@ -519,7 +597,7 @@ std::vector<unsigned> simplify_blocks(const TriMesh& m, int64_t target, float bo
 // `bound`.
 std::vector<unsigned> later_round(const TriMesh& m, const std::vector<unsigned>& faces,
                                   int64_t target, float bound, const SimplifyOptions& o,
-                                  const Frame& cuts) {
+                                  const Frame& cuts, int64_t& sent_back) {
   const int64_t F = static_cast<int64_t>(faces.size() / 3);
   const int blocks = std::clamp<int>(static_cast<int>(F / o.block_faces), 1, o.max_blocks);
   if (blocks < 2) return faces;
@@ -530,7 +608,7 @@ std::vector<unsigned> later_round(const TriMesh& m, const std::vector<unsigned>&
     return std::max<int64_t>(1, static_cast<int64_t>(ratio * double(count)));
   };
   std::vector<unsigned> out;
-  simplify_each(m.positions, faces.data(), b, border, bound, budget, out);
+  simplify_each(m.positions, faces.data(), b, border, bound, budget, out, sent_back);
   return out;
 }
 
@@ -558,19 +636,20 @@ std::vector<unsigned> final_pass(const TriMesh& m, std::vector<unsigned> indices
 
 void simplify(TriMesh& m, int64_t target_faces) { simplify(m, target_faces, SimplifyOptions{}); }
 
-void simplify(TriMesh& m, int64_t target_faces, const SimplifyOptions& options) {
+SimplifyStats simplify(TriMesh& m, int64_t target_faces, const SimplifyOptions& options) {
   S3D_CHECK(target_faces >= 1, "simplify: target_faces must be at least 1 (got ", target_faces,
             ")");
   S3D_CHECK(options.max_blocks >= 1 && options.block_faces >= 1 && options.block_budget >= 1,
             "simplify: max_blocks, block_faces and block_budget must be at least 1 (got ",
             options.max_blocks, ", ", options.block_faces, ", ", options.block_budget, ")");
   check_mesh(m, "simplify");
-  if (m.num_faces() <= target_faces) return;
+  SimplifyStats stats;
+  if (m.num_faces() <= target_faces) return stats;
   const size_t target = 3 * static_cast<size_t>(target_faces);
   std::vector<unsigned> indices;
   if (block_count(m.num_faces(), target_faces, options) > 1) {
     const float bound = block_bound(m);
-    indices = simplify_blocks(m, target_faces, bound, options);
+    indices = simplify_blocks(m, target_faces, bound, options, stats.blocks_sent_back);
     SubTimer timer("simplify");
     // A block that cannot reach its share (its border, or topology, holds it) leaves the sum
     // above the target: a third round, across the axes again, takes what is left when the
@@ -579,12 +658,15 @@ void simplify(TriMesh& m, int64_t target_faces, const SimplifyOptions& options) 
          ++round) {
       const size_t before = indices.size();
       indices = later_round(m, indices, target_faces, bound, options,
-                            round % 2 == 0 ? kOblique : kAxes);
+                            round % 2 == 0 ? kOblique : kAxes, stats.blocks_sent_back);
       if (2 * (before - indices.size()) < before - target) break;
     }
-    timer.mark("second round");
-    if (indices.size() > target) indices = final_pass(m, std::move(indices), target);
-    timer.mark("final pass");
+    timer.mark("second round", static_cast<long long>(indices.size() / 3));
+    if (indices.size() > target) {
+      stats.final_pass_faces = static_cast<int64_t>(indices.size() / 3);
+      indices = final_pass(m, std::move(indices), target);
+    }
+    timer.mark("final pass", static_cast<long long>(indices.size() / 3));
   } else {
     indices.assign(m.faces.begin(), m.faces.end());
     std::vector<unsigned> out;
@@ -594,10 +676,14 @@ void simplify(TriMesh& m, int64_t target_faces, const SimplifyOptions& options) 
   S3D_CHECK(n > 0 && n <= target, "simplify: could not reduce the mesh to ", target_faces,
             " faces (", n / 3, " left)");
   m.faces.assign(indices.begin(), indices.end());
-  // Collapses can leave slivers of (near) zero area; this also drops the unused vertices.
+  // Collapses can leave flat faces (see the top): flipped where they can be, then the rest
+  // dropped with any face of (near) zero area; this also drops the unused vertices.
+  remove_unreferenced_vertices(m);
+  stats.flat_faces_flipped = flip_flat_faces(m);
   remove_degenerate_faces(m);
   S3D_CHECK(m.num_faces() > 0, "simplify: only degenerate faces were left at a budget of ",
             target_faces, " faces");
+  return stats;
 }
 
 }  // namespace s3d::mesh

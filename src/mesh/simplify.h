@@ -34,6 +34,14 @@ struct SimplifyOptions {
   // before the serial final pass (simplify.cpp); false: the final pass takes all of it.
   bool second_round = true;
 };
-void simplify(TriMesh& m, int64_t target_faces, const SimplifyOptions& options);
+// What the parallel path did, for tests and reports.
+struct SimplifyStats {
+  // Blocks (of any round) left unsimplified because they lost a vertex that another block
+  // uses (simplify.cpp: the locked borders).
+  int64_t blocks_sent_back = 0;
+  int64_t final_pass_faces = 0;    // faces handed to the serial final pass (0: none)
+  int64_t flat_faces_flipped = 0;  // flip_flat_faces (clean.h) on the result
+};
+SimplifyStats simplify(TriMesh& m, int64_t target_faces, const SimplifyOptions& options);
 
 }  // namespace s3d::mesh

@@ -17,6 +17,7 @@
 
 #include "../expect_error.h"
 #include "mesh/atlas.h"
+#include "mesh/clean.h"
 #include "mesh_test_shapes.h"
 
 namespace s3d::mesh {
@@ -330,6 +331,43 @@ TEST(MeshAtlasPlanar, FoldJoinsTheChartAroundIt) {
   std::swap(fin.faces[3 * fold + 1], fin.faces[3 * fold + 2]);
   fin.positions[3 * (2 * (nx + 1) + 3) + 2] = 5.0f;
   EXPECT_GT(uv_unwrap(fin, o).num_charts, 1);
+}
+
+TEST(MeshAtlasPlanar, ChartsGoOnAcrossAnEdgeOfFourFaces) {
+  // A flat sheet (z = 0) and a sheet standing across it (x = 0.4), sharing the line where they
+  // cross: each edge of it has four faces, two running each way. Each sheet is one chart: the
+  // faces of such an edge are paired (the best agreeing normals), not cut apart.
+  TriMesh m;
+  const int nx = 9, ny = 7, nz = 7;  // odd: the line is column 4 of the flat sheet
+  auto flat = [&](int i, int j) { return static_cast<int32_t>(j * nx + i); };
+  for (int j = 0; j < ny; ++j)
+    for (int i = 0; i < nx; ++i) m.positions.insert(m.positions.end(), {0.1f * i, 0.1f * j, 0.f});
+  std::vector<int32_t> standing(ny * nz);
+  for (int k = 0; k < nz; ++k)
+    for (int j = 0; j < ny; ++j) {
+      if (k == nz / 2) {
+        standing[k * ny + j] = flat(nx / 2, j);
+        continue;
+      }
+      standing[k * ny + j] = static_cast<int32_t>(m.num_vertices());
+      m.positions.insert(m.positions.end(), {0.4f, 0.1f * j, 0.1f * (k - nz / 2)});
+    }
+  for (int j = 0; j + 1 < ny; ++j)
+    for (int i = 0; i + 1 < nx; ++i) {
+      const int32_t v = flat(i, j), w = flat(i, j + 1);
+      m.faces.insert(m.faces.end(), {v, v + 1, w + 1, v, w + 1, w});
+    }
+  for (int k = 0; k + 1 < nz; ++k)
+    for (int j = 0; j + 1 < ny; ++j) {
+      const int32_t v = standing[k * ny + j], v1 = standing[k * ny + j + 1],
+                    w = standing[(k + 1) * ny + j], w1 = standing[(k + 1) * ny + j + 1];
+      m.faces.insert(m.faces.end(), {v, v1, w1, v, w1, w});
+    }
+  ASSERT_EQ(mesh_stats(m).non_manifold_edges, ny - 1);
+  ChartOptions o;
+  o.texture_size = 256;
+  EXPECT_EQ(uv_unwrap(m, o).num_charts, 2);
+  expect_good_atlas(m, o);
 }
 
 // Every face's UV area over its 3D area is scale^2 * cos(angle to its chart's axis): within

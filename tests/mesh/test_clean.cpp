@@ -255,6 +255,118 @@ TEST(MeshClean, FillHolesSkipsWhatCannotClose) {
   EXPECT_EQ(count_edges(m, 3, 3), 1);
 }
 
+double total_area(const TriMesh& m) {
+  double a = 0;
+  for (int64_t f = 0; f < m.num_faces(); ++f) a += face_area(m, f);
+  return a;
+}
+
+// A square of two triangles over the x axis, (b, a, d) above and two below meeting at c, the
+// midpoint of ab, plus the flat face (a, b, c) in the slit between them.
+TriMesh slit_square() {
+  TriMesh m;
+  m.positions = {0, 0, 0, 2, 0, 0, 1, 0, 0, 1, 1, 0, 1, -1, 0};  // a, b, c, d, e
+  m.faces = {0, 1, 2,   // flat: c inside ab
+             1, 0, 3,   // (b, a, d)
+             0, 2, 4,   // (a, c, e)
+             2, 1, 4};  // (c, b, e)
+  return m;
+}
+
+TEST(MeshClean, FlipFlatFacesClosesTheSlit) {
+  TriMesh m = slit_square();
+  ASSERT_EQ(mesh_stats(m).degenerate_faces, 1);
+  TriMesh removed = m;
+  remove_degenerate_faces(removed);
+  ASSERT_EQ(mesh_stats(removed).boundary_edges, 7);  // removing it opens the slit
+  EXPECT_EQ(flip_flat_faces(m), 1);
+  const MeshStats s = mesh_stats(m);
+  EXPECT_EQ(s.degenerate_faces, 0);
+  EXPECT_EQ(s.boundary_edges, 4);  // the square's outline only
+  EXPECT_EQ(s.non_manifold_edges, 0);
+  EXPECT_EQ(inconsistent_edges(m), 0);
+  EXPECT_EQ(m.num_faces(), 4);
+  EXPECT_NEAR(total_area(m), 2.0, 1e-12);
+  EXPECT_EQ(m.positions, slit_square().positions);  // no vertex moves
+}
+
+TEST(MeshClean, FlipFlatFacesLeavesWhatCannotFlip) {
+  {  // the edge (c, d) is there already: a flip would make it non-manifold
+    TriMesh m = slit_square();
+    m.positions.insert(m.positions.end(), {1, 2, 0});  // f, above d
+    m.faces.insert(m.faces.end(), {2, 3, 5});
+    const TriMesh before = m;
+    EXPECT_EQ(flip_flat_faces(m), 0);
+    EXPECT_EQ(m.faces, before.faces);
+  }
+  {  // d on the line too: the flipped faces would be flat
+    TriMesh m = slit_square();
+    m.positions[3 * 3 + 1] = 0;
+    m.positions[3 * 3] = 3;
+    const TriMesh before = m;
+    EXPECT_EQ(flip_flat_faces(m), 0);
+    EXPECT_EQ(m.faces, before.faces);
+  }
+  {  // no face across the long edge
+    TriMesh m = slit_square();
+    m.faces.erase(m.faces.begin() + 3, m.faces.begin() + 6);
+    const TriMesh before = m;
+    EXPECT_EQ(flip_flat_faces(m), 0);
+    EXPECT_EQ(m.faces, before.faces);
+  }
+}
+
+TEST(MeshClean, FlipFlatFacesOnATorusWithSlits) {
+  // A closed noisy torus, odd-sized, with flat faces put into it: face (a, b, x) split at the
+  // midpoint c of ab into (a, c, x) and (c, b, x), and the flat (a, b, c) filling the slit
+  // against the face across ab. Every one flips: closed again, no flat face, the area kept.
+  for (uint32_t seed : {1u, 2u, 3u}) {
+    SCOPED_TRACE(seed);
+    TriMesh m = torus(37, 23, 1.f, 0.35f, 0.02f, seed);
+    // On a grid of 2^-10, so that the midpoint of two vertices is exact and on their line.
+    for (float& p : m.positions) p = std::round(p * 1024.f) / 1024.f;
+    const double area = total_area(m);
+    std::mt19937 rng(seed);
+    std::vector<uint8_t> touched(m.num_faces(), 0);
+    int64_t flat = 0;
+    const int64_t F = m.num_faces();
+    for (int64_t f = rng() % 7; f < F; f += 5 + rng() % 11) {
+      // Faces 2i and 2i + 1 share a grid cell; the cell's diagonal is their shared edge. Take
+      // an edge of f whose face across is untouched, through the star of its first vertex.
+      const int k = static_cast<int>(rng() % 3);
+      const int32_t a = m.faces[3 * f + k], b = m.faces[3 * f + (k + 1) % 3],
+                    x = m.faces[3 * f + (k + 2) % 3];
+      int64_t across = -1;
+      for (int64_t g = 0; g < F; ++g) {
+        const int32_t* t = &m.faces[3 * g];
+        for (int j = 0; j < 3; ++j)
+          if (t[j] == b && t[(j + 1) % 3] == a) across = g;
+      }
+      if (touched[f] || across < 0 || touched[across]) continue;
+      touched[f] = touched[across] = 1;
+      const int32_t c = static_cast<int32_t>(m.num_vertices());
+      for (int j = 0; j < 3; ++j) {
+        m.positions.push_back(0.5f * (m.positions[3 * a + j] + m.positions[3 * b + j]));
+      }
+      m.faces[3 * f + 0] = a, m.faces[3 * f + 1] = c, m.faces[3 * f + 2] = x;
+      m.faces.insert(m.faces.end(), {c, b, x, a, b, c});
+      ++flat;
+    }
+    ASSERT_GT(flat, 20);
+    const MeshStats before = mesh_stats(m);
+    ASSERT_EQ(before.degenerate_faces, flat);
+    ASSERT_EQ(before.boundary_edges, 0);
+    const double area_before = total_area(m);
+    EXPECT_EQ(flip_flat_faces(m), flat);
+    const MeshStats s = mesh_stats(m);
+    EXPECT_EQ(s.degenerate_faces, 0);
+    EXPECT_EQ(s.boundary_edges, 0);
+    EXPECT_EQ(s.non_manifold_edges, 0);
+    EXPECT_EQ(inconsistent_edges(m), 0);
+    EXPECT_NEAR(total_area(m), area_before, 1e-9 * area);
+  }
+}
+
 TEST(MeshClean, RepairNonManifoldEdgesSplitsAThreeFaceFan) {
   TriMesh m;
   m.positions = {0, 0, 0, 1, 0, 0, 0.5f, 1, 0, 0.5f, -1, 0, 0.5f, 0, 1};

@@ -164,9 +164,9 @@ TEST(MeshSimplify, ParallelBlocksDoNotDependOnTheThreadCount) {
 TEST(MeshSimplify, ABlockKeepsAVertexThatAnotherBlockUses) {
   // Two tori far apart (one cut between them, two blocks) and a triangle from a vertex of
   // the left one to the right one; the triangle's centroid falls in the right block. Inside
-  // the left block that vertex has no open edge, so the locked border does not keep it: the
-  // block must notice that it lost it and stay unsimplified, or the triangle would hang
-  // from a vertex the left torus no longer uses.
+  // the left block that vertex has no open edge, so meshoptimizer's locked border does not
+  // keep it: the block locks it itself (a point face) and is simplified; were it lost, the
+  // triangle would hang from a vertex the left torus no longer uses.
   TriMesh m = torus(61, 31);
   TriMesh right = torus(61, 31);
   translate(right, 10, 0, 0);
@@ -179,7 +179,8 @@ TEST(MeshSimplify, ABlockKeepsAVertexThatAnotherBlockUses) {
   SimplifyOptions o = small_blocks(2);
   o.block_faces = 1;
   o.block_budget = 1;
-  simplify(m, 701, o);
+  const SimplifyStats stats = simplify(m, 701, o);
+  EXPECT_EQ(stats.blocks_sent_back, 0);
   EXPECT_LE(m.num_faces(), 701);
   int64_t bridges = 0;
   for (int64_t f = 0; f < m.num_faces(); ++f) {
@@ -196,6 +197,44 @@ TEST(MeshSimplify, ABlockKeepsAVertexThatAnotherBlockUses) {
         << "the left torus dropped the triangle's vertex";
   }
   EXPECT_EQ(bridges, 1);
+}
+
+// Two tori in the z = 0 plane, the smaller in the other's hole, welded along the circle where
+// they touch (the outer's inner equator, the inner's outer equator): each of that circle's nu
+// edges has four faces, two running each way, as where two sheets of a remeshed thin part meet.
+TriMesh kissing_tori(int nu) {
+  const int nv_out = 40, nv_in = 30;
+  TriMesh m = torus(nu, nv_out, 1.f, 0.35f);
+  const TriMesh inner = torus(nu, nv_in, 0.45f, 0.2f);  // outer equator at 0.65 = 1 - 0.35
+  const int32_t base = static_cast<int32_t>(m.num_vertices());
+  const size_t first = m.faces.size();
+  append(m, inner);
+  for (size_t i = first; i < m.faces.size(); ++i) {
+    const int32_t v = m.faces[i] - base;
+    if (v % nv_in == 0) m.faces[i] = v / nv_in * nv_out + nv_out / 2;
+  }
+  remove_unreferenced_vertices(m);
+  return m;
+}
+
+TEST(MeshSimplify, BlocksStitchWhereTwoSheetsMeet) {
+  // Block borders crossing the welded circle, whose edges have four faces: the blocks still
+  // stitch exactly (no open edge), none is sent back, and the surface stays close.
+  const TriMesh in = kissing_tori(193);
+  ASSERT_EQ(mesh_stats(in).non_manifold_edges, 193);
+  ASSERT_EQ(mesh_stats(in).boundary_edges, 0);
+  for (int32_t blocks : {8, 64}) {
+    SCOPED_TRACE(blocks);
+    TriMesh m = in;
+    const SimplifyStats stats = simplify(m, 3001, small_blocks(blocks));
+    EXPECT_EQ(stats.blocks_sent_back, 0);
+    EXPECT_LE(m.num_faces(), 3001);
+    EXPECT_GE(m.num_faces(), 2700);
+    expect_clean(m);
+    EXPECT_EQ(mesh_stats(m).boundary_edges, 0);  // the blocks stitch exactly
+    const auto [in_mean, in_max] = distances(in.positions, m);
+    EXPECT_LT(in_max, 2e-2 * diagonal(in));
+  }
 }
 
 TEST(MeshSimplify, DefaultsTakeTheParallelPathOnLargeMeshes) {
