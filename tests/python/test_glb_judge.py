@@ -356,6 +356,31 @@ def test_closest_point_matches_brute_force():
         assert d[i] >= brute - 0.05 * np.linalg.norm(np.c_[b[i] - a[i], c[i] - a[i]], axis=0).max()
 
 
+def test_exact_distances_and_their_maximum_match_brute_force():
+    # 37 long thin slivers in z = 0 (little area, so few samples, and centroids far from their
+    # tips) under 300 small triangles in z = 1 that take the samples: a point just above a
+    # sliver's tip gets an answer near 1 from the query, the exact distance is near 0.05.
+    rng = np.random.default_rng(4)
+    tips = rng.uniform(-1, 1, size=(37, 2))
+    sliver = [np.array([[x, y, 0], [x + 10, y, 0], [x + 10, y + 1e-3, 0]]) for x, y in tips]
+    small = [np.c_[c + 0.05 * rng.normal(size=(3, 2)), np.ones(3)]
+             for c in rng.uniform(-2, 12, size=(300, 2))]
+    tri = np.array(sliver + small)
+    v, f = tri.reshape(-1, 3), np.arange(3 * len(tri), dtype=np.int64).reshape(-1, 3)
+    proj = meshops.Projector(v, f, 60, rng)
+    q = np.r_[np.c_[tips + 0.01, np.full(37, 0.05)], rng.uniform(-1, 12, size=(64, 3))]
+    d = proj.query(q)[3]
+    brute = np.empty(len(q))
+    for i in range(len(q)):
+        bary = meshops.closest_on_triangles(np.repeat(q[i][None], len(f), 0), tri[:, 0],
+                                            tri[:, 1], tri[:, 2])
+        brute[i] = np.linalg.norm(np.einsum("nk,nkd->nd", bary, tri) - q[i], axis=1).min()
+    assert np.sum(d > brute + 0.1) >= 10, "the query seldom overshot: the test shows little"
+    exact = proj.exact(q, d)
+    assert np.allclose(exact, brute, rtol=0, atol=1e-12)
+    assert proj.exact_max(q, d, batch=7) == pytest.approx(brute.max(), abs=1e-12)
+
+
 def test_coverage_matches_brute_force():
     rng = np.random.default_rng(4)
     w, h = 37, 29

@@ -156,6 +156,37 @@ class Projector:
         tri = self.v[self.f[out_f]]
         return np.einsum("nk,nkd->nd", out_b, tri), out_f, out_b, out_d
 
+    def exact(self, q, upper):
+        """Exact distances of points q [n, 3] to the surface, each known to be at most upper[i]
+        (a query's answer): every face whose bounding sphere comes within upper[i] is
+        projected."""
+        out = np.asarray(upper, dtype=np.float64).copy()
+        rmax = float(self.radius.max())
+        for i in range(len(q)):
+            cand = np.asarray(self.centroid_tree.query_ball_point(q[i], out[i] + rmax), np.int64)
+            if len(cand) == 0:
+                continue
+            cand = cand[np.linalg.norm(self.centroids[cand] - q[i], axis=1) - self.radius[cand]
+                        <= out[i]]
+            if len(cand) == 0:
+                continue
+            d2, _ = self._project(np.repeat(q[i][None], len(cand), 0), cand)
+            out[i] = min(out[i], float(np.sqrt(d2.min())))
+        return out
+
+    def exact_max(self, q, d, batch=256):
+        """The largest exact distance of the points q to the surface, given their query
+        answers d (each at least the exact one): the largest answers are made exact, batch by
+        batch, until the largest exact one is no smaller than every answer left."""
+        order = np.argsort(-np.asarray(d))
+        best = 0.0
+        for s in range(0, len(order), batch):
+            idx = order[s:s + batch]
+            if best >= d[idx[0]]:
+                break
+            best = max(best, float(self.exact(np.asarray(q, np.float64)[idx], d[idx]).max()))
+        return best
+
 
 class SparseVolume:
     """The attribute volume of a case, sampled like FlexGEMM's grid_sample_3d (trilinear):
