@@ -14,7 +14,7 @@ Metrics, per GLB:
   chamfer_glb_to_input, chamfer_input_to_glb  mean distance from N area-uniform samples of one
       surface to the other surface (N = --samples, 1,000,000 by default), and chamfer, their
       average; hausdorff, the largest of all those distances (both ways) and of the
-      distances of every vertex of each surface to the other, the largest ones made exact
+      distances of every GLB vertex to the input, the largest ones made exact
       (hausdorff_samples: the samples' answers alone, as before 2026-12-04, which moved by 30%
       with the seed on one surface).
       Distances are exact point-to-triangle distances to candidate faces: those of the 4
@@ -256,16 +256,15 @@ def measure(case, input_proj, glb, res, opts, rng, t0):
     t1 = time.time()
     near, near_face, _, d_glb = input_proj.query(glb_proj.points)
     _, _, _, d_in = glb_proj.query(input_proj.points)
-    # The largest distances made exact, over the samples and every vertex of each surface: a
-    # query's answer can exceed the exact distance by up to the samples' spacing (about the
-    # size of the maximum itself at 300,000 samples), and the maximum of those answers moved
-    # by 30% with the seed on one and the same surface.
+    # The largest distances made exact, over the samples of both surfaces and every vertex of
+    # the GLB: a query's answer can exceed the exact distance by up to the samples' spacing
+    # (about the size of the maximum itself at 300,000 samples), and the maximum of those
+    # answers moved by 30% with the seed on one and the same surface. (The input's millions
+    # of vertices are left out: their queries would double the judge's time.)
     d_glb_v = input_proj.query(pos_in)[3]
-    d_in_v = glb_proj.query(case.vertices)[3]
     h_glb = input_proj.exact_max(np.concatenate([glb_proj.points, pos_in]),
                                  np.concatenate([d_glb, d_glb_v]))
-    h_in = glb_proj.exact_max(np.concatenate([input_proj.points, case.vertices]),
-                              np.concatenate([d_in, d_in_v]))
+    h_in = glb_proj.exact_max(input_proj.points, d_in)
     diag = case.diag
     res.update(chamfer_glb_to_input=float(d_glb.mean() / diag),
                chamfer_input_to_glb=float(d_in.mean() / diag),

@@ -160,31 +160,38 @@ class Projector:
         """Exact distances of points q [n, 3] to the surface, each known to be at most upper[i]
         (a query's answer): every face whose bounding sphere comes within upper[i] is
         projected."""
+        q = np.asarray(q, dtype=np.float64)
         out = np.asarray(upper, dtype=np.float64).copy()
-        rmax = float(self.radius.max())
-        for i in range(len(q)):
-            cand = np.asarray(self.centroid_tree.query_ball_point(q[i], out[i] + rmax), np.int64)
-            if len(cand) == 0:
-                continue
-            cand = cand[np.linalg.norm(self.centroids[cand] - q[i], axis=1) - self.radius[cand]
-                        <= out[i]]
-            if len(cand) == 0:
-                continue
-            d2, _ = self._project(np.repeat(q[i][None], len(cand), 0), cand)
-            out[i] = min(out[i], float(np.sqrt(d2.min())))
+        if len(q) == 0:
+            return out
+        lists = self.centroid_tree.query_ball_point(q, out + float(self.radius.max()),
+                                                    workers=-1)
+        counts = np.fromiter((len(c) for c in lists), dtype=np.int64, count=len(q))
+        if counts.sum() == 0:
+            return out
+        rows = np.repeat(np.arange(len(q)), counts)
+        cand = np.concatenate([np.asarray(c, dtype=np.int64) for c in lists if len(c)])
+        keep = (np.linalg.norm(self.centroids[cand] - q[rows], axis=1) - self.radius[cand]
+                <= out[rows])
+        rows, cand = rows[keep], cand[keep]
+        for s in range(0, len(rows), 1 << 20):  # bounded memory
+            r, c = rows[s:s + (1 << 20)], cand[s:s + (1 << 20)]
+            d2, _ = self._project(q[r], c)
+            np.minimum.at(out, r, np.sqrt(d2))
         return out
 
-    def exact_max(self, q, d, batch=256):
+    def exact_max(self, q, d, batch=4096):
         """The largest exact distance of the points q to the surface, given their query
         answers d (each at least the exact one): the largest answers are made exact, batch by
         batch, until the largest exact one is no smaller than every answer left."""
-        order = np.argsort(-np.asarray(d))
+        d = np.asarray(d)
+        order = np.argsort(-d)
         best = 0.0
         for s in range(0, len(order), batch):
             idx = order[s:s + batch]
             if best >= d[idx[0]]:
                 break
-            best = max(best, float(self.exact(np.asarray(q, np.float64)[idx], d[idx]).max()))
+            best = max(best, float(self.exact(np.asarray(q)[idx], d[idx]).max()))
         return best
 
 

@@ -23,7 +23,10 @@
 #             judges run at the end, JUDGE_JOBS (8) at a time, with JUDGE_ARGS), TIMEOUT_S per
 #             run (300), DEADLINE_S (540: no run starts after this many seconds, and the judges
 #             get what is left of 590 s; every log and JSON is also copied to $OUT/res as it is
-#             written), SPARSE3D_MESH_TIMINGS (1: sub-stage times in each of our logs).
+#             written, to RES_OUT: $OUT/res by default; the device tool brings back no file
+#             more than three folders down, so a call that may be cut short gives a shallow one,
+#             e.g. RES_OUT=$OUT/res at the top of the call's $OUT), SPARSE3D_MESH_TIMINGS (1:
+#             sub-stage times in each of our logs).
 #             A run of the original that fails is reported with its exit status (124: killed
 #             at TIMEOUT_S; 128 + N: killed by signal N). Writes glb_export.tar.gz (every JSON, log and view) and
 #             glb_export_table.md; prints the table last.
@@ -83,6 +86,14 @@ mode_export() {
     unit_tests 'MeshGpu.*' mesh
   fi
 
+  gpu_used() { nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | head -1; }
+  IDLE_MIB=$(gpu_used)
+  settle_gpu() {
+    local t0=$SECONDS
+    while [ $(( SECONDS - t0 )) -lt 20 ] && [ "$(gpu_used)" -gt $(( IDLE_MIB + 256 )) ]; do sleep 0.5; done
+    echo "  (device memory in use $(gpu_used) MiB after $(( SECONDS - t0 )) s; $IDLE_MIB at the start)"
+  }
+
   remesh_flags=(--remesh --remesh-band 1 --remesh-project 0)
   orig_flags=(--remesh --remesh-band 1 --remesh-project 0)
   [ "$REMESH" = 1 ] || { remesh_flags=(--no-remesh); orig_flags=(); }
@@ -113,14 +124,21 @@ mode_export() {
           --out "$W/glb/orig_$tag.glb" --decimation-target "$target" --texture-size "$tex" \
           "${orig_flags[@]}" --json "$W/res/orig_$tag.json" > "$W/res/orig_$tag.log" 2>&1
         rc=$?  # 124: killed at TIMEOUT_S; 128 + N: signal N (a crash)
-        [ $rc = 0 ] || echo "original $tag failed (exit $rc): $(tail -1 "$W/res/orig_$tag.log" | cut -c1-200)"
+        if [ $rc != 0 ]; then
+          echo "original $tag failed (exit $rc): $(tail -1 "$W/res/orig_$tag.log" | cut -c1-200)"
+          # A killed run's GPU context can outlive its process for a while: the next export
+          # (ours) waits until the device's memory in use is back near where the suite started
+          # (at most 20 s), or it shares the GPU with the teardown (0.67 s more in one bake on
+          # 2026-12-04).
+          settle_gpu
+        fi
       fi
       if [ "${JUDGE:-1}" = 1 ]; then  # judged at the end, several at a time
         glbs="--glb sparse3d=$W/glb/ours_$tag.glb"
         [ -f "$W/glb/orig_$tag.glb" ] && glbs="$glbs --glb original=$W/glb/orig_$tag.glb"
         echo "timeout \$JUDGE_TIMEOUT python3 tools/glb_judge/judge.py --case $W/cases/$name.safetensors $glbs --target-faces $target --out $W/res/judge_$tag ${JUDGE_ARGS:---samples 300000 --texture-samples 100000 --view-size 320} > $W/res/judge_$tag.log 2>&1 || echo judge $tag failed" >> "$W/judges.sh"
       fi
-      mkdir -p "$OUT/res" && cp "$W"/res/*.log "$W"/res/*.json "$OUT/res/" 2>/dev/null
+      mkdir -p "${RES_OUT:-$OUT/res}" && cp "$W"/res/*.log "$W"/res/*.json "${RES_OUT:-$OUT/res}/" 2>/dev/null
     done
   done
   if [ -f "$W/judges.sh" ]; then
