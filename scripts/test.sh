@@ -4,7 +4,8 @@
 # wheel (scripts/check_wheel.sh: the CUDA 13 / Python 3.12 wheel built, installed into a
 # clean virtual environment, `python -m sparse3d_engine`, the Python suite against it, then
 # again with PyTorch next to it; then the Python 3.10 and 3.11 wheels the same way without
-# PyTorch, where those interpreters are installed, e.g. by pyenv), and a bounded fuzz run of
+# PyTorch, where those interpreters are installed, e.g. by pyenv; then the CUDA 12 wheel
+# without PyTorch, built with a CUDA 12.4 toolkit from package registries), and a bounded fuzz run of
 # every parser. GPU tests are a separate executable run on a GPU
 # machine (scripts/device/run.sh unit).
 set -euo pipefail
@@ -30,6 +31,16 @@ for v in 3.10 3.11; do
       | tee "${other_logs[-1]}"
   fi
 done
+# The CUDA 12 wheel (sparse3d-engine-cu12, for TRELLIS.2's PyTorch 2.6 + CUDA 12.4): the 12.4
+# toolkit assembled from package registries (scripts/cuda12_toolkit.sh, into .deps/cuda12),
+# the wheel built with it and checked like the others, without PyTorch (a torch 2.6 cu124
+# install is several GB; docs/PACKAGING.md says where that was checked). CUDA12=0 skips it.
+cu12_log=$(mktemp)
+if [ "${CUDA12:-1}" = 1 ]; then
+  CUDA=12 TORCH=0 scripts/check_wheel.sh 2>&1 | tee "$cu12_log"
+else
+  echo "check_wheel: CUDA 12: skipped (CUDA12=0)" | tee "$cu12_log"
+fi
 if [ -x scripts/fuzz.sh ]; then
   FUZZ_SECONDS=${FUZZ_SECONDS:-20} scripts/fuzz.sh
 fi
@@ -39,5 +50,5 @@ total=$(echo "$summary" | sed -E 's/.*out of ([0-9]+).*/\1/')
 failed=$(echo "$summary" | sed -E 's/.* ([0-9]+) tests failed.*/\1/')
 rm -f "$log"
 sed -n '/^check_wheel: ok/,$p' "$wheel_log"; rm -f "$wheel_log"
-for l in "${other_logs[@]}"; do grep -E "^check_wheel: |  install: " "$l"; rm -f "$l"; done
+for l in "${other_logs[@]}" "$cu12_log"; do grep -E "^check_wheel: |  install: " "$l"; rm -f "$l"; done
 echo "$((total - failed)) passed, $failed failed"
