@@ -419,7 +419,9 @@ void lock_closed_border(std::vector<unsigned>& indices, const std::vector<unsign
   std::vector<uint8_t> open(globals.size(), 0);
   for (uint64_t e : half) {
     const uint64_t back = (e << 32) | (e >> 32);
-    if (!std::binary_search(half.begin(), half.end(), back)) open[e >> 32] = open[e & 0xffffffffu] = 1;
+    if (!std::binary_search(half.begin(), half.end(), back)) {
+      open[e >> 32] = open[e & 0xffffffffu] = 1;
+    }
   }
   // Locked too: the vertices of its faces, or collapsing two of them onto each other could
   // take v's last faces away (a fin of two faces, back to back).
