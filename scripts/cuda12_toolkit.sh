@@ -2,7 +2,8 @@
 # Assembles a CUDA 12.4 toolkit (the CUDA of TRELLIS.2's PyTorch 2.6 stack) in .deps/cuda12/
 # from package registries, for the CUDA 12 wheel (scripts/build_wheel.sh with CUDA=12):
 #   - headers and libraries from NVIDIA's PyPI wheels (nvidia-*-cu12, the ones PyTorch 2.6
-#     cu124 installs: cudart, CCCL, cuBLAS 12.4.5.8, NVRTC, cuDNN 9.1.0.70) and ptxas/libdevice
+#     cu124 installs: cudart, CCCL, cuBLAS 12.4.5.8, NVRTC, cuDNN 9.1.0.70; CCCL as 12.4.127.post1:
+#     12.4.127 itself is yanked, "broken release", without libcu++, which CUB needs) and ptxas/libdevice
 #     from nvidia-cuda-nvcc-cu12;
 #   - the compiler driver itself (nvcc, cicc, cudafe++, fatbinary, nvlink), which no PyPI wheel
 #     carries, from Debian's nvidia-cuda-toolkit 12.4.131 package (trixie, non-free), unpacked
@@ -13,12 +14,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD/.deps/cuda12
-[ -x "$root/bin/nvcc" ] && [ -f "$root/lib64/libcudnn.so" ] && { echo "$root"; exit 0; }
+# (A folder without libcu++'s <cuda/__cccl_config> came from the yanked cccl 12.4.127: made anew.)
+[ -x "$root/bin/nvcc" ] && [ -f "$root/lib64/libcudnn.so" ] && [ -f "$root/include/cuda/__cccl_config" ] &&
+  { echo "$root"; exit 0; }
 
 DEBIAN=http://deb.debian.org/debian
 DEB_VERSION="12.4.131~12.4.1-2"
 WHEELS=("nvidia-cuda-nvcc-cu12==12.4.131" "nvidia-cuda-runtime-cu12==12.4.127"
-        "nvidia-cuda-cccl-cu12==12.4.127" "nvidia-cublas-cu12==12.4.5.8"
+        "nvidia-cuda-cccl-cu12==12.4.127.post1" "nvidia-cublas-cu12==12.4.5.8"
         "nvidia-cuda-nvrtc-cu12==12.4.127" "nvidia-cudnn-cu12==9.1.0.70")
 work=$(mktemp -d "${TMPDIR:-/tmp}/cuda12.XXXXXX")
 trap 'rm -rf "$work"' EXIT
