@@ -370,6 +370,72 @@ TEST(MeshAtlasPlanar, ChartsGoOnAcrossAnEdgeOfFourFaces) {
   expect_good_atlas(m, o);
 }
 
+// A closed thin plate (0.8 x 0.6, 0.004 thick: under one texel at this texture size), its top
+// and bottom gridded, each rim one strip of faces. The rims, at right angles to both sides, are
+// charts of their own by the cone, mostly margin; each is unfolded onto the top or bottom
+// chart about the edge it shares with it, so two charts are left, and an unfolded face keeps
+// its size in the plane (the same texels per unit area as the plate's).
+TriMesh thin_plate(int nx, int ny, float t) {
+  TriMesh m;
+  auto vert = [&](float x, float y, float z) {
+    m.positions.insert(m.positions.end(), {x, y, z});
+    return static_cast<int32_t>(m.num_vertices() - 1);
+  };
+  // Each side's grid; the ring of border vertices is shared by the side and the rims.
+  std::vector<int32_t> top((nx + 1) * (ny + 1)), bottom((nx + 1) * (ny + 1));
+  for (int j = 0; j <= ny; ++j)
+    for (int i = 0; i <= nx; ++i) {
+      const float x = 0.8f * i / nx - 0.4f, y = 0.6f * j / ny - 0.3f;
+      top[j * (nx + 1) + i] = vert(x, y, t / 2);
+      bottom[j * (nx + 1) + i] = vert(x, y, -t / 2);
+    }
+  for (int j = 0; j < ny; ++j)
+    for (int i = 0; i < nx; ++i) {
+      const int32_t a = j * (nx + 1) + i, b = a + 1, c = a + nx + 1, d = c + 1;
+      m.faces.insert(m.faces.end(), {top[a], top[b], top[d], top[a], top[d], top[c]});
+      m.faces.insert(m.faces.end(), {bottom[a], bottom[d], bottom[b], bottom[a], bottom[c], bottom[d]});
+    }
+  // The border counter-clockwise seen from above; each rim quad outward-facing.
+  std::vector<int32_t> ring;
+  for (int i = 0; i < nx; ++i) ring.push_back(i);
+  for (int j = 0; j < ny; ++j) ring.push_back(j * (nx + 1) + nx);
+  for (int i = nx; i > 0; --i) ring.push_back(ny * (nx + 1) + i);
+  for (int j = ny; j > 0; --j) ring.push_back(j * (nx + 1));
+  for (size_t k = 0; k < ring.size(); ++k) {
+    const int32_t u = ring[k], v = ring[(k + 1) % ring.size()];
+    m.faces.insert(m.faces.end(), {bottom[u], bottom[v], top[v], bottom[u], top[v], top[u]});
+  }
+  return m;
+}
+
+TEST(MeshAtlasPlanar, ThinRimsUnfoldOntoThePlate) {
+  const TriMesh m = thin_plate(13, 9, 0.004f);  // 13 x 9 odd: 234 + 88 faces
+  ASSERT_EQ(mesh_stats(m).boundary_edges, 0);
+  ChartOptions o;
+  o.texture_size = 256;
+  const UvMesh out = uv_unwrap(m, o);
+  EXPECT_EQ(out.num_charts, 2);
+  expect_good_atlas(m, o);
+  // UV area over 3D area, per face: the same for the rims as for the plate.
+  double lo = INFINITY, hi = 0;
+  for (int64_t f = 0; f < out.num_faces(); ++f) {
+    const int32_t* t = &out.faces[3 * f];
+    auto at = [&](int k) {
+      return Vec3{out.positions[3 * t[k]], out.positions[3 * t[k] + 1], out.positions[3 * t[k] + 2]};
+    };
+    const double a3 = 0.5 * length(cross(at(1) - at(0), at(2) - at(0)));
+    const float* p = &out.uvs[2 * t[0]];
+    const float* q = &out.uvs[2 * t[1]];
+    const float* r = &out.uvs[2 * t[2]];
+    const double a2 = 0.5 * ((double(q[0]) - p[0]) * (double(r[1]) - p[1]) -
+                             (double(q[1]) - p[1]) * (double(r[0]) - p[0]));
+    lo = std::min(lo, a2 / a3);
+    hi = std::max(hi, a2 / a3);
+  }
+  EXPECT_GT(lo, 0);  // nothing flipped
+  EXPECT_LT(hi / lo, 1.05);
+}
+
 // Every face's UV area over its 3D area is scale^2 * cos(angle to its chart's axis): within
 // [cos(75 degrees), 1] of the largest (the hard bound), and within [cos(cone), 1] for nearly
 // all of the surface (the cone bounds the smoothed normals).

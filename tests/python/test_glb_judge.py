@@ -378,6 +378,10 @@ def test_exact_distances_and_their_maximum_match_brute_force():
     assert np.sum(d > brute + 0.1) >= 10, "the query seldom overshot: the test shows little"
     exact = proj.exact(q, d)
     assert np.allclose(exact, brute, rtol=0, atol=1e-12)
+    # The slivers and the small triangles are radius classes of their own; a budget of a few
+    # candidates cuts the points into many chunks: the same distances.
+    assert len(proj._radius_classes()) >= 2
+    assert np.array_equal(proj.exact(q, d, budget=5), exact)
     assert proj.exact_max(q, d, batch=7) == pytest.approx(brute.max(), abs=1e-12)
 
 

@@ -156,28 +156,54 @@ class Projector:
         tri = self.v[self.f[out_f]]
         return np.einsum("nk,nkd->nd", out_b, tri), out_f, out_b, out_d
 
-    def exact(self, q, upper):
+    def _radius_classes(self):
+        """The faces in classes whose bounding-sphere radii are within a factor 2 of each other,
+        a k-d tree of centroids each (made on first use): a ball query then reaches past a
+        face by at most its class's largest radius, not the largest of the whole surface. One
+        class for all made a few large faces (a flat CAD part's) pull hundreds of thousands of
+        candidates into every query, and tens of GB of lists."""
+        if getattr(self, "_classes", None) is None:
+            r = self.radius
+            positive = r[r > 0]
+            lo = float(positive.min()) if len(positive) else 1.0
+            k = np.ceil(np.log2(np.maximum(r, lo) / lo)).astype(np.int64)
+            self._classes = []
+            for c in np.unique(k):
+                ids = np.nonzero(k == c)[0]
+                self._classes.append((ids, cKDTree(self.centroids[ids]), float(r[ids].max())))
+        return self._classes
+
+    def exact(self, q, upper, budget=1 << 22):
         """Exact distances of points q [n, 3] to the surface, each known to be at most upper[i]
         (a query's answer): every face whose bounding sphere comes within upper[i] is
-        projected."""
+        projected, class by class of radius (the bound shrinking as answers improve), in
+        chunks of points holding at most `budget` candidates (a point with more alone)."""
         q = np.asarray(q, dtype=np.float64)
         out = np.asarray(upper, dtype=np.float64).copy()
         if len(q) == 0:
             return out
-        lists = self.centroid_tree.query_ball_point(q, out + float(self.radius.max()),
-                                                    workers=-1)
-        counts = np.fromiter((len(c) for c in lists), dtype=np.int64, count=len(q))
-        if counts.sum() == 0:
-            return out
-        rows = np.repeat(np.arange(len(q)), counts)
-        cand = np.concatenate([np.asarray(c, dtype=np.int64) for c in lists if len(c)])
-        keep = (np.linalg.norm(self.centroids[cand] - q[rows], axis=1) - self.radius[cand]
-                <= out[rows])
-        rows, cand = rows[keep], cand[keep]
-        for s in range(0, len(rows), 1 << 20):  # bounded memory
-            r, c = rows[s:s + (1 << 20)], cand[s:s + (1 << 20)]
-            d2, _ = self._project(q[r], c)
-            np.minimum.at(out, r, np.sqrt(d2))
+        for ids, tree, rmax in self._radius_classes():
+            counts = np.asarray(tree.query_ball_point(q, out + rmax, return_length=True,
+                                                      workers=-1), dtype=np.int64)
+            total = np.cumsum(counts)
+            start = 0
+            while start < len(q):
+                base = total[start - 1] if start else 0
+                end = max(start + 1, int(np.searchsorted(total, base + budget, side="right")))
+                lists = tree.query_ball_point(q[start:end], out[start:end] + rmax, workers=-1)
+                n = np.fromiter((len(c) for c in lists), dtype=np.int64, count=end - start)
+                if n.sum():
+                    rows = np.repeat(np.arange(start, end), n)
+                    cand = ids[np.concatenate([np.asarray(c, dtype=np.int64) for c in lists
+                                               if len(c)])]
+                    keep = (np.linalg.norm(self.centroids[cand] - q[rows], axis=1)
+                            - self.radius[cand] <= out[rows])
+                    rows, cand = rows[keep], cand[keep]
+                    for s in range(0, len(rows), 1 << 20):  # bounded memory
+                        r, c = rows[s:s + (1 << 20)], cand[s:s + (1 << 20)]
+                        d2, _ = self._project(q[r], c)
+                        np.minimum.at(out, r, np.sqrt(d2))
+                start = end
         return out
 
     def exact_max(self, q, d, batch=4096):
