@@ -20,8 +20,8 @@
 #             sources), REMESH (1), ORIGINAL (1), ORIGINAL_CASES (empty: every run; else the tags,
 #             such as spider_500000_2048, for which the original runs too), REQUIRE_ORIGINAL (0;
 #             1: stop at once when it does not import), BASELINE (.deps/baseline), JUDGE (1; the
-#             judges run at the end, JUDGE_JOBS (8) at a time, with JUDGE_ARGS), TIMEOUT_S per
-#             run (300), DEADLINE_S (540: no run starts after this many seconds, and the judges
+#             judges run at the end, JUDGE_JOBS (8) at a time, with JUDGE_ARGS, each for at most
+#             JUDGE_TIMEOUT_S, TIMEOUT_S by default), TIMEOUT_S per run (300), DEADLINE_S (540: no run starts after this many seconds, and the judges
 #             get what is left of 590 s; every log and JSON is also copied to $OUT/res as it is
 #             written, to RES_OUT: $OUT/res by default; the device tool brings back no file
 #             more than three folders down, so a call that may be cut short gives a shallow one,
@@ -144,7 +144,7 @@ mode_export() {
   if [ -f "$W/judges.sh" ]; then
     t0=$(date +%s)
     export JUDGE_TIMEOUT=$(( 590 - (t0 - started) ))
-    [ "$JUDGE_TIMEOUT" -gt "$TIMEOUT_S" ] && JUDGE_TIMEOUT=$TIMEOUT_S
+    [ "$JUDGE_TIMEOUT" -gt "${JUDGE_TIMEOUT_S:-$TIMEOUT_S}" ] && JUDGE_TIMEOUT=${JUDGE_TIMEOUT_S:-$TIMEOUT_S}
     [ "$JUDGE_TIMEOUT" -lt 10 ] && JUDGE_TIMEOUT=10
     xargs -P "${JUDGE_JOBS:-8}" -I{} bash -c '{}' < "$W/judges.sh"
     echo "judges: $(wc -l < "$W/judges.sh") in $(( $(date +%s) - t0 )) s"
