@@ -39,7 +39,7 @@
 // 6. Thin charts: a chart narrower than a few texels (the rim of a thin part, a strip along a
 //    crease) is mostly margin; it is attached to a neighbour chart, unfolded onto that chart's
 //    plane about the crease between them (attach_thin_charts, layout()), where no face of it
-//    then changes its area much.
+//    then turns over or changes its area much.
 #include <omp.h>
 
 #include <algorithm>
@@ -95,8 +95,8 @@ constexpr double kMinFill = 0.35;
 constexpr double kSparseBox = 1e-3;
 constexpr int kSparseRounds = 3;
 // Charts narrower than kThinTexels at the scale that covers kThinShare of the texture are
-// attached to a neighbour (attach_thin_charts) when unfolding changes no face's area in the
-// plane by more than a factor kUnfoldKeep.
+// attached to a neighbour (attach_thin_charts) when unfolding turns no face over and changes
+// no face's area in the plane by more than (1 - kUnfoldKeep) of its area in space.
 constexpr double kThinTexels = 4;
 constexpr double kThinShare = 0.5;
 constexpr double kUnfoldKeep = 0.5;
@@ -464,9 +464,12 @@ Frame frame_of(const D3& axis) {
   const D3 t1 = normalized(crossd(other, axis));
   return {axis, t1, crossd(axis, t1)};
 }
-std::array<double, 2> project(const Frame& fr, const D3& q) { return {dotd(q, fr.t1), dotd(q, fr.t2)}; }
+std::array<double, 2> project(const Frame& fr, const D3& q) {
+  return {dotd(q, fr.t1), dotd(q, fr.t2)};
+}
 D3 position(const TriMesh& m, int32_t v) {
-  return {m.positions[3 * size_t(v)], m.positions[3 * size_t(v) + 1], m.positions[3 * size_t(v) + 2]};
+  const float* p = &m.positions[3 * size_t(v)];
+  return {p[0], p[1], p[2]};
 }
 
 // The rotation that turns unit vector a onto unit vector b about their common perpendicular
@@ -517,16 +520,18 @@ void unfold_group(const std::vector<int32_t>& fs, const std::vector<int32_t>& lo
     for (int k = 0; k < 3; ++k) {
       const int32_t v = local[3 * i + k];
       if (placed[v]) continue;
-      const auto t = project(host, turn_onto(axis, host.axis, position(m, m.faces[3 * int64_t(fs[i]) + k])));
+      const D3 q = position(m, m.faces[3 * int64_t(fs[i]) + k]);
+      const auto t = project(host, turn_onto(axis, host.axis, q));
       p[v] = {t[0] + dx, t[1] + dy};
       placed[v] = 1;
     }
 }
 
-// The chart's faces by group: (group, local face), sorted; and the host group, of the most
-// area (ties to the lower id), or -1 when every face is of one group.
-int32_t host_group(const Chart& c, const Faces& faces, const Groups& groups,
-                   std::vector<std::pair<int32_t, int32_t>>& by_group) {
+using ByGroup = std::vector<std::pair<int32_t, int32_t>>;  // (group, local face), sorted
+
+// The chart's faces by group, and the host group: of the most area (ties to the lower id), or
+// -1 when every face is of one group.
+int32_t host_group(const Chart& c, const Faces& faces, const Groups& groups, ByGroup& by_group) {
   by_group.resize(c.faces.size());
   for (size_t i = 0; i < c.faces.size(); ++i)
     by_group[i] = {groups.of_face[c.faces[i]], static_cast<int32_t>(i)};
@@ -550,7 +555,7 @@ int32_t host_group(const Chart& c, const Faces& faces, const Groups& groups,
 // unfolded onto it in ascending group order (unfold_group).
 std::vector<std::array<double, 2>> layout(const Chart& c, const TriMesh& m, const Faces& faces,
                                           const Groups& groups, int32_t host,
-                                          const std::vector<std::pair<int32_t, int32_t>>& by_group) {
+                                          const ByGroup& by_group) {
   std::vector<std::array<double, 2>> p(c.verts.size());
   if (host < 0) {
     const Frame fr = frame_of(projection_axis(c.faces, c.seed_axis, faces));
@@ -598,7 +603,7 @@ std::vector<std::array<double, 2>> layout(const Chart& c, const TriMesh& m, cons
 // that has it (a seam inside the chart): two strips unfolded from one plate, meeting at its
 // corner, each keep their own copy of the corner below the plate.
 void parameterize(Chart& c, const TriMesh& m, const Faces& faces, const Groups& groups) {
-  std::vector<std::pair<int32_t, int32_t>> by_group;
+  ByGroup by_group;
   const int32_t host = host_group(c, faces, groups, by_group);
   std::vector<int32_t> host_verts;
   if (host >= 0) {
@@ -1184,7 +1189,8 @@ Pairs planar_overlap(const Chart& c) {
   }
   return {-1, -1};
   };
-  const int32_t blocks = std::clamp((n + kOverlapBlockFaces - 1) / kOverlapBlockFaces, 1, kOverlapBlocks);
+  const int32_t blocks =
+      std::clamp((n + kOverlapBlockFaces - 1) / kOverlapBlockFaces, 1, kOverlapBlocks);
   std::vector<std::pair<int32_t, int32_t>> found(blocks, {-1, -1});
 #pragma omp parallel for schedule(dynamic, 1) if (n >= kParallelOverlapFaces && !omp_in_parallel())
   for (int32_t b = 0; b < blocks; ++b)

@@ -393,7 +393,8 @@ TriMesh thin_plate(int nx, int ny, float t) {
     for (int i = 0; i < nx; ++i) {
       const int32_t a = j * (nx + 1) + i, b = a + 1, c = a + nx + 1, d = c + 1;
       m.faces.insert(m.faces.end(), {top[a], top[b], top[d], top[a], top[d], top[c]});
-      m.faces.insert(m.faces.end(), {bottom[a], bottom[d], bottom[b], bottom[a], bottom[c], bottom[d]});
+      m.faces.insert(m.faces.end(),
+                     {bottom[a], bottom[d], bottom[b], bottom[a], bottom[c], bottom[d]});
     }
   // The border counter-clockwise seen from above; each rim quad outward-facing.
   std::vector<int32_t> ring;
