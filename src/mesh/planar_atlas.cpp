@@ -100,6 +100,9 @@ constexpr int kSparseRounds = 3;
 constexpr double kThinTexels = 4;
 constexpr double kThinShare = 0.5;
 constexpr double kUnfoldKeep = 0.5;
+// An unfolded face may grow in the plane to this share of its area in space (the shared
+// vertices of a crease that is not straight pull it); projected faces keep at most all of it.
+constexpr double kUnfoldMostGrowth = 1.25;
 // A group whose axis is turned further than acos(kMostOpposed) from its host's (a sheet folded
 // back flat) is not turned onto it: it is projected as it lies.
 constexpr double kMostOpposed = -0.9;
@@ -1466,7 +1469,7 @@ std::vector<int32_t> thin_chart_hosts(const std::vector<Chart>& charts,
 // Whether a chart unfolds onto a host: the host's frame, the vertices they share where the
 // host projects them, the piece unfolded onto them (unfold_group); then no face of the piece
 // may turn over or change its area in the plane by more than (1 - kUnfoldKeep) of its area in
-// space (a face nearly edge-on in its own projection may change a lot and matter little).
+// space, or end with less than cos(75 degrees) or more than kUnfoldMostGrowth of that area.
 bool unfolds_onto(const Chart& piece, const Chart& host, const TriMesh& m, const Faces& faces) {
   const Frame fr = frame_of(projection_axis(host.faces, host.seed_axis, faces));
   const D3 axis = projection_axis(piece.faces, piece.seed_axis, faces);
@@ -1488,7 +1491,11 @@ bool unfolds_onto(const Chart& piece, const Chart& host, const TriMesh& m, const
     });
     const double there = signed_area([&](int32_t v) { return p[v]; });
     const double full = 2 * faces.area[piece.faces[f]];
-    if (own * there < 0 || std::fabs(there - own) > (1 - kUnfoldKeep) * full) return false;
+    // The atlas's density bound too (CONTRACTS.md): between cos(75 degrees) and
+    // kUnfoldMostGrowth of its area in space.
+    if (own * there < 0 || std::fabs(there - own) > (1 - kUnfoldKeep) * full ||
+        std::fabs(there) < kCosMaxTurn * full || std::fabs(there) > kUnfoldMostGrowth * full)
+      return false;
   }
   return true;
 }
