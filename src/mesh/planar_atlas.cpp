@@ -534,12 +534,18 @@ using ByGroup = std::vector<std::pair<int32_t, int32_t>>;  // (group, local face
 
 // The chart's faces by group, and the host group: of the most area (ties to the lower id), or
 // -1 when every face is of one group.
+// Most charts are of one group: that is found in one pass, without the sort (by_group is
+// left empty then; layout() does not read it).
 int32_t host_group(const Chart& c, const Faces& faces, const Groups& groups, ByGroup& by_group) {
+  by_group.clear();
+  if (std::all_of(c.faces.begin(), c.faces.end(), [&](int32_t f) {
+        return groups.of_face[f] == groups.of_face[c.faces.front()];
+      }))
+    return -1;
   by_group.resize(c.faces.size());
   for (size_t i = 0; i < c.faces.size(); ++i)
     by_group[i] = {groups.of_face[c.faces[i]], static_cast<int32_t>(i)};
   std::sort(by_group.begin(), by_group.end());
-  if (by_group.empty() || by_group.front().first == by_group.back().first) return -1;
   int32_t host = -1;
   double host_area = -1;
   for (size_t i = 0; i < by_group.size();) {
