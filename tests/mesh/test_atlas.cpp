@@ -494,6 +494,27 @@ TEST(MeshAtlasPlanar, SameAtlasWhateverTheThreadCount) {
   EXPECT_EQ(one.vertex_of, many.vertex_of);
 }
 
+// The packing's gap search remembers how far up each column's answer holds and asks again
+// only past that (planar_atlas.cpp, Skyline::gap_height); pack_reference asks every column
+// after every lift. A ragged mix of charts of many sizes (cubes of 37 sizes, a noisy sphere
+// with a hole, a spiral that splits) makes the small charts search the gaps the large ones
+// leave: both give the same atlas, bit for bit.
+TEST(MeshAtlasPlanar, PackingSearchGivesTheReferenceAtlas) {
+  TriMesh m = uv_sphere(23, 31, 0.35f, 0.02f, 11, 3, false);
+  append(m, spiral_ramp());
+  for (int i = 0; i < 37; ++i)
+    append(m, cube(0.01f + 0.004f * float((i * 7) % 37), {1.0f + 0.13f * float(i), 0.3f, 0}));
+  ChartOptions o;
+  o.texture_size = 613;
+  const UvMesh fast = uv_unwrap(m, o);
+  o.pack_reference = true;
+  const UvMesh reference = uv_unwrap(m, o);
+  EXPECT_GT(fast.num_charts, 60);
+  EXPECT_EQ(fast.faces, reference.faces);
+  EXPECT_EQ(fast.uvs, reference.uvs);
+  EXPECT_EQ(fast.vertex_of, reference.vertex_of);
+}
+
 TEST(MeshAtlasPlanar, TooManyChartsForTheTexture) {
   // Twenty separate cubes make twenty charts at least; boxes of at least 2 x 2 texels
   // (padding 1) fit an 8 x 8 texture sixteen times.
