@@ -1,6 +1,9 @@
-"""Runs a prompt graph through ComfyUI's own executor on the CPU, headless (no server):
+"""Runs a prompt graph through ComfyUI's own executor, headless (no server):
 python comfyui_headless.py COMFYUI_DIR PACK_DIR. Used by test_comfyui_pack.py when
-COMFYUI_DIR is set; prints "comfyui_headless: ok" at the end when every check held.
+COMFYUI_DIR is set; prints "comfyui_headless: ok" at the end when every check held. On the CPU
+(ComfyUI's --cpu), or with SPARSE3D_COMFY_DEVICE=cuda on the GPU: ComfyUI on its CUDA device,
+the requests as torch CUDA tensors (so the engines run there), the engines compared against
+direct engines on the GPU with the same options.
 
 The graph: a stand-in loader node (defined here) returns the stand-in TRELLIS.2 pipeline of
 test_trellis2.py under the type string TRELLIS2PIPELINE; the pack's accelerate node takes it;
@@ -16,14 +19,22 @@ import hashlib
 import os
 import sys
 
+DEVICE = os.environ.get("SPARSE3D_COMFY_DEVICE", "cpu")
+
 
 def main(comfy_dir, pack_dir):
     here = os.path.dirname(os.path.abspath(__file__))
     os.chdir(comfy_dir)
     sys.path[:0] = [comfy_dir, here]
+    # Folders after everything else (SPARSE3D_COMFY_EXTRA_PATH, os.pathsep-separated): stand-ins
+    # for modules ComfyUI imports at start-up and these graphs never use (scipy, av,
+    # torchvision), on a machine that lacks them; an installed module still wins.
+    sys.path += [p for p in os.environ.get("SPARSE3D_COMFY_EXTRA_PATH", "").split(os.pathsep) if p]
     sys.argv = [sys.argv[0]]
     from comfy.cli_args import args
-    args.cpu = True                  # before comfy.model_management is imported
+    if DEVICE not in ("cpu", "cuda"):
+        raise SystemExit(f"SPARSE3D_COMFY_DEVICE must be cpu or cuda, not {DEVICE!r}")
+    args.cpu = DEVICE == "cpu"       # before comfy.model_management is imported
     import numpy as np
     import execution
     import nodes
@@ -60,8 +71,13 @@ def main(comfy_dir, pack_dir):
     print("report node ui text:\n" + report)
     pipeline = seen["pipelines"][0]
     assert isinstance(pipeline.models["shape_slat_flow_model_512"], t2.EngineFlowModel)
-    direct = s3d.Engine(conftest.TINY, device="cpu", cache_dir=cache).sample(
-        noise.coords, cond, noise=noise.feats, sampler=s3d.SamplerSettings(steps=4))
+    def direct_sample(fit):
+        # The node's options (fit_memory: fit_to_reference, which may turn costly flags off
+        # for the request): on the GPU those choose the kernels, so the bits.
+        options = {"fit_to_reference": True} if fit else {}
+        return s3d.Engine(conftest.TINY, device=DEVICE, cache_dir=cache, **options).sample(
+            noise.coords, cond, noise=noise.feats, sampler=s3d.SamplerSettings(steps=4))
+    direct = direct_sample(True)
     np.testing.assert_array_equal(seen["latent"], direct)
     print("latent: bit for bit Engine.sample (sha256 %s)" % out["3"]["text"][0])
     assert "whole loops in the engine 1" in report and "fallbacks to PyTorch: 0" in report
@@ -75,7 +91,7 @@ def main(comfy_dir, pack_dir):
     model = pipeline.models["shape_slat_flow_model_512"]
     assert isinstance(model, t2.EngineFlowModel) and not isinstance(model.original, t2.EngineFlowModel)
     assert not isinstance(pipeline.shape_slat_sampler.original, t2.EngineSampler)
-    np.testing.assert_array_equal(seen["latent"], direct)
+    np.testing.assert_array_equal(seen["latent"], direct_sample(False))
     print("new-option: " + text.splitlines()[0] + "; latent again bit for bit")
     model_patch(nodes, run, conftest, standins, cache)
     print("comfyui_headless: ok")
@@ -114,10 +130,19 @@ def pipeline_nodes(conftest, standins, noise, cond, seen):
 
         def generate(self, pipeline):
             model = pipeline.models["shape_slat_flow_model_512"]
-            out = pipeline.shape_slat_sampler.sample(model, noise, cond, np.zeros_like(cond),
+            x, c, neg = noise, cond, np.zeros_like(cond)
+            if DEVICE == "cuda":  # as a pipeline on the GPU hands them over: torch on the device
+                import torch
+
+                def cuda(a):
+                    return torch.from_numpy(np.ascontiguousarray(a)).cuda()
+                x = conftest.SparseTensor(cuda(noise.feats), cuda(noise.coords))
+                c, neg = cuda(cond), cuda(np.zeros_like(cond))
+            out = pipeline.shape_slat_sampler.sample(model, x, c, neg,
                                                      **standins.PARAMS)
-            seen["latent"] = out.samples.feats
-            digest = hashlib.sha256(np.ascontiguousarray(out.samples.feats).tobytes()).hexdigest()
+            feats = out.samples.feats
+            seen["latent"] = feats.cpu().numpy() if hasattr(feats, "cpu") else feats
+            digest = hashlib.sha256(np.ascontiguousarray(seen["latent"]).tobytes()).hexdigest()
             return {"ui": {"text": [digest]}, "result": (digest,)}
 
     return {"StandInLoader": StandInLoader, "StandInGenerate": StandInGenerate}
@@ -211,7 +236,7 @@ def flow_model_standin(conftest, standins, cache, calls):
             self.dtype = torch.float32
             self.oracle = (s3d.Engine.from_state_dict(
                 {"name": "SparseStructureFlowModel", "args": dict(unet_config, dtype="float32")},
-                sd, device="cpu", cache_dir=cache) if oracle else None)
+                sd, device=DEVICE, cache_dir=cache) if oracle else None)
 
         def state_dict(self, destination=None, prefix="", keep_vars=False):
             out = destination if destination is not None else {}
@@ -222,8 +247,8 @@ def flow_model_standin(conftest, standins, cache, calls):
             calls["original"] += 1
             if self.oracle is None:
                 return torch.zeros_like(x)
-            return torch.from_numpy(np.asarray(self.oracle.forward(
-                x.numpy(), timesteps.numpy(), context.numpy())))
+            host = [a.detach().cpu().numpy() for a in (x, timesteps, context)]
+            return torch.from_numpy(np.asarray(self.oracle.forward(*host))).to(x.device)
 
     class Dense3d(comfy.latent_formats.LatentFormat):
         latent_channels = conftest.DENSE_C
@@ -237,9 +262,9 @@ def flow_model_standin(conftest, standins, cache, calls):
     def make_model(oracle):
         config = Config(dict(args, oracle=oracle))
         base = comfy.model_base.BaseModel(config, comfy.model_base.ModelType.FLOW,
-                                          device=torch.device("cpu"),
+                                          device=torch.device(DEVICE),
                                           unet_model=SparseStructureFlowModel)
-        return comfy.model_patcher.ModelPatcher(base, load_device=torch.device("cpu"),
+        return comfy.model_patcher.ModelPatcher(base, load_device=torch.device(DEVICE),
                                                 offload_device=torch.device("cpu"))
 
     return make_model

@@ -22,6 +22,14 @@
 #            the executable (the same file, byte for byte), and pytest test_cli.py,
 #            test_interrupt.py, test_package.py. Carry .deps/cudnn_frontend/include,
 #            .deps/devsys, .deps/xatlas.
+#   comfyui  the ComfyUI pack (integrations/comfyui) through ComfyUI's own executor on the
+#            GPU: the CUDA 13 wheel (dist/, carried) and ComfyUI's Python needs
+#            ($COMFY/wheels, COMFY=.deps/comfy) installed with pip --target beside the
+#            machine's torch, ComfyUI's source ($COMFY/ComfyUI), stand-ins for the start-up
+#            imports the graphs never use ($COMFY/fallback: scipy, av, torchvision; after the
+#            machine's own). tests/python/test_comfyui_pack.py with SPARSE3D_COMFY_DEVICE=cuda
+#            (the graphs' engines on the GPU, against direct engines there), and the headless
+#            script's own output. What $COMFY held: bench/results/2026-12-04-h200-comfyui/.
 # Default: package.
 set -uo pipefail
 cd "$(dirname "$0")/../../.." || exit 1
@@ -230,6 +238,41 @@ SPARSE3D_TEST_DATA=tests/data python3 -m pytest -q -p no:cacheprovider tests/pyt
 track $?
 summary+=("pytest test_cli, test_interrupt, test_package (GPU machine): $(tail -n 1 "$OUT/pytest.txt")")
 grep -E "^(FAILED|ERROR)" "$OUT/pytest.txt" | head -10 | while read -r l; do echo "  $l"; done
+echo
+printf '%s\n' "${summary[@]}" | tee "$OUT/summary.txt"
+}
+
+mode_comfyui() {
+export LD_LIBRARY_PATH=$USER_LD_LIBRARY_PATH PATH=$USER_PATH
+summary=()
+C=${COMFY:-.deps/comfy}
+site=/tmp/comfyui-gpu-site
+rm -rf "$site"
+w13=$(ls dist/sparse3d_engine_cu13-*cp312-abi3*manylinux*.whl 2>/dev/null | head -1)
+[ -n "$w13" ] && [ -d "$C/ComfyUI" ] || { echo "comfyui: needs dist/ (the CUDA 13 wheel) and $C/ComfyUI"; exit 1; }
+extra=()
+python3 -c "import packaging" 2>/dev/null || extra=("$C"/wheels-extra/*.whl)
+python3 -m pip install --no-index --no-deps -q --target "$site" "$w13" "$C"/wheels/*.whl "${extra[@]}" \
+  > "$OUT/pip.log" 2>&1
+track $? || { tail -5 "$OUT/pip.log"; exit 1; }
+summary+=("installed: $(basename "$w13") and $(ls "$C"/wheels/*.whl | wc -l) of ComfyUI's wheels (--target)")
+for m in scipy av torchvision; do
+  python3 -c "import $m" 2>/dev/null && summary+=("  $m: the machine's") || summary+=("  $m: the stand-in")
+done
+export PYTHONPATH=$site SPARSE3D_COMFY_DEVICE=cuda SPARSE3D_COMFY_EXTRA_PATH=$PWD/$C/fallback \
+  COMFYUI_DIR=$PWD/$C/ComfyUI SPARSE3D_TEST_DATA=$PWD/tests/data
+python3 -m pytest -q -p no:cacheprovider tests/python/test_comfyui_pack.py -rs > "$OUT/pytest.txt" 2>&1
+track $?
+summary+=("pytest test_comfyui_pack.py, SPARSE3D_COMFY_DEVICE=cuda: $(tail -n 1 "$OUT/pytest.txt")")
+SPARSE3D_COMFY_CACHE=/tmp/s3d-comfy-gpu python3 tests/python/comfyui_headless.py "$COMFYUI_DIR" \
+  integrations/comfyui/sparse3d_comfyui > "$OUT/headless.txt" 2> "$OUT/headless.err"
+rc=$?
+track $rc
+summary+=("comfyui_headless.py on the GPU: exit $rc; $(grep -c 'bit for bit' "$OUT/headless.txt") bit-for-bit checks printed")
+while read -r l; do summary+=("  $l"); done < <(grep -E \
+  "^(first|again|new-option|model-patch|model-oracle|latent|KSampler|comfyui_headless)" \
+  "$OUT/headless.txt" | cut -c1-150)
+summary+=("accelerate node (GPU): $(grep -m1 'shape_slat_flow_model_512' "$OUT/headless.txt" | cut -c1-140)")
 echo
 printf '%s\n' "${summary[@]}" | tee "$OUT/summary.txt"
 }
