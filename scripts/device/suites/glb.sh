@@ -225,8 +225,13 @@ done
 rm -rf "$SITE/bin"
 
 # 3. The pure-Python needs, beside (not in) the site; cv2 where the machine has none.
-ls "$B"/wheels/*.whl "$B"/smoke_wheels/*.whl 2>/dev/null | xargs -r python3 -m pip install -q --no-index --no-deps \
-  --no-compile --target "$DEPS" > "$W/logs/pip_deps.log" 2>&1 || say "wheels: install failed ($(tail -1 "$W/logs/pip_deps.log"))"
+# (a missing smoke_wheels/ is no failure: the wheels that exist are installed)
+wheels=()
+for w in "$B"/wheels/*.whl "$B"/smoke_wheels/*.whl; do [ -e "$w" ] && wheels+=("$w"); done
+if [ ${#wheels[@]} -gt 0 ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --target "$DEPS" "${wheels[@]}" \
+    > "$W/logs/pip_deps.log" 2>&1 || say "wheels: install failed ($(tail -1 "$W/logs/pip_deps.log"))"
+fi
 if ! python3 -c "import cv2" 2>/dev/null; then
   if ls "$B"/cv2/cv2*.so >/dev/null 2>&1; then
     cp "$B"/cv2/cv2*.so "$SITE/" && say "cv2: the machine has none; the carried one is in the site"
