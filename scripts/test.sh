@@ -5,7 +5,8 @@
 # clean virtual environment, `python -m sparse3d_engine`, the Python suite against it, then
 # again with PyTorch next to it; then the Python 3.10 and 3.11 wheels the same way without
 # PyTorch, where those interpreters are installed, e.g. by pyenv; then the CUDA 12 wheel
-# without PyTorch, built with a CUDA 12.4 toolkit from package registries), and a bounded fuzz run of
+# without PyTorch, built with a CUDA 12.4 toolkit from package registries), `pip install .` from
+# the tree (scripts/check_pip_install.sh: pip's isolated build, as docs/PYTHON.md gives it), and a bounded fuzz run of
 # every parser. GPU tests are a separate executable run on a GPU
 # machine (scripts/device/run.sh unit).
 set -euo pipefail
@@ -41,6 +42,14 @@ if [ "${CUDA12:-1}" = 1 ]; then
 else
   echo "check_wheel: CUDA 12: skipped (CUDA12=0)" | tee "$cu12_log"
 fi
+# `pip install .` as docs/PYTHON.md gives it (pip's isolated build, Python 3.11): every install
+# command the docs give runs here. PIP_INSTALL=0 skips it.
+pip_log=$(mktemp)
+if [ "${PIP_INSTALL:-1}" = 1 ]; then
+  scripts/check_pip_install.sh 2>&1 | tee "$pip_log"
+else
+  echo "check_pip_install: skipped (PIP_INSTALL=0)" | tee "$pip_log"
+fi
 if [ -x scripts/fuzz.sh ]; then
   FUZZ_SECONDS=${FUZZ_SECONDS:-20} scripts/fuzz.sh
 fi
@@ -51,4 +60,5 @@ failed=$(echo "$summary" | sed -E 's/.* ([0-9]+) tests failed.*/\1/')
 rm -f "$log"
 sed -n '/^check_wheel: ok/,$p' "$wheel_log"; rm -f "$wheel_log"
 for l in "${other_logs[@]}" "$cu12_log"; do grep -E "^check_wheel: |  install: " "$l"; rm -f "$l"; done
+grep -E "^check_pip_install: " "$pip_log"; rm -f "$pip_log"
 echo "$((total - failed)) passed, $failed failed"
