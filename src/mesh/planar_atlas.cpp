@@ -862,7 +862,7 @@ class Skyline {
     if (!could_fit(p, x, j0, top)) return limit;
     if (lifts != nullptr) ++*lifts;
     double y = 0;
-    holds_.assign(n, -INFINITY);  // per band: the highest y its last answer holds for
+    holds_.assign(n, -INFINITY);  // per band: a y up to which its last answer holds
     // After a lift by column k, the tallest bands are asked again first: they refuse most.
     for (size_t k = 0; k < n;) {
       if (!recheck_all_ && y <= holds_[k]) {
