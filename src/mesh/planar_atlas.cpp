@@ -501,13 +501,16 @@ struct Groups {
 void unfold_group(const std::vector<int32_t>& fs, const std::vector<int32_t>& local,
                   const D3& axis, const Frame& host, const TriMesh& m,
                   std::vector<std::array<double, 2>>& p, std::vector<char>& placed) {
+  // Each corner turned and projected once (a vertex of several faces once per face, as the
+  // averages below weigh it).
+  std::vector<std::array<double, 2>> turned(3 * fs.size());
   double tx = 0, ty = 0, cx = 0, cy = 0;
   int n = 0, nc = 0;
   for (size_t i = 0; i < fs.size(); ++i)
     for (int k = 0; k < 3; ++k) {
       const int32_t v = local[3 * i + k];
       const D3 q = position(m, m.faces[3 * int64_t(fs[i]) + k]);
-      const auto t = project(host, turn_onto(axis, host.axis, q));
+      const auto t = turned[3 * i + k] = project(host, turn_onto(axis, host.axis, q));
       if (placed[v]) {
         tx += p[v][0] - t[0], ty += p[v][1] - t[1], ++n;
       } else {
@@ -519,15 +522,12 @@ void unfold_group(const std::vector<int32_t>& fs, const std::vector<int32_t>& lo
   // sees it.
   const double dx = n > 0 ? tx / n : (nc > 0 ? cx / nc : 0);
   const double dy = n > 0 ? ty / n : (nc > 0 ? cy / nc : 0);
-  for (size_t i = 0; i < fs.size(); ++i)
-    for (int k = 0; k < 3; ++k) {
-      const int32_t v = local[3 * i + k];
-      if (placed[v]) continue;
-      const D3 q = position(m, m.faces[3 * int64_t(fs[i]) + k]);
-      const auto t = project(host, turn_onto(axis, host.axis, q));
-      p[v] = {t[0] + dx, t[1] + dy};
-      placed[v] = 1;
-    }
+  for (size_t i = 0; i < 3 * fs.size(); ++i) {
+    const int32_t v = local[i];
+    if (placed[v]) continue;
+    p[v] = {turned[i][0] + dx, turned[i][1] + dy};
+    placed[v] = 1;
+  }
 }
 
 using ByGroup = std::vector<std::pair<int32_t, int32_t>>;  // (group, local face), sorted
