@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what sparse3d builds with, on a fresh Debian/Ubuntu machine with the CUDA 13
 # toolkit: Debian packages (GoogleTest, nlohmann-json, CLI11, CMake, Ninja, ccache; for the GLB
-# export meshoptimizer, libwebp and libpng), nanobind, pytest and NumPy from PyPI (the Python
+# export meshoptimizer, libwebp, libpng and Eigen), nanobind, pytest and NumPy from PyPI (the Python
 # module and its tests), the header-only cudnn-frontend from PyPI into .deps/ (git-ignored;
 # carried to the GPU machine), and xatlas's C++ source from its PyPI source distribution into
 # .deps/xatlas (Debian does not package it; docs/EXPORT.md says why xatlas).
@@ -27,6 +27,8 @@ have_header CLI/CLI.hpp || need+=(libcli11-dev)
 have_header meshoptimizer.h || need+=(libmeshoptimizer-dev)
 have_header webp/encode.h || need+=(libwebp-dev)
 have_header png.h || need+=(libpng-dev)
+# Eigen: the sparse solve of the atlas's conformal charts (header-only).
+have_header eigen3/Eigen/SparseCholesky || need+=(libeigen3-dev)
 python3 -m pip --version >/dev/null 2>&1 || need+=(python3-pip)
 if [ ${#need[@]} -gt 0 ]; then
   echo "setup: installing ${need[*]}"

@@ -54,9 +54,11 @@ struct GlbInput {
 };
 
 // How the UV atlas is made (docs/EXPORT.md, "The atlas"): our own planar charts packed at
-// exactly texture_size (the default), or xatlas over the whole mesh (the reference: the
-// original's library, slower, and packed into an atlas it sizes itself).
-enum class UvAtlas : uint8_t { Planar, Xatlas };
+// exactly texture_size (the default), the same with conformal charts wherever a conformal map
+// keeps the texel density even (fewer charts and seams, a little slower), or xatlas over the
+// whole mesh (the reference: the original's library, slower, and packed into an atlas it
+// sizes itself).
+enum class UvAtlas : uint8_t { Planar, Xatlas, Conformal };
 
 struct GlbOptions {
   int64_t decimation_target = 1000000;  // faces at most in the result

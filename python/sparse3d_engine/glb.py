@@ -156,7 +156,9 @@ def to_glb(vertices: Any, faces: Any, attr_volume: Any, coords: Any,
     ``use_gpu`` (sparse3d's own, keyword only): run the closest-point queries on the GPU where
     one is usable (the same bits as the CPU); what fell back is in ``GlbMesh.fallbacks()``.
     ``atlas`` (keyword only): ``"planar"`` (sparse3d's charts, packed at exactly
-    ``texture_size``) or ``"xatlas"`` (the original's library, slower)."""
+    ``texture_size``), ``"conformal"`` (the same with conformal charts wherever a conformal
+    map keeps the texel density even: fewer charts and seams, a little slower) or
+    ``"xatlas"`` (the original's library, slower)."""
     v = _host(vertices, "vertices", "float32")
     f = _host(faces, "faces", "int32")
     a = _host(attr_volume, "attr_volume", "float32")

@@ -15,6 +15,14 @@
 
 namespace s3d::apps {
 
+namespace {
+// --atlas's value (checked by CLI11 to be one of the three).
+sparse3d::UvAtlas atlas_named(const std::string& name) {
+  if (name == "xatlas") return sparse3d::UvAtlas::Xatlas;
+  return name == "conformal" ? sparse3d::UvAtlas::Conformal : sparse3d::UvAtlas::Planar;
+}
+}  // namespace
+
 Command add_export_glb(CLI::App& app) {
   struct Args {
     std::string input, out, format = "webp", atlas = "planar";
@@ -54,9 +62,9 @@ Command add_export_glb(CLI::App& app) {
                 "material is OPAQUE, so viewers ignore alpha; without this flag it is RGB)");
   sub->add_flag("--progress", a->progress, "A line per stage on stderr");
   sub->add_option("--atlas", a->atlas,
-                  "UV atlas: planar (our charts, packed at exactly the texture size) or xatlas "
-                  "(the original's library; slower)")
-      ->check(CLI::IsMember({"planar", "xatlas"}))
+                  "UV atlas: planar (our charts, packed at exactly the texture size), conformal "
+                  "(also conformal charts: fewer charts and seams) or xatlas (the original's)")
+      ->check(CLI::IsMember({"planar", "conformal", "xatlas"}))
       ->capture_default_str();
   sub->add_flag("--cpu", a->cpu, "Keep the closest-point queries on the CPU (same bits)");
   return [a]() {
@@ -70,7 +78,7 @@ Command add_export_glb(CLI::App& app) {
     o.remesh_band = a->remesh_band;
     o.remesh_project = a->remesh_project;
     o.use_gpu = !a->cpu;
-    o.atlas = a->atlas == "xatlas" ? sparse3d::UvAtlas::Xatlas : sparse3d::UvAtlas::Planar;
+    o.atlas = atlas_named(a->atlas);
     if (a->progress)
       o.progress = [](const std::string& stage, int i, int n) {
         std::fprintf(stderr, "[%d/%d] %s\n", i + 1, n, stage.c_str());

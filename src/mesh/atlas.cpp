@@ -76,7 +76,8 @@ void check_chart_options(const ChartOptions& o) {
   S3D_CHECK(std::isfinite(o.planar_cone_rad) && o.planar_cone_rad > 0.01f &&
                 o.planar_cone_rad < 1.5f,
             "uv_unwrap: planar_cone_rad must be in (0.01, 1.5) radians, got ", o.planar_cone_rad);
-  S3D_CHECK(o.method == AtlasMethod::planar || o.method == AtlasMethod::xatlas,
+  S3D_CHECK(o.method == AtlasMethod::planar || o.method == AtlasMethod::xatlas ||
+                o.method == AtlasMethod::conformal,
             "uv_unwrap: unknown atlas method ", int(o.method));
 }
 

@@ -11,7 +11,8 @@
 
 namespace s3d::mesh {
 
-enum class AtlasMethod : uint8_t { planar, xatlas };
+// conformal: the planar atlas with conformal charts first (planar_unwrap).
+enum class AtlasMethod : uint8_t { planar, xatlas, conformal };
 
 struct ChartOptions {
   AtlasMethod method = AtlasMethod::planar;

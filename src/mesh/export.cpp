@@ -316,7 +316,9 @@ s3d::mesh::ChartOptions chart_options(const GlbOptions& o) {
   charts.global_iterations = o.mesh_cluster_global_iterations;
   charts.smooth_strength = o.mesh_cluster_smooth_strength;
   charts.texture_size = o.texture_size;
-  charts.method = o.atlas == UvAtlas::Xatlas ? sm::AtlasMethod::xatlas : sm::AtlasMethod::planar;
+  charts.method = o.atlas == UvAtlas::Xatlas      ? sm::AtlasMethod::xatlas
+                  : o.atlas == UvAtlas::Conformal ? sm::AtlasMethod::conformal
+                                                  : sm::AtlasMethod::planar;
   return charts;
 }
 

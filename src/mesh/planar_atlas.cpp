@@ -52,6 +52,7 @@
 #include "core/error.h"
 #include "mesh/atlas.h"
 #include "mesh/bake.h"
+#include "mesh/conformal.h"
 #include "mesh/timing.h"
 
 namespace s3d::mesh {
@@ -108,6 +109,28 @@ constexpr double kUnfoldMostGrowth = 1.25;
 constexpr double kMostOpposed = -0.9;
 // No face is turned further than this from its chart's projection axis (stretch <= 1 / cos).
 const double kCosMaxTurn = std::cos(75.0 * M_PI / 180.0);
+// Conformal charts (AtlasMethod::conformal; conformal_charts): clusters grown at the planar
+// cone as the projected charts are, each face's own normal within kConformalTurnMargin more
+// of the seed's (at most kConformalMostTurn, short of a fold); the faces of clusters under
+// kConformalMinFaces then grown into the larger ones around them for up to
+// kConformalGrowRounds rings, within kConformalMostTurn of their seed's axis. A cluster is laid
+// out by the conformal map when at most kConformalMostFlips of its faces turn over, the faces
+// holding all but kConformalTail of its area at either end have densities within
+// kConformalSpread of each other, and no edge is stretched past kConformalMostStretch at the
+// upper of those densities; else it is halved, up to kConformalHalvings times. Scaled so that
+// the mean density is 1, or lower where the upper density would pass kConformalMostDensity.
+// Measured on regr01, bunny and spider at 500,000 faces / 2048 (docs/EXPORT.md): a spread of
+// 1.6 or 2.5, three halvings, 16 or 64 faces, a 60 or 90 degree cone each did no better.
+constexpr double kConformalTurnMargin = 15.0 * M_PI / 180.0;
+constexpr double kConformalMostTurn = 100.0 * M_PI / 180.0;
+constexpr double kConformalSpread = 2.0;
+constexpr double kConformalMostDensity = 1.25;
+constexpr int kConformalHalvings = 6;
+constexpr size_t kConformalMinFaces = 32;
+constexpr double kConformalMostFlips = 0.01;
+constexpr int kConformalGrowRounds = 16;
+constexpr double kConformalTail = 0.02;
+constexpr double kConformalMostStretch = 3;
 
 D3 sub(const D3& a, const D3& b) { return {a[0] - b[0], a[1] - b[1], a[2] - b[2]}; }
 D3 crossd(const D3& a, const D3& b) {
@@ -126,6 +149,7 @@ D3 normalized(const D3& a) {
 struct Faces {
   std::vector<D3> normal;
   std::vector<double> area;
+  std::vector<D3> edge;  // lengths of the edges (corner k, corner k + 1)
 };
 
 Faces face_frames(const TriMesh& m) {
@@ -133,6 +157,7 @@ Faces face_frames(const TriMesh& m) {
   Faces out;
   out.normal.resize(F);
   out.area.resize(F);
+  out.edge.resize(F);
 #pragma omp parallel for schedule(static) if (F > 16384)
   for (int64_t f = 0; f < F; ++f) {
     D3 p[3];
@@ -141,6 +166,10 @@ Faces face_frames(const TriMesh& m) {
     const D3 c = crossd(sub(p[1], p[0]), sub(p[2], p[0]));
     out.area[f] = 0.5 * std::sqrt(dotd(c, c));
     out.normal[f] = normalized(c);
+    for (int k = 0; k < 3; ++k) {
+      const D3 e = sub(p[(k + 1) % 3], p[k]);
+      out.edge[f][k] = std::sqrt(dotd(e, e));
+    }
   }
   return out;
 }
@@ -256,6 +285,12 @@ std::vector<D3> smoothed_normals(const Faces& faces, const std::vector<int32_t>&
   return cur;
 }
 
+// The growth's bounds: a face's smoothed normal within acos(cos_smooth) of the seed's axis and
+// its own normal within acos(cos_turn) (kCosMaxTurn for the projected charts).
+struct Cone {
+  double cos_smooth, cos_turn;
+};
+
 // Chart of every face, and each chart's seed axis (the seed's smoothed normal).
 struct Clusters {
   std::vector<int32_t> chart_of;
@@ -266,13 +301,13 @@ struct Clusters {
 // own normal within kMaxTurn of it (the projection's hard bound; a face without area has no
 // direction to flip and joins whatever reaches it).
 bool fits(const Faces& faces, const std::vector<D3>& smooth, int32_t g, const D3& axis,
-          double cos_cone) {
+          const Cone& cone) {
   if (faces.area[g] == 0) return true;
-  return dotd(smooth[g], axis) >= cos_cone && dotd(faces.normal[g], axis) >= kCosMaxTurn;
+  return dotd(smooth[g], axis) >= cone.cos_smooth && dotd(faces.normal[g], axis) >= cone.cos_turn;
 }
 
 Clusters grow_charts(const Faces& faces, const std::vector<D3>& smooth,
-                     const std::vector<int32_t>& nb, double cos_cone) {
+                     const std::vector<int32_t>& nb, const Cone& cone) {
   const int64_t F = static_cast<int64_t>(faces.area.size());
   Clusters c;
   c.chart_of.assign(F, -1);
@@ -292,7 +327,7 @@ Clusters grow_charts(const Faces& faces, const std::vector<D3>& smooth,
       const int32_t f = queue[head];
       for (int k = 0; k < 3; ++k) {
         const int32_t g = nb[3 * int64_t(f) + k];
-        if (g < 0 || c.chart_of[g] >= 0 || !fits(faces, smooth, g, axis, cos_cone)) continue;
+        if (g < 0 || c.chart_of[g] >= 0 || !fits(faces, smooth, g, axis, cone)) continue;
         c.chart_of[g] = chart;
         queue.push_back(g);
       }
@@ -330,7 +365,7 @@ bool is_fold(const Faces& faces, const std::vector<int32_t>& nb, int32_t f) {
 }
 
 void merge_small_charts(Clusters& c, const Faces& faces, const std::vector<D3>& smooth,
-                        const std::vector<int32_t>& nb, double cos_cone, bool cone_too) {
+                        const std::vector<int32_t>& nb, const Cone& cone, bool cone_too) {
   const int64_t F = static_cast<int64_t>(c.chart_of.size());
   const int32_t n = static_cast<int32_t>(c.seed_axis.size());
   std::vector<std::vector<int32_t>> members(n);
@@ -357,7 +392,7 @@ void merge_small_charts(Clusters& c, const Faces& faces, const std::vector<D3>& 
       const bool ok =
           std::all_of(members[chart].begin(), members[chart].end(), [&](int32_t f) {
             return faces.area[f] == 0 ||
-                   (cone_too ? fits(faces, smooth, f, axis, cos_cone)
+                   (cone_too ? fits(faces, smooth, f, axis, cone)
                              : dotd(faces.normal[f], axis) >= kCosMaxTurn ||
                                    (dotd(faces.normal[f], axis) <= -kCosMaxTurn &&
                                     is_fold(faces, nb, f)));
@@ -393,6 +428,11 @@ struct Chart {
   D3 seed_axis{0, 0, 1};
   double w = 0, h = 0;
   double area = 0;  // of its faces, in the plane
+  // A conformal chart (conformal_charts): its plane coordinates, per corner (six per face),
+  // as the conformal map laid it out; its pieces keep theirs (a piece of a valid layout is
+  // valid). Empty for a projected chart.
+  std::vector<double> fixed;
+  bool conformal() const { return !fixed.empty(); }
 };
 
 // Andrew's monotone chain; returns the hull's points counter-clockwise, no collinear points.
@@ -613,7 +653,7 @@ std::vector<std::array<double, 2>> layout(const Chart& c, const TriMesh& m, cons
 // corner, each keep their own copy of the corner below the plate.
 void parameterize(Chart& c, const TriMesh& m, const Faces& faces, const Groups& groups) {
   ByGroup by_group;
-  const int32_t host = host_group(c, faces, groups, by_group);
+  const int32_t host = c.conformal() ? -1 : host_group(c, faces, groups, by_group);
   std::vector<int32_t> host_verts;
   if (host >= 0) {
     for (int32_t f : c.faces)
@@ -643,7 +683,14 @@ void parameterize(Chart& c, const TriMesh& m, const Faces& faces, const Groups& 
     for (int k = 0; k < 3; ++k)
       c.corners[3 * i + k] = static_cast<int32_t>(
           std::lower_bound(keyed.begin(), keyed.end(), key(i, k)) - keyed.begin());
-  std::vector<std::array<double, 2>> p = layout(c, m, faces, groups, host, by_group);
+  std::vector<std::array<double, 2>> p;
+  if (c.conformal()) {
+    p.resize(c.verts.size());
+    for (size_t k = 0; k < c.corners.size(); ++k)
+      p[c.corners[k]] = {c.fixed[2 * k], c.fixed[2 * k + 1]};
+  } else {
+    p = layout(c, m, faces, groups, host, by_group);
+  }
   const auto [cs, sn] = smallest_rectangle_direction(convex_hull(p));
   double x0 = INFINITY, x1 = -INFINITY, y0 = INFINITY, y1 = -INFINITY;
   for (auto& q : p) {  // a rotation, so the winding is kept
@@ -1285,7 +1332,11 @@ std::vector<Chart> split(const Chart& c, const Pairs& seeds) {
     }
   }
   std::vector<Chart> out(pieces);
-  for (int32_t f = 0; f < n; ++f) out[piece[f]].faces.push_back(c.faces[f]);
+  for (int32_t f = 0; f < n; ++f) {
+    Chart& h = out[piece[f]];
+    h.faces.push_back(c.faces[f]);
+    if (c.conformal()) h.fixed.insert(h.fixed.end(), &c.fixed[6 * size_t(f)], &c.fixed[6 * size_t(f) + 6]);
+  }
   for (Chart& h : out) h.seed_axis = c.seed_axis;
   return out;
 }
@@ -1395,7 +1446,7 @@ UvMesh assemble(const std::vector<Chart>& charts, const std::vector<std::vector<
 // wastes texels around it when packed. All moves of a round are decided from the round's
 // start, so the result does not depend on the thread count.
 void smooth_borders(Clusters& c, const Faces& faces, const std::vector<D3>& smooth,
-                    const std::vector<int32_t>& nb, double cos_cone) {
+                    const std::vector<int32_t>& nb, const Cone& cone) {
   const int64_t F = static_cast<int64_t>(c.chart_of.size());
   std::vector<int32_t> next(F);
   for (int pass = 0; pass < kBorderPasses; ++pass) {
@@ -1409,7 +1460,7 @@ void smooth_borders(Clusters& c, const Faces& faces, const std::vector<D3>& smoo
       if (n[0] >= 0 && n[0] == n[1]) other = n[0];
       else if (n[2] >= 0 && (n[2] == n[0] || n[2] == n[1])) other = n[2];
       if (other < 0 || other == c.chart_of[f]) continue;
-      if (!fits(faces, smooth, static_cast<int32_t>(f), c.seed_axis[other], cos_cone)) continue;
+      if (!fits(faces, smooth, static_cast<int32_t>(f), c.seed_axis[other], cone)) continue;
       next[f] = other;
       ++moved;
     }
@@ -1418,22 +1469,313 @@ void smooth_borders(Clusters& c, const Faces& faces, const std::vector<D3>& smoo
   }
 }
 
+// The charts of every face not in `skip` (faces charted already, which `nb` cuts off: each
+// grows into a chart of its own, dropped here).
 std::vector<Chart> initial_charts(const TriMesh& m, const Faces& faces,
-                                  const std::vector<int32_t>& nb, double cos_cone) {
+                                  const std::vector<int32_t>& nb, const Cone& cone,
+                                  const std::vector<char>& skip = {}) {
   const std::vector<D3> smooth = smoothed_normals(faces, nb);
-  Clusters cl = grow_charts(faces, smooth, nb, cos_cone);
-  merge_small_charts(cl, faces, smooth, nb, cos_cone, true);
-  merge_small_charts(cl, faces, smooth, nb, cos_cone, false);
-  smooth_borders(cl, faces, smooth, nb, cos_cone);
+  Clusters cl = grow_charts(faces, smooth, nb, cone);
+  merge_small_charts(cl, faces, smooth, nb, cone, true);
+  merge_small_charts(cl, faces, smooth, nb, cone, false);
+  smooth_borders(cl, faces, smooth, nb, cone);
   std::vector<Chart> charts(cl.seed_axis.size());
   for (int64_t f = 0; f < m.num_faces(); ++f)
-    charts[cl.chart_of[f]].faces.push_back(static_cast<int32_t>(f));
+    if (skip.empty() || !skip[f]) charts[cl.chart_of[f]].faces.push_back(static_cast<int32_t>(f));
   for (size_t i = 0; i < charts.size(); ++i) charts[i].seed_axis = cl.seed_axis[i];
   // Border smoothing can take every face of a chart away.
   charts.erase(std::remove_if(charts.begin(), charts.end(),
                               [](const Chart& c) { return c.faces.empty(); }),
                charts.end());
   return charts;
+}
+
+// ---- conformal charts -----------------------------------------------------------------------
+
+// Per face: a fold (is_fold), which stays in its chart but out of its conformal map's energy.
+std::vector<char> folds_of(const Faces& faces, const std::vector<int32_t>& nb) {
+  const int64_t F = static_cast<int64_t>(faces.area.size());
+  std::vector<char> fold(F);
+#pragma omp parallel for schedule(static) if (F > 16384)
+  for (int64_t f = 0; f < F; ++f) fold[f] = is_fold(faces, nb, static_cast<int32_t>(f));
+  return fold;
+}
+
+// The chart's pieces for the conformal map (c.corners set): its weighted faces (neither folds
+// nor without area) joined across shared edges, each with the unweighted faces whose three
+// vertices are all of that piece's weighted faces (else -1, with the faces no piece holds).
+// The map is unique only on a piece joined across edges, and a vertex of unweighted faces
+// alone would have nothing to place it. Pieces numbered by their lowest face.
+std::vector<int32_t> conformal_components(const Chart& c, const std::vector<char>& weighted,
+                                          int32_t& count) {
+  const size_t n = c.faces.size();
+  std::vector<std::array<int32_t, 3>> edges;  // (lower vertex, higher vertex, face)
+  edges.reserve(3 * n);
+  for (size_t f = 0; f < n; ++f) {
+    if (!weighted[f]) continue;
+    for (int k = 0; k < 3; ++k) {
+      const int32_t a = c.corners[3 * f + k], b = c.corners[3 * f + (k + 1) % 3];
+      edges.push_back({std::min(a, b), std::max(a, b), static_cast<int32_t>(f)});
+    }
+  }
+  std::sort(edges.begin(), edges.end());
+  std::vector<int32_t> parent(n);
+  std::iota(parent.begin(), parent.end(), 0);
+  auto root = [&](int32_t f) {
+    while (parent[f] != f) f = parent[f] = parent[parent[f]];
+    return f;
+  };
+  for (size_t i = 1; i < edges.size(); ++i)
+    if (edges[i][0] == edges[i - 1][0] && edges[i][1] == edges[i - 1][1]) {
+      const int32_t a = root(edges[i][2]), b = root(edges[i - 1][2]);
+      parent[std::max(a, b)] = std::min(a, b);
+    }
+  std::vector<int32_t> piece(n, -1), number(n, -1);
+  count = 0;
+  const size_t nv = c.verts.size();
+  std::vector<int32_t> vertex_piece(nv, -1);  // -2: of two pieces
+  for (size_t f = 0; f < n; ++f) {
+    if (!weighted[f]) continue;
+    const int32_t r = root(static_cast<int32_t>(f));
+    if (number[r] < 0) number[r] = count++;
+    piece[f] = number[r];
+    for (int k = 0; k < 3; ++k) {
+      int32_t& vp = vertex_piece[c.corners[3 * f + k]];
+      vp = vp == -1 || vp == piece[f] ? piece[f] : -2;
+    }
+  }
+  for (size_t f = 0; f < n; ++f) {
+    if (weighted[f]) continue;
+    const int32_t p0 = vertex_piece[c.corners[3 * f]];
+    if (p0 >= 0 && vertex_piece[c.corners[3 * f + 1]] == p0 &&
+        vertex_piece[c.corners[3 * f + 2]] == p0)
+      piece[f] = p0;
+  }
+  return piece;
+}
+
+// Sets a chart's verts (its input vertices, once each, ascending) and corners.
+void local_vertices(Chart& c, const TriMesh& m) {
+  c.verts.clear();
+  for (int32_t f : c.faces)
+    for (int k = 0; k < 3; ++k) c.verts.push_back(m.faces[3 * int64_t(f) + k]);
+  std::sort(c.verts.begin(), c.verts.end());
+  c.verts.erase(std::unique(c.verts.begin(), c.verts.end()), c.verts.end());
+  c.corners.resize(3 * c.faces.size());
+  for (size_t i = 0; i < c.faces.size(); ++i)
+    for (int k = 0; k < 3; ++k)
+      c.corners[3 * i + k] = static_cast<int32_t>(
+          std::lower_bound(c.verts.begin(), c.verts.end(), m.faces[3 * int64_t(c.faces[i]) + k]) -
+          c.verts.begin());
+}
+
+// Lays a chart out by the conformal map (conformal.h): a piece of conformal_components (verts
+// and corners set); true, with c.fixed set, when the layout is valid: its weighted faces (neither
+// folds nor without area) none turned over, and their densities (area
+// in the plane per area in space) within kConformalSpread of each other. The layout is scaled
+// so that the mean density is 1, or less where that puts a face above kConformalMostDensity.
+bool conformal_layout(Chart& c, const TriMesh& m, const Faces& faces,
+                      const std::vector<char>& fold) {
+  const size_t n = c.faces.size();
+  std::vector<char> weighted(n);
+  for (size_t i = 0; i < n; ++i) weighted[i] = faces.area[c.faces[i]] > 0 && !fold[c.faces[i]];
+  std::vector<D3> positions(c.verts.size());
+  for (size_t v = 0; v < c.verts.size(); ++v) positions[v] = position(m, c.verts[v]);
+  std::vector<std::array<double, 2>> p;
+  if (!conformal_map(positions, c.corners, weighted, p)) return false;
+  // (density, area in space) of the weighted faces not turned over.
+  std::vector<std::pair<double, double>> density;
+  density.reserve(n);
+  int64_t flips = 0;
+  double plane = 0, space = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (!weighted[i]) continue;
+    const auto& a = p[c.corners[3 * i]];
+    const auto& b = p[c.corners[3 * i + 1]];
+    const auto& d = p[c.corners[3 * i + 2]];
+    const double twice = (b[0] - a[0]) * (d[1] - a[1]) - (b[1] - a[1]) * (d[0] - a[0]);
+    const double area = faces.area[c.faces[i]];
+    if (!(twice > 0)) {  // turned over (or flat)
+      ++flips;
+      continue;
+    }
+    density.push_back({twice / (2 * area), area});
+    plane += twice, space += 2 * area;
+  }
+  if (flips > kConformalMostFlips * double(n) || density.empty()) return false;
+  // The densities at kConformalTail and 1 - kConformalTail of the area.
+  std::sort(density.begin(), density.end());
+  const double total = space / 2;
+  double lo = density.front().first, hi = density.back().first, seen = 0;
+  bool lo_set = false;
+  for (const auto& [value, area] : density) {
+    seen += area;
+    if (!lo_set && seen >= kConformalTail * total) lo = value, lo_set = true;
+    if (seen >= (1 - kConformalTail) * total) {
+      hi = value;
+      break;
+    }
+  }
+  if (!(hi > 0) || hi > kConformalSpread * lo) return false;
+  // No edge of any face (turned over, a fold or without area included) longer in the plane
+  // than kConformalMostStretch times its length in space at the density `hi`: a face the map
+  // threw far out would otherwise stretch the chart's box.
+  const double reach = kConformalMostStretch * std::sqrt(hi);
+  for (size_t i = 0; i < n; ++i)
+    for (int k = 0; k < 3; ++k) {
+      const auto& a = p[c.corners[3 * i + k]];
+      const auto& b = p[c.corners[3 * i + (k + 1) % 3]];
+      if (length2(b[0] - a[0], b[1] - a[1]) > reach * faces.edge[c.faces[i]][k] + 1e-12 * std::sqrt(space))
+        return false;
+    }
+  const double scale = std::sqrt(std::min(space / plane, kConformalMostDensity / hi));
+  c.fixed.resize(6 * n);
+  for (size_t k = 0; k < 3 * n; ++k) {
+    c.fixed[2 * k] = scale * p[c.corners[k]][0];
+    c.fixed[2 * k + 1] = scale * p[c.corners[k]][1];
+  }
+  return true;
+}
+
+// A cluster laid out by the conformal map, or halved (at the faces farthest apart along its
+// longest side) and its halves tried in turn, up to kConformalHalvings deep and down to
+// kConformalMinFaces faces. The valid pieces go to `out`, the faces of the rest to `rejected`.
+void conformal_pieces(Chart c, const TriMesh& m, const Faces& faces, const std::vector<char>& fold,
+                      int depth, std::vector<Chart>& out, std::vector<int32_t>& rejected) {
+  if (c.faces.size() < kConformalMinFaces) {
+    rejected.insert(rejected.end(), c.faces.begin(), c.faces.end());
+    return;
+  }
+  local_vertices(c, m);
+  std::vector<char> weighted(c.faces.size());
+  for (size_t i = 0; i < c.faces.size(); ++i)
+    weighted[i] = faces.area[c.faces[i]] > 0 && !fold[c.faces[i]];
+  int32_t count = 0;
+  const std::vector<int32_t> piece = conformal_components(c, weighted, count);
+  if (count != 1 || std::count(piece.begin(), piece.end(), -1) > 0) {
+    // Each piece on its own (at the same depth), the faces of none to the projected charts.
+    std::vector<Chart> pieces(count);
+    for (size_t i = 0; i < c.faces.size(); ++i) {
+      if (piece[i] < 0) rejected.push_back(c.faces[i]);
+      else pieces[piece[i]].faces.push_back(c.faces[i]);
+    }
+    for (Chart& p : pieces) {
+      p.seed_axis = c.seed_axis;
+      conformal_pieces(std::move(p), m, faces, fold, depth, out, rejected);
+    }
+    return;
+  }
+  if (conformal_layout(c, m, faces, fold)) {
+    out.push_back(std::move(c));
+    return;
+  }
+  if (depth >= kConformalHalvings || c.faces.size() < 2 * kConformalMinFaces) {
+    rejected.insert(rejected.end(), c.faces.begin(), c.faces.end());
+    return;
+  }
+  D3 lo{INFINITY, INFINITY, INFINITY}, hi{-INFINITY, -INFINITY, -INFINITY};
+  std::vector<D3> centre(c.faces.size());
+  for (size_t i = 0; i < c.faces.size(); ++i) {
+    centre[i] = {0, 0, 0};
+    for (int k = 0; k < 3; ++k) {
+      const D3 q = position(m, m.faces[3 * int64_t(c.faces[i]) + k]);
+      for (int j = 0; j < 3; ++j) centre[i][j] += q[j] / 3;
+    }
+    for (int j = 0; j < 3; ++j) lo[j] = std::min(lo[j], centre[i][j]), hi[j] = std::max(hi[j], centre[i][j]);
+  }
+  int axis = 0;
+  for (int j = 1; j < 3; ++j)
+    if (hi[j] - lo[j] > hi[axis] - lo[axis]) axis = j;
+  int32_t a = 0, b = 0;
+  for (size_t i = 1; i < c.faces.size(); ++i) {
+    if (centre[i][axis] < centre[a][axis]) a = static_cast<int32_t>(i);
+    if (centre[i][axis] > centre[b][axis]) b = static_cast<int32_t>(i);
+  }
+  c.fixed.clear();
+  for (Chart& piece : split(c, Pairs{{a, b}}))
+    conformal_pieces(std::move(piece), m, faces, fold, depth + 1, out, rejected);
+}
+
+// The faces of clusters too small for a chart of their own (fewer than kConformalMinFaces:
+// the pieces of a thin part's rim between the clusters of its two sides, of a strip along a
+// crease) grown into the larger clusters around them, a ring of faces a round (up to
+// kConformalGrowRounds), each face to the neighbouring cluster whose seed axis its normal is
+// nearest (ties to the lower cluster), when within kConformalMostTurn: the conformal map unrolls
+// such a bend where a projection could not. All moves of a round are decided from the round's
+// start, so the result does not depend on the thread count. The faces left stay small clusters.
+void grow_into_leftovers(std::vector<Chart>& clusters, const std::vector<int32_t>& nb,
+                         const Faces& faces) {
+  const int64_t F = static_cast<int64_t>(faces.area.size());
+  const double cos_most = std::cos(kConformalMostTurn);
+  std::vector<int32_t> of(F, -1);
+  for (size_t i = 0; i < clusters.size(); ++i)
+    if (clusters[i].faces.size() >= kConformalMinFaces)
+      for (int32_t f : clusters[i].faces) of[f] = static_cast<int32_t>(i);
+  std::vector<int32_t> next(of);
+  for (int round = 0; round < kConformalGrowRounds; ++round) {
+    int64_t moved = 0;
+#pragma omp parallel for schedule(static) reduction(+ : moved) if (F > 16384)
+    for (int64_t f = 0; f < F; ++f) {
+      if (of[f] >= 0) continue;
+      int32_t best = -1;
+      double best_dot = cos_most;
+      for (int k = 0; k < 3; ++k) {
+        const int32_t g = nb[3 * f + k];
+        if (g < 0 || of[g] < 0) continue;
+        const double d = faces.area[f] > 0 ? dotd(faces.normal[f], clusters[of[g]].seed_axis) : 1;
+        if (d > best_dot || (d == best_dot && best >= 0 && of[g] < best))
+          best = of[g], best_dot = d;
+      }
+      if (best >= 0) next[f] = best, ++moved;
+    }
+    of = next;
+    if (moved == 0) break;
+  }
+  std::vector<Chart> out;
+  for (Chart& c : clusters) {
+    if (c.faces.size() < kConformalMinFaces) {
+      c.faces.erase(std::remove_if(c.faces.begin(), c.faces.end(),
+                                   [&](int32_t f) { return of[f] >= 0; }),
+                    c.faces.end());
+    } else {
+      c.faces.clear();
+    }
+  }
+  for (int64_t f = 0; f < F; ++f)
+    if (of[f] >= 0) clusters[of[f]].faces.push_back(static_cast<int32_t>(f));
+  clusters.erase(std::remove_if(clusters.begin(), clusters.end(),
+                                [](const Chart& c) { return c.faces.empty(); }),
+                 clusters.end());
+}
+
+// The conformal charts: clusters grown at `cone` (the original's normal cones), each laid out
+// by the conformal map where that is valid (conformal_pieces), in cluster order. `taken` marks
+// their faces.
+std::vector<Chart> conformal_charts(const TriMesh& m, const Faces& faces,
+                                    const std::vector<int32_t>& nb, double cone_rad,
+                                    std::vector<char>& taken) {
+  const Cone cone{std::cos(cone_rad), std::cos(std::min(cone_rad + kConformalTurnMargin, kConformalMostTurn))};
+  std::vector<Chart> clusters = initial_charts(m, faces, nb, cone);
+  grow_into_leftovers(clusters, nb, faces);
+  const std::vector<char> fold = folds_of(faces, nb);
+  std::vector<size_t> todo;
+  for (size_t i = 0; i < clusters.size(); ++i)
+    if (clusters[i].faces.size() >= kConformalMinFaces) todo.push_back(i);
+  largest_first(clusters, todo);
+  std::vector<std::vector<Chart>> found(clusters.size());
+#pragma omp parallel for schedule(dynamic, 1)
+  for (size_t t = 0; t < todo.size(); ++t) {
+    std::vector<int32_t> rejected;
+    conformal_pieces(std::move(clusters[todo[t]]), m, faces, fold, 0, found[todo[t]], rejected);
+  }
+  std::vector<Chart> out;
+  taken.assign(faces.area.size(), 0);
+  for (auto& list : found)
+    for (Chart& c : list) {
+      for (int32_t f : c.faces) taken[f] = 1;
+      out.push_back(std::move(c));
+    }
+  return out;
 }
 
 // The groups: each face's initial chart.
@@ -1465,7 +1807,7 @@ std::vector<int32_t> thin_chart_hosts(const std::vector<Chart>& charts,
   auto group_of = [&](size_t i) { return groups.of_face[charts[i].faces.front()]; };
   std::vector<size_t> thin;
   for (size_t i = 0; i < n; ++i)
-    if (charts[i].h * scale < kThinTexels) thin.push_back(i);
+    if (charts[i].h * scale < kThinTexels && !charts[i].conformal()) thin.push_back(i);
   std::stable_sort(thin.begin(), thin.end(),
                    [&](size_t a, size_t b) { return charts[a].area > charts[b].area; });
   std::vector<char> is_host(n, 0);
@@ -1486,7 +1828,7 @@ std::vector<int32_t> thin_chart_hosts(const std::vector<Chart>& charts,
       const int32_t j = across[a], edges = static_cast<int32_t>(b - a);
       a = b;
       if (edges <= best_edges || host_of[j] >= 0 || charts[j].area <= charts[i].area ||
-          group_of(j) == group_of(i))
+          charts[j].conformal() || group_of(j) == group_of(i))
         continue;
       best = j, best_edges = edges;
     }
@@ -1570,6 +1912,32 @@ int64_t attach_thin_charts(std::vector<Chart>& charts, std::vector<char>& fresh,
 
 }  // namespace
 
+// The charts before any is laid out. With AtlasMethod::conformal the conformal charts come
+// first (conformal_charts), then the projected charts grow over the faces they left, across no
+// edge into them (`nb` is cut there); the groups are the projected charts' (a conformal chart's
+// faces are of none).
+std::vector<Chart> first_charts(const TriMesh& m, const Faces& faces, const ChartOptions& options,
+                                std::vector<int32_t>& nb, Groups& groups, SubTimer& timer) {
+  const double cone = std::min<double>(options.planar_cone_rad, options.cone_half_angle_rad);
+  std::vector<char> taken;
+  std::vector<Chart> conformal;
+  if (options.method == AtlasMethod::conformal) {
+    conformal = conformal_charts(m, faces, nb, cone, taken);
+    timer.mark("conformal charts");
+    for (int64_t f = 0; f < m.num_faces(); ++f)
+      for (int k = 0; k < 3; ++k) {
+        int32_t& g = nb[3 * f + k];
+        if (g >= 0 && (taken[f] || taken[g])) g = -1;
+      }
+  }
+  std::vector<Chart> charts =
+      initial_charts(m, faces, nb, Cone{std::cos(cone), kCosMaxTurn}, taken);
+  groups = groups_of(charts, m.num_faces());
+  for (Chart& c : conformal) charts.push_back(std::move(c));
+  timer.mark("charts");
+  return charts;
+}
+
 UvMesh planar_unwrap(const TriMesh& m, const ChartOptions& options) {
   check_atlas_input(m, options);
   SubTimer timer("uv_unwrap");
@@ -1577,13 +1945,11 @@ UvMesh planar_unwrap(const TriMesh& m, const ChartOptions& options) {
   S3D_CHECK(std::any_of(faces.area.begin(), faces.area.end(), [](double a) { return a > 0; }),
             "uv_unwrap: no face of the mesh has an area that can be charted (", m.num_faces(),
             " faces)");
-  const double cone = std::min<double>(options.planar_cone_rad, options.cone_half_angle_rad);
-  const std::vector<int32_t> nb = face_neighbours(m, faces);
-  std::vector<Chart> charts = initial_charts(m, faces, nb, std::cos(cone));
-  const Groups groups = groups_of(charts, m.num_faces());
-  timer.mark("charts");
-  std::vector<char> fresh(charts.size(), 1);  // charts whose coordinates are not made yet
+  std::vector<int32_t> nb = face_neighbours(m, faces);
   const int32_t size = options.texture_size, padding = options.padding;
+  Groups groups;
+  std::vector<Chart> charts = first_charts(m, faces, options, nb, groups, timer);
+  std::vector<char> fresh(charts.size(), 1);  // charts whose coordinates are not made yet
   auto parameterize_fresh = [&] {
 #pragma omp parallel for schedule(dynamic, 8)
     for (size_t i = 0; i < charts.size(); ++i)

@@ -74,9 +74,12 @@ sparse3d::TexturedMesh run_to_glb(HostRows<float> vertices, HostRows<int32_t> fa
   o.mesh_cluster_global_iterations = global;
   o.mesh_cluster_smooth_strength = smooth;
   o.use_gpu = use_gpu;
-  if (atlas != "planar" && atlas != "xatlas")
-    throw sparse3d::Error("to_glb: atlas must be 'planar' or 'xatlas', got '" + atlas + "'");
-  o.atlas = atlas == "xatlas" ? sparse3d::UvAtlas::Xatlas : sparse3d::UvAtlas::Planar;
+  if (atlas != "planar" && atlas != "conformal" && atlas != "xatlas")
+    throw sparse3d::Error("to_glb: atlas must be 'planar', 'conformal' or 'xatlas', got '" +
+                          atlas + "'");
+  o.atlas = atlas == "xatlas"      ? sparse3d::UvAtlas::Xatlas
+            : atlas == "conformal" ? sparse3d::UvAtlas::Conformal
+                                   : sparse3d::UvAtlas::Planar;
   if (progress)
     o.progress = [progress](const std::string& stage, int i, int n) {
       nb::gil_scoped_acquire gil;

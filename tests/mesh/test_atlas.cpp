@@ -146,7 +146,7 @@ void expect_good_atlas(const TriMesh& in, const ChartOptions& o, int64_t allowed
   expect_faces_kept(in, out);
   expect_vertices_consistent(in, out);
   EXPECT_GE(out.num_charts, 1);
-  EXPECT_EQ(overlapping_texels(out, 512, o.method == AtlasMethod::planar), 0);
+  EXPECT_EQ(overlapping_texels(out, 512, o.method != AtlasMethod::xatlas), 0);
   const AtlasStats st = atlas_stats(out, 256);
   EXPECT_GT(st.utilization, 0.2);
   EXPECT_LE(st.utilization, 1.0);
@@ -265,12 +265,18 @@ TEST_P(MeshAtlasBoth, RejectsBadInput) {
   t = o;
   t.faces_per_group = -5;
   EXPECT_ERROR(uv_unwrap(cube(1, {0, 0, 0}), t), "faces_per_group");
+  t = o;
+  t.method = static_cast<AtlasMethod>(7);
+  EXPECT_ERROR(uv_unwrap(cube(1, {0, 0, 0}), t), "unknown atlas method 7");
 }
 
 INSTANTIATE_TEST_SUITE_P(Methods, MeshAtlasBoth,
-                         ::testing::Values(AtlasMethod::planar, AtlasMethod::xatlas),
+                         ::testing::Values(AtlasMethod::planar, AtlasMethod::xatlas,
+                                           AtlasMethod::conformal),
                          [](const auto& info) {
-                           return info.param == AtlasMethod::planar ? "planar" : "xatlas";
+                           return info.param == AtlasMethod::planar   ? "planar"
+                                  : info.param == AtlasMethod::xatlas ? "xatlas"
+                                                                      : "conformal";
                          });
 
 // A ramp that winds 1.6 times around the z axis, rising slowly: every normal is within a few
@@ -437,6 +443,71 @@ TEST(MeshAtlasPlanar, ThinRimsUnfoldOntoThePlate) {
   EXPECT_LT(hi / lo, 1.05);
 }
 
+// A sheet bent through 40 degrees about an axis (on 31 rulings, jittered along them: a
+// developable polyhedron), 30 x 7 cells: one chart either way. Laid out by the conformal map
+// every face keeps one texel density (the unrolled sheet); projected, the faces turned from the
+// chart's axis shrink by the cosine of their turn.
+TriMesh bent_sheet() {
+  TriMesh m;
+  std::mt19937 rng(17);
+  std::uniform_real_distribution<float> jitter(-0.02f, 0.02f);
+  const int nx = 31, ny = 8;
+  const double radius = 0.5, turn = 40.0 * M_PI / 180.0;
+  for (int j = 0; j < ny; ++j)
+    for (int i = 0; i < nx; ++i) {
+      const double a = turn * i / (nx - 1);
+      const float y = 0.5f * j / (ny - 1) + (j > 0 && j + 1 < ny ? jitter(rng) : 0.0f);
+      m.positions.insert(m.positions.end(),
+                         {float(radius * std::sin(a)), y, float(radius * (1 - std::cos(a)))});
+    }
+  for (int j = 0; j + 1 < ny; ++j)
+    for (int i = 0; i + 1 < nx; ++i) {
+      const int32_t v = j * nx + i, w = v + nx;
+      // Counter-clockwise seen from the sheet's concave side (normals towards +z at i = 0).
+      m.faces.insert(m.faces.end(), {v, w, v + 1, v + 1, w, w + 1});
+    }
+  return m;
+}
+
+// UV area over 3D area, the smallest and the largest over the faces.
+std::pair<double, double> density_range(const UvMesh& out) {
+  double lo = INFINITY, hi = 0;
+  for (int64_t f = 0; f < out.num_faces(); ++f) {
+    const int32_t* t = &out.faces[3 * f];
+    auto at = [&](int k) {
+      return Vec3{out.positions[3 * t[k]], out.positions[3 * t[k] + 1], out.positions[3 * t[k] + 2]};
+    };
+    const double a3 = 0.5 * length(cross(at(1) - at(0), at(2) - at(0)));
+    const float* p = &out.uvs[2 * t[0]];
+    const float* q = &out.uvs[2 * t[1]];
+    const float* r = &out.uvs[2 * t[2]];
+    const double a2 = 0.5 * std::fabs((double(q[0]) - p[0]) * (double(r[1]) - p[1]) -
+                                      (double(q[1]) - p[1]) * (double(r[0]) - p[0]));
+    lo = std::min(lo, a2 / a3), hi = std::max(hi, a2 / a3);
+  }
+  return {lo, hi};
+}
+
+TEST(MeshAtlasPlanar, ConformalChartsKeepOneDensityOnABentSheet) {
+  const TriMesh m = bent_sheet();
+  ChartOptions o;
+  o.texture_size = 512;
+  o.method = AtlasMethod::conformal;
+  const UvMesh conformal = uv_unwrap(m, o);
+  EXPECT_EQ(conformal.num_charts, 1);
+  expect_good_atlas(m, o);
+  const auto [lo, hi] = density_range(conformal);
+  EXPECT_LT(hi / lo, 1.02);  // float UVs at 512 texels: the unrolled sheet's own density
+  ChartOptions p = o;
+  p.method = AtlasMethod::planar;  // projected charts alone
+  const UvMesh projected = uv_unwrap(m, p);
+  EXPECT_EQ(projected.num_charts, 1);
+  expect_good_atlas(m, p);
+  const auto [plo, phi] = density_range(projected);
+  EXPECT_GT(phi / plo, 1.0 / std::cos(15.0 * M_PI / 180.0));  // the ends turned about 20 degrees
+  EXPECT_LT(phi / plo, 1.0 / std::cos(40.0 * M_PI / 180.0));
+}
+
 // Every face's UV area over its 3D area is scale^2 * cos(angle to its chart's axis): within
 // [cos(75 degrees), 1] of the largest (the hard bound), and within [cos(cone), 1] for nearly
 // all of the surface (the cone bounds the smoothed normals).
@@ -481,17 +552,21 @@ TEST(MeshAtlasPlanar, OneTexelDensityWithinTheCone) {
 TEST(MeshAtlasPlanar, SameAtlasWhateverTheThreadCount) {
   TriMesh m = uv_sphere(19, 25, 0.4f, 0.01f, 5, 2, false);
   append(m, spiral_ramp());
-  ChartOptions o;
-  o.texture_size = 777;
-  const int threads = omp_get_max_threads();
-  omp_set_num_threads(1);
-  const UvMesh one = uv_unwrap(m, o);
-  omp_set_num_threads(std::max(3, threads));
-  const UvMesh many = uv_unwrap(m, o);
-  omp_set_num_threads(threads);
-  EXPECT_EQ(one.faces, many.faces);
-  EXPECT_EQ(one.uvs, many.uvs);
-  EXPECT_EQ(one.vertex_of, many.vertex_of);
+  append(m, bent_sheet());
+  for (AtlasMethod method : {AtlasMethod::planar, AtlasMethod::conformal}) {
+    ChartOptions o;
+    o.method = method;
+    o.texture_size = 777;
+    const int threads = omp_get_max_threads();
+    omp_set_num_threads(1);
+    const UvMesh one = uv_unwrap(m, o);
+    omp_set_num_threads(std::max(3, threads));
+    const UvMesh many = uv_unwrap(m, o);
+    omp_set_num_threads(threads);
+    EXPECT_EQ(one.faces, many.faces);
+    EXPECT_EQ(one.uvs, many.uvs);
+    EXPECT_EQ(one.vertex_of, many.vertex_of);
+  }
 }
 
 // The packing's gap search remembers how far up each column's answer holds and asks again

@@ -119,7 +119,10 @@ def test_atlas_keyword_picks_the_method_and_refuses_others():
     xatlas = to_glb(**args, atlas="xatlas")
     assert planar.faces.shape == xatlas.faces.shape  # the same mesh, other UVs
     assert not np.array_equal(planar.uvs, xatlas.uvs)
-    with pytest.raises(s3d.Error, match="atlas must be 'planar' or 'xatlas'"):
+    conformal = to_glb(**args, atlas="conformal")
+    assert conformal.faces.shape == planar.faces.shape
+    assert conformal.uvs.min() >= 0 and conformal.uvs.max() <= 1
+    with pytest.raises(s3d.Error, match="atlas must be 'planar', 'conformal' or 'xatlas'"):
         to_glb(**args, atlas="lscm")
 
 

@@ -26,7 +26,8 @@
 #             written, to RES_OUT: $OUT/res by default; the device tool brings back no file
 #             more than three folders down, so a call that may be cut short gives a shallow one,
 #             e.g. RES_OUT=$OUT/res at the top of the call's $OUT), SPARSE3D_MESH_TIMINGS (1:
-#             sub-stage times in each of our logs).
+#             sub-stage times in each of our logs), OURS_ARGS (more arguments for our
+#             export-glb, such as "--atlas conformal").
 #             A run of the original that fails is reported with its exit status (124: killed
 #             at TIMEOUT_S; 128 + N: killed by signal N). Writes glb_export.tar.gz (every JSON, log and view) and
 #             glb_export_table.md; prints the table last.
@@ -112,7 +113,7 @@ mode_export() {
       nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 20 > "$W/res/ours_$tag.mem" 2>/dev/null &
       poller=$!
       timeout "$TIMEOUT_S" "$BIN/sparse3d" export-glb --input "$W/cases/$name.safetensors" --out "$W/glb/ours_$tag.glb" \
-        --decimation-target "$target" --texture-size "$tex" "${remesh_flags[@]}" \
+        --decimation-target "$target" --texture-size "$tex" "${remesh_flags[@]}" ${OURS_ARGS:-} \
         > "$W/res/ours_$tag.log" 2>&1 || { track 1; echo "ours $tag failed: $(tail -1 "$W/res/ours_$tag.log")"; }
       kill $poller 2>/dev/null; wait $poller 2>/dev/null
       if [ $HAVE_ORIGINAL = 1 ] && [ -n "${ORIGINAL_CASES:-}" ] && [[ " $ORIGINAL_CASES " != *" $tag "* ]]; then
