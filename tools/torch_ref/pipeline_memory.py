@@ -25,7 +25,9 @@ pipeline is held, which is the user's way:
   drop-in's qualification cache a new empty folder): `pytorch` (TRELLIS.2's modules), `sparse3d-copy` (the drop-in as
   it was before one copy of the weights: accelerate(share_weights=False,
   release_workspace=False, share_workspace=False, fit_memory=False)), `sparse3d` (the
-  drop-in's defaults), and `sparse3d@SPEC` (the defaults on execution path SPEC). After each drop-in side
+  drop-in's defaults), `sparse3d-nofit` (the defaults but fit_memory: every flag of the path
+  kept), `sparse3d-keep` (the defaults but release_workspace: the workspaces kept between
+  loops), and `sparse3d@SPEC` (the defaults on execution path SPEC). After each drop-in side
   restore() puts the originals back, and their parameters are checked bit for bit (a checksum
   per tensor taken before the first side, and the same storage).
 * Pipeline types (--types): the stages TRELLIS.2's run() takes for 512, 1024, 1024_cascade and
@@ -62,7 +64,7 @@ TOKENS = (3000, 7000, 12000, 20000, 31000)
 WARMUP_TOKENS = 2500
 TINY_TOKENS = (300, 700, 1200)
 TINY_WARMUP_TOKENS = 200
-SIDES = ("pytorch", "sparse3d-copy", "sparse3d")
+SIDES = ("pytorch", "sparse3d-copy", "sparse3d", "sparse3d-nofit", "sparse3d-keep")
 TYPES = ("512", "1024", "1024_cascade", "1536_cascade")
 
 
@@ -233,12 +235,20 @@ def run_side(side, pl, models, assets, conds, a, s3d, poller, sync, types):
     if side != "pytorch":
         cache = tempfile.mkdtemp(prefix="s3d-mem-cache-")
         copy = side == "sparse3d-copy"
+        # "sparse3d-nofit": the defaults but fit_memory (every flag of the default path kept
+        # whatever it costs, CUDA graphs aside, as fit_memory's path has none): an ablation.
+        nofit = side == "sparse3d-nofit"
+        # "sparse3d-keep": the defaults but release_workspace (the shared workspace and the
+        # libraries' workspaces kept from one loop to the next): an ablation.
+        keep = side == "sparse3d-keep"
         # "sparse3d@SPEC": the drop-in's defaults on execution path SPEC (an ablation).
         path = side.split("@", 1)[1] if "@" in side else a.path
+        if nofit and path is None:
+            path = s3d.default_path() + "-cuda_graphs"
         t0 = time.perf_counter()
         acc = s3d.trellis2.accelerate(pl, path=path, cache_dir=cache,
-                                      share_weights=not copy, release_workspace=not copy,
-                                      share_workspace=not copy, fit_memory=not copy)
+                                      share_weights=not copy, release_workspace=not (copy or keep),
+                                      share_workspace=not copy, fit_memory=not (copy or nofit))
         info["accelerate_seconds"] = time.perf_counter() - t0
     used, rss = poller.read()
     info["before_first_request"] = {"device_used": used, "rss": rss}
@@ -399,7 +409,7 @@ def main():
     p.add_argument("--tokens", type=int, nargs="+", default=None,
                    help=f"64-grid token counts of the assets (default {' '.join(map(str, TOKENS))})")
     p.add_argument("--warmup-tokens", type=int, default=None)
-    p.add_argument("--sides", nargs="+", default=list(SIDES),
+    p.add_argument("--sides", nargs="+", default=list(SIDES[:3]),
                    help=f"of {', '.join(SIDES)}, or sparse3d@SPEC: the drop-in on path SPEC")
     p.add_argument("--limit-gib", type=float, default=0.0)
     p.add_argument("--path", default=None)
