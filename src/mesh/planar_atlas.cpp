@@ -1335,7 +1335,8 @@ std::vector<Chart> split(const Chart& c, const Pairs& seeds) {
   for (int32_t f = 0; f < n; ++f) {
     Chart& h = out[piece[f]];
     h.faces.push_back(c.faces[f]);
-    if (c.conformal()) h.fixed.insert(h.fixed.end(), &c.fixed[6 * size_t(f)], &c.fixed[6 * size_t(f) + 6]);
+    if (c.conformal())
+      h.fixed.insert(h.fixed.end(), &c.fixed[6 * size_t(f)], &c.fixed[6 * size_t(f) + 6]);
   }
   for (Chart& h : out) h.seed_axis = c.seed_axis;
   return out;
@@ -1620,12 +1621,12 @@ bool conformal_layout(Chart& c, const TriMesh& m, const Faces& faces,
   // No edge of any face (turned over, a fold or without area included) longer in the plane
   // than kConformalMostStretch times its length in space at the density `hi`: a face the map
   // threw far out would otherwise stretch the chart's box.
-  const double reach = kConformalMostStretch * std::sqrt(hi);
+  const double reach = kConformalMostStretch * std::sqrt(hi), slack = 1e-12 * std::sqrt(space);
   for (size_t i = 0; i < n; ++i)
     for (int k = 0; k < 3; ++k) {
       const auto& a = p[c.corners[3 * i + k]];
       const auto& b = p[c.corners[3 * i + (k + 1) % 3]];
-      if (length2(b[0] - a[0], b[1] - a[1]) > reach * faces.edge[c.faces[i]][k] + 1e-12 * std::sqrt(space))
+      if (length2(b[0] - a[0], b[1] - a[1]) > reach * faces.edge[c.faces[i]][k] + slack)
         return false;
     }
   const double scale = std::sqrt(std::min(space / plane, kConformalMostDensity / hi));
@@ -1639,13 +1640,11 @@ bool conformal_layout(Chart& c, const TriMesh& m, const Faces& faces,
 
 // A cluster laid out by the conformal map, or halved (at the faces farthest apart along its
 // longest side) and its halves tried in turn, up to kConformalHalvings deep and down to
-// kConformalMinFaces faces. The valid pieces go to `out`, the faces of the rest to `rejected`.
+// kConformalMinFaces faces. The valid pieces go to `out`; the faces of the rest are left to the
+// projected charts.
 void conformal_pieces(Chart c, const TriMesh& m, const Faces& faces, const std::vector<char>& fold,
-                      int depth, std::vector<Chart>& out, std::vector<int32_t>& rejected) {
-  if (c.faces.size() < kConformalMinFaces) {
-    rejected.insert(rejected.end(), c.faces.begin(), c.faces.end());
-    return;
-  }
+                      int depth, std::vector<Chart>& out) {
+  if (c.faces.size() < kConformalMinFaces) return;
   local_vertices(c, m);
   std::vector<char> weighted(c.faces.size());
   for (size_t i = 0; i < c.faces.size(); ++i)
@@ -1655,13 +1654,11 @@ void conformal_pieces(Chart c, const TriMesh& m, const Faces& faces, const std::
   if (count != 1 || std::count(piece.begin(), piece.end(), -1) > 0) {
     // Each piece on its own (at the same depth), the faces of none to the projected charts.
     std::vector<Chart> pieces(count);
-    for (size_t i = 0; i < c.faces.size(); ++i) {
-      if (piece[i] < 0) rejected.push_back(c.faces[i]);
-      else pieces[piece[i]].faces.push_back(c.faces[i]);
-    }
+    for (size_t i = 0; i < c.faces.size(); ++i)
+      if (piece[i] >= 0) pieces[piece[i]].faces.push_back(c.faces[i]);
     for (Chart& p : pieces) {
       p.seed_axis = c.seed_axis;
-      conformal_pieces(std::move(p), m, faces, fold, depth, out, rejected);
+      conformal_pieces(std::move(p), m, faces, fold, depth, out);
     }
     return;
   }
@@ -1669,10 +1666,7 @@ void conformal_pieces(Chart c, const TriMesh& m, const Faces& faces, const std::
     out.push_back(std::move(c));
     return;
   }
-  if (depth >= kConformalHalvings || c.faces.size() < 2 * kConformalMinFaces) {
-    rejected.insert(rejected.end(), c.faces.begin(), c.faces.end());
-    return;
-  }
+  if (depth >= kConformalHalvings || c.faces.size() < 2 * kConformalMinFaces) return;
   D3 lo{INFINITY, INFINITY, INFINITY}, hi{-INFINITY, -INFINITY, -INFINITY};
   std::vector<D3> centre(c.faces.size());
   for (size_t i = 0; i < c.faces.size(); ++i) {
@@ -1681,7 +1675,8 @@ void conformal_pieces(Chart c, const TriMesh& m, const Faces& faces, const std::
       const D3 q = position(m, m.faces[3 * int64_t(c.faces[i]) + k]);
       for (int j = 0; j < 3; ++j) centre[i][j] += q[j] / 3;
     }
-    for (int j = 0; j < 3; ++j) lo[j] = std::min(lo[j], centre[i][j]), hi[j] = std::max(hi[j], centre[i][j]);
+    for (int j = 0; j < 3; ++j)
+      lo[j] = std::min(lo[j], centre[i][j]), hi[j] = std::max(hi[j], centre[i][j]);
   }
   int axis = 0;
   for (int j = 1; j < 3; ++j)
@@ -1693,7 +1688,7 @@ void conformal_pieces(Chart c, const TriMesh& m, const Faces& faces, const std::
   }
   c.fixed.clear();
   for (Chart& piece : split(c, Pairs{{a, b}}))
-    conformal_pieces(std::move(piece), m, faces, fold, depth + 1, out, rejected);
+    conformal_pieces(std::move(piece), m, faces, fold, depth + 1, out);
 }
 
 // The faces of clusters too small for a chart of their own (fewer than kConformalMinFaces:
@@ -1754,7 +1749,8 @@ void grow_into_leftovers(std::vector<Chart>& clusters, const std::vector<int32_t
 std::vector<Chart> conformal_charts(const TriMesh& m, const Faces& faces,
                                     const std::vector<int32_t>& nb, double cone_rad,
                                     std::vector<char>& taken) {
-  const Cone cone{std::cos(cone_rad), std::cos(std::min(cone_rad + kConformalTurnMargin, kConformalMostTurn))};
+  const Cone cone{std::cos(cone_rad),
+                  std::cos(std::min(cone_rad + kConformalTurnMargin, kConformalMostTurn))};
   std::vector<Chart> clusters = initial_charts(m, faces, nb, cone);
   grow_into_leftovers(clusters, nb, faces);
   const std::vector<char> fold = folds_of(faces, nb);
@@ -1764,10 +1760,8 @@ std::vector<Chart> conformal_charts(const TriMesh& m, const Faces& faces,
   largest_first(clusters, todo);
   std::vector<std::vector<Chart>> found(clusters.size());
 #pragma omp parallel for schedule(dynamic, 1)
-  for (size_t t = 0; t < todo.size(); ++t) {
-    std::vector<int32_t> rejected;
-    conformal_pieces(std::move(clusters[todo[t]]), m, faces, fold, 0, found[todo[t]], rejected);
-  }
+  for (size_t t = 0; t < todo.size(); ++t)
+    conformal_pieces(std::move(clusters[todo[t]]), m, faces, fold, 0, found[todo[t]]);
   std::vector<Chart> out;
   taken.assign(faces.area.size(), 0);
   for (auto& list : found)

@@ -53,6 +53,8 @@ double dist(const P3& a, const P3& b) {
 }
 double dist(const P2& a, const P2& b) { return std::hypot(a[0] - b[0], a[1] - b[1]); }
 
+std::vector<char> all_faces(const Sheet& s) { return std::vector<char>(s.corners.size() / 3, 1); }
+
 std::vector<P2> poisoned(size_t n) { return std::vector<P2>(n, P2{NAN, NAN}); }
 
 // The largest relative difference between an edge's length in the plane and in space, once
@@ -88,7 +90,7 @@ TEST(MeshConformal, FlatSheetAnywhereInSpaceIsLaidOutIsometrically) {
     return P3{o[0] + x * u[0] + y * v[0], o[1] + x * u[1] + y * v[1], o[2] + x * u[2] + y * v[2]};
   });
   std::vector<P2> xy = poisoned(s.positions.size());
-  ASSERT_TRUE(conformal_map(s.positions, s.corners, std::vector<char>(s.corners.size() / 3, 1), xy));
+  ASSERT_TRUE(conformal_map(s.positions, s.corners, all_faces(s), xy));
   for (const P2& p : xy) ASSERT_TRUE(std::isfinite(p[0]) && std::isfinite(p[1]));
   const auto [worst, turned] = check(s, xy);
   EXPECT_LT(worst, 1e-9);
@@ -110,7 +112,7 @@ TEST(MeshConformal, SheetBentAroundACylinderUnrollsWithoutStretch) {
       },
       false);
   std::vector<P2> xy = poisoned(s.positions.size());
-  ASSERT_TRUE(conformal_map(s.positions, s.corners, std::vector<char>(s.corners.size() / 3, 1), xy));
+  ASSERT_TRUE(conformal_map(s.positions, s.corners, all_faces(s), xy));
   const auto [worst, turned] = check(s, xy);
   EXPECT_LT(worst, 1e-6);
   EXPECT_EQ(turned, 0);
@@ -123,7 +125,7 @@ TEST(MeshConformal, CapOfASphereTurnsNoFaceOver) {
     return P3{px, py, std::sqrt(1.0 - px * px - py * py)};
   });
   std::vector<P2> xy = poisoned(s.positions.size());
-  ASSERT_TRUE(conformal_map(s.positions, s.corners, std::vector<char>(s.corners.size() / 3, 1), xy));
+  ASSERT_TRUE(conformal_map(s.positions, s.corners, all_faces(s), xy));
   const auto [worst, turned] = check(s, xy);
   EXPECT_EQ(turned, 0);
   EXPECT_LT(worst, 0.5);  // a cap this flat keeps its lengths within a factor well under 2
