@@ -112,16 +112,16 @@ bool conformal_map(const std::vector<D3>& positions, const std::vector<int32_t>&
   if (pa == pb || !(span > 0)) return false;
   // Unknowns: u and v of every vertex but the pins, as 2 * index and 2 * index + 1.
   std::vector<int32_t> index(n, -1);
-  int32_t free = 0;
+  int32_t unknowns = 0;
   for (int32_t v = 0; v < n; ++v)
-    if (v != pa && v != pb) index[v] = free++;
+    if (v != pa && v != pb) index[v] = unknowns++;
   const double pinned[2][2] = {{0, 0}, {span, 0}};
   auto pin_of = [&](int32_t v) { return v == pa ? 0 : 1; };
 
   std::vector<Eigen::Triplet<double>> entries;
-  Eigen::VectorXd rhs = Eigen::VectorXd::Zero(2 * int64_t(free));
+  Eigen::VectorXd rhs = Eigen::VectorXd::Zero(2 * int64_t(unknowns));
   normal_equations(positions, corners, weighted, index, pinned, pin_of, entries, rhs);
-  Eigen::SparseMatrix<double> normal(2 * int64_t(free), 2 * int64_t(free));
+  Eigen::SparseMatrix<double> normal(2 * int64_t(unknowns), 2 * int64_t(unknowns));
   normal.setFromTriplets(entries.begin(), entries.end());
   Eigen::SimplicialLDLT<Eigen::SparseMatrix<double>> solver(normal);
   if (solver.info() != Eigen::Success) return false;
