@@ -80,7 +80,11 @@ struct GlbOptions {
   std::function<void(const std::string& stage, int index, int total)> progress;
 };
 
-enum class TextureFormat : uint8_t { WebP, PNG };
+// WebP: lossy (quality 90; EXT_texture_webp), as the original's export. WebPLossless: the same
+// extension, lossless: the baked texels exactly (no 4:2:0 chroma subsampling, which is most of
+// a lossy texture's error where many small charts sit side by side), about 3-5x the bytes.
+// PNG: lossless, the core glTF format.
+enum class TextureFormat : uint8_t { WebP, PNG, WebPLossless };
 
 struct StageSeconds {
   std::string stage;

@@ -16,6 +16,13 @@
 namespace s3d::apps {
 
 namespace {
+// --texture-format's value (checked by CLI11).
+sparse3d::TextureFormat format_named(const std::string& name) {
+  if (name == "png") return sparse3d::TextureFormat::PNG;
+  return name == "webp-lossless" ? sparse3d::TextureFormat::WebPLossless
+                                 : sparse3d::TextureFormat::WebP;
+}
+
 // --atlas's value (checked by CLI11 to be one of the three).
 sparse3d::UvAtlas atlas_named(const std::string& name) {
   if (name == "xatlas") return sparse3d::UvAtlas::Xatlas;
@@ -54,8 +61,9 @@ Command add_export_glb(CLI::App& app) {
   sub->add_option("--remesh-project", a->remesh_project, "Pull-back onto the surface, 0..1")
       ->transform(number_in(0, 1))
       ->capture_default_str();
-  sub->add_option("--texture-format", a->format, "webp (EXT_texture_webp) or png")
-      ->check(CLI::IsMember({"webp", "png"}))
+  sub->add_option("--texture-format", a->format,
+                  "webp (EXT_texture_webp, lossy), webp-lossless (the same, lossless) or png")
+      ->check(CLI::IsMember({"webp", "webp-lossless", "png"}))
       ->capture_default_str();
   sub->add_flag("--keep-alpha", a->keep_alpha,
                 "Base-colour texture as RGBA, alpha included, as the original writes it (the "
@@ -84,9 +92,7 @@ Command add_export_glb(CLI::App& app) {
         std::fprintf(stderr, "[%d/%d] %s\n", i + 1, n, stage.c_str());
       };
     const sparse3d::TexturedMesh mesh = sparse3d::to_glb(asset.view(), o);
-    const double write_s = mesh.export_glb(
-        a->out, a->format == "png" ? sparse3d::TextureFormat::PNG : sparse3d::TextureFormat::WebP,
-        a->keep_alpha);
+    const double write_s = mesh.export_glb(a->out, format_named(a->format), a->keep_alpha);
     std::printf("wrote %s: %lld faces, %lld vertices, %dx%d %s textures\n", a->out.c_str(),
                 static_cast<long long>(mesh.num_faces()),
                 static_cast<long long>(mesh.num_vertices()), mesh.texture_size(),

@@ -458,7 +458,13 @@ s3d::mesh::GlbMesh encoded_glb(const TexturedMesh& m, TextureFormat format, bool
   namespace sm = s3d::mesh;
   S3D_CHECK(m.num_faces() > 0, "export: the mesh is empty (was it made by to_glb?)");
   sm::EncodeOptions e;
-  e.codec = format == TextureFormat::WebP ? sm::ImageCodec::webp : sm::ImageCodec::png;
+  e.codec = format == TextureFormat::PNG ? sm::ImageCodec::png : sm::ImageCodec::webp;
+  if (format == TextureFormat::WebPLossless) {
+    // libwebp's fastest lossless setting (cwebp -z 0): effort 0, method 0.
+    e.webp_lossless = true;
+    e.webp_quality = 0;
+    e.webp_method = 0;
+  }
   const int32_t s = m.texture_size();
   sm::GlbMesh g;
   g.positions = m.positions();

@@ -89,6 +89,12 @@ sparse3d::TexturedMesh run_to_glb(HostRows<float> vertices, HostRows<int32_t> fa
   return sparse3d::to_glb(in, o);
 }
 
+// export's extension_webp and lossless as a TextureFormat (lossless PNG when not WebP).
+sparse3d::TextureFormat texture_format(bool webp, bool lossless) {
+  if (!webp) return sparse3d::TextureFormat::PNG;
+  return lossless ? sparse3d::TextureFormat::WebPLossless : sparse3d::TextureFormat::WebP;
+}
+
 }  // namespace
 
 void bind_glb(nb::module_& m) {
@@ -115,20 +121,18 @@ void bind_glb(nb::module_& m) {
       })
       .def("fallbacks", &TexturedMesh::fallbacks)
       .def("export_glb", [](const TexturedMesh& t, const std::string& path, bool webp,
-                            bool keep_alpha) {
+                            bool keep_alpha, bool lossless) {
         nb::gil_scoped_release release;
-        return t.export_glb(path, webp ? sparse3d::TextureFormat::WebP
-                                       : sparse3d::TextureFormat::PNG, keep_alpha);
-      }, "path"_a, "webp"_a, "keep_alpha"_a)
-      .def("glb_bytes", [](const TexturedMesh& t, bool webp, bool keep_alpha) {
+        return t.export_glb(path, texture_format(webp, lossless), keep_alpha);
+      }, "path"_a, "webp"_a, "keep_alpha"_a, "lossless"_a = false)
+      .def("glb_bytes", [](const TexturedMesh& t, bool webp, bool keep_alpha, bool lossless) {
         std::string b;
         {
           nb::gil_scoped_release release;
-          b = t.glb_bytes(webp ? sparse3d::TextureFormat::WebP : sparse3d::TextureFormat::PNG,
-                          keep_alpha);
+          b = t.glb_bytes(texture_format(webp, lossless), keep_alpha);
         }
         return nb::bytes(b.data(), b.size());
-      }, "webp"_a, "keep_alpha"_a);
+      }, "webp"_a, "keep_alpha"_a, "lossless"_a = false);
   m.def("to_glb", &run_to_glb, "vertices"_a, "faces"_a, "attrs"_a, "coords"_a, "layout"_a,
         "aabb"_a, "grid_size"_a, "decimation_target"_a, "texture_size"_a, "remesh"_a,
         "remesh_band"_a, "remesh_project"_a, "cone_half_angle_rad"_a, "refine_iterations"_a,

@@ -148,7 +148,8 @@ TEST(MeshExport, WritesAGlbAndLeavesNothingOnFailure) {
   const sparse3d::TexturedMesh m = sparse3d::to_glb(asset().view(), o);
   const fs::path dir = fs::temp_directory_path() / ("s3d_export_" + std::to_string(getpid()));
   fs::create_directories(dir);
-  for (auto fmt : {sparse3d::TextureFormat::WebP, sparse3d::TextureFormat::PNG}) {
+  for (auto fmt : {sparse3d::TextureFormat::WebP, sparse3d::TextureFormat::PNG,
+                   sparse3d::TextureFormat::WebPLossless}) {
     const fs::path out = dir / "a.glb";
     m.export_glb(out.string(), fmt);
     std::ifstream f(out, std::ios::binary);
@@ -157,7 +158,7 @@ TEST(MeshExport, WritesAGlbAndLeavesNothingOnFailure) {
     EXPECT_EQ(bytes.substr(0, 4), "glTF");
     EXPECT_EQ(bytes, m.glb_bytes(fmt));
     const bool webp = bytes.find("EXT_texture_webp") != std::string::npos;
-    EXPECT_EQ(webp, fmt == sparse3d::TextureFormat::WebP);
+    EXPECT_EQ(webp, fmt != sparse3d::TextureFormat::PNG);
   }
   // A folder where the file should go: one error, and nothing new in the folder.
   fs::create_directories(dir / "taken.glb");
@@ -205,6 +206,48 @@ TEST(MeshExport, BaseColourIsRgbUnlessAlphaIsKept) {
   // The metallic-roughness image is RGB either way.
   const std::string mr = glb_image(m.glb_bytes(sparse3d::TextureFormat::PNG), 1);
   EXPECT_EQ(static_cast<int>(mr[25]), 2);
+}
+
+// Lossless WebP: both images decode to the baked texels exactly (61^2, odd), under the same
+// EXT_texture_webp declaration as the lossy default.
+TEST(MeshExport, LosslessWebpKeepsEveryTexel) {
+  sparse3d::GlbOptions o;
+  o.decimation_target = 700;
+  o.texture_size = 61;
+  const sparse3d::TexturedMesh m = sparse3d::to_glb(asset().view(), o);
+  const std::string glb = m.glb_bytes(sparse3d::TextureFormat::WebPLossless);
+  EXPECT_NE(glb.find("EXT_texture_webp"), std::string::npos);
+  const int n = 61 * 61;
+  for (int image = 0; image < 2; ++image) {
+    const std::string webp = glb_image(glb, image);
+    const auto* data = reinterpret_cast<const uint8_t*>(webp.data());
+    WebPBitstreamFeatures f;
+    ASSERT_EQ(WebPGetFeatures(data, webp.size(), &f), VP8_STATUS_OK);
+    EXPECT_EQ(f.format, 2);  // lossless
+    int w = 0, h = 0;
+    uint8_t* rgb = WebPDecodeRGB(data, webp.size(), &w, &h);
+    ASSERT_NE(rgb, nullptr);
+    ASSERT_EQ(w * h, n);
+    int64_t differ = 0;
+    for (int i = 0; i < n; ++i)
+      for (int c = 0; c < 3; ++c) {
+        const uint8_t want = image == 0 ? m.base_color_rgba()[4 * i + c]
+                                        : m.metallic_roughness_rgb()[3 * i + c];
+        differ += rgb[3 * i + c] != want;
+      }
+    WebPFree(rgb);
+    EXPECT_EQ(differ, 0) << "image " << image;
+  }
+  // The lossy default does not keep them all (so the test above can fail).
+  const std::string lossy = glb_image(m.glb_bytes(sparse3d::TextureFormat::WebP), 1);
+  int w = 0, h = 0;
+  const auto* bytes = reinterpret_cast<const uint8_t*>(lossy.data());
+  uint8_t* rgb = WebPDecodeRGB(bytes, lossy.size(), &w, &h);
+  ASSERT_NE(rgb, nullptr);
+  int64_t differ = 0;
+  for (int i = 0; i < 3 * n; ++i) differ += rgb[i] != m.metallic_roughness_rgb()[i];
+  WebPFree(rgb);
+  EXPECT_GT(differ, 0);
 }
 
 TEST(MeshExport, RefusesBadInputNamingIt) {

@@ -58,6 +58,15 @@ def test_to_glb_takes_the_originals_arguments_and_exports(tmp_path):
         data = out.read_bytes()
         assert data[:4] == b"glTF"
         assert (b"EXT_texture_webp" in data) == webp
+    # Lossless WebP: the same extension, more bytes than lossy; refused for PNG and non-bools.
+    lossy = (tmp_path / "a_webp.glb").read_bytes()
+    glb.export(str(tmp_path / "a_lossless.glb"), extension_webp=True, lossless=True)
+    lossless = (tmp_path / "a_lossless.glb").read_bytes()
+    assert b"EXT_texture_webp" in lossless and lossless != lossy
+    with pytest.raises(s3d.Error, match="lossless=True is for WebP"):
+        glb.export(str(tmp_path / "b.glb"), lossless=True)
+    with pytest.raises(s3d.Error, match="lossless must be True or False"):
+        glb.export(str(tmp_path / "b.glb"), extension_webp=True, lossless=1)
 
 
 def test_voxel_size_gives_the_same_grid_as_grid_size():
