@@ -81,8 +81,9 @@ struct GlbOptions {
 };
 
 // WebP: lossy (quality 90; EXT_texture_webp), as the original's export. WebPLossless: the same
-// extension, lossless: the baked texels exactly (no 4:2:0 chroma subsampling, which is most of
-// a lossy texture's error where many small charts sit side by side), about 3-5x the bytes.
+// extension, lossless: the baked texels exactly (lossy WebP's chroma subsampling and block
+// quantization are most of a texture's error against the attribute volume), about 3-5x the
+// bytes.
 // PNG: lossless, the core glTF format.
 enum class TextureFormat : uint8_t { WebP, PNG, WebPLossless };
 
