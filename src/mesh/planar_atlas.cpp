@@ -647,25 +647,34 @@ std::vector<std::array<double, 2>> layout(const Chart& c, const TriMesh& m, cons
   return p;
 }
 
-// Fills verts, corners, xy, w and h of a chart whose faces and seed axis are set. In a chart of
-// several groups, a vertex that no face of the host group has is one local vertex per group
-// that has it (a seam inside the chart): two strips unfolded from one plate, meeting at its
-// corner, each keep their own copy of the corner below the plate.
-void parameterize(Chart& c, const TriMesh& m, const Faces& faces, const Groups& groups) {
-  ByGroup by_group;
-  const int32_t host = c.conformal() ? -1 : host_group(c, faces, groups, by_group);
+// Sets a chart's verts (its input vertices, once each, ascending) and corners.
+void local_vertices(Chart& c, const TriMesh& m) {
+  c.verts.clear();
+  for (int32_t f : c.faces)
+    for (int k = 0; k < 3; ++k) c.verts.push_back(m.faces[3 * int64_t(f) + k]);
+  std::sort(c.verts.begin(), c.verts.end());
+  c.verts.erase(std::unique(c.verts.begin(), c.verts.end()), c.verts.end());
+  c.corners.resize(3 * c.faces.size());
+  for (size_t i = 0; i < c.faces.size(); ++i)
+    for (int k = 0; k < 3; ++k)
+      c.corners[3 * i + k] = static_cast<int32_t>(
+          std::lower_bound(c.verts.begin(), c.verts.end(), m.faces[3 * int64_t(c.faces[i]) + k]) -
+          c.verts.begin());
+}
+
+// Sets the verts and corners of a chart of several groups: an input vertex that no face of
+// the host group has is one local vertex per group that has it (parameterize()).
+void seamed_vertices(Chart& c, const TriMesh& m, const Groups& groups, int32_t host) {
   std::vector<int32_t> host_verts;
-  if (host >= 0) {
-    for (int32_t f : c.faces)
-      if (groups.of_face[f] == host)
-        for (int k = 0; k < 3; ++k) host_verts.push_back(m.faces[3 * int64_t(f) + k]);
-    std::sort(host_verts.begin(), host_verts.end());
-    host_verts.erase(std::unique(host_verts.begin(), host_verts.end()), host_verts.end());
-  }
+  for (int32_t f : c.faces)
+    if (groups.of_face[f] == host)
+      for (int k = 0; k < 3; ++k) host_verts.push_back(m.faces[3 * int64_t(f) + k]);
+  std::sort(host_verts.begin(), host_verts.end());
+  host_verts.erase(std::unique(host_verts.begin(), host_verts.end()), host_verts.end());
   // (input vertex, the group whose copy it is, or -1) per corner.
   auto key = [&](size_t i, int k) -> std::pair<int32_t, int32_t> {
     const int32_t f = c.faces[i], v = m.faces[3 * int64_t(f) + k];
-    if (host < 0 || groups.of_face[f] == host ||
+    if (groups.of_face[f] == host ||
         std::binary_search(host_verts.begin(), host_verts.end(), v))
       return {v, -1};
     return {v, groups.of_face[f]};
@@ -683,6 +692,20 @@ void parameterize(Chart& c, const TriMesh& m, const Faces& faces, const Groups& 
     for (int k = 0; k < 3; ++k)
       c.corners[3 * i + k] = static_cast<int32_t>(
           std::lower_bound(keyed.begin(), keyed.end(), key(i, k)) - keyed.begin());
+}
+
+// Fills verts, corners, xy, w and h of a chart whose faces and seed axis are set. In a chart of
+// several groups, a vertex that no face of the host group has is one local vertex per group
+// that has it (a seam inside the chart): two strips unfolded from one plate, meeting at its
+// corner, each keep their own copy of the corner below the plate.
+void parameterize(Chart& c, const TriMesh& m, const Faces& faces, const Groups& groups) {
+  ByGroup by_group;
+  const int32_t host = c.conformal() ? -1 : host_group(c, faces, groups, by_group);
+  if (host < 0) {
+    local_vertices(c, m);
+  } else {
+    seamed_vertices(c, m, groups, host);
+  }
   std::vector<std::array<double, 2>> p;
   if (c.conformal()) {
     p.resize(c.verts.size());
@@ -1553,21 +1576,6 @@ std::vector<int32_t> conformal_components(const Chart& c, const std::vector<char
       piece[f] = p0;
   }
   return piece;
-}
-
-// Sets a chart's verts (its input vertices, once each, ascending) and corners.
-void local_vertices(Chart& c, const TriMesh& m) {
-  c.verts.clear();
-  for (int32_t f : c.faces)
-    for (int k = 0; k < 3; ++k) c.verts.push_back(m.faces[3 * int64_t(f) + k]);
-  std::sort(c.verts.begin(), c.verts.end());
-  c.verts.erase(std::unique(c.verts.begin(), c.verts.end()), c.verts.end());
-  c.corners.resize(3 * c.faces.size());
-  for (size_t i = 0; i < c.faces.size(); ++i)
-    for (int k = 0; k < 3; ++k)
-      c.corners[3 * i + k] = static_cast<int32_t>(
-          std::lower_bound(c.verts.begin(), c.verts.end(), m.faces[3 * int64_t(c.faces[i]) + k]) -
-          c.verts.begin());
 }
 
 // Lays a chart out by the conformal map (conformal.h): a piece of conformal_components (verts
