@@ -27,7 +27,9 @@ pipeline is held, which is the user's way:
   release_workspace=False, share_workspace=False, fit_memory=False)), `sparse3d` (the
   drop-in's defaults), `sparse3d-nofit` (the defaults but fit_memory: every flag of the path
   kept), `sparse3d-keep` (the defaults but release_workspace: the workspaces kept between
-  loops), and `sparse3d@SPEC` (the defaults on execution path SPEC). After each drop-in side
+  loops), `sparse3d-copy+OPT[+OPT]` (the copy with those of accelerate()'s memory options
+  on: share_weights, release_workspace, share_workspace, fit_memory; one option's share of
+  the time), and `SIDE@SPEC` (that side on execution path SPEC). After each drop-in side
   restore() puts the originals back, and their parameters are checked bit for bit (a checksum
   per tensor taken before the first side, and the same storage).
 * Pipeline types (--types): the stages TRELLIS.2's run() takes for 512, 1024, 1024_cascade and
@@ -224,6 +226,45 @@ def checksums(models):
     return out
 
 
+ABLATION_OPTIONS = ("share_weights", "release_workspace", "share_workspace", "fit_memory")
+
+
+def side_options(side, path, s3d):
+    """accelerate()'s memory options and path for a drop-in side (see the docstring's Sides):
+    `sparse3d` the defaults, `sparse3d-copy` all four off, `sparse3d-nofit` fit_memory off,
+    `sparse3d-keep` release_workspace off, `sparse3d-copy+OPT[+OPT]` the copy with OPTs on (an
+    ablation, one memory option at a time), and any of them `@SPEC` on execution path SPEC."""
+    if "@" in side:
+        side, path = side.split("@", 1)
+    base, *extra = side.split("+")
+    on = dict.fromkeys(ABLATION_OPTIONS, base != "sparse3d-copy")
+    if base == "sparse3d-nofit":
+        on["fit_memory"] = False
+    if base == "sparse3d-keep":
+        on["release_workspace"] = False
+    for opt in extra:
+        on[opt] = True
+    # fit_memory without a path runs the default path without CUDA graphs (accelerate() picks
+    # it); nofit keeps that path, so that it differs from the defaults by the fit alone.
+    if base == "sparse3d-nofit" and path is None:
+        path = s3d.default_path() + "-cuda_graphs"
+    return on, path
+
+
+def side_refusal(side):
+    """None for a side --sides takes, else why not."""
+    name = side.split("@", 1)[0]
+    base, *extra = name.split("+")
+    if base not in SIDES or (base == "pytorch" and "@" in side):
+        return f"unknown side {side!r} (choose from {SIDES}, SIDE@SPEC or sparse3d-copy+OPT)"
+    if extra and base != "sparse3d-copy":
+        return f"{side!r}: +OPT ablations are of sparse3d-copy only"
+    bad = [o for o in extra if o not in ABLATION_OPTIONS]
+    if bad or len(set(extra)) != len(extra):
+        return f"{side!r}: +OPT must be distinct, of {', '.join(ABLATION_OPTIONS)}"
+    return None
+
+
 def run_side(side, pl, models, assets, conds, a, s3d, poller, sync, types):
     print(f"== side {side}", flush=True)
     if torch.device(a.device).type == "cuda":
@@ -234,21 +275,9 @@ def run_side(side, pl, models, assets, conds, a, s3d, poller, sync, types):
     info = {}
     if side != "pytorch":
         cache = tempfile.mkdtemp(prefix="s3d-mem-cache-")
-        copy = side == "sparse3d-copy"
-        # "sparse3d-nofit": the defaults but fit_memory (every flag of the default path kept
-        # whatever it costs, CUDA graphs aside, as fit_memory's path has none): an ablation.
-        nofit = side == "sparse3d-nofit"
-        # "sparse3d-keep": the defaults but release_workspace (the shared workspace and the
-        # libraries' workspaces kept from one loop to the next): an ablation.
-        keep = side == "sparse3d-keep"
-        # "sparse3d@SPEC": the drop-in's defaults on execution path SPEC (an ablation).
-        path = side.split("@", 1)[1] if "@" in side else a.path
-        if nofit and path is None:
-            path = s3d.default_path() + "-cuda_graphs"
+        options, path = side_options(side, a.path, s3d)
         t0 = time.perf_counter()
-        acc = s3d.trellis2.accelerate(pl, path=path, cache_dir=cache,
-                                      share_weights=not copy, release_workspace=not (copy or keep),
-                                      share_workspace=not copy, fit_memory=not (copy or nofit))
+        acc = s3d.trellis2.accelerate(pl, path=path, cache_dir=cache, **options)
         info["accelerate_seconds"] = time.perf_counter() - t0
     used, rss = poller.read()
     info["before_first_request"] = {"device_used": used, "rss": rss}
@@ -410,7 +439,9 @@ def main():
                    help=f"64-grid token counts of the assets (default {' '.join(map(str, TOKENS))})")
     p.add_argument("--warmup-tokens", type=int, default=None)
     p.add_argument("--sides", nargs="+", default=list(SIDES[:3]),
-                   help=f"of {', '.join(SIDES)}, or sparse3d@SPEC: the drop-in on path SPEC")
+                   help=f"of {', '.join(SIDES)}; SIDE@SPEC: that side on path SPEC; "
+                        "sparse3d-copy+OPT[+OPT]: the copy with those of "
+                        f"{', '.join(ABLATION_OPTIONS)} on")
     p.add_argument("--limit-gib", type=float, default=0.0)
     p.add_argument("--path", default=None)
     p.add_argument("--seed", type=int, default=1)
@@ -419,9 +450,9 @@ def main():
     p.add_argument("--one-process", action="store_true",
                    help="run every side in this process (default: one child process per side)")
     a = p.parse_args()
-    bad = [x for x in a.sides if x not in SIDES and not x.startswith("sparse3d@")]
+    bad = [why for why in map(side_refusal, a.sides) if why]
     if bad:
-        raise SystemExit(f"--sides: unknown {bad} (choose from {SIDES} or sparse3d@SPEC)")
+        raise SystemExit("--sides: " + "; ".join(bad))
     if len(a.sides) > 1 and not a.one_process:
         return run_isolated(a)
     device = torch.device(a.device)
