@@ -12,9 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 CUDA=${CUDA:-13}
 PYTHON=${PYTHON:-python3}
-if ! command -v "$PYTHON" >/dev/null; then
-  for p in "$HOME"/.pyenv/versions/"$PYTHON"*/bin/python3; do [ -x "$p" ] && PYTHON=$p; done
-fi
+PYTHON=$(scripts/python_of.sh "$PYTHON") || true
 pyver() { "$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])'; }
 command -v "$PYTHON" >/dev/null || [ -x "$PYTHON" ] || { echo "build_wheel: no $PYTHON" >&2; exit 1; }
 scripts/setup.sh

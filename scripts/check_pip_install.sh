@@ -10,9 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-3.11}
-if ! command -v "$PYTHON" >/dev/null; then
-  for p in "$HOME"/.pyenv/versions/"$PYTHON"*/bin/python3; do [ -x "$p" ] && PYTHON=$p; done
-fi
+PYTHON=$(scripts/python_of.sh "$PYTHON") || true
 command -v "$PYTHON" >/dev/null || [ -x "$PYTHON" ] || {
   echo "check_pip_install: no python $PYTHON here: pip install . was not checked"; exit 0; }
 tree=$PWD

@@ -26,10 +26,7 @@ if [ -z "$wheel" ]; then
   wheel=$(CUDA=$CUDA PYTHON=$PYTHON scripts/build_wheel.sh | tail -n 1)
 fi
 [ -f "$wheel" ] || { echo "check_wheel: no wheel at '$wheel'" >&2; exit 1; }
-py=$PYTHON
-if ! command -v "$py" >/dev/null; then
-  for p in "$HOME"/.pyenv/versions/"$PYTHON"*/bin/python3; do [ -x "$p" ] && py=$p; done
-fi
+py=$(scripts/python_of.sh "$PYTHON") || true
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/sparse3d-wheel.XXXXXX")
 if [ "${KEEP:-0}" = 1 ]; then echo "check_wheel: keeping $work"; else trap 'rm -rf "$work"' EXIT; fi

@@ -21,7 +21,7 @@ wheel_log=$(mktemp)
 scripts/check_wheel.sh 2>&1 | tee "$wheel_log"
 # The wheels of Python 3.10 and 3.11 (one each; 3.12 and later share the stable-ABI one): the
 # library's objects come from ccache, so each costs its module, its venv and the suite.
-has_python() { command -v "python$1" >/dev/null || compgen -G "$HOME/.pyenv/versions/$1*/bin/python3" >/dev/null; }
+has_python() { command -v "python$1" >/dev/null || scripts/python_of.sh "$1" >/dev/null; }
 other_logs=()
 for v in 3.10 3.11; do
   other_logs+=("$(mktemp)")
