@@ -568,7 +568,8 @@ float block_bound(const TriMesh& m) {
 // The blocks and the seam pass of the top comment: the mesh reduced to about `target` faces
 // (global vertex ids), the blocks within `bound`.
 std::vector<unsigned> simplify_blocks(const TriMesh& m, int64_t target, float bound,
-                                      const SimplifyOptions& o, int64_t& sent_back) {
+                                      const SimplifyOptions& o, int64_t& sent_back,
+                                      SubTimer& timer) {
   const int64_t F = m.num_faces();
   // int32 and unsigned may alias: the faces as meshoptimizer's indices, without a copy.
   const unsigned* idx = reinterpret_cast<const unsigned*>(m.faces.data());
@@ -579,7 +580,7 @@ std::vector<unsigned> simplify_blocks(const TriMesh& m, int64_t target, float bo
     return std::max<int64_t>(1, std::llround(ratio * count + kBorderFaces * on_border));
   };
   std::vector<unsigned> faces;
-  SubTimer timer("simplify");
+  timer.mark("cut into blocks");
   std::vector<float> errors =
       simplify_each(m.positions, idx, b, border, bound, budget, faces, sent_back);
   timer.mark("blocks", static_cast<long long>(faces.size() / 3));
@@ -644,6 +645,7 @@ SimplifyStats simplify(TriMesh& m, int64_t target_faces, const SimplifyOptions& 
   S3D_CHECK(options.max_blocks >= 1 && options.block_faces >= 1 && options.block_budget >= 1,
             "simplify: max_blocks, block_faces and block_budget must be at least 1 (got ",
             options.max_blocks, ", ", options.block_faces, ", ", options.block_budget, ")");
+  SubTimer timer("simplify");
   check_mesh(m, "simplify");
   SimplifyStats stats;
   if (m.num_faces() <= target_faces) return stats;
@@ -651,8 +653,8 @@ SimplifyStats simplify(TriMesh& m, int64_t target_faces, const SimplifyOptions& 
   std::vector<unsigned> indices;
   if (block_count(m.num_faces(), target_faces, options) > 1) {
     const float bound = block_bound(m);
-    indices = simplify_blocks(m, target_faces, bound, options, stats.blocks_sent_back);
-    SubTimer timer("simplify");
+    timer.mark("check and bound");
+    indices = simplify_blocks(m, target_faces, bound, options, stats.blocks_sent_back, timer);
     // A block that cannot reach its share (its border, or topology, holds it) leaves the sum
     // above the target: a third round, across the axes again, takes what is left when the
     // second did at least half of its work; the serial pass takes the rest.
@@ -683,6 +685,7 @@ SimplifyStats simplify(TriMesh& m, int64_t target_faces, const SimplifyOptions& 
   remove_unreferenced_vertices(m);
   stats.flat_faces_flipped = flip_flat_faces(m);
   remove_degenerate_faces(m);
+  timer.mark("flat and degenerate faces", m.num_faces());
   S3D_CHECK(m.num_faces() > 0, "simplify: only degenerate faces were left at a budget of ",
             target_faces, " faces");
   return stats;
