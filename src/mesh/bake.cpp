@@ -361,8 +361,14 @@ UvRaster rasterize_uv(const UvMesh& m, int32_t size) {
   const Bins bins = bin_faces(tris, bands);
   UvRaster out;
   out.size = size;
-  out.face.assign(int64_t(size) * size, -1);
-  out.bary.assign(2 * int64_t(size) * size, 0.0f);
+  const int64_t n = int64_t(size) * size;
+  out.face.resize(n);  // unwritten (TexelArray): filled here by all threads
+  out.bary.resize(2 * n);
+#pragma omp parallel for schedule(static) if (n > kSerialBelow)
+  for (int64_t t = 0; t < n; ++t) {
+    out.face[t] = -1;
+    out.bary[2 * t] = out.bary[2 * t + 1] = 0.0f;
+  }
   // Bands own disjoint rows, so threads never write the same texel; within a band, the
   // higher face index wins whatever the order.
 #pragma omp parallel for schedule(dynamic, 1) if (F + int64_t(size) * size > kSerialBelow)
@@ -418,15 +424,19 @@ int64_t dilate_raster(UvRaster& r, const UvMesh& m, int32_t radius) {
             "dilate_raster: the raster of size ", S, " has ", r.face.size(), " faces and ",
             r.bary.size(), " barycentrics");
   if (radius == 0) return 0;
-  for (int32_t f : r.face)
-    S3D_CHECK(f < m.num_faces(), "dilate_raster: the raster names face ", f, " of ",
-              m.num_faces());
+  int32_t highest = -1;
+#pragma omp parallel for schedule(static) reduction(max : highest) if (n > kSerialBelow)
+  for (int64_t t = 0; t < n; ++t) highest = std::max(highest, r.face[t]);
+  S3D_CHECK(highest < m.num_faces(), "dilate_raster: the raster names face ", highest, " of ",
+            m.num_faces());
   // Per uncovered texel, the nearest (squared distance, face) packed so that the smaller key is
   // the nearer face, the lower index at equal distance: a minimum over all faces, so the result
   // does not depend on the order the threads visit them in. Nonnegative floats order as their
   // bits do.
   constexpr uint64_t kNone = ~uint64_t(0);
-  std::vector<uint64_t> best(n, kNone);
+  TexelArray<uint64_t> best(n);  // unwritten until the threads fill it
+#pragma omp parallel for schedule(static) if (n > kSerialBelow)
+  for (int64_t t = 0; t < n; ++t) best[t] = kNone;
   const double reach2 = double(radius) * radius;
   const int64_t F = m.num_faces();
 #pragma omp parallel for schedule(dynamic, 4096) if (F > kSerialBelow)
@@ -501,7 +511,7 @@ BakedTexture bake(const UvRaster& raster, const BakeInputs& in) {
     row_start[y + 1] = covered;
   }
   for (int32_t y = 0; y < S; ++y) row_start[y + 1] += row_start[y];
-  std::vector<int64_t> texels(row_start[S]);
+  TexelArray<int64_t> texels(row_start[S]);  // unwritten: the loop below sets each one
 #pragma omp parallel for schedule(static) if (n > kSerialBelow)
   for (int32_t y = 0; y < S; ++y) {
     int64_t at = row_start[y];

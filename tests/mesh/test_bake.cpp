@@ -181,7 +181,7 @@ TEST(MeshBake, HigherFaceWinsOnOverlap) {
   }
   // Centres with c + r < 10; the 11 on the hypotenuse belong to whatever lies beyond it.
   EXPECT_EQ(covered, 55);
-  EXPECT_EQ(r.face, brute_force_faces(m, 11));
+  EXPECT_EQ(std::vector<int32_t>(r.face.begin(), r.face.end()), brute_force_faces(m, 11));
 }
 
 TEST(MeshBake, RasterRejectsBadInput) {
