@@ -257,16 +257,16 @@ void project_to_grid(const BakeInputs& in, const ClosestHit* hits, int64_t n, fl
 // and how many there are (0: a hole at this level).
 struct Level {
   int32_t w = 0, h = 0;
-  std::vector<float> value;   // w * h * channels
-  std::vector<float> weight;  // w * h
+  TexelArray<float> value;   // w * h * channels (every element written by the pull)
+  TexelArray<float> weight;  // w * h
 };
 
 Level pull_from_image(const std::vector<uint8_t>& image, const std::vector<uint8_t>& mask,
                       int32_t W, int32_t H, int32_t C) {
   Level L;
   L.w = (W + 1) / 2, L.h = (H + 1) / 2;
-  L.value.assign(int64_t(L.w) * L.h * C, 0.0f);
-  L.weight.assign(int64_t(L.w) * L.h, 0.0f);
+  L.value.resize(int64_t(L.w) * L.h * C);  // unwritten (TexelArray): the loop sets each one
+  L.weight.resize(int64_t(L.w) * L.h);
 #pragma omp parallel for schedule(static) if (int64_t(W) * H > kSerialBelow)
   for (int32_t y = 0; y < L.h; ++y) {
     for (int32_t x = 0; x < L.w; ++x) {
@@ -281,7 +281,8 @@ Level pull_from_image(const std::vector<uint8_t>& image, const std::vector<uint8
         }
       const int64_t o = int64_t(y) * L.w + x;
       L.weight[o] = static_cast<float>(n);
-      for (int32_t c = 0; c < C && n > 0; ++c) L.value[o * C + c] = static_cast<float>(sum[c] / n);
+      for (int32_t c = 0; c < C; ++c)
+        L.value[o * C + c] = n > 0 ? static_cast<float>(sum[c] / n) : 0.0f;
     }
   }
   return L;
@@ -290,8 +291,8 @@ Level pull_from_image(const std::vector<uint8_t>& image, const std::vector<uint8
 Level pull(const Level& f, int32_t C) {
   Level L;
   L.w = (f.w + 1) / 2, L.h = (f.h + 1) / 2;
-  L.value.assign(int64_t(L.w) * L.h * C, 0.0f);
-  L.weight.assign(int64_t(L.w) * L.h, 0.0f);
+  L.value.resize(int64_t(L.w) * L.h * C);  // unwritten (TexelArray): the loop sets each one
+  L.weight.resize(int64_t(L.w) * L.h);
 #pragma omp parallel for schedule(static) if (int64_t(f.w) * f.h > kSerialBelow)
   for (int32_t y = 0; y < L.h; ++y) {
     for (int32_t x = 0; x < L.w; ++x) {
@@ -306,7 +307,8 @@ Level pull(const Level& f, int32_t C) {
         }
       const int64_t o = int64_t(y) * L.w + x;
       L.weight[o] = static_cast<float>(n);
-      for (int32_t c = 0; c < C && n > 0; ++c) L.value[o * C + c] = static_cast<float>(sum[c] / n);
+      for (int32_t c = 0; c < C; ++c)
+        L.value[o * C + c] = n > 0 ? static_cast<float>(sum[c] / n) : 0.0f;
     }
   }
   return L;
