@@ -257,15 +257,15 @@ void project_to_grid(const BakeInputs& in, const ClosestHit* hits, int64_t n, fl
 // and how many there are (0: a hole at this level).
 struct Level {
   int32_t w = 0, h = 0;
-  TexelArray<float> value;   // w * h * channels (every element written by the pull)
-  TexelArray<float> weight;  // w * h
+  Unfilled<float> value;   // w * h * channels (every element written by the pull)
+  Unfilled<float> weight;  // w * h
 };
 
 Level pull_from_image(const std::vector<uint8_t>& image, const std::vector<uint8_t>& mask,
                       int32_t W, int32_t H, int32_t C) {
   Level L;
   L.w = (W + 1) / 2, L.h = (H + 1) / 2;
-  L.value.resize(int64_t(L.w) * L.h * C);  // unwritten (TexelArray): the loop sets each one
+  L.value.resize(int64_t(L.w) * L.h * C);  // unwritten (Unfilled): the loop sets each one
   L.weight.resize(int64_t(L.w) * L.h);
 #pragma omp parallel for schedule(static) if (int64_t(W) * H > kSerialBelow)
   for (int32_t y = 0; y < L.h; ++y) {
@@ -291,7 +291,7 @@ Level pull_from_image(const std::vector<uint8_t>& image, const std::vector<uint8
 Level pull(const Level& f, int32_t C) {
   Level L;
   L.w = (f.w + 1) / 2, L.h = (f.h + 1) / 2;
-  L.value.resize(int64_t(L.w) * L.h * C);  // unwritten (TexelArray): the loop sets each one
+  L.value.resize(int64_t(L.w) * L.h * C);  // unwritten (Unfilled): the loop sets each one
   L.weight.resize(int64_t(L.w) * L.h);
 #pragma omp parallel for schedule(static) if (int64_t(f.w) * f.h > kSerialBelow)
   for (int32_t y = 0; y < L.h; ++y) {
@@ -364,7 +364,7 @@ UvRaster rasterize_uv(const UvMesh& m, int32_t size) {
   UvRaster out;
   out.size = size;
   const int64_t n = int64_t(size) * size;
-  out.face.resize(n);  // unwritten (TexelArray): filled here by all threads
+  out.face.resize(n);  // unwritten (Unfilled): filled here by all threads
   out.bary.resize(2 * n);
 #pragma omp parallel for schedule(static) if (n > kSerialBelow)
   for (int64_t t = 0; t < n; ++t) {
@@ -436,7 +436,7 @@ int64_t dilate_raster(UvRaster& r, const UvMesh& m, int32_t radius) {
   // does not depend on the order the threads visit them in. Nonnegative floats order as their
   // bits do.
   constexpr uint64_t kNone = ~uint64_t(0);
-  TexelArray<uint64_t> best(n);  // unwritten until the threads fill it
+  Unfilled<uint64_t> best(n);  // unwritten until the threads fill it
 #pragma omp parallel for schedule(static) if (n > kSerialBelow)
   for (int64_t t = 0; t < n; ++t) best[t] = kNone;
   const double reach2 = double(radius) * radius;
@@ -500,7 +500,7 @@ BakedTexture bake(const UvRaster& raster, const BakeInputs& in) {
   out.size = raster.size;
   out.channels = C;
   SubTimer timer("bake");
-  out.attrs.resize(n * C);  // unwritten (UninitializedAllocator): every element is set below
+  out.attrs.resize(n * C);  // unwritten (Unfilled): every element is set below
   out.mask.resize(n);
   // The covered texels in row-major order: counted per row, then listed per row in parallel;
   // uncovered texels get their zeros here.
@@ -513,7 +513,7 @@ BakedTexture bake(const UvRaster& raster, const BakeInputs& in) {
     row_start[y + 1] = covered;
   }
   for (int32_t y = 0; y < S; ++y) row_start[y + 1] += row_start[y];
-  TexelArray<int64_t> texels(row_start[S]);  // unwritten: the loop below sets each one
+  Unfilled<int64_t> texels(row_start[S]);  // unwritten: the loop below sets each one
 #pragma omp parallel for schedule(static) if (n > kSerialBelow)
   for (int32_t y = 0; y < S; ++y) {
     int64_t at = row_start[y];

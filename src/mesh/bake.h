@@ -3,9 +3,6 @@
 #pragma once
 
 #include <cstdint>
-#include <memory>
-#include <new>
-#include <utility>
 #include <vector>
 
 #include "mesh/atlas.h"
@@ -14,32 +11,6 @@
 
 namespace s3d::mesh {
 
-// A vector whose resize leaves new elements unwritten, for the per-texel arrays that threads
-// then fill: a 4096^2 texture of six channels is 400 MB, and zeroing it on one thread before
-// the bake writes it in parallel cost more than any other part of the bake; the raster's face
-// and barycentric arrays (200 MB at 4096^2) filled on one thread were most of the rasterize
-// stage on the 16-core machine.
-template <class T>
-struct UninitializedAllocator : std::allocator<T> {
-  template <class U>
-  struct rebind {
-    using other = UninitializedAllocator<U>;
-  };
-  UninitializedAllocator() = default;
-  template <class U>
-  UninitializedAllocator(const UninitializedAllocator<U>&) noexcept {}
-  template <class U>
-  void construct(U* p) noexcept {
-    ::new (static_cast<void*>(p)) U;
-  }
-  template <class U, class... Args>
-  void construct(U* p, Args&&... args) {
-    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
-  }
-};
-template <class T>
-using TexelArray = std::vector<T, UninitializedAllocator<T>>;
-
 // Which face covers each texel centre, and where. Texel (row r, column c) has its centre at
 // uv = ((c + 0.5) / size, (r + 0.5) / size); a texel is covered by a face when its centre lies
 // inside the face's UV triangle (edges shared by two faces go to exactly one of them: the
@@ -47,8 +18,8 @@ using TexelArray = std::vector<T, UninitializedAllocator<T>>;
 // rasterization in to_glb keeps the last chunk's face).
 struct UvRaster {
   int32_t size = 0;
-  TexelArray<int32_t> face;  // size*size, -1 where uncovered
-  TexelArray<float> bary;    // 2 per texel: weights of the face's 2nd and 3rd vertices
+  Unfilled<int32_t> face;  // size*size, -1 where uncovered
+  Unfilled<float> bary;    // 2 per texel: weights of the face's 2nd and 3rd vertices
 };
 UvRaster rasterize_uv(const UvMesh& m, int32_t size);
 
@@ -86,7 +57,7 @@ struct BakeInputs {
 struct BakedTexture {
   int32_t size = 0;
   int32_t channels = 0;
-  TexelArray<float> attrs;
+  Unfilled<float> attrs;
   std::vector<uint8_t> mask;
 };
 // For every covered texel: its position on the output mesh, projected onto the decoded

@@ -50,7 +50,7 @@ void check_input(const TriMesh& m, const char* what) {
 // Items grouped by a key: group g is items[start[g] .. start[g + 1]).
 struct Groups {
   std::vector<int64_t> start;  // groups + 1
-  std::vector<Id> items;
+  Unfilled<Id> items;          // every element written by group_items
   int64_t size(int64_t g) const { return start[g + 1] - start[g]; }
 };
 
@@ -102,8 +102,8 @@ Groups corners_by_vertex(const TriMesh& m) {
 // itself, in a face with a repeated index, is no edge). Edge e's half-edges are
 // he[start[e] .. start[e + 1]), in increasing id; its face count is their number.
 struct EdgeTable {
-  std::vector<Id> he;
-  std::vector<int64_t> start;  // E + 1
+  Unfilled<Id> he;
+  Unfilled<int64_t> start;  // E + 1 (build_edges writes each one)
   std::vector<Id> edge_of;     // per half-edge: its edge, or kNone (only when asked for)
   int64_t num_edges() const { return static_cast<int64_t>(start.size()) - 1; }
   int64_t count(int64_t e) const { return start[e + 1] - start[e]; }

@@ -6,11 +6,41 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <memory>
+#include <new>
+#include <utility>
 #include <vector>
 
 namespace s3d::mesh {
 
 using Vec3 = std::array<float, 3>;
+
+// A vector whose resize leaves new elements unwritten (default-initialised), for the large
+// arrays that threads then fill: std::vector's own resize writes every element on one thread
+// first. At 4096^2 texels a six-channel texture is 400 MB and the raster's arrays 200 MB; the
+// edge tables of a decoded mesh of 6,000,000 faces are hundreds of MB. Each of those, zeroed on
+// one thread before the threads wrote it, was a large share of its stage on the 16-core
+// machine. Whoever resizes one writes every element.
+template <class T>
+struct UninitializedAllocator : std::allocator<T> {
+  template <class U>
+  struct rebind {
+    using other = UninitializedAllocator<U>;
+  };
+  UninitializedAllocator() = default;
+  template <class U>
+  UninitializedAllocator(const UninitializedAllocator<U>&) noexcept {}
+  template <class U>
+  void construct(U* p) noexcept {
+    ::new (static_cast<void*>(p)) U;
+  }
+  template <class U, class... Args>
+  void construct(U* p, Args&&... args) {
+    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
+};
+template <class T>
+using Unfilled = std::vector<T, UninitializedAllocator<T>>;
 
 struct TriMesh {
   std::vector<float> positions;  // 3 per vertex
