@@ -30,8 +30,6 @@ constexpr int64_t kOne = int64_t(1) << kSubBits;  // one texel
 constexpr int64_t kHalf = kOne / 2;               // a texel centre's offset
 constexpr int kBandRows = 16;                     // rows per band of the binning
 constexpr int32_t kMaxRasterSize = 16384;
-// Below this much work a loop runs on the calling thread: waking a team costs more.
-constexpr int64_t kSerialBelow = 1 << 14;
 
 int64_t floor_div(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
 int64_t ceil_div(int64_t a, int64_t b) { return -floor_div(-a, b); }
@@ -146,7 +144,7 @@ struct Bins {
 
 Bins bin_faces(const std::vector<FixedTri>& tris, int32_t bands) {
   const int64_t F = static_cast<int64_t>(tris.size());
-  const int T = F < kSerialBelow ? 1 : omp_get_max_threads();
+  const int T = F < kParallelMin ? 1 : omp_get_max_threads();
   std::vector<int64_t> counts(int64_t(T) * bands, 0);
   const int64_t chunk = (F + T - 1) / T;
 #pragma omp parallel num_threads(T)
@@ -217,7 +215,7 @@ void texel_points(const UvRaster& raster, const UvMesh& m, const int64_t* texels
                   float* points) {
   const int64_t F = m.num_faces();
   bool bad = false;
-#pragma omp parallel for schedule(static) reduction(|| : bad) if (n > kSerialBelow)
+#pragma omp parallel for schedule(static) reduction(|| : bad) if (n > kParallelMin)
   for (int64_t i = 0; i < n; ++i) {
     const int64_t t = texels[i];
     const int32_t f = raster.face[t];
@@ -237,7 +235,7 @@ void texel_points(const UvRaster& raster, const UvMesh& m, const int64_t* texels
 // Replaces each point by its closest point on the decoded surface, in grid units.
 void project_to_grid(const BakeInputs& in, const ClosestHit* hits, int64_t n, float* points) {
   const TriMesh& s = in.surface->mesh();
-#pragma omp parallel for schedule(static) if (n > kSerialBelow)
+#pragma omp parallel for schedule(static) if (n > kParallelMin)
   for (int64_t i = 0; i < n; ++i) {
     const ClosestHit& h = hits[i];
     float q[3] = {points[3 * i], points[3 * i + 1], points[3 * i + 2]};
@@ -267,7 +265,7 @@ Level pull_from_image(const std::vector<uint8_t>& image, const std::vector<uint8
   L.w = (W + 1) / 2, L.h = (H + 1) / 2;
   L.value.resize(int64_t(L.w) * L.h * C);  // unwritten (Unfilled): the loop sets each one
   L.weight.resize(int64_t(L.w) * L.h);
-#pragma omp parallel for schedule(static) if (int64_t(W) * H > kSerialBelow)
+#pragma omp parallel for schedule(static) if (int64_t(W) * H > kParallelMin)
   for (int32_t y = 0; y < L.h; ++y) {
     for (int32_t x = 0; x < L.w; ++x) {
       double sum[16] = {};
@@ -293,7 +291,7 @@ Level pull(const Level& f, int32_t C) {
   L.w = (f.w + 1) / 2, L.h = (f.h + 1) / 2;
   L.value.resize(int64_t(L.w) * L.h * C);  // unwritten (Unfilled): the loop sets each one
   L.weight.resize(int64_t(L.w) * L.h);
-#pragma omp parallel for schedule(static) if (int64_t(f.w) * f.h > kSerialBelow)
+#pragma omp parallel for schedule(static) if (int64_t(f.w) * f.h > kParallelMin)
   for (int32_t y = 0; y < L.h; ++y) {
     for (int32_t x = 0; x < L.w; ++x) {
       double sum[16] = {}, n = 0;  // counts and products stay exact in double
@@ -333,7 +331,7 @@ void upsample(const Level& coarse, int32_t x, int32_t y, int32_t C, float* out) 
 
 // Fills the holes of `fine` (weight 0) from the complete coarser level.
 void push(Level& fine, const Level& coarse, int32_t C) {
-#pragma omp parallel for schedule(static) if (int64_t(fine.w) * fine.h > kSerialBelow)
+#pragma omp parallel for schedule(static) if (int64_t(fine.w) * fine.h > kParallelMin)
   for (int32_t y = 0; y < fine.h; ++y)
     for (int32_t x = 0; x < fine.w; ++x) {
       const int64_t o = int64_t(y) * fine.w + x;
@@ -357,7 +355,7 @@ UvRaster rasterize_uv(const UvMesh& m, int32_t size) {
   check_uv_mesh(m, "rasterize_uv");
   const int64_t F = m.num_faces();
   std::vector<FixedTri> tris(F);
-#pragma omp parallel for schedule(static) if (F > kSerialBelow)
+#pragma omp parallel for schedule(static) if (F > kParallelMin)
   for (int64_t f = 0; f < F; ++f) tris[f] = setup_face(m, f, size);
   const int32_t bands = (size + kBandRows - 1) / kBandRows;
   const Bins bins = bin_faces(tris, bands);
@@ -366,14 +364,14 @@ UvRaster rasterize_uv(const UvMesh& m, int32_t size) {
   const int64_t n = int64_t(size) * size;
   out.face.resize(n);  // unwritten (Unfilled): filled here by all threads
   out.bary.resize(2 * n);
-#pragma omp parallel for schedule(static) if (n > kSerialBelow)
+#pragma omp parallel for schedule(static) if (n > kParallelMin)
   for (int64_t t = 0; t < n; ++t) {
     out.face[t] = -1;
     out.bary[2 * t] = out.bary[2 * t + 1] = 0.0f;
   }
   // Bands own disjoint rows, so threads never write the same texel; within a band, the
   // higher face index wins whatever the order.
-#pragma omp parallel for schedule(dynamic, 1) if (F + int64_t(size) * size > kSerialBelow)
+#pragma omp parallel for schedule(dynamic, 1) if (F + int64_t(size) * size > kParallelMin)
   for (int32_t b = 0; b < bands; ++b) {
     const int32_t row_lo = b * kBandRows, row_hi = std::min(size, row_lo + kBandRows) - 1;
     for (int64_t i = bins.offset[b]; i < bins.offset[b + 1]; ++i) {
@@ -427,7 +425,7 @@ int64_t dilate_raster(UvRaster& r, const UvMesh& m, int32_t radius) {
             r.bary.size(), " barycentrics");
   if (radius == 0) return 0;
   int32_t highest = -1;
-#pragma omp parallel for schedule(static) reduction(max : highest) if (n > kSerialBelow)
+#pragma omp parallel for schedule(static) reduction(max : highest) if (n > kParallelMin)
   for (int64_t t = 0; t < n; ++t) highest = std::max(highest, r.face[t]);
   S3D_CHECK(highest < m.num_faces(), "dilate_raster: the raster names face ", highest, " of ",
             m.num_faces());
@@ -437,11 +435,11 @@ int64_t dilate_raster(UvRaster& r, const UvMesh& m, int32_t radius) {
   // bits do.
   constexpr uint64_t kNone = ~uint64_t(0);
   Unfilled<uint64_t> best(n);  // unwritten until the threads fill it
-#pragma omp parallel for schedule(static) if (n > kSerialBelow)
+#pragma omp parallel for schedule(static) if (n > kParallelMin)
   for (int64_t t = 0; t < n; ++t) best[t] = kNone;
   const double reach2 = double(radius) * radius;
   const int64_t F = m.num_faces();
-#pragma omp parallel for schedule(dynamic, 4096) if (F > kSerialBelow)
+#pragma omp parallel for schedule(dynamic, 4096) if (F > kParallelMin)
   for (int64_t f = 0; f < F; ++f) {
     double u[3], v[3];
     face_uv_texels(m, static_cast<int32_t>(f), S, u, v);
@@ -469,7 +467,7 @@ int64_t dilate_raster(UvRaster& r, const UvMesh& m, int32_t radius) {
   }
   // Each chosen face's plane continued to the texel's centre (barycentrics outside [0, 1]).
   int64_t given = 0;
-#pragma omp parallel for schedule(static) reduction(+ : given) if (n > kSerialBelow)
+#pragma omp parallel for schedule(static) reduction(+ : given) if (n > kParallelMin)
   for (int64_t t = 0; t < n; ++t) {
     if (best[t] == kNone) continue;
     const int32_t f = static_cast<int32_t>(best[t] & 0xffffffffu);
@@ -506,7 +504,7 @@ BakedTexture bake(const UvRaster& raster, const BakeInputs& in) {
   // uncovered texels get their zeros here.
   const int32_t S = raster.size;
   std::vector<int64_t> row_start(static_cast<size_t>(S) + 1, 0);
-#pragma omp parallel for schedule(static) if (n > kSerialBelow)
+#pragma omp parallel for schedule(static) if (n > kParallelMin)
   for (int32_t y = 0; y < S; ++y) {
     int64_t covered = 0;
     for (int64_t t = int64_t(y) * S; t < int64_t(y + 1) * S; ++t) covered += raster.face[t] >= 0;
@@ -514,7 +512,7 @@ BakedTexture bake(const UvRaster& raster, const BakeInputs& in) {
   }
   for (int32_t y = 0; y < S; ++y) row_start[y + 1] += row_start[y];
   Unfilled<int64_t> texels(row_start[S]);  // unwritten: the loop below sets each one
-#pragma omp parallel for schedule(static) if (n > kSerialBelow)
+#pragma omp parallel for schedule(static) if (n > kParallelMin)
   for (int32_t y = 0; y < S; ++y) {
     int64_t at = row_start[y];
     for (int64_t t = int64_t(y) * S; t < int64_t(y + 1) * S; ++t) {
@@ -545,7 +543,7 @@ BakedTexture bake(const UvRaster& raster, const BakeInputs& in) {
       in.volume->sample_trilinear(points.data(), k, sampled.data());
       timer.mark("volume samples");
     }
-#pragma omp parallel for schedule(static) if (k > kSerialBelow)
+#pragma omp parallel for schedule(static) if (k > kParallelMin)
     for (int64_t i = 0; i < k; ++i)
       std::memcpy(&out.attrs[texels[start + i] * C], &sampled[i * C], sizeof(float) * C);
   }
@@ -572,7 +570,7 @@ void fill_uncovered(std::vector<uint8_t>& image, const std::vector<uint8_t>& mas
     levels.push_back(pull(levels.back(), channels));
   for (size_t k = levels.size() - 1; k > 0; --k) push(levels[k - 1], levels[k], channels);
   const Level& top = levels.front();
-#pragma omp parallel for schedule(static) if (n > kSerialBelow)
+#pragma omp parallel for schedule(static) if (n > kParallelMin)
   for (int32_t y = 0; y < height; ++y) {
     float v[16];
     for (int32_t x = 0; x < width; ++x) {

@@ -28,10 +28,6 @@ namespace {
 using Id = uint32_t;
 constexpr Id kNone = std::numeric_limits<Id>::max();
 
-// Loops shorter than this run on one thread: starting a team costs more than they do, and
-// far more on a loaded machine.
-constexpr int64_t kParallelMin = 1 << 14;
-
 inline Id next_in_face(Id h) { return h - h % 3 + (h % 3 + 1) % 3; }
 inline Id prev_in_face(Id h) { return h - h % 3 + (h % 3 + 2) % 3; }
 

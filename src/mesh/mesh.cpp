@@ -8,13 +8,6 @@
 #include "core/error.h"
 
 namespace s3d::mesh {
-namespace {
-
-// Scans shorter than this run on one thread (starting a team costs more).
-constexpr int64_t kParallelMin = 1 << 14;
-
-}  // namespace
-
 void check_mesh(const TriMesh& m, const char* what) {
   S3D_CHECK(m.positions.size() % 3 == 0 && m.faces.size() % 3 == 0, what,
             ": positions and faces must be whole triples (", m.positions.size(), " and ",

@@ -15,6 +15,10 @@ namespace s3d::mesh {
 
 using Vec3 = std::array<float, 3>;
 
+// Loops over fewer items than this run on one thread: starting a team costs more than they do,
+// and far more on a loaded machine. The mesh layer's loops share it (simplify has its own).
+constexpr int64_t kParallelMin = 1 << 14;
+
 // A vector whose resize leaves new elements unwritten (default-initialised), for the large
 // arrays that threads then fill: std::vector's own resize writes every element on one thread
 // first. At 4096^2 texels a six-channel texture is 400 MB and the raster's arrays 200 MB; the

@@ -95,8 +95,8 @@ constexpr float kSeamError = 1.0f;
 constexpr int kGridCells = 128;  // cells along the longest side, for the cuts
 // Rounds of blocks after the first, at most, before the serial final pass (see the top).
 constexpr int kLaterRounds = 2;
-// Loops shorter than this run on one thread.
-constexpr int64_t kParallelMin = 1 << 16;
+// Loops shorter than this run on one thread (simplify's own, above mesh.h's kParallelMin).
+constexpr int64_t kSimplifyParallelMin = 1 << 16;
 
 // The squared length of the face's edge cross product (four times its area squared).
 double area2(const unsigned* face, const std::vector<float>& p) {
@@ -193,7 +193,7 @@ Box bounds(int64_t n, At at) {
   float lo0 = INFINITY, lo1 = INFINITY, lo2 = INFINITY;
   float hi0 = -INFINITY, hi1 = -INFINITY, hi2 = -INFINITY;
 #pragma omp parallel for schedule(static) reduction(min : lo0, lo1, lo2) \
-    reduction(max : hi0, hi1, hi2) if (n >= kParallelMin)
+    reduction(max : hi0, hi1, hi2) if (n >= kSimplifyParallelMin)
   for (int64_t i = 0; i < n; ++i) {
     const std::array<float, 3> q = at(i);
     lo0 = std::min(lo0, q[0]), hi0 = std::max(hi0, q[0]);
@@ -253,7 +253,7 @@ void cut_cells(std::vector<Cell>& cells, size_t begin, size_t end, int blocks, i
 // threads never decide an order.
 Blocks sort_by_block(const std::vector<int32_t>& block_of_face, int32_t blocks) {
   const int64_t F = static_cast<int64_t>(block_of_face.size());
-  const int64_t chunks = std::min<int64_t>(64, F / kParallelMin + 1);
+  const int64_t chunks = std::min<int64_t>(64, F / kSimplifyParallelMin + 1);
   std::vector<int64_t> at(chunks * blocks, 0);  // chunk c's count, then start, in block k
 #pragma omp parallel for schedule(static)
   for (int64_t c = 0; c < chunks; ++c) {
@@ -301,7 +301,7 @@ Blocks make_blocks(const std::vector<float>& p, const unsigned* idx, int64_t F,
   }
   std::vector<int32_t> cell_of_face(F);
   std::vector<int64_t> count(dims[0] * dims[1] * dims[2], 0);
-#pragma omp parallel for schedule(static) if (F >= kParallelMin)
+#pragma omp parallel for schedule(static) if (F >= kSimplifyParallelMin)
   for (int64_t i = 0; i < F; ++i) {
     const std::array<float, 3> c = centroid(i);
     int64_t id = 0;
@@ -323,7 +323,7 @@ Blocks make_blocks(const std::vector<float>& p, const unsigned* idx, int64_t F,
   std::vector<int32_t> block_of_cell(count.size(), -1);
   int32_t made = 0;
   cut_cells(cells, 0, cells.size(), blocks, made, block_of_cell);
-#pragma omp parallel for schedule(static) if (F >= kParallelMin)
+#pragma omp parallel for schedule(static) if (F >= kSimplifyParallelMin)
   for (int64_t i = 0; i < F; ++i) cell_of_face[i] = block_of_cell[cell_of_face[i]];
   return sort_by_block(cell_of_face, made);
 }
@@ -543,7 +543,7 @@ std::vector<unsigned> simplify_seams(const std::vector<float>& positions,
   const Blocks b = make_blocks(positions, seams.data(), F, kOblique, pieces);
   // Locked in a piece: what another piece or the other faces use.
   std::vector<uint8_t> rim = border_vertices(seams.data(), positions.size() / 3, b);
-#pragma omp parallel for schedule(static) if (all.size() >= size_t(kParallelMin))
+#pragma omp parallel for schedule(static) if (all.size() >= size_t(kSimplifyParallelMin))
   for (size_t i = 0; i < all.size(); ++i) {
     std::atomic_ref<uint8_t>(rim[all[i]]).store(1, std::memory_order_relaxed);
   }
