@@ -38,10 +38,12 @@ struct Placement {
 
 // The largest common scale (texels per unit length) at which every chart fits a size^2
 // texture with `padding` texels between charts, and where each chart goes (`out`, by chart).
-// reference: ChartOptions::pack_reference (the gap search that asks every column again).
+// reference: ChartOptions::pack_reference (the gap search that asks every column again, and
+// every scale tried packed to its end). `finished`, when given, counts the tries of the skyline
+// that ran to their end (fitted or failed) rather than being given up.
 // Throws when the charts do not fit even at the smallest scale.
 double pack(const std::vector<Chart>& charts, int32_t size, int32_t padding, bool reference,
-            std::vector<Placement>& out);
+            std::vector<Placement>& out, int* finished = nullptr);
 
 // The UV (in [0, 1]) of each of the chart's local vertices, placed at `p` and `scale`.
 std::vector<float> chart_uvs(const Chart& c, const Placement& p, double scale, int32_t size,

@@ -11,12 +11,13 @@
 //   Ragged charts interlock instead of wasting their boxes' corners,
 //   and small charts fill what the large ones left under them (at 1M faces and 4096: 0.58 of
 //   the texture covered, against 0.51 without the gaps and 0.43 for xatlas's own packer
-//   here). It tries many scales above the shelves' at once (a thread each) and keeps the
-//   largest that fits.
+//   here). It tries many scales above the shelves' at once (a thread each), the largest
+//   first, keeps the largest that fits, and gives up the smaller tries once one has fitted.
 #include <omp.h>
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cmath>
 #include <numeric>
 #include <vector>
@@ -291,12 +292,20 @@ class Skyline {
   mutable std::vector<double> holds_;  // gap_height()'s per-band answers (a scratch array)
 };
 
+// False when some chart does not fit; also, with `given_up` set, as soon as `fitted` (when
+// given) passes `rank`: a try of a larger scale has fitted, and only the largest is kept.
 bool skyline_pack(const std::vector<Chart>& charts, const std::vector<int32_t>& order,
                   double scale, int32_t size, int32_t padding, bool reference,
-                  std::vector<Placement>& out) {
+                  std::vector<Placement>& out, const std::atomic<int>* fitted, int rank,
+                  bool& given_up) {
   out.assign(charts.size(), Placement{});
   Skyline sky(size, 2 * margin_of(padding), reference);
+  given_up = false;
   for (int32_t i : order) {
+    if (fitted != nullptr && fitted->load(std::memory_order_relaxed) > rank) {
+      given_up = true;
+      return false;
+    }
     // A gap first (the lowest), the skyline (the lowest) otherwise.
     double best_gap = INFINITY, best_sky = INFINITY;
     Placement gap_at, sky_at;
@@ -350,7 +359,8 @@ bool skyline_pack(const std::vector<Chart>& charts, const std::vector<int32_t>& 
 // The largest common scale at which every chart fits (the skyline's, or the shelves' where the
 // skyline does no better), and where each chart goes.
 double pack(const std::vector<Chart>& charts, int32_t size, int32_t padding, bool reference,
-            std::vector<Placement>& out) {
+            std::vector<Placement>& out, int* finished) {
+  if (finished != nullptr) *finished = 0;
   std::vector<int32_t> order(charts.size());
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(),
@@ -381,9 +391,25 @@ double pack(const std::vector<Chart>& charts, int32_t size, int32_t padding, boo
       scales[k] = best + (hi - best) * double(k + 1) / (kScaleTries + 1);
     std::vector<std::vector<Placement>> tries(kScaleTries);
     std::vector<char> fits(kScaleTries, 0);
+    // The largest scale is kept, so a try is given up once a larger one has fitted (not in
+    // the reference, which runs every try to its end). The tries start from the largest: those
+    // that fail do so early (regr01 at 1,000,000 faces / 4096 on one thread: 0.04-0.37 s against
+    // 0.74-0.80 s for one that fits), and what fits first stops the smaller ones. The same
+    // scale and placements either way, whatever the number of threads; fewer tries run to the
+    // end where there are fewer threads than tries.
+    std::atomic<int> fitted{-1}, ended{0};
 #pragma omp parallel for schedule(dynamic, 1)
-    for (int k = 0; k < kScaleTries; ++k)
-      fits[k] = skyline_pack(charts, order, scales[k], size, padding, reference, tries[k]);
+    for (int t = 0; t < kScaleTries; ++t) {
+      const int k = kScaleTries - 1 - t;
+      bool given_up = false;
+      fits[k] = skyline_pack(charts, order, scales[k], size, padding, reference, tries[k],
+                             reference ? nullptr : &fitted, k, given_up);
+      if (!given_up) ++ended;
+      if (!fits[k]) continue;
+      int seen = fitted.load();
+      while (seen < k && !fitted.compare_exchange_weak(seen, k)) {
+      }
+    }
     int k_best = -1;
     for (int k = 0; k < kScaleTries; ++k)
       if (fits[k]) k_best = k;
@@ -392,6 +418,7 @@ double pack(const std::vector<Chart>& charts, int32_t size, int32_t padding, boo
       best_out = std::move(tries[k_best]);
     }
     if (k_best + 1 < kScaleTries) hi = scales[k_best + 1];
+    if (finished != nullptr) *finished += ended.load();
   }
   out = std::move(best_out);
   return best;

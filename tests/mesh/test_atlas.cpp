@@ -17,6 +17,7 @@
 
 #include "../expect_error.h"
 #include "mesh/atlas.h"
+#include "mesh/atlas_chart.h"
 #include "mesh/clean.h"
 #include "mesh_test_shapes.h"
 
@@ -577,6 +578,42 @@ TEST(MeshAtlasPlanar, PackingSearchGivesTheReferenceAtlas) {
   EXPECT_EQ(fast.faces, reference.faces);
   EXPECT_EQ(fast.uvs, reference.uvs);
   EXPECT_EQ(fast.vertex_of, reference.vertex_of);
+}
+
+// The packing tries many scales and keeps the largest that fits; a try is given up once a
+// larger scale has fitted (atlas_packing.cpp). On one thread the tries run largest first, so
+// every try below the first that fits is given up: fewer tries reach their end than in the
+// reference, which runs all of them, and the scale and every placement are the same.
+TEST(MeshAtlasPlanar, TriesGivenUpLeaveThePackingAsItWas) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<double> side(0.01, 0.09), at(0.0, 1.0);
+  std::vector<atlas::Chart> charts(301);
+  for (atlas::Chart& c : charts) {  // L shapes of odd sizes: two rectangles, two faces each
+    c.w = side(rng), c.h = side(rng);
+    const double a = (0.2 + 0.6 * at(rng)) * c.w, b = (0.2 + 0.6 * at(rng)) * c.h;
+    c.faces = {0, 1, 2, 3};
+    c.verts = {0, 1, 2, 3, 4, 5, 6, 7};
+    c.corners = {0, 1, 2, 0, 2, 3, 4, 5, 6, 4, 6, 7};
+    c.xy = {0, 0, c.w, 0, c.w, b, 0, b, 0, b, a, b, a, c.h, 0, c.h};
+    c.area = c.w * b + a * (c.h - b);
+  }
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  std::vector<atlas::Placement> fast, reference;
+  int fast_ended = -1, reference_ended = -1;
+  const double fast_scale = atlas::pack(charts, 509, 1, false, fast, &fast_ended);
+  const double reference_scale = atlas::pack(charts, 509, 1, true, reference, &reference_ended);
+  omp_set_num_threads(threads);
+  EXPECT_EQ(fast_scale, reference_scale);
+  ASSERT_EQ(fast.size(), reference.size());
+  for (size_t i = 0; i < fast.size(); ++i) {
+    EXPECT_EQ(fast[i].x, reference[i].x) << "chart " << i;
+    EXPECT_EQ(fast[i].y, reference[i].y) << "chart " << i;
+    EXPECT_EQ(fast[i].turns, reference[i].turns) << "chart " << i;
+  }
+  EXPECT_GE(reference_ended, 16);  // every try of the reference ends
+  EXPECT_GE(fast_ended, 1);
+  EXPECT_LT(fast_ended, reference_ended);
 }
 
 TEST(MeshAtlasPlanar, TooManyChartsForTheTexture) {
