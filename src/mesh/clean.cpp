@@ -305,6 +305,9 @@ void remove_degenerate_faces(TriMesh& m, double abs_area, double rel_area) {
 namespace {
 
 constexpr int kFlatPasses = 4;
+// A cap's flip is kept when both new faces are turned less than this (its cosine, 60
+// degrees) from the face across the long edge.
+constexpr double kCapKeepsFacing = 0.5;
 
 // The faces around each vertex, in CSR form (start, faces), plus the faces a flip added to a
 // vertex since; a face that no longer holds the vertex is skipped where it is read.
@@ -348,10 +351,47 @@ int faces_on_edge(const TriMesh& m, const Stars& s, int32_t a, int32_t b, int32_
   return n;
 }
 
+// The cosine of a face's largest angle (its most obtuse corner).
+double cos_largest_angle(const TriMesh& m, int64_t f) {
+  double lowest = 1;
+  for (int k = 0; k < 3; ++k) {
+    double u[3], w[3], uu = 0, ww = 0, uw = 0;
+    for (int c = 0; c < 3; ++c) {
+      const double o = m.positions[3 * int64_t(m.faces[3 * f + k]) + c];
+      u[c] = m.positions[3 * int64_t(m.faces[3 * f + (k + 1) % 3]) + c] - o;
+      w[c] = m.positions[3 * int64_t(m.faces[3 * f + (k + 2) % 3]) + c] - o;
+      uu += u[c] * u[c], ww += w[c] * w[c], uw += u[c] * w[c];
+    }
+    if (uu > 0 && ww > 0) lowest = std::min(lowest, uw / std::sqrt(uu * ww));
+  }
+  return lowest;
+}
+
+// A face to flip: flat, or (cos_cap > -1) a cap, its largest angle's cosine below cos_cap.
+bool flat_or_cap(const TriMesh& m, int64_t f, double cos_cap) {
+  if (repeats_index(&m.faces[3 * f])) return false;
+  return is_degenerate(m, f, 1e-24, 1e-12) || (cos_cap > -1 && cos_largest_angle(m, f) < cos_cap);
+}
+
+// The unit normal of (p, q, r), or zero.
+std::array<double, 3> unit_normal(const TriMesh& m, int32_t p, int32_t q, int32_t r) {
+  double e[2][3];
+  for (int c = 0; c < 3; ++c) {
+    e[0][c] = double(m.positions[3 * int64_t(q) + c]) - m.positions[3 * int64_t(p) + c];
+    e[1][c] = double(m.positions[3 * int64_t(r) + c]) - m.positions[3 * int64_t(p) + c];
+  }
+  std::array<double, 3> n{e[0][1] * e[1][2] - e[0][2] * e[1][1],
+                          e[0][2] * e[1][0] - e[0][0] * e[1][2],
+                          e[0][0] * e[1][1] - e[0][1] * e[1][0]};
+  const double len = std::sqrt(n[0] * n[0] + n[1] * n[1] + n[2] * n[2]);
+  if (len > 0) n = {n[0] / len, n[1] / len, n[2] / len};
+  return n;
+}
+
 // One flat face's flip (the header says when), or false.
-bool flip_flat_face(TriMesh& m, Stars& s, int32_t f) {
+bool flip_flat_face(TriMesh& m, Stars& s, int32_t f, double cos_cap) {
   int32_t* t = &m.faces[3 * int64_t(f)];
-  if (repeats_index(t) || !is_degenerate(m, f, 1e-24, 1e-12)) return false;
+  if (!flat_or_cap(m, f, cos_cap)) return false;
   // The longest edge (k, k + 1), the third corner c.
   int k = 0;
   double best = -1;
@@ -376,9 +416,16 @@ bool flip_flat_face(TriMesh& m, Stars& s, int32_t f) {
   int32_t cd[2];
   if (d == c || faces_on_edge(m, s, c, d, -1, cd) != 0) return false;
   const std::array<int32_t, 3> old_f{t[0], t[1], t[2]}, old_g{u[0], u[1], u[2]};
+  const std::array<double, 3> ng = unit_normal(m, b, a, d);
   t[0] = c, t[1] = a, t[2] = d;
   u[0] = c, u[1] = d, u[2] = b;
-  if (is_degenerate(m, f, 1e-24, 1e-12) || is_degenerate(m, g, 1e-24, 1e-12)) {
+  // A cap's corner c is off the line ab: the two new faces must still face as (b, a, d) did.
+  auto turned = [&](int32_t p, int32_t q, int32_t r) {
+    const std::array<double, 3> n = unit_normal(m, p, q, r);
+    return n[0] * ng[0] + n[1] * ng[1] + n[2] * ng[2] < kCapKeepsFacing;
+  };
+  if (is_degenerate(m, f, 1e-24, 1e-12) || is_degenerate(m, g, 1e-24, 1e-12) ||
+      turned(c, a, d) || turned(c, d, b)) {
     std::copy(old_f.begin(), old_f.end(), t);  // d on the line too
     std::copy(old_g.begin(), old_g.end(), u);
     return false;
@@ -390,15 +437,18 @@ bool flip_flat_face(TriMesh& m, Stars& s, int32_t f) {
 
 }  // namespace
 
-int64_t flip_flat_faces(TriMesh& m) {
+int64_t flip_flat_faces(TriMesh& m, double cap_degrees) {
   check_input(m, "flip_flat_faces");
+  S3D_CHECK(cap_degrees > 90 && cap_degrees <= 180,
+            "flip_flat_faces: cap_degrees must be in (90, 180] (got ", cap_degrees, ")");
+  const double cos_cap = cap_degrees >= 180 ? -1 : std::cos(cap_degrees * M_PI / 180);
   const int64_t F = m.num_faces();
   std::vector<int32_t> flat;
   {
     std::vector<uint8_t> is_flat(F);
 #pragma omp parallel for schedule(static) if (F >= kParallelMin)
     for (int64_t f = 0; f < F; ++f) {
-      is_flat[f] = !repeats_index(&m.faces[3 * f]) && is_degenerate(m, f, 1e-24, 1e-12);
+      is_flat[f] = flat_or_cap(m, f, cos_cap);
     }
     for (int64_t f = 0; f < F; ++f)
       if (is_flat[f]) flat.push_back(static_cast<int32_t>(f));
@@ -409,7 +459,7 @@ int64_t flip_flat_faces(TriMesh& m) {
   for (int pass = 0; pass < kFlatPasses && !flat.empty(); ++pass) {
     std::vector<int32_t> left;
     for (int32_t f : flat) {
-      if (flip_flat_face(m, s, f)) {
+      if (flip_flat_face(m, s, f, cos_cap)) {
         ++flips;
       } else {
         left.push_back(f);

@@ -78,10 +78,17 @@ constexpr int32_t kOverlapBlocks = 64;
 constexpr int32_t kOverlapBlockFaces = 256;  // and blocks of at least this many faces
 constexpr size_t kSmallChart = 32;    // faces; smaller charts are merged into a neighbour
 constexpr size_t kTinyChart = 4;      // faces; smaller ones also by the hard bound alone
-// A chart covering less than this share of its bounding box, which is at least kSparseBox of
+// A chart covering less than kMinFill of its bounding box, which is at least kSparseBox of
 // all charts' area, is split in two from its ends (sparse_chart_ends), up to kSparseRounds
-// times.
+// times; less than kMinFillLarge when the box is at least kLargeBox of that area. A large
+// ragged chart costs the packing more than a small one: with caps flipped (simplify.h) the
+// horse's largest chart grew to 49,248 faces in a box half the texture wide, filled 0.35, and
+// the texture's use fell from 0.602 to 0.564 at 500,000 / 2048; 0.45 for every chart cost
+// regr01 (0.484 -> 0.461), 0.45 for boxes of 1% or more of the area costs none of the six
+// meshes (docs/EXPORT.md, "Caps").
 constexpr double kMinFill = 0.35;
+constexpr double kMinFillLarge = 0.45;
+constexpr double kLargeBox = 0.01;
 constexpr double kSparseBox = 1e-3;
 constexpr int kSparseRounds = 3;
 // Charts narrower than kThinTexels at the scale that covers kThinShare of the texture are
@@ -990,8 +997,8 @@ void split_charts(std::vector<Chart>& charts, std::vector<char>& fresh,
   }
 }
 
-// Charts that fill less than kMinFill of their bounding box while the box is at least
-// kSparseBox of all charts' area (a thin strip bent at a knee, as a leg): the faces at the two
+// Charts that fill less than kMinFill (kMinFillLarge for a large box) of their bounding box
+// while the box is at least kSparseBox of all charts' area (a thin strip bent at a knee, as a leg): the faces at the two
 // ends of the long side, as split() seeds, so that each half is straighter and packs tighter.
 // None for the rest.
 std::vector<Pairs> sparse_chart_ends(const std::vector<Chart>& charts) {
@@ -1001,7 +1008,8 @@ std::vector<Pairs> sparse_chart_ends(const std::vector<Chart>& charts) {
   for (size_t i = 0; i < charts.size(); ++i) {
     const Chart& c = charts[i];
     const double box = c.w * c.h;
-    if (c.faces.size() < 2 * kTinyChart || box < kSparseBox * total || c.area >= kMinFill * box)
+    const double min_fill = box >= kLargeBox * total ? kMinFillLarge : kMinFill;
+    if (c.faces.size() < 2 * kTinyChart || box < kSparseBox * total || c.area >= min_fill * box)
       continue;
     double lo = INFINITY, hi = -INFINITY;
     std::pair<int32_t, int32_t> e{-1, -1};

@@ -56,6 +56,10 @@
 //   Dropping them opened as many slits (19,157 open edges, and charts that could not grow
 //   across them); flip_flat_faces (clean.h) flips each one's long edge instead where the face
 //   across allows it (all but 1,302 open edges closed), and only what is left is dropped.
+//   Caps (a corner almost on the opposite edge: largest angle above
+//   SimplifyOptions::cap_degrees, 175) are flipped the same way: they often stand steep to
+//   the faces around them and each made a chart of its own in the atlas (regr01 at 500,000:
+//   8,778 charts -> 7,372, texture use 0.475 -> 0.484; bunny 2,618 -> 1,162).
 // The blocks and their budgets depend on the mesh alone, never on the thread count, each is
 // simplified from its own data, and they are put back in block order, so the result does not
 // depend on the thread count. Small inputs, or budgets not far below the input, keep the
@@ -645,6 +649,8 @@ SimplifyStats simplify(TriMesh& m, int64_t target_faces, const SimplifyOptions& 
   S3D_CHECK(options.max_blocks >= 1 && options.block_faces >= 1 && options.block_budget >= 1,
             "simplify: max_blocks, block_faces and block_budget must be at least 1 (got ",
             options.max_blocks, ", ", options.block_faces, ", ", options.block_budget, ")");
+  S3D_CHECK(options.cap_degrees > 90 && options.cap_degrees <= 180,
+            "simplify: cap_degrees must be in (90, 180] (got ", options.cap_degrees, ")");
   SubTimer timer("simplify");
   check_mesh(m, "simplify");
   SimplifyStats stats;
@@ -683,7 +689,7 @@ SimplifyStats simplify(TriMesh& m, int64_t target_faces, const SimplifyOptions& 
   // Collapses can leave flat faces (see the top): flipped where they can be, then the rest
   // dropped with any face of (near) zero area; this also drops the unused vertices.
   remove_unreferenced_vertices(m);
-  stats.flat_faces_flipped = flip_flat_faces(m);
+  stats.flat_faces_flipped = flip_flat_faces(m, options.cap_degrees);
   remove_degenerate_faces(m);
   timer.mark("flat and degenerate faces", m.num_faces());
   S3D_CHECK(m.num_faces() > 0, "simplify: only degenerate faces were left at a budget of ",

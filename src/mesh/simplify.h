@@ -33,6 +33,10 @@ struct SimplifyOptions {
   // A second round of blocks, cut across other directions, over the first round's output
   // before the serial final pass (simplify.cpp); false: the final pass takes all of it.
   bool second_round = true;
+  // Faces whose largest angle is above this many degrees (caps: a corner almost on the
+  // opposite edge) have that edge flipped afterwards like flat faces (flip_flat_faces,
+  // clean.h); 180: flat faces only (the reference).
+  double cap_degrees = 175;
 };
 // What the parallel path did, for tests and reports.
 struct SimplifyStats {
@@ -40,7 +44,7 @@ struct SimplifyStats {
   // uses (simplify.cpp: the locked borders).
   int64_t blocks_sent_back = 0;
   int64_t final_pass_faces = 0;    // faces handed to the serial final pass (0: none)
-  int64_t flat_faces_flipped = 0;  // flip_flat_faces (clean.h) on the result
+  int64_t flat_faces_flipped = 0;  // flat faces and caps flipped (flip_flat_faces, clean.h)
 };
 SimplifyStats simplify(TriMesh& m, int64_t target_faces, const SimplifyOptions& options);
 

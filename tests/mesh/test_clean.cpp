@@ -316,6 +316,59 @@ TEST(MeshClean, FlipFlatFacesLeavesWhatCannotFlip) {
   }
 }
 
+// A cap: the slit square's face (a, b, c) with c lifted off the line ab (out of the square's
+// plane, so the face stands steep, as simplification leaves them on a remeshed surface). Its
+// largest angle is about 176.6 degrees: a cap at 175 (the default), not at 180 (flat only).
+TriMesh capped_square(float lift) {
+  TriMesh m = slit_square();
+  m.positions[3 * 2 + 2] = lift;
+  return m;
+}
+
+TEST(MeshClean, FlipCapsTurnsACapIntoTheFaceAcross) {
+  TriMesh m = capped_square(0.03f);
+  ASSERT_EQ(mesh_stats(m).degenerate_faces, 0);  // no flat face: only the cap rule takes it
+  TriMesh flat_only = m;
+  EXPECT_EQ(flip_flat_faces(flat_only, 180), 0);
+  EXPECT_EQ(flat_only.faces, m.faces);
+  EXPECT_EQ(flip_flat_faces(m, 175), 1);
+  const MeshStats s = mesh_stats(m);
+  EXPECT_EQ(s.degenerate_faces, 0);
+  EXPECT_EQ(s.boundary_edges, 4);
+  EXPECT_EQ(s.non_manifold_edges, 0);
+  EXPECT_EQ(inconsistent_edges(m), 0);
+  EXPECT_EQ(m.num_faces(), 4);
+  EXPECT_EQ(m.positions, capped_square(0.03f).positions);  // no vertex moves
+  // Every face now faces as the square does (-z): the steep face is gone.
+  for (int64_t f = 0; f < m.num_faces(); ++f) {
+    const int32_t* t = &m.faces[3 * f];
+    const float* p = m.positions.data();
+    const float ux = p[3 * t[1]] - p[3 * t[0]], uy = p[3 * t[1] + 1] - p[3 * t[0] + 1];
+    const float vx = p[3 * t[2]] - p[3 * t[0]], vy = p[3 * t[2] + 1] - p[3 * t[0] + 1];
+    EXPECT_LT(ux * vy - uy * vx, 0.f) << "face " << f;
+  }
+}
+
+TEST(MeshClean, FlipCapsLeavesACapWhoseFlipWouldTurnAFace) {
+  // The face across is low (d near b, just off the line): flipping to (c, d) would stand the
+  // new faces up at about 70 degrees from it, so the cap stays.
+  TriMesh m = capped_square(0.03f);
+  m.positions[3 * 3] = 1.98f;
+  m.positions[3 * 3 + 1] = 0.02f;
+  const TriMesh before = m;
+  EXPECT_EQ(flip_flat_faces(m, 175), 0);
+  EXPECT_EQ(m.faces, before.faces);
+  // A higher lift is no cap at 175 degrees (its largest angle is about 174.3).
+  TriMesh low = capped_square(0.05f);
+  EXPECT_EQ(flip_flat_faces(low, 175), 0);
+}
+
+TEST(MeshClean, FlipCapsRefusesAnAngleOutOfRange) {
+  TriMesh m = capped_square(0.03f);
+  EXPECT_ERROR(flip_flat_faces(m, 90), "cap_degrees must be in (90, 180]");
+  EXPECT_ERROR(flip_flat_faces(m, 180.5), "cap_degrees must be in (90, 180]");
+}
+
 TEST(MeshClean, FlipFlatFacesOnATorusWithSlits) {
   // A closed noisy torus, odd-sized, with flat faces put into it: face (a, b, x) split at the
   // midpoint c of ab into (a, c, x) and (c, b, x), and the flat (a, b, c) filling the slit

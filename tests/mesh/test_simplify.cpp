@@ -375,6 +375,11 @@ TEST(MeshSimplify, BadInputsThrow) {
   o.block_faces = 4;
   o.block_budget = -1;
   EXPECT_ERROR(simplify(ok, 10, o), "simplify", "block_budget");
+  o.block_budget = 4;
+  for (double bad : {90.0, 45.0, 180.5, std::nan("")}) {
+    o.cap_degrees = bad;
+    EXPECT_ERROR(simplify(ok, 10, o), "simplify", "cap_degrees");
+  }
 }
 
 }  // namespace
