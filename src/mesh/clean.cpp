@@ -352,17 +352,14 @@ int faces_on_edge(const TriMesh& m, const Stars& s, int32_t a, int32_t b, int32_
 }
 
 // The cosine of a face's largest angle (its most obtuse corner).
-double cos_largest_angle(const TriMesh& m, int64_t f) {
-  double lowest = 1;
+float cos_largest_angle(const TriMesh& m, int64_t f) {
+  float lowest = 1;
   for (int k = 0; k < 3; ++k) {
-    double u[3], w[3], uu = 0, ww = 0, uw = 0;
-    for (int c = 0; c < 3; ++c) {
-      const double o = m.positions[3 * int64_t(m.faces[3 * f + k]) + c];
-      u[c] = m.positions[3 * int64_t(m.faces[3 * f + (k + 1) % 3]) + c] - o;
-      w[c] = m.positions[3 * int64_t(m.faces[3 * f + (k + 2) % 3]) + c] - o;
-      uu += u[c] * u[c], ww += w[c] * w[c], uw += u[c] * w[c];
-    }
-    if (uu > 0 && ww > 0) lowest = std::min(lowest, uw / std::sqrt(uu * ww));
+    const Vec3 o = m.vertex(m.faces[3 * f + k]);
+    const Vec3 u = m.vertex(m.faces[3 * f + (k + 1) % 3]) - o;
+    const Vec3 w = m.vertex(m.faces[3 * f + (k + 2) % 3]) - o;
+    const float lengths = length(u) * length(w);
+    if (lengths > 0) lowest = std::min(lowest, dot(u, w) / lengths);
   }
   return lowest;
 }
@@ -370,25 +367,18 @@ double cos_largest_angle(const TriMesh& m, int64_t f) {
 // A face to flip: flat, or (cos_cap > -1) a cap, its largest angle's cosine below cos_cap.
 bool flat_or_cap(const TriMesh& m, int64_t f, double cos_cap) {
   if (repeats_index(&m.faces[3 * f])) return false;
-  return is_degenerate(m, f, 1e-24, 1e-12) || (cos_cap > -1 && cos_largest_angle(m, f) < cos_cap);
+  return is_degenerate(m, f, 1e-24, 1e-12) ||
+         (cos_cap > -1 && cos_largest_angle(m, f) < cos_cap);
 }
 
 // The unit normal of (p, q, r), or zero.
-std::array<double, 3> unit_normal(const TriMesh& m, int32_t p, int32_t q, int32_t r) {
-  double e[2][3];
-  for (int c = 0; c < 3; ++c) {
-    e[0][c] = double(m.positions[3 * int64_t(q) + c]) - m.positions[3 * int64_t(p) + c];
-    e[1][c] = double(m.positions[3 * int64_t(r) + c]) - m.positions[3 * int64_t(p) + c];
-  }
-  std::array<double, 3> n{e[0][1] * e[1][2] - e[0][2] * e[1][1],
-                          e[0][2] * e[1][0] - e[0][0] * e[1][2],
-                          e[0][0] * e[1][1] - e[0][1] * e[1][0]};
-  const double len = std::sqrt(n[0] * n[0] + n[1] * n[1] + n[2] * n[2]);
-  if (len > 0) n = {n[0] / len, n[1] / len, n[2] / len};
-  return n;
+Vec3 unit_normal(const TriMesh& m, int32_t p, int32_t q, int32_t r) {
+  const Vec3 n = cross(m.vertex(q) - m.vertex(p), m.vertex(r) - m.vertex(p));
+  const float len = length(n);
+  return len > 0 ? n * (1 / len) : n;
 }
 
-// One flat face's flip (the header says when), or false.
+// One flat face's or cap's flip (the header says when), or false.
 bool flip_flat_face(TriMesh& m, Stars& s, int32_t f, double cos_cap) {
   int32_t* t = &m.faces[3 * int64_t(f)];
   if (!flat_or_cap(m, f, cos_cap)) return false;
@@ -416,17 +406,16 @@ bool flip_flat_face(TriMesh& m, Stars& s, int32_t f, double cos_cap) {
   int32_t cd[2];
   if (d == c || faces_on_edge(m, s, c, d, -1, cd) != 0) return false;
   const std::array<int32_t, 3> old_f{t[0], t[1], t[2]}, old_g{u[0], u[1], u[2]};
-  const std::array<double, 3> ng = unit_normal(m, b, a, d);
+  const Vec3 ng = unit_normal(m, b, a, d);
   t[0] = c, t[1] = a, t[2] = d;
   u[0] = c, u[1] = d, u[2] = b;
   // A cap's corner c is off the line ab: the two new faces must still face as (b, a, d) did.
   auto turned = [&](int32_t p, int32_t q, int32_t r) {
-    const std::array<double, 3> n = unit_normal(m, p, q, r);
-    return n[0] * ng[0] + n[1] * ng[1] + n[2] * ng[2] < kCapKeepsFacing;
+    return dot(unit_normal(m, p, q, r), ng) < kCapKeepsFacing;
   };
   if (is_degenerate(m, f, 1e-24, 1e-12) || is_degenerate(m, g, 1e-24, 1e-12) ||
       turned(c, a, d) || turned(c, d, b)) {
-    std::copy(old_f.begin(), old_f.end(), t);  // d on the line too
+    std::copy(old_f.begin(), old_f.end(), t);  // d on the line too, or a face turned
     std::copy(old_g.begin(), old_g.end(), u);
     return false;
   }

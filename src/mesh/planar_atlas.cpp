@@ -998,8 +998,9 @@ void split_charts(std::vector<Chart>& charts, std::vector<char>& fresh,
 }
 
 // Charts that fill less than kMinFill (kMinFillLarge for a large box) of their bounding box
-// while the box is at least kSparseBox of all charts' area (a thin strip bent at a knee, as a leg): the faces at the two
-// ends of the long side, as split() seeds, so that each half is straighter and packs tighter.
+// while the box is at least kSparseBox of all charts' area (a thin strip bent at a knee, as a
+// leg): the faces at the two ends of the long side, as split() seeds, so that each half is
+// straighter and packs tighter.
 // None for the rest.
 std::vector<Pairs> sparse_chart_ends(const std::vector<Chart>& charts) {
   double total = 0;
