@@ -58,8 +58,9 @@
 //   across allows it (all but 1,302 open edges closed), and only what is left is dropped.
 //   Caps (a corner almost on the opposite edge: largest angle above
 //   SimplifyOptions::cap_degrees, 175) are flipped the same way: they often stand steep to
-//   the faces around them and each made a chart of its own in the atlas (regr01 at 500,000:
-//   8,778 charts -> 7,372, texture use 0.475 -> 0.484; bunny 2,618 -> 1,162).
+//   the faces around them and each made a chart of its own in the atlas (with the atlas's
+//   split of large ragged charts that came with it, regr01 at 500,000: 8,778 charts -> 7,394,
+//   texture use 0.475 -> 0.483; bunny 2,618 -> 1,175; docs/EXPORT.md, "Caps").
 // The blocks and their budgets depend on the mesh alone, never on the thread count, each is
 // simplified from its own data, and they are put back in block order, so the result does not
 // depend on the thread count. Small inputs, or budgets not far below the input, keep the
