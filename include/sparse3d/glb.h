@@ -66,6 +66,12 @@ struct GlbOptions {
   bool remesh = false;
   float remesh_band = 1;
   float remesh_project = 0.9f;
+  // The remesh wraps the surface in a band; the space the band encloses (inside a solid
+  // thicker than the band, between the two sheets of a closed wall) gets surfaces of its own,
+  // wound inward, never visible from outside. false (the default) keeps them, as the
+  // original does; true drops them before the simplification, so that the face budget and
+  // the texels go to the visible surface (docs/EXPORT.md, "Cavities").
+  bool remesh_drop_cavities = false;
   float mesh_cluster_threshold_cone_half_angle_rad = 1.5707964f;
   int32_t mesh_cluster_refine_iterations = 0;
   int32_t mesh_cluster_global_iterations = 1;

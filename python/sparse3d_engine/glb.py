@@ -158,14 +158,18 @@ def to_glb(vertices: Any, faces: Any, attr_volume: Any, coords: Any,
            mesh_cluster_refine_iterations: int = 0, mesh_cluster_global_iterations: int = 1,
            mesh_cluster_smooth_strength: float = 1, verbose: bool = False,
            use_tqdm: bool = False, *, use_gpu: bool = True,
-           atlas: str = "planar") -> GlbMesh:
+           atlas: str = "planar", remesh_drop_cavities: bool = False) -> GlbMesh:
     """``o_voxel.postprocess.to_glb``'s arguments and defaults; see the module's doc.
     ``use_gpu`` (sparse3d's own, keyword only): run the closest-point queries on the GPU where
     one is usable (the same bits as the CPU); what fell back is in ``GlbMesh.fallbacks()``.
     ``atlas`` (keyword only): ``"planar"`` (sparse3d's charts, packed at exactly
     ``texture_size``), ``"conformal"`` (the same with conformal charts wherever a conformal
     map keeps the texel density even: fewer charts and seams, a little slower) or
-    ``"xatlas"`` (the original's library, slower)."""
+    ``"xatlas"`` (the original's library, slower).
+    ``remesh_drop_cavities`` (keyword only): drop the surfaces the remesh puts around
+    enclosed space (inside solids and closed walls, wound inward, never visible) before the
+    simplification, so that faces and texels go to the visible surface; by default they are
+    kept, as the original keeps them."""
     v = _host(vertices, "vertices", "float32")
     f = _host(faces, "faces", "int32")
     a = _host(attr_volume, "attr_volume", "float32")
@@ -208,7 +212,7 @@ def to_glb(vertices: Any, faces: Any, attr_volume: Any, coords: Any,
                                 int(mesh_cluster_refine_iterations),
                                 int(mesh_cluster_global_iterations),
                                 float(mesh_cluster_smooth_strength), bool(use_gpu), str(atlas),
-                                progress)
+                                bool(remesh_drop_cavities), progress)
     finally:
         if bar is not None:
             bar.update(bar.total - bar.n)

@@ -28,6 +28,21 @@ sparse3d::UvAtlas atlas_named(const std::string& name) {
   if (name == "xatlas") return sparse3d::UvAtlas::Xatlas;
   return name == "conformal" ? sparse3d::UvAtlas::Conformal : sparse3d::UvAtlas::Planar;
 }
+// What export-glb prints: the file, its size, each stage's seconds and every fallback.
+void print_export_report(const sparse3d::TexturedMesh& mesh, const std::string& out,
+                         const std::string& format, double write_s) {
+  std::printf("wrote %s: %lld faces, %lld vertices, %dx%d %s textures\n", out.c_str(),
+              static_cast<long long>(mesh.num_faces()), static_cast<long long>(mesh.num_vertices()),
+              mesh.texture_size(), mesh.texture_size(), format.c_str());
+  double total = write_s;
+  for (const auto& s : mesh.stage_seconds()) {
+    std::printf("  %-22s %8.3f s\n", s.stage.c_str(), s.seconds);
+    total += s.seconds;
+  }
+  std::printf("  %-22s %8.3f s\n  %-22s %8.3f s\n", "encode and write", write_s, "total", total);
+  for (const std::string& f : mesh.fallbacks()) std::printf("fallback: %s\n", f.c_str());
+}
+
 }  // namespace
 
 Command add_export_glb(CLI::App& app) {
@@ -36,6 +51,7 @@ Command add_export_glb(CLI::App& app) {
     int64_t decimation_target = 1000000;
     int texture_size = 2048;
     bool remesh = false, progress = false, cpu = false, keep_alpha = false;
+    bool drop_cavities = false;
     float remesh_band = 1, remesh_project = 0.9f;
   };
   auto a = std::make_shared<Args>();
@@ -61,6 +77,10 @@ Command add_export_glb(CLI::App& app) {
   sub->add_option("--remesh-project", a->remesh_project, "Pull-back onto the surface, 0..1")
       ->transform(number_in(0, 1))
       ->capture_default_str();
+  sub->add_flag("--remesh-drop-cavities", a->drop_cavities,
+                "Drop the surfaces the remesh puts around enclosed space (inside solids and "
+                "closed walls: never visible), so faces and texels go to the visible surface; "
+                "by default they are kept, as the original keeps them");
   sub->add_option("--texture-format", a->format,
                   "webp (EXT_texture_webp, lossy), webp-lossless (the same, lossless) or png")
       ->check(CLI::IsMember({"webp", "webp-lossless", "png"}))
@@ -85,6 +105,7 @@ Command add_export_glb(CLI::App& app) {
     o.remesh = a->remesh;
     o.remesh_band = a->remesh_band;
     o.remesh_project = a->remesh_project;
+    o.remesh_drop_cavities = a->drop_cavities;
     o.use_gpu = !a->cpu;
     o.atlas = atlas_named(a->atlas);
     if (a->progress)
@@ -93,18 +114,7 @@ Command add_export_glb(CLI::App& app) {
       };
     const sparse3d::TexturedMesh mesh = sparse3d::to_glb(asset.view(), o);
     const double write_s = mesh.export_glb(a->out, format_named(a->format), a->keep_alpha);
-    std::printf("wrote %s: %lld faces, %lld vertices, %dx%d %s textures\n", a->out.c_str(),
-                static_cast<long long>(mesh.num_faces()),
-                static_cast<long long>(mesh.num_vertices()), mesh.texture_size(),
-                mesh.texture_size(), a->format.c_str());
-    double total = write_s;
-    for (const auto& s : mesh.stage_seconds()) {
-      std::printf("  %-22s %8.3f s\n", s.stage.c_str(), s.seconds);
-      total += s.seconds;
-    }
-    std::printf("  %-22s %8.3f s\n  %-22s %8.3f s\n", "encode and write", write_s, "total",
-                total);
-    for (const std::string& f : mesh.fallbacks()) std::printf("fallback: %s\n", f.c_str());
+    print_export_report(mesh, a->out, a->format, write_s);
     return 0;
   };
 }

@@ -720,6 +720,57 @@ void remove_small_components(TriMesh& m, double min_area) {
   keep_faces(m, keep);
 }
 
+int64_t remove_cavity_components(TriMesh& m) {
+  check_input(m, "remove_cavity_components");
+  const int64_t F = m.num_faces();
+  if (F == 0) return 0;
+  const EdgeTable t = build_edges(m, false);
+  const int64_t E = t.num_edges();
+  // Pieces: faces joined through edges of exactly two faces. A non-manifold edge can join the
+  // outside of one part to the cavity of another; cutting there keeps the outside whole.
+  UnionFind uf(F);
+#pragma omp parallel for schedule(static) if (E >= kParallelMin)
+  for (int64_t e = 0; e < E; ++e)
+    if (t.count(e) == 2) uf.unite(t.he[t.start[e]] / 3, t.he[t.start[e] + 1] / 3);
+  std::vector<Id> root(F);
+#pragma omp parallel for schedule(static) if (F >= kParallelMin)
+  for (int64_t f = 0; f < F; ++f) root[f] = uf.find(static_cast<Id>(f));
+  // A piece with an edge of one face, or of more than two, is open: it bounds nothing by
+  // itself, and is kept.
+  std::vector<uint8_t> open(F, 0);
+  for (int64_t e = 0; e < E; ++e)
+    if (t.count(e) != 2)
+      for (int64_t j = t.start[e]; j < t.start[e + 1]; ++j) open[root[t.he[j] / 3]] = 1;
+  // Signed volumes about the bounding box's centre (small coordinates, small rounding).
+  double lo[3] = {INFINITY, INFINITY, INFINITY}, hi[3] = {-INFINITY, -INFINITY, -INFINITY};
+  for (size_t i = 0; i < m.positions.size(); ++i) {
+    lo[i % 3] = std::min(lo[i % 3], double(m.positions[i]));
+    hi[i % 3] = std::max(hi[i % 3], double(m.positions[i]));
+  }
+  std::vector<double> volume(F);
+#pragma omp parallel for schedule(static) if (F >= kParallelMin)
+  for (int64_t f = 0; f < F; ++f) {
+    double p[3][3];
+    for (int k = 0; k < 3; ++k)
+      for (int c = 0; c < 3; ++c)
+        p[k][c] = double(m.positions[3 * size_t(m.faces[3 * f + k]) + c]) - 0.5 * (lo[c] + hi[c]);
+    volume[f] = (p[0][0] * (p[1][1] * p[2][2] - p[1][2] * p[2][1]) +
+                 p[0][1] * (p[1][2] * p[2][0] - p[1][0] * p[2][2]) +
+                 p[0][2] * (p[1][0] * p[2][1] - p[1][1] * p[2][0])) / 6.0;
+  }
+  // Summed in face order, one thread: the sign does not depend on the thread count.
+  std::vector<double> total(F, 0.0);
+  for (int64_t f = 0; f < F; ++f) total[root[f]] += volume[f];
+  std::vector<uint8_t> keep(F);
+  int64_t dropped = 0;
+  for (int64_t f = 0; f < F; ++f) {
+    keep[f] = open[root[f]] || !(total[root[f]] < 0);
+    dropped += !keep[f];
+  }
+  if (dropped > 0) keep_faces(m, keep);
+  return dropped;
+}
+
 void unify_orientation(TriMesh& m) {
   check_input(m, "unify_orientation");
   const int64_t F = m.num_faces();

@@ -421,6 +421,11 @@ TexturedMesh to_glb(const GlbInput& in, const GlbOptions& o) {
   if (o.remesh) {
     clock.start("remesh");
     simplified = remesh_branch(bvh, in, o, out.fallbacks);
+    if (o.remesh_drop_cavities) {
+      sm::SubTimer cavity_timer("remesh");
+      sm::remove_cavity_components(simplified);
+      cavity_timer.mark("drop the cavities' surfaces");
+    }
     clock.start("simplify");
     sm::simplify(simplified, o.decimation_target);
   } else {

@@ -44,6 +44,7 @@ sparse3d::TexturedMesh run_to_glb(HostRows<float> vertices, HostRows<int32_t> fa
                                   int32_t texture_size, bool remesh, float remesh_band,
                                   float remesh_project, float cone, int32_t refine,
                                   int32_t global, float smooth, bool use_gpu, std::string atlas,
+                                  bool drop_cavities,
                                   std::function<void(std::string, int, int)> progress) {
   check_cols(vertices, 3, "vertices");
   check_cols(faces, 3, "faces");
@@ -74,6 +75,7 @@ sparse3d::TexturedMesh run_to_glb(HostRows<float> vertices, HostRows<int32_t> fa
   o.mesh_cluster_global_iterations = global;
   o.mesh_cluster_smooth_strength = smooth;
   o.use_gpu = use_gpu;
+  o.remesh_drop_cavities = drop_cavities;
   if (atlas != "planar" && atlas != "conformal" && atlas != "xatlas")
     throw sparse3d::Error("to_glb: atlas must be 'planar', 'conformal' or 'xatlas', got '" +
                           atlas + "'");
@@ -136,7 +138,8 @@ void bind_glb(nb::module_& m) {
   m.def("to_glb", &run_to_glb, "vertices"_a, "faces"_a, "attrs"_a, "coords"_a, "layout"_a,
         "aabb"_a, "grid_size"_a, "decimation_target"_a, "texture_size"_a, "remesh"_a,
         "remesh_band"_a, "remesh_project"_a, "cone_half_angle_rad"_a, "refine_iterations"_a,
-        "global_iterations"_a, "smooth_strength"_a, "use_gpu"_a, "atlas"_a, "progress"_a.none(),
+        "global_iterations"_a, "smooth_strength"_a, "use_gpu"_a, "atlas"_a,
+        "remesh_drop_cavities"_a, "progress"_a.none(),
         "TRELLIS.2's to_glb natively on host arrays (sparse3d_engine.trellis2.to_glb takes the "
         "original's arguments).");
 }

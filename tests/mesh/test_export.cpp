@@ -4,6 +4,7 @@
 // GLB's bytes, the errors), and the GLB input file round trip.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -129,6 +130,39 @@ sparse3d::GlbOptions remesh_options(int64_t target, int32_t texture_size) {
 
 TEST(MeshExport, RemeshBranchMeetsItsContract) {
   expect_result_contract(sparse3d::to_glb(asset().view(), remesh_options(2001, 97)), 2001, true);
+}
+
+// The test sphere is a solid: its remesh has a shell inside (wound inward) as well as the one
+// outside. remesh_drop_cavities drops the inside one before the simplification, so every
+// vertex lies outside every vertex of the shell it dropped, and the budget goes to the outside.
+TEST(MeshExport, DroppedCavitiesLeaveOnlyTheOuterShell) {
+  sparse3d::GlbOptions o = remesh_options(1501, 61);
+  const sparse3d::TexturedMesh kept = sparse3d::to_glb(asset().view(), o);
+  o.remesh_drop_cavities = true;
+  const sparse3d::TexturedMesh dropped = sparse3d::to_glb(asset().view(), o);
+  expect_result_contract(dropped, 1501, true);
+  auto radii = [](const sparse3d::TexturedMesh& m) {
+    const std::vector<float>& p = m.positions();
+    double lo[3] = {1e30, 1e30, 1e30}, hi[3] = {-1e30, -1e30, -1e30};
+    for (size_t i = 0; i < p.size(); ++i) {
+      lo[i % 3] = std::min(lo[i % 3], double(p[i]));
+      hi[i % 3] = std::max(hi[i % 3], double(p[i]));
+    }
+    std::vector<double> r(p.size() / 3);
+    for (size_t v = 0; v < r.size(); ++v) {
+      double d2 = 0;
+      for (int k = 0; k < 3; ++k) d2 += std::pow(p[3 * v + k] - 0.5 * (lo[k] + hi[k]), 2);
+      r[v] = std::sqrt(d2);
+    }
+    return r;
+  };
+  const std::vector<double> rk = radii(kept), rd = radii(dropped);
+  const double inner_edge = *std::min_element(rd.begin(), rd.end());
+  const auto inside = std::count_if(rk.begin(), rk.end(), [&](double r) { return r < inner_edge; });
+  EXPECT_GT(inside, int64_t(rk.size() / 4)) << "the kept result has its inner shell";
+  EXPECT_GT(inner_edge, 0.8 * *std::max_element(rd.begin(), rd.end()));
+  // The outer shell gets the whole budget: more of its vertices than when both shared it.
+  EXPECT_GT(int64_t(rd.size()), int64_t(rk.size()) - inside + int64_t(rk.size() / 8));
 }
 
 // start_gpu_context() only moves when the CUDA context is made (none without a GPU): twice,

@@ -9,6 +9,7 @@
 #include <map>
 
 #include "../expect_error.h"
+#include "mesh/clean.h"
 #include "mesh/remesh.h"
 #include "voxel_test_shapes.h"
 
@@ -169,14 +170,20 @@ TEST(MeshRemesh, MatchesTheReferenceExactly) {
   }
 }
 
-TEST(MeshRemesh, SphereGivesTwoShellsAtTheBandsEdges) {
-  const float r = 0.3f;
-  const TriMesh sphere = icosphere(4, r);
-  Bvh bvh(sphere);
+// The sphere tests' grid: the unit cube at 64^3, a band of one voxel.
+RemeshOptions sphere_grid() {
   RemeshOptions o;
   o.scale = 1;
   o.resolution = 64;
   o.band = 1;
+  return o;
+}
+
+TEST(MeshRemesh, SphereGivesTwoShellsAtTheBandsEdges) {
+  const float r = 0.3f;
+  const TriMesh sphere = icosphere(4, r);
+  Bvh bvh(sphere);
+  RemeshOptions o = sphere_grid();
   const TriMesh out = remesh_narrow_band_dc(bvh, o);
   EXPECT_TRUE(closed_and_oriented(out));
   EXPECT_EQ(test::components(out), 2);
@@ -211,6 +218,41 @@ TEST(MeshRemesh, SphereGivesTwoShellsAtTheBandsEdges) {
     const float d0 = sbvh.closest(out.vertex(v)).distance;
     EXPECT_NEAR(sbvh.closest(mid.vertex(v)).distance, 0.5f * d0, 2e-5f) << v;
   }
+}
+
+TEST(MeshRemesh, TheInnerShellIsTheCavityThatCleanDrops) {
+  // The sphere's band encloses the space inside r - eps: its shell is wound inward, and
+  // remove_cavity_components (what to_glb runs after the remesh) drops exactly it.
+  const float r = 0.3f;
+  Bvh bvh(icosphere(4, r));
+  RemeshOptions o = sphere_grid();
+  TriMesh out = remesh_narrow_band_dc(bvh, o);
+  ASSERT_GT(out.num_faces(), 1 << 14);  // enough for the pass's threads to split the work
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(1);
+  TriMesh one = out;
+  remove_cavity_components(one);
+  omp_set_num_threads(saved);
+  int64_t inner_faces = 0;
+  for (int64_t f = 0; f < out.num_faces(); ++f)
+    inner_faces += length(out.vertex(out.faces[3 * f])) < r;
+  ASSERT_GT(inner_faces, 0);
+  EXPECT_EQ(remove_cavity_components(out), inner_faces);
+  EXPECT_EQ(test::components(out), 1);
+  EXPECT_TRUE(closed_and_oriented(out));
+  for (int64_t v = 0; v < out.num_vertices(); ++v) EXPECT_GT(length(out.vertex(v)), r) << v;
+  EXPECT_EQ(one.faces, out.faces);  // one thread and all of them: the same mesh
+  EXPECT_EQ(one.positions, out.positions);
+  // The open plate's band encloses nothing: its one shell stays whole.
+  const TriMesh p = plate(0.25f, 0.013f);
+  Bvh pb(p);
+  o.scale = 0.8f;
+  o.resolution = 48;
+  o.band = 1.5f;
+  TriMesh slab = remesh_narrow_band_dc(pb, o);
+  const TriMesh before = slab;
+  EXPECT_EQ(remove_cavity_components(slab), 0);
+  EXPECT_EQ(slab.faces, before.faces);
 }
 
 TEST(MeshRemesh, OpenPlateGivesOneClosedShell) {

@@ -135,6 +135,24 @@ def test_atlas_keyword_picks_the_method_and_refuses_others():
         to_glb(**args, atlas="lscm")
 
 
+def test_remesh_drop_cavities_keeps_only_the_outer_shell():
+    # The test sphere is a solid: its remesh has a shell inside it too, which the keyword drops.
+    v, f, attrs, coords = sphere()
+    inside = (coords < 32).all(1)  # the remesh wants a grid that halves to 32: 32, not RES
+    args = dict(vertices=v, faces=f, attr_volume=attrs[inside], coords=coords[inside],
+                attr_layout=LAYOUT, aabb=AABB, grid_size=32, decimation_target=900,
+                texture_size=64, remesh=True, remesh_project=0)
+
+    def radii(glb):
+        p = np.asarray(glb.vertices, dtype=np.float64)
+        return np.linalg.norm(p - 0.5 * (p.min(0) + p.max(0)), axis=1)
+
+    kept = radii(to_glb(**args))
+    dropped = radii(to_glb(**args, remesh_drop_cavities=True))
+    assert (kept < dropped.min()).sum() > len(kept) // 4  # the inner shell, kept by default
+    assert dropped.min() > 0.8 * dropped.max()
+
+
 def test_accelerate_export_replaces_o_voxels_to_glb_and_restore_puts_it_back(monkeypatch):
     import sys
     import types

@@ -27,7 +27,8 @@
 #             more than three folders down, so a call that may be cut short gives a shallow one,
 #             e.g. RES_OUT=$OUT/res at the top of the call's $OUT), SPARSE3D_MESH_TIMINGS (1:
 #             sub-stage times in each of our logs), OURS_ARGS (more arguments for our
-#             export-glb, such as "--atlas conformal").
+#             export-glb, such as "--atlas conformal"), KEEP_GLBS (tags whose GLBs, ours and
+#             the original's, come back xz-compressed as $OUT/{ours,orig}_TAG.glb.xz).
 #             A run of the original that fails is reported with its exit status (124: killed
 #             at TIMEOUT_S; 128 + N: killed by signal N). Writes glb_export.tar.gz (every JSON, log and view) and
 #             glb_export_table.md; prints the table last.
@@ -154,6 +155,11 @@ mode_export() {
     echo "table failed: $(tail -1 "$W/res/table.err")"
   tar -czf "$OUT/glb_export.tar.gz" -C "$W" --exclude='*.png' res
   tar -czf "$OUT/glb_views.tar.gz" -C "$W" $(cd "$W" && ls res/judge_*/views_*.png 2>/dev/null)
+  for tag in ${KEEP_GLBS:-}; do  # both sides' GLBs of these runs come back, xz-compressed
+    for g in "$W"/glb/orig_$tag.glb "$W"/glb/ours_$tag.glb; do
+      [ -f "$g" ] && xz -T0 -6 -c "$g" > "$OUT/$(basename "$g").xz"
+    done
+  done
   cat "$OUT/glb_export_table.md"
 }
 
