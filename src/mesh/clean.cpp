@@ -720,10 +720,9 @@ void remove_small_components(TriMesh& m, double min_area) {
   keep_faces(m, keep);
 }
 
-int64_t remove_cavity_components(TriMesh& m) {
-  check_input(m, "remove_cavity_components");
+int64_t remove_cavity_pieces(TriMesh& m) {
+  check_input(m, "remove_cavity_pieces");
   const int64_t F = m.num_faces();
-  if (F == 0) return 0;
   const EdgeTable t = build_edges(m, false);
   const int64_t E = t.num_edges();
   // Pieces: faces joined through edges of exactly two faces. A non-manifold edge can join the

@@ -423,7 +423,7 @@ TexturedMesh to_glb(const GlbInput& in, const GlbOptions& o) {
     simplified = remesh_branch(bvh, in, o, out.fallbacks);
     if (o.remesh_drop_cavities) {
       sm::SubTimer cavity_timer("remesh");
-      sm::remove_cavity_components(simplified);
+      sm::remove_cavity_pieces(simplified);
       cavity_timer.mark("drop the cavities' surfaces");
     }
     clock.start("simplify");

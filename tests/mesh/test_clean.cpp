@@ -522,7 +522,7 @@ TEST(MeshClean, RemoveSmallComponentsByArea) {
   }
 }
 
-TEST(MeshClean, RemoveCavityComponentsDropsClosedInwardShellsOnly) {
+TEST(MeshClean, RemoveCavityPiecesDropsClosedInwardShellsOnly) {
   // Component 0: a cube wound outward, far from the origin (the volumes are taken about the
   // bounding box's centre). 1: a smaller cube inside it wound inward, the wall of a cavity.
   // 2: an open grid, wound one way (no volume: kept). 3: another outward cube, apart. 4: a
@@ -581,7 +581,7 @@ TEST(MeshClean, RemoveCavityComponentsDropsClosedInwardShellsOnly) {
     if (!cavity) expect.push_back(all[f]);
   }
   TriMesh r = m;
-  EXPECT_EQ(remove_cavity_components(r), 3 * cube_faces);
+  EXPECT_EQ(remove_cavity_pieces(r), 3 * cube_faces);
   EXPECT_EQ(face_positions(r), expect);
   std::vector<int> used(r.num_vertices(), 0);
   for (int32_t w : r.faces) used[w] = 1;
@@ -589,7 +589,7 @@ TEST(MeshClean, RemoveCavityComponentsDropsClosedInwardShellsOnly) {
   EXPECT_EQ(mesh_stats(r).components, 4);
   // Nothing inward left: a second pass drops nothing and changes nothing.
   TriMesh again = r;
-  EXPECT_EQ(remove_cavity_components(again), 0);
+  EXPECT_EQ(remove_cavity_pieces(again), 0);
   EXPECT_EQ(again.faces, r.faces);
   EXPECT_EQ(again.positions, r.positions);
 }
@@ -741,7 +741,7 @@ TEST(MeshClean, BadInputsThrowNamingTheProblem) {
   EXPECT_ERROR(fill_holes(bad, 1.0), "fill_holes", "outside");
   EXPECT_ERROR(repair_non_manifold_edges(bad), "repair_non_manifold_edges", "outside");
   EXPECT_ERROR(remove_small_components(bad, 1.0), "remove_small_components", "outside");
-  EXPECT_ERROR(remove_cavity_components(bad), "remove_cavity_components", "outside");
+  EXPECT_ERROR(remove_cavity_pieces(bad), "remove_cavity_pieces", "outside");
   EXPECT_ERROR(unify_orientation(bad), "unify_orientation", "outside");
   EXPECT_ERROR(vertex_normals(bad), "vertex_normals", "outside");
   EXPECT_ERROR(mesh_stats(bad), "mesh_stats", "outside");

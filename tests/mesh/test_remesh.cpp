@@ -222,7 +222,7 @@ TEST(MeshRemesh, SphereGivesTwoShellsAtTheBandsEdges) {
 
 TEST(MeshRemesh, TheInnerShellIsTheCavityThatCleanDrops) {
   // The sphere's band encloses the space inside r - eps: its shell is wound inward, and
-  // remove_cavity_components (what to_glb runs after the remesh) drops exactly it.
+  // remove_cavity_pieces (what to_glb runs after the remesh) drops exactly it.
   const float r = 0.3f;
   Bvh bvh(icosphere(4, r));
   RemeshOptions o = sphere_grid();
@@ -231,13 +231,13 @@ TEST(MeshRemesh, TheInnerShellIsTheCavityThatCleanDrops) {
   const int saved = omp_get_max_threads();
   omp_set_num_threads(1);
   TriMesh one = out;
-  remove_cavity_components(one);
+  remove_cavity_pieces(one);
   omp_set_num_threads(saved);
   int64_t inner_faces = 0;
   for (int64_t f = 0; f < out.num_faces(); ++f)
     inner_faces += length(out.vertex(out.faces[3 * f])) < r;
   ASSERT_GT(inner_faces, 0);
-  EXPECT_EQ(remove_cavity_components(out), inner_faces);
+  EXPECT_EQ(remove_cavity_pieces(out), inner_faces);
   EXPECT_EQ(test::components(out), 1);
   EXPECT_TRUE(closed_and_oriented(out));
   for (int64_t v = 0; v < out.num_vertices(); ++v) EXPECT_GT(length(out.vertex(v)), r) << v;
@@ -251,7 +251,7 @@ TEST(MeshRemesh, TheInnerShellIsTheCavityThatCleanDrops) {
   o.band = 1.5f;
   TriMesh slab = remesh_narrow_band_dc(pb, o);
   const TriMesh before = slab;
-  EXPECT_EQ(remove_cavity_components(slab), 0);
+  EXPECT_EQ(remove_cavity_pieces(slab), 0);
   EXPECT_EQ(slab.faces, before.faces);
 }
 
