@@ -15,6 +15,8 @@ import json
 
 import numpy as np
 
+from meshops import face_areas  # the judge's own (this script's folder is on sys.path)
+
 
 def mesh_stats(v, f):
     """faces, vertices, area, components (by shared vertices), boundary and non-manifold edges."""
@@ -22,7 +24,7 @@ def mesh_stats(v, f):
     import scipy.sparse.csgraph as cg
     v = v.astype(np.float64)
     f = f.astype(np.int64)
-    area = 0.5 * np.linalg.norm(np.cross(v[f[:, 1]] - v[f[:, 0]], v[f[:, 2]] - v[f[:, 0]]), axis=1)
+    area = face_areas(v, f)
     e = np.sort(np.concatenate([f[:, [0, 1]], f[:, [1, 2]], f[:, [2, 0]]]), axis=1)
     _, count = np.unique(e[:, 0] * len(v) + e[:, 1], return_counts=True)
     adj = sp.coo_matrix((np.ones(len(e)), (e[:, 0], e[:, 1])), shape=(len(v), len(v)))
