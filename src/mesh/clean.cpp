@@ -19,6 +19,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "mesh/union_find.h"
 
 namespace s3d::mesh {
 namespace {
@@ -26,6 +27,7 @@ namespace {
 // A corner or half-edge: 3 * face + k. Half-edge h runs from corner h's vertex to the next
 // corner's vertex in the face's winding.
 using Id = uint32_t;
+using detail::UnionFind;
 constexpr Id kNone = std::numeric_limits<Id>::max();
 
 inline Id next_in_face(Id h) { return h - h % 3 + (h % 3 + 1) % 3; }
@@ -149,39 +151,6 @@ EdgeTable build_edges(const TriMesh& m, bool with_edge_of) {
   }
   return t;
 }
-
-// Union-find that threads may share: a root is only ever linked under a smaller root, so
-// every set's root is its smallest member whatever the order of the unions.
-class UnionFind {
- public:
-  explicit UnionFind(int64_t n) : parent_(n) {
-#pragma omp parallel for schedule(static) if (n >= kParallelMin)
-    for (int64_t i = 0; i < n; ++i) parent_[i].store(static_cast<Id>(i), std::memory_order_relaxed);
-  }
-  Id find(Id a) {
-    for (;;) {
-      Id p = parent_[a].load(std::memory_order_relaxed);
-      if (p == a) return a;
-      const Id gp = parent_[p].load(std::memory_order_relaxed);
-      // Path halving: gp is an ancestor of a, so the swap keeps every path valid.
-      if (gp != p) parent_[a].compare_exchange_weak(p, gp, std::memory_order_relaxed);
-      a = gp;
-    }
-  }
-  void unite(Id a, Id b) {
-    for (;;) {
-      a = find(a);
-      b = find(b);
-      if (a == b) return;
-      if (a < b) std::swap(a, b);
-      Id expected = a;
-      if (parent_[a].compare_exchange_strong(expected, b, std::memory_order_relaxed)) return;
-    }
-  }
-
- private:
-  std::vector<std::atomic<Id>> parent_;
-};
 
 // Per face, the smallest face index of its component (faces joined through shared edges,
 // manifold or not).
@@ -718,56 +687,6 @@ void remove_small_components(TriMesh& m, double min_area) {
 #pragma omp parallel for schedule(static) if (F >= kParallelMin)
   for (int64_t f = 0; f < F; ++f) keep[f] = total[root[f]] >= min_area;
   keep_faces(m, keep);
-}
-
-int64_t remove_cavity_pieces(TriMesh& m) {
-  check_input(m, "remove_cavity_pieces");
-  const int64_t F = m.num_faces();
-  const EdgeTable t = build_edges(m, false);
-  const int64_t E = t.num_edges();
-  // Pieces: faces joined through edges of exactly two faces. A non-manifold edge can join the
-  // outside of one part to the cavity of another; cutting there keeps the outside whole.
-  UnionFind uf(F);
-#pragma omp parallel for schedule(static) if (E >= kParallelMin)
-  for (int64_t e = 0; e < E; ++e)
-    if (t.count(e) == 2) uf.unite(t.he[t.start[e]] / 3, t.he[t.start[e] + 1] / 3);
-  std::vector<Id> root(F);
-#pragma omp parallel for schedule(static) if (F >= kParallelMin)
-  for (int64_t f = 0; f < F; ++f) root[f] = uf.find(static_cast<Id>(f));
-  // A piece with an edge of one face, or of more than two, is open: it bounds nothing by
-  // itself, and is kept.
-  std::vector<uint8_t> open(F, 0);
-  for (int64_t e = 0; e < E; ++e)
-    if (t.count(e) != 2)
-      for (int64_t j = t.start[e]; j < t.start[e + 1]; ++j) open[root[t.he[j] / 3]] = 1;
-  // Signed volumes about the bounding box's centre (small coordinates, small rounding).
-  double lo[3] = {INFINITY, INFINITY, INFINITY}, hi[3] = {-INFINITY, -INFINITY, -INFINITY};
-  for (size_t i = 0; i < m.positions.size(); ++i) {
-    lo[i % 3] = std::min(lo[i % 3], double(m.positions[i]));
-    hi[i % 3] = std::max(hi[i % 3], double(m.positions[i]));
-  }
-  std::vector<double> volume(F);
-#pragma omp parallel for schedule(static) if (F >= kParallelMin)
-  for (int64_t f = 0; f < F; ++f) {
-    double p[3][3];
-    for (int k = 0; k < 3; ++k)
-      for (int c = 0; c < 3; ++c)
-        p[k][c] = double(m.positions[3 * size_t(m.faces[3 * f + k]) + c]) - 0.5 * (lo[c] + hi[c]);
-    volume[f] = (p[0][0] * (p[1][1] * p[2][2] - p[1][2] * p[2][1]) +
-                 p[0][1] * (p[1][2] * p[2][0] - p[1][0] * p[2][2]) +
-                 p[0][2] * (p[1][0] * p[2][1] - p[1][1] * p[2][0])) / 6.0;
-  }
-  // Summed in face order, one thread: the sign does not depend on the thread count.
-  std::vector<double> total(F, 0.0);
-  for (int64_t f = 0; f < F; ++f) total[root[f]] += volume[f];
-  std::vector<uint8_t> keep(F);
-  int64_t dropped = 0;
-  for (int64_t f = 0; f < F; ++f) {
-    keep[f] = open[root[f]] || !(total[root[f]] < 0);
-    dropped += !keep[f];
-  }
-  if (dropped > 0) keep_faces(m, keep);
-  return dropped;
 }
 
 void unify_orientation(TriMesh& m) {

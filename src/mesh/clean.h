@@ -48,17 +48,6 @@ int64_t fill_holes(TriMesh& m, double max_perimeter);
 void repair_non_manifold_edges(TriMesh& m);
 // Drops connected components (faces joined through shared edges) of total area < min_area.
 void remove_small_components(TriMesh& m, double min_area);
-// Drops every closed piece whose signed volume is negative: a closed surface wound inward,
-// the boundary of a cavity. A piece is faces joined through edges of exactly two faces; one
-// with an edge of one face, or of three or more, is open and is kept, as are closed pieces
-// wound outward. The remesh winds its faces from the band to the space outside it, so the
-// boundary of space the band encloses (inside a solid thicker than the band, between the two
-// sheets of a closed wall) comes out wound inward and cannot be seen from outside the mesh;
-// a cavity joined to a visible surface at a non-manifold edge is open here and stays. The
-// volumes are taken about the bounding box's centre in double precision and summed in face
-// order (the same result for any thread count). Returns the number of faces dropped; the
-// vertices they leave unused are dropped too.
-int64_t remove_cavity_pieces(TriMesh& m);
 // Flips faces so that each connected component is consistently oriented (breadth-first over
 // manifold edges, the component's first face fixed).
 void unify_orientation(TriMesh& m);

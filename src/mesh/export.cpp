@@ -154,6 +154,11 @@ class StageClock {
   int index_ = 0;
 };
 
+// The cavity fill's GPU path (remesh_cuda.cu) is written to give the CPU's bits and has its
+// test (MeshGpu.RemeshOnTheGpuIsTheCpusMesh), which has not yet run on a device: until it
+// has, an export that drops cavities remeshes on the CPU, and its report says so.
+constexpr bool kCavityFillOnDevice = false;
+
 // The remesh branch's first half: narrow-band dual contouring around the filled surface (the
 // budget is simplify's, a stage of its own).
 // On the GPU when the BVH is there; should that fail (device memory), on the CPU, counted.
@@ -170,16 +175,33 @@ TriMesh remesh_branch(s3d::mesh::Bvh& bvh, const GlbInput& in, const GlbOptions&
   r.scale = (res + 3 * o.remesh_band) / res * scale;
   r.band = o.remesh_band;
   r.project_back = o.remesh_project;
-  if (bvh.on_device()) {
+  r.drop_cavities = o.remesh_drop_cavities;
+  s3d::mesh::RemeshStats stats;
+  const auto run = [&] {
+    TriMesh m = s3d::mesh::remesh_narrow_band_dc(bvh, r, &stats);
+    if (stats.cavities_kept_all)
+      fallbacks.push_back(
+          "remesh_drop_cavities: no surface faces space joined to the grid's border; "
+          "every surface kept");
+    return m;
+  };
+  if (bvh.on_device() && r.drop_cavities && !kCavityFillOnDevice) {
+    fallbacks.push_back(
+        "remesh_drop_cavities: remeshed on the CPU (the cavity fill's GPU path has not yet been "
+        "checked on a device)");
+    r.use_device = false;
+    bvh.build_host_tree();
+  }
+  if (bvh.on_device() && r.use_device) {
     try {
-      return s3d::mesh::remesh_narrow_band_dc(bvh, r);
+      return run();
     } catch (const s3d::Error& e) {
       fallbacks.push_back(std::string("use_gpu: remesh: ") + e.what() + "; remeshed on the CPU");
       r.use_device = false;
       bvh.build_host_tree();
     }
   }
-  return s3d::mesh::remesh_narrow_band_dc(bvh, r);
+  return run();
 }
 
 // The plain branch: simplify to 3x, clean, simplify to the target, clean, orient.
@@ -421,11 +443,6 @@ TexturedMesh to_glb(const GlbInput& in, const GlbOptions& o) {
   if (o.remesh) {
     clock.start("remesh");
     simplified = remesh_branch(bvh, in, o, out.fallbacks);
-    if (o.remesh_drop_cavities) {
-      sm::SubTimer cavity_timer("remesh");
-      sm::remove_cavity_pieces(simplified);
-      cavity_timer.mark("drop the cavities' surfaces");
-    }
     clock.start("simplify");
     sm::simplify(simplified, o.decimation_target);
   } else {

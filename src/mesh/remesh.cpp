@@ -18,12 +18,14 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <vector>
 
 #include "core/error.h"
 #include "mesh/remesh_cuda.h"
 #include "mesh/remesh_rules.h"
 #include "mesh/timing.h"
+#include "mesh/union_find.h"
 #include "mesh/voxel_index.h"
 
 namespace s3d::mesh {
@@ -71,10 +73,19 @@ void check_options(const RemeshOptions& o) {
 
 // ---- 1. Band search ----------------------------------------------------------------------
 
+// The cells the band search dropped as wholly outside the band (rules::outside_band), per
+// level (0: the base grid): what the cavity fill walks besides the finest voxels' corners.
+struct OutsideCells {
+  std::vector<int32_t> res;                 // per level: its resolution
+  std::vector<std::vector<uint64_t>> keys;  // per level: the cells' keys, ascending
+};
+
 // The candidates (the parents themselves, or their eight children each when `split`) whose
-// centre's |udf - eps| is under 0.87 voxel at resolution `res`, in candidate order.
+// centre's |udf - eps| is under 0.87 voxel at resolution `res`, in candidate order; the keys of
+// those wholly outside the band appended to `outside` when it is given.
 std::vector<int32_t> keep_band(const Bvh& bvh, const std::vector<int32_t>& parents, bool split,
-                               int32_t res, const RemeshOptions& o, float eps, int64_t& queries) {
+                               int32_t res, const RemeshOptions& o, float eps, int64_t& queries,
+                               std::vector<uint64_t>* outside) {
   const int64_t per = split ? 8 : 1;
   const int64_t n = static_cast<int64_t>(parents.size() / 3) * per;
   const float limit = static_cast<float>(0.87 * double(o.scale) / res);
@@ -98,26 +109,44 @@ std::vector<int32_t> keep_band(const Bvh& bvh, const std::vector<int32_t>& paren
     }
     bvh.closest_many(pts.data(), m, hits.data());
     queries += m;
-    for (int64_t j = 0; j < m; ++j)
+    for (int64_t j = 0; j < m; ++j) {
       if (rules::in_band(hits[j].distance, eps, limit))
         kept.insert(kept.end(), &cand[3 * j], &cand[3 * j + 3]);
+      else if (outside && rules::outside_band(hits[j].distance, eps, limit))
+        outside->push_back(pack_key(cand[3 * j], cand[3 * j + 1], cand[3 * j + 2]));
+    }
   }
   return kept;
 }
 
+void sort_keys(std::vector<uint64_t>& keys) {
+  const std::vector<int32_t> order = detail::sort_order(keys);
+  std::vector<uint64_t> sorted(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) sorted[i] = keys[order[i]];
+  keys.swap(sorted);
+}
+
+// The finest level's voxels; the cells dropped as outside, per level, into `outside` when it
+// is given.
 std::vector<int32_t> band_voxels(const Bvh& bvh, const RemeshOptions& o, float eps,
-                                 RemeshStats& st) {
+                                 RemeshStats& st, OutsideCells* outside) {
   int32_t res = base_resolution(o);
   std::vector<int32_t> coords;
   coords.reserve(3 * res * res * res);
   for (int32_t x = 0; x < res; ++x)
     for (int32_t y = 0; y < res; ++y)
       for (int32_t z = 0; z < res; ++z) coords.insert(coords.end(), {x, y, z});
-  coords = keep_band(bvh, coords, false, res, o, eps, st.udf_queries);
+  const auto level = [&](bool split) {
+    if (outside) outside->res.push_back(res), outside->keys.emplace_back();
+    coords = keep_band(bvh, coords, split, res, o, eps, st.udf_queries,
+                       outside ? &outside->keys.back() : nullptr);
+    if (outside) sort_keys(outside->keys.back());
+  };
+  level(false);
   while (res < o.resolution) {
     detail::check_level_size(static_cast<int64_t>(coords.size() / 3) * 8, 2 * res);
     res *= 2;
-    coords = keep_band(bvh, coords, true, res, o, eps, st.udf_queries);
+    level(true);
   }
   return coords;
 }
@@ -232,6 +261,127 @@ std::vector<float> corner_values(const Bvh& bvh, const SortedVoxels& sv, const C
   return values;
 }
 
+// ---- 2b. The cavity fill (drop_cavities) ---------------------------------------------------
+
+// The space outside the band as the band search leaves it: the finest voxels' corners with a
+// non-negative value (node = their vertex number), the cells dropped as wholly outside at
+// every level (numbered after them, level by level) and the grid's border (the last node),
+// joined where they touch (union_find.h: the sets do not depend on the order of the unions
+// or on the threads).
+class Fill {
+ public:
+  Fill(int64_t vertices, const OutsideCells& cells) : cells_(cells) {
+    int64_t n = vertices;
+    for (const auto& k : cells.keys) first_.push_back(n), n += static_cast<int64_t>(k.size());
+    S3D_CHECK(n < std::numeric_limits<int32_t>::max(), "remesh_narrow_band_dc: ", n,
+              " nodes in the cavity fill, more than int32 indices can name");
+    border_ = static_cast<int32_t>(n);
+    uf_ = std::make_unique<detail::UnionFind>(n + 1);
+  }
+  int32_t border() const { return border_; }
+  int64_t cells(int level) const { return static_cast<int64_t>(cells_.keys[level].size()); }
+  int32_t cell_node(int level, int64_t j) const {
+    return static_cast<int32_t>(first_[level] + j);
+  }
+  uint64_t cell_key(int level, int64_t j) const { return cells_.keys[level][j]; }
+
+  // The node of the leaf holding cell (x, y, z) of `level` when it is an outside cell (found
+  // by walking up the levels: the cell itself, or the coarser cell the search dropped it
+  // in), the border beyond the grid, else -1 (a leaf wholly inside the band, or finer voxels).
+  int32_t leaf(int level, int64_t x, int64_t y, int64_t z) const {
+    const int64_t r = cells_.res[level];
+    if (x < 0 || y < 0 || z < 0 || x >= r || y >= r || z >= r) return border_;
+    for (; level >= 0; --level, x >>= 1, y >>= 1, z >>= 1) {
+      const std::vector<uint64_t>& k = cells_.keys[level];
+      const uint64_t key = pack_key(x, y, z);
+      const auto it = std::lower_bound(k.begin(), k.end(), key);
+      if (it != k.end() && *it == key) return cell_node(level, it - k.begin());
+    }
+    return -1;
+  }
+
+  int32_t root(int32_t x) { return static_cast<int32_t>(uf_->find(x)); }
+  void unite(int32_t a, int32_t b) { uf_->unite(a, b); }
+
+ private:
+  const OutsideCells& cells_;
+  std::vector<int64_t> first_;
+  int32_t border_ = 0;
+  std::unique_ptr<detail::UnionFind> uf_;
+};
+
+// The finest voxels: corners joined along the voxel's edges where both ends are non-negative,
+// and to the outside cell (or the border) across each face with no finest voxel beyond it.
+void join_voxels(const SortedVoxels& sv, const Corners& corners, const std::vector<float>& values,
+                 int finest, Fill& fill) {
+  const int64_t n = static_cast<int64_t>(sv.keys.size());
+#pragma omp parallel
+  {
+    Block block(sv.keys);
+#pragma omp for schedule(static)
+    for (int64_t s = 0; s < n; ++s) {
+      int64_t nb[27];
+      int32_t c[3], vtx[8];
+      block.find(s, nb, c);
+      bool out[8];
+      for (int o = 0; o < 8; ++o) {
+        vtx[o] = static_cast<int32_t>(corners.vertex(nb, o));
+        out[o] = values[vtx[o]] >= 0;
+      }
+      for (int o = 0; o < 8; ++o)
+        for (int a = 0; a < 3; ++a)
+          if (!(o >> a & 1) && out[o] && out[o | 1 << a]) fill.unite(vtx[o], vtx[o | 1 << a]);
+      for (int a = 0; a < 3; ++a)
+        for (int side = 0; side <= 1; ++side) {
+          int d[3] = {0, 0, 0};
+          d[a] = side ? 1 : -1;
+          if (nb[rules::block_slot(d[0], d[1], d[2])] >= 0) continue;
+          const int32_t node = fill.leaf(finest, c[0] + d[0], c[1] + d[1], c[2] + d[2]);
+          if (node < 0) continue;
+          for (int o = 0; o < 8; ++o)
+            if ((o >> a & 1) == side && out[o]) fill.unite(vtx[o], node);
+        }
+    }
+  }
+}
+
+// The outside cells: each joined to the outside cell (or the border) across each of its faces.
+void join_cells(int levels, Fill& fill) {
+  for (int l = 0; l < levels; ++l) {
+    const int64_t n = fill.cells(l);
+#pragma omp parallel for schedule(static)
+    for (int64_t j = 0; j < n; ++j) {
+      const uint64_t k = fill.cell_key(l, j);
+      const int64_t c[3] = {static_cast<int64_t>(k >> (2 * detail::kKeyBits)),
+                            static_cast<int64_t>((k >> detail::kKeyBits) & detail::kMaxKeyCoord),
+                            static_cast<int64_t>(k & detail::kMaxKeyCoord)};
+      for (int a = 0; a < 3; ++a)
+        for (int side = -1; side <= 1; side += 2) {
+          int64_t p[3] = {c[0], c[1], c[2]};
+          p[a] += side;
+          const int32_t node = fill.leaf(l, p[0], p[1], p[2]);
+          if (node >= 0) fill.unite(fill.cell_node(l, j), node);
+        }
+    }
+  }
+}
+
+// Per grid vertex: 1 when its space outside the band is joined to the grid's border.
+std::vector<uint8_t> fill_outside(const SortedVoxels& sv, const Corners& corners,
+                                  const std::vector<float>& values, const OutsideCells& cells) {
+  const int64_t nv = corners.first.back();
+  Fill fill(nv, cells);
+  const int levels = static_cast<int>(cells.keys.size());
+  join_voxels(sv, corners, values, levels - 1, fill);
+  join_cells(levels, fill);
+  const int32_t border = fill.root(fill.border());
+  std::vector<uint8_t> reached(nv);
+#pragma omp parallel for schedule(static)
+  for (int64_t v = 0; v < nv; ++v)
+    reached[v] = fill.root(static_cast<int32_t>(v)) == border ? 1 : 0;
+  return reached;
+}
+
 // ---- 3. Dual contouring --------------------------------------------------------------------
 
 // Per voxel (band-search order): dual vertex in grid units and, per axis, the sign change of
@@ -242,12 +392,17 @@ struct Contour {
   std::vector<int8_t> dir;
 };
 
-Contour contour(const SortedVoxels& sv, const Corners& corners, const std::vector<float>& values) {
+// With `reached` (per grid vertex, fill_outside's answer), the quads whose outer corner was
+// not reached are left out (rules::drop_unreached); `dropped` counts them and `edges` every
+// sign-changing edge.
+Contour contour(const SortedVoxels& sv, const Corners& corners, const std::vector<float>& values,
+                const uint8_t* reached, int64_t& dropped, int64_t& edges) {
   const int64_t n = static_cast<int64_t>(sv.keys.size());
   Contour out;
   out.dual.resize(3 * n);
   out.dir.resize(3 * n);
-#pragma omp parallel
+  int64_t dropped_sum = 0, edge_sum = 0;
+#pragma omp parallel reduction(+ : dropped_sum, edge_sum)
   {
     Block block(sv.keys);
 #pragma omp for schedule(static)
@@ -256,11 +411,20 @@ Contour contour(const SortedVoxels& sv, const Corners& corners, const std::vecto
       int32_t c[3];
       block.find(s, nb, c);
       float val[8];
-      for (int e = 0; e < 8; ++e) val[e] = values[corners.vertex(nb, e)];
+      unsigned mask = 0;
+      for (int e = 0; e < 8; ++e) {
+        const int64_t v = corners.vertex(nb, e);
+        val[e] = values[v];
+        if (reached && reached[v]) mask |= 1u << e;
+      }
       const int64_t i = sv.index[s];
-      rules::contour_voxel(val, c, &out.dual[3 * i], &out.dir[3 * i]);
+      int8_t* dir = &out.dir[3 * i];
+      rules::contour_voxel(val, c, &out.dual[3 * i], dir);
+      edge_sum += (dir[0] != 0) + (dir[1] != 0) + (dir[2] != 0);
+      if (reached) dropped_sum += rules::drop_unreached(mask, dir);
     }
   }
+  dropped = dropped_sum, edges = edge_sum;
   return out;
 }
 
@@ -383,7 +547,9 @@ TriMesh remesh_narrow_band_dc(const Bvh& bvh, const RemeshOptions& options, Reme
   }
   SubTimer timer("remesh");
   auto t = Clock::now();
-  const std::vector<int32_t> coords = band_voxels(bvh, options, eps, st);
+  OutsideCells outside;
+  const std::vector<int32_t> coords =
+      band_voxels(bvh, options, eps, st, options.drop_cavities ? &outside : nullptr);
   st.voxels = static_cast<int64_t>(coords.size() / 3);
   st.refine_s = seconds_since(t);
   timer.mark("band search");
@@ -400,8 +566,21 @@ TriMesh remesh_narrow_band_dc(const Bvh& bvh, const RemeshOptions& options, Reme
   st.vertex_udf_s = seconds_since(t);
   timer.mark("corner distances");
 
+  std::vector<uint8_t> reached;
+  if (options.drop_cavities) {
+    t = Clock::now();
+    reached = fill_outside(sv, corners, values, outside);
+    st.cavities_s = seconds_since(t);
+    timer.mark("cavity fill");
+  }
   t = Clock::now();
-  const Contour ct = contour(sv, corners, values);
+  int64_t edges = 0;
+  Contour ct = contour(sv, corners, values, reached.empty() ? nullptr : reached.data(),
+                       st.cavity_quads, edges);
+  if (!reached.empty() && edges > 0 && st.cavity_quads == edges) {  // nothing reached: keep all
+    ct = contour(sv, corners, values, nullptr, st.cavity_quads, edges);
+    st.cavity_quads = 0, st.cavities_kept_all = true;
+  }
   timer.mark("contour");
   TriMesh out = build_mesh(sv, ct, options);
   timer.mark("build mesh");

@@ -17,6 +17,13 @@ struct RemeshOptions {
   int32_t resolution = 512; // a power of two times a number <= 32
   float band = 1;           // in voxels
   float project_back = 0;   // 0: none; 1: vertices moved onto the input surface
+  // Drop the surfaces around cavities: every quad whose outer side (the corner of its edge
+  // outside the band) lies in space outside the band that no path outside the band joins to
+  // the grid's border (a flood fill over the band search's own levels, remesh_rules.h). They
+  // can never be seen from outside the mesh: the inner shell of a solid, the two inner sides of
+  // a closed wall. Should the fill reach no quad's outer side at all (the band covers the whole
+  // border), every quad stays and RemeshStats::cavities_kept_all says so.
+  bool drop_cavities = false;
   // On the GPU when the BVH is on the device (Bvh::use_device): the same mesh bit for bit.
   // false: the CPU reference path.
   bool use_device = true;
@@ -31,6 +38,9 @@ struct RemeshStats {
   double vertex_udf_s = 0;    // the corners' distances
   double contour_s = 0;       // dual vertices, quads, triangles
   double project_s = 0;       // project_back
+  int64_t cavity_quads = 0;   // quads drop_cavities dropped
+  bool cavities_kept_all = false;  // drop_cavities would have dropped every quad: none dropped
+  double cavities_s = 0;      // drop_cavities' fill (its band-search bookkeeping not included)
 };
 
 // `bvh` is over the input surface. The result is the boundary of the band {udf < band voxels},

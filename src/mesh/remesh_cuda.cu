@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 #include <vector>
 
 #include "core/cuda_util.h"
@@ -90,8 +91,9 @@ __device__ void candidate(const int32_t* parents, int64_t c, bool split, int32_t
                    : parents[3 * p + k];
 }
 
+// keep[c]: the candidate is in the band; outside[c] (when given): wholly outside it.
 __global__ void band_kernel(DeviceBvh::View bvh, const int32_t* parents, int64_t n, bool split,
-                            Grid g, float eps, float limit, int32_t* keep) {
+                            Grid g, float eps, float limit, int32_t* keep, int32_t* outside) {
   const int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   if (c >= n) return;
   int32_t v[3];
@@ -99,7 +101,9 @@ __global__ void band_kernel(DeviceBvh::View bvh, const int32_t* parents, int64_t
   float p[3];
   for (int k = 0; k < 3; ++k)
     p[k] = rules::world(static_cast<float>(v[k]) + 0.5f, g.res, g.scale, g.center[k]);
-  keep[c] = rules::in_band(closest_on_device(bvh, p).distance, eps, limit) ? 1 : 0;
+  const float d = closest_on_device(bvh, p).distance;
+  keep[c] = rules::in_band(d, eps, limit) ? 1 : 0;
+  if (outside) outside[c] = rules::outside_band(d, eps, limit) ? 1 : 0;
 }
 
 __global__ void scatter_kernel(const int32_t* parents, int64_t n, bool split,
@@ -154,19 +158,150 @@ __global__ void corner_values_kernel(DeviceBvh::View bvh, const int32_t* coords,
   }
 }
 
+// ---- 2b. The cavity fill (drop_cavities) ---------------------------------------------------
+// The CPU's graph (remesh.cpp, fill_outside): the finest voxels' non-negative corners (node =
+// vertex number), the cells the band search dropped as wholly outside (numbered after them,
+// level by level; found through one hash table, the level in the key's x field above the
+// coordinate bits) and the border (the last node). Union-find with links from a root to a
+// smaller index by compare and swap: the sets, so the answer per corner, are the CPU's.
+
+constexpr int kLevelShift = 15;  // coordinates stay below 2^14 (remesh.cpp's kMaxResolution)
+
+__device__ int32_t uf_root(int32_t* parent, int32_t x) {
+  for (;;) {
+    const int32_t p = *reinterpret_cast<volatile int32_t*>(&parent[x]);
+    if (p == x) return x;
+    const int32_t gp = *reinterpret_cast<volatile int32_t*>(&parent[p]);
+    if (gp == p) return p;
+    *reinterpret_cast<volatile int32_t*>(&parent[x]) = gp;  // still an ancestor: links only add
+    x = gp;
+  }
+}
+
+__device__ void uf_unite(int32_t* parent, int32_t a, int32_t b) {
+  for (;;) {
+    a = uf_root(parent, a), b = uf_root(parent, b);
+    if (a == b) return;
+    if (a < b) {
+      const int32_t t = a;
+      a = b, b = t;
+    }
+    if (atomicCAS(&parent[a], a, b) == a) return;
+  }
+}
+
+struct CellTable {
+  const Slot* table;
+  uint64_t mask;
+  int32_t base;    // resolution of level 0
+  int32_t border;  // the border's node
+};
+
+// The node of the outside leaf holding cell (x, y, z) of `level`, the border beyond the grid,
+// else -1 (remesh.cpp's Fill::leaf).
+__device__ int32_t leaf(const CellTable& t, int level, int32_t x, int32_t y, int32_t z) {
+  const int32_t r = t.base << level;
+  if (x < 0 || y < 0 || z < 0 || x >= r || y >= r || z >= r) return t.border;
+  for (; level >= 0; --level, x >>= 1, y >>= 1, z >>= 1) {
+    const int32_t v = find(t.table, t.mask, x | (level << kLevelShift), y, z);
+    if (v >= 0) return v;
+  }
+  return -1;
+}
+
+__global__ void iota_kernel(int32_t* parent, int64_t n) {
+  const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (i < n) parent[i] = static_cast<int32_t>(i);
+}
+
+__global__ void insert_cells_kernel(const int32_t* cells, int64_t n, int level, int32_t first,
+                                    Slot* table, uint64_t mask) {
+  const int64_t j = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (j >= n) return;
+  const unsigned long long key =
+      pack(cells[3 * j] | (level << kLevelShift), cells[3 * j + 1], cells[3 * j + 2]);
+  for (uint64_t h = slot_of(key, mask);; h = (h + 1) & mask)
+    if (atomicCAS(&table[h].key, kEmpty, key) == kEmpty) {
+      table[h].value = first + static_cast<int32_t>(j);
+      return;
+    }
+}
+
+__global__ void join_voxels_kernel(const int32_t* coords, int64_t n, const Slot* table,
+                                   uint64_t mask, const uint8_t* owned, const int32_t* first,
+                                   const float* values, CellTable cells, int finest,
+                                   int32_t* parent) {
+  const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (i >= n) return;
+  int32_t c[3], nb[27], vtx[8];
+  load(coords, i, c);
+  block27(table, mask, c, nb);
+  bool out[8];
+  for (int o = 0; o < 8; ++o) {
+    vtx[o] = static_cast<int32_t>(rules::corner_vertex(nb, o, owned, first));
+    out[o] = values[vtx[o]] >= 0;
+  }
+  for (int o = 0; o < 8; ++o)
+    for (int a = 0; a < 3; ++a)
+      if (!(o >> a & 1) && out[o] && out[o | 1 << a]) uf_unite(parent, vtx[o], vtx[o | 1 << a]);
+  for (int a = 0; a < 3; ++a)
+    for (int side = 0; side <= 1; ++side) {
+      int d[3] = {0, 0, 0};
+      d[a] = side ? 1 : -1;
+      if (nb[rules::block_slot(d[0], d[1], d[2])] >= 0) continue;
+      const int32_t node = leaf(cells, finest, c[0] + d[0], c[1] + d[1], c[2] + d[2]);
+      if (node < 0) continue;
+      for (int o = 0; o < 8; ++o)
+        if ((o >> a & 1) == side && out[o]) uf_unite(parent, vtx[o], node);
+    }
+}
+
+__global__ void join_cells_kernel(const int32_t* cells, int64_t n, int level, int32_t first,
+                                  CellTable t, int32_t* parent) {
+  const int64_t j = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (j >= n) return;
+  for (int a = 0; a < 3; ++a)
+    for (int side = -1; side <= 1; side += 2) {
+      int32_t p[3] = {cells[3 * j], cells[3 * j + 1], cells[3 * j + 2]};
+      p[a] += side;
+      const int32_t node = leaf(t, level, p[0], p[1], p[2]);
+      if (node >= 0) uf_unite(parent, first + static_cast<int32_t>(j), node);
+    }
+}
+
+__global__ void reached_kernel(int32_t* parent, int64_t n, int32_t border, uint8_t* reached) {
+  const int64_t v = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (v >= n) return;
+  reached[v] = uf_root(parent, static_cast<int32_t>(v)) == uf_root(parent, border) ? 1 : 0;
+}
+
 // ---- 3. Dual contouring --------------------------------------------------------------------
 
+// With `reached` (per grid vertex, the fill's answer), quads whose outer corner was not
+// reached are left out; counts[0] += those, counts[1] += every sign-changing edge.
 __global__ void contour_kernel(const int32_t* coords, int64_t n, const Slot* table,
                                uint64_t mask, const uint8_t* owned, const int32_t* first,
-                               const float* values, float* dual, int8_t* dir) {
+                               const float* values, const uint8_t* reached, float* dual,
+                               int8_t* dir, unsigned long long* counts) {
   const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   if (i >= n) return;
   int32_t c[3], nb[27];
   load(coords, i, c);
   block27(table, mask, c, nb);
   float val[8];
-  for (int e = 0; e < 8; ++e) val[e] = values[rules::corner_vertex(nb, e, owned, first)];
-  rules::contour_voxel(val, c, dual + 3 * i, dir + 3 * i);
+  unsigned got = 0;
+  for (int e = 0; e < 8; ++e) {
+    const int64_t v = rules::corner_vertex(nb, e, owned, first);
+    val[e] = values[v];
+    if (reached && reached[v]) got |= 1u << e;
+  }
+  int8_t* d = dir + 3 * i;
+  rules::contour_voxel(val, c, dual + 3 * i, d);
+  if (!reached) return;
+  const int edges = (d[0] != 0) + (d[1] != 0) + (d[2] != 0);
+  const int dropped = rules::drop_unreached(got, d);
+  if (edges) atomicAdd(&counts[1], static_cast<unsigned long long>(edges));
+  if (dropped) atomicAdd(&counts[0], static_cast<unsigned long long>(dropped));
 }
 
 // The four voxels around voxel i's high-corner edge on axis a; false when one is absent.
@@ -255,9 +390,16 @@ double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-// The band's voxels at the finest level, in band-search order (3 ints each).
+// The cells the band search dropped as wholly outside the band, per level (3 ints each).
+struct OutsideLevels {
+  std::vector<Buffer<int32_t>> cells;
+  std::vector<int64_t> count;
+};
+
+// The band's voxels at the finest level, in band-search order (3 ints each); the cells dropped
+// as outside, per level, into `outside` when it is given.
 Buffer<int32_t> band_voxels(const DeviceBvh::View& bvh, const RemeshOptions& o, int32_t base,
-                            float eps, int64_t& n, RemeshStats& st) {
+                            float eps, int64_t& n, RemeshStats& st, OutsideLevels* outside) {
   const cudaStream_t stream = current_stream();
   std::vector<int32_t> grid;
   grid.reserve(3 * size_t(base) * base * base);
@@ -274,10 +416,21 @@ Buffer<int32_t> band_voxels(const DeviceBvh::View& bvh, const RemeshOptions& o, 
     Grid g{static_cast<float>(res), o.scale, {o.center[0], o.center[1], o.center[2]}};
     const float limit = static_cast<float>(0.87 * double(o.scale) / res);
     Buffer<int32_t> keep(candidates + 1), at(candidates + 1);
-    band_kernel<<<blocks_for(candidates), kThreads, 0, stream>>>(bvh, parents.get(), candidates,
-                                                                 split, g, eps, limit, keep.get());
+    Buffer<int32_t> out(outside ? candidates + 1 : 1);
+    band_kernel<<<blocks_for(candidates), kThreads, 0, stream>>>(
+        bvh, parents.get(), candidates, split, g, eps, limit, keep.get(),
+        outside ? out.get() : nullptr);
     after_launch("mesh_remesh_band");
     st.udf_queries += candidates;
+    if (outside) {
+      const int64_t count = exclusive_sum(out.get(), at.get(), candidates);
+      Buffer<int32_t> cells(3 * count);
+      scatter_kernel<<<blocks_for(candidates), kThreads, 0, stream>>>(
+          parents.get(), candidates, split, out.get(), at.get(), cells.get());
+      after_launch("mesh_remesh_band_outside");
+      outside->cells.push_back(std::move(cells));
+      outside->count.push_back(count);
+    }
     const int64_t kept = exclusive_sum(keep.get(), at.get(), candidates);
     Buffer<int32_t> next(3 * kept);
     scatter_kernel<<<blocks_for(candidates), kThreads, 0, stream>>>(
@@ -291,6 +444,80 @@ Buffer<int32_t> band_voxels(const DeviceBvh::View& bvh, const RemeshOptions& o, 
     split = true;
   }
   return parents;
+}
+
+// The finest voxels and the band search's hash table and corners, as the stages after it use
+// them.
+struct Voxels {
+  const int32_t* coords;
+  int64_t n;
+  const Slot* table;
+  uint64_t mask;
+  const uint8_t* owned;
+  const int32_t* first;
+};
+
+// Per grid vertex: 1 when its space outside the band is joined to the grid's border.
+Buffer<uint8_t> fill_outside(const Voxels& v, const float* values, int64_t nv,
+                             const OutsideLevels& lv, int32_t base, cudaStream_t stream) {
+  int64_t total = nv;
+  std::vector<int64_t> firsts;
+  for (const int64_t c : lv.count) firsts.push_back(total), total += c;
+  S3D_CHECK(total < std::numeric_limits<int32_t>::max(), "remesh_narrow_band_dc: ", total,
+            " nodes in the cavity fill, more than int32 indices can name");
+  const int32_t border = static_cast<int32_t>(total);
+  Buffer<int32_t> parent(total + 1);
+  iota_kernel<<<blocks_for(total + 1), kThreads, 0, stream>>>(parent.get(), total + 1);
+  after_launch("mesh_remesh_fill_init");
+  uint64_t size = 1;
+  while (size < 2 * uint64_t(total - nv) + 2) size *= 2;
+  Buffer<Slot> table(static_cast<int64_t>(size));
+  S3D_CUDA_CHECK(cudaMemsetAsync(table.get(), 0xFF, size * sizeof(Slot), stream));
+  const int levels = static_cast<int>(lv.count.size());
+  for (int l = 0; l < levels; ++l) {
+    insert_cells_kernel<<<blocks_for(lv.count[l]), kThreads, 0, stream>>>(
+        lv.cells[l].get(), lv.count[l], l, static_cast<int32_t>(firsts[l]), table.get(),
+        size - 1);
+    after_launch("mesh_remesh_fill_hash");
+  }
+  const CellTable t{table.get(), size - 1, base, border};
+  join_voxels_kernel<<<blocks_for(v.n), kThreads, 0, stream>>>(
+      v.coords, v.n, v.table, v.mask, v.owned, v.first, values, t, levels - 1, parent.get());
+  after_launch("mesh_remesh_fill_voxels");
+  for (int l = 0; l < levels; ++l) {
+    join_cells_kernel<<<blocks_for(lv.count[l]), kThreads, 0, stream>>>(
+        lv.cells[l].get(), lv.count[l], l, static_cast<int32_t>(firsts[l]), t, parent.get());
+    after_launch("mesh_remesh_fill_cells");
+  }
+  Buffer<uint8_t> reached(nv);
+  reached_kernel<<<blocks_for(nv), kThreads, 0, stream>>>(parent.get(), nv, border,
+                                                          reached.get());
+  after_launch("mesh_remesh_fill_reached");
+  S3D_CUDA_CHECK(cudaStreamSynchronize(stream));
+  return reached;
+}
+
+// Dual vertices and sign changes per voxel into dual and dir; with `reached`, the quads whose
+// outer corner the fill did not reach left out (counted into st), unless that is all of them.
+void contour_voxels(const Voxels& v, const float* values, const uint8_t* reached, float* dual,
+                    int8_t* dir, RemeshStats& st, cudaStream_t stream) {
+  Buffer<unsigned long long> counts(2);
+  S3D_CUDA_CHECK(cudaMemsetAsync(counts.get(), 0, 16, stream));
+  const auto run = [&](const uint8_t* r) {
+    contour_kernel<<<blocks_for(v.n), kThreads, 0, stream>>>(
+        v.coords, v.n, v.table, v.mask, v.owned, v.first, values, r, dual, dir, counts.get());
+    after_launch("mesh_remesh_contour");
+  };
+  run(reached);
+  unsigned long long got[2] = {0, 0};
+  S3D_CUDA_CHECK(cudaMemcpyAsync(got, counts.get(), 16, cudaMemcpyDeviceToHost, stream));
+  S3D_CUDA_CHECK(cudaStreamSynchronize(stream));
+  st.cavity_quads = static_cast<int64_t>(got[0]);
+  if (reached && got[1] > 0 && got[0] == got[1]) {  // nothing reached: keep every quad
+    run(nullptr);
+    S3D_CUDA_CHECK(cudaStreamSynchronize(stream));
+    st.cavity_quads = 0, st.cavities_kept_all = true;
+  }
 }
 
 // The contour's mesh: two triangles per sign-changing band edge (quads_kernel), a vertex per
@@ -339,7 +566,9 @@ TriMesh remesh_on_device(const Bvh& bvh, const RemeshOptions& o, int32_t base, f
   SubTimer timer("remesh");
   auto t = Clock::now();
   int64_t n = 0;
-  Buffer<int32_t> coords = band_voxels(view, o, base, eps, n, st);
+  OutsideLevels outside;
+  Buffer<int32_t> coords =
+      band_voxels(view, o, base, eps, n, st, o.drop_cavities ? &outside : nullptr);
   st.voxels = n;
   st.refine_s = seconds_since(t);
   timer.mark("band search");
@@ -369,14 +598,19 @@ TriMesh remesh_on_device(const Bvh& bvh, const RemeshOptions& o, int32_t base, f
   st.vertex_udf_s = seconds_since(t);
   timer.mark("corner distances");
 
+  const Voxels v{coords.get(), n, table.get(), mask, owned.get(), first.get()};
+  Buffer<uint8_t> reached(1);
+  if (o.drop_cavities) {
+    t = Clock::now();
+    reached = fill_outside(v, values.get(), st.grid_vertices, outside, base, stream);
+    st.cavities_s = seconds_since(t);
+    timer.mark("cavity fill");
+  }
   t = Clock::now();
   Buffer<float> dual(3 * n);
   Buffer<int8_t> dir(3 * n);
-  contour_kernel<<<blocks_for(n), kThreads, 0, stream>>>(coords.get(), n, table.get(), mask,
-                                                         owned.get(), first.get(), values.get(),
-                                                         dual.get(), dir.get());
-  after_launch("mesh_remesh_contour");
-  S3D_CUDA_CHECK(cudaStreamSynchronize(stream));
+  contour_voxels(v, values.get(), o.drop_cavities ? reached.get() : nullptr, dual.get(),
+                 dir.get(), st, stream);
   timer.mark("contour");
 
   TriMesh out = mesh_from_contour(coords.get(), n, table.get(), mask, dir.get(), dual.get(), g,

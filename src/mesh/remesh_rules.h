@@ -37,6 +37,25 @@ S3D_MESH_HD bool in_band(float udf, float eps, float limit) {
   return (d < 0 ? -d : d) < limit;
 }
 
+// Whether a voxel whose centre is at unsigned distance `udf` lies wholly outside the band (not
+// in_band, and on the far side): every point of it is then at least 0.87 - sqrt(3) / 2 of its
+// edge farther than eps from the surface. The cavity fill walks these.
+S3D_MESH_HD bool outside_band(float udf, float eps, float limit) { return udf - eps >= limit; }
+
+// The cavity rule, per voxel: of the edges at its high corner that change sign (dir), those
+// whose outer end (the corner with a non-negative value) the fill did not reach lose their
+// quad (dir set to 0). `reached` bit o: corner o's space outside the band is joined to the
+// grid's border. Returns how many were dropped.
+S3D_MESH_HD int drop_unreached(unsigned reached, int8_t dir[3]) {
+  int dropped = 0;
+  for (int a = 0; a < 3; ++a) {
+    if (!dir[a]) continue;
+    const int outer = dir[a] == 1 ? 7 : 7 ^ (1 << a);
+    if (!(reached >> outer & 1)) dir[a] = 0, ++dropped;
+  }
+  return dropped;
+}
+
 // Which voxel sharing corner `o` of the voxel at the block's centre owns that corner: the one
 // with the smallest key (offsets d = o - e, e in {0, 1}^3, in ascending order). Returns its
 // block slot; the centre (13) itself is always a candidate.

@@ -175,6 +175,8 @@ void expect_same_remesh(const TriMesh& m, RemeshOptions o, const std::string& wh
   EXPECT_EQ(gs.voxels, cs.voxels) << what;
   EXPECT_EQ(gs.grid_vertices, cs.grid_vertices) << what;
   EXPECT_EQ(gs.udf_queries, cs.udf_queries) << what;
+  EXPECT_EQ(gs.cavity_quads, cs.cavity_quads) << what;
+  EXPECT_EQ(gs.cavities_kept_all, cs.cavities_kept_all) << what;
 }
 
 TEST(MeshGpu, RemeshOnTheGpuIsTheCpusMesh) {
@@ -193,13 +195,24 @@ TEST(MeshGpu, RemeshOnTheGpuIsTheCpusMesh) {
     float band, project_back;
   };
   for (const Case c : {Case{27, 1.0f, 0.0f}, Case{58, 1.3f, 0.0f}, Case{200, 1.0f, 0.0f},
-                       Case{232, 2.5f, 0.6f}}) {
-    o.resolution = c.resolution, o.band = c.band, o.project_back = c.project_back;
-    expect_same_remesh(m, o, "resolution " + std::to_string(c.resolution));
-  }
+                       Case{232, 2.5f, 0.6f}})
+    for (bool drop : {false, true}) {
+      o.resolution = c.resolution, o.band = c.band, o.project_back = c.project_back;
+      o.drop_cavities = drop;  // the sphere's and the torus's inner shells
+      expect_same_remesh(m, o, "resolution " + std::to_string(c.resolution) +
+                                   (drop ? ", cavities dropped" : ""));
+    }
   // A band that misses the cube: empty on both.
   o.resolution = 64, o.band = 1, o.project_back = 0, o.center = {5, 5, 5};
   expect_same_remesh(m, o, "empty", true);
+  // A cube as large as the grid: the fill reaches no quad, so every one stays, on both.
+  TriMesh cube;
+  cube.positions = {-0.5f, -0.5f, -0.5f, 0.5f, -0.5f, -0.5f, 0.5f, 0.5f, -0.5f, -0.5f, 0.5f, -0.5f,
+                    -0.5f, -0.5f, 0.5f,  0.5f, -0.5f, 0.5f,  0.5f, 0.5f, 0.5f,  -0.5f, 0.5f, 0.5f};
+  cube.faces = {0, 2, 1, 0, 3, 2, 4, 5, 6, 4, 6, 7, 0, 1, 5, 0, 5, 4,
+                2, 3, 7, 2, 7, 6, 1, 2, 6, 1, 6, 5, 0, 4, 7, 0, 7, 3};
+  o.center = {0, 0, 0}, o.scale = 1;
+  expect_same_remesh(cube, o, "cube filling the grid");
 }
 
 // The whole export with the closest points on the GPU gives the CPU's file, byte for byte.
@@ -213,19 +226,28 @@ TEST(MeshGpu, ExportOnTheGpuIsTheCpusFile) {
   }
   const sparse3d::GlbAsset a =
       sparse3d::voxelize_textured_mesh(s.positions, s.faces, pbr, 6, 96, "gpu test sphere");
-  for (bool remesh : {false, true}) {
+  for (int run = 0; run < 3; ++run) {
+    const bool remesh = run > 0;
     sparse3d::GlbOptions o;
     o.decimation_target = 5003;
     o.texture_size = 257;
     o.remesh = remesh;
+    o.remesh_drop_cavities = run == 2;
     o.remesh_project = 0.5f;
     o.use_gpu = false;
     const sparse3d::TexturedMesh cpu = sparse3d::to_glb(a.view(), o);
     o.use_gpu = true;
     const sparse3d::TexturedMesh gpu = sparse3d::to_glb(a.view(), o);
-    EXPECT_TRUE(gpu.fallbacks().empty());
+    // Dropping cavities remeshes on the CPU until the fill's GPU path has run on a device
+    // (export.cpp, kCavityFillOnDevice), and says so; nothing else falls back.
+    if (run == 2) {
+      ASSERT_EQ(gpu.fallbacks().size(), 1u);
+      EXPECT_NE(gpu.fallbacks()[0].find("remesh_drop_cavities"), std::string::npos);
+    } else {
+      EXPECT_TRUE(gpu.fallbacks().empty());
+    }
     EXPECT_EQ(cpu.glb_bytes(sparse3d::TextureFormat::PNG),
-              gpu.glb_bytes(sparse3d::TextureFormat::PNG)) << "remesh " << remesh;
+              gpu.glb_bytes(sparse3d::TextureFormat::PNG)) << "run " << run;
   }
 }
 

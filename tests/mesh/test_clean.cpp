@@ -522,78 +522,6 @@ TEST(MeshClean, RemoveSmallComponentsByArea) {
   }
 }
 
-TEST(MeshClean, RemoveCavityPiecesDropsClosedInwardShellsOnly) {
-  // Component 0: a cube wound outward, far from the origin (the volumes are taken about the
-  // bounding box's centre). 1: a smaller cube inside it wound inward, the wall of a cavity.
-  // 2: an open grid, wound one way (no volume: kept). 3: another outward cube, apart. 4: a
-  // cube wound inward apart from everything and touching nothing. 5: an inward cube that
-  // shares only a vertex with cube 0 (a piece of its own: dropped). 6 and 7: an outward cube
-  // and an inward box of twice its volume sharing an edge (four faces on it: both pieces are
-  // open there, so both are kept, though together they would enclose a negative volume).
-  auto inward = [](TriMesh m) {
-    for (int64_t f = 0; f < m.num_faces(); ++f) std::swap(m.faces[3 * f + 1], m.faces[3 * f + 2]);
-    return m;
-  };
-  auto scaled = [](TriMesh m, float s) {
-    for (float& x : m.positions) x *= s;
-    return m;
-  };
-  TriMesh m = scaled(cube(), 3);
-  translate(m, 40, -7, 11);
-  TriMesh inner = inward(cube());
-  translate(inner, 41, -6, 12);
-  TriMesh open = grid(4, 3), other = scaled(cube(), 0.7f), lone = inward(scaled(cube(), 2));
-  translate(open, 30, 0, 0);
-  translate(other, 50, 5, 5);
-  translate(lone, -20, 3, 1);
-  TriMesh touching = inward(cube());
-  translate(touching, 43, -4, 14);  // its vertex 0 is cube 0's corner (43, -4, 14)
-  const int64_t shared_corner = 7;  // cube 0's vertex (1, 1, 1) * 3 + offset
-  ASSERT_EQ(m.vertex(shared_corner)[0], 43.f);
-  append(m, open);
-  append(m, inner);
-  append(m, other);
-  append(m, lone);
-  const int32_t first_touching = static_cast<int32_t>(m.num_vertices());
-  append(m, touching);
-  for (size_t i = m.faces.size() - touching.faces.size(); i < m.faces.size(); ++i)
-    if (m.faces[i] == first_touching) m.faces[i] = static_cast<int32_t>(shared_corner);
-  TriMesh small = cube(), box = inward(cube());
-  translate(small, 60, 0, 0);
-  for (size_t i = 0; i < box.positions.size(); i += 3) box.positions[i] *= 2;
-  translate(box, 61, 1, 0);  // its vertices 0 and 4 are the small cube's 3 and 7
-  const int32_t small_first = static_cast<int32_t>(m.num_vertices());
-  append(m, small);
-  const int32_t box_first = static_cast<int32_t>(m.num_vertices());
-  append(m, box);
-  for (size_t i = m.faces.size() - box.faces.size(); i < m.faces.size(); ++i) {
-    if (m.faces[i] == box_first) m.faces[i] = small_first + 3;
-    if (m.faces[i] == box_first + 4) m.faces[i] = small_first + 7;
-  }
-  ASSERT_EQ(m.vertex(small_first + 7)[0], m.vertex(box_first + 4)[0]);
-  ASSERT_GT(signed_volume(cube()), 0);
-  const auto all = face_positions(m);
-  std::vector<std::array<float, 9>> expect;
-  const int64_t cube_faces = cube().num_faces(), grid_faces = open.num_faces();
-  for (int64_t f = 0; f < m.num_faces(); ++f) {
-    const bool cavity = (f >= cube_faces + grid_faces && f < 2 * cube_faces + grid_faces) ||
-                        (f >= 3 * cube_faces + grid_faces && f < 5 * cube_faces + grid_faces);
-    if (!cavity) expect.push_back(all[f]);
-  }
-  TriMesh r = m;
-  EXPECT_EQ(remove_cavity_pieces(r), 3 * cube_faces);
-  EXPECT_EQ(face_positions(r), expect);
-  std::vector<int> used(r.num_vertices(), 0);
-  for (int32_t w : r.faces) used[w] = 1;
-  EXPECT_EQ(std::count(used.begin(), used.end(), 0), 0);
-  EXPECT_EQ(mesh_stats(r).components, 4);
-  // Nothing inward left: a second pass drops nothing and changes nothing.
-  TriMesh again = r;
-  EXPECT_EQ(remove_cavity_pieces(again), 0);
-  EXPECT_EQ(again.faces, r.faces);
-  EXPECT_EQ(again.positions, r.positions);
-}
-
 TEST(MeshClean, UnifyOrientationRestoresRandomFlips) {
   TriMesh m = torus(11, 7, 1.f, 0.4f, 0.05f, 7);
   TriMesh other = cube();
@@ -741,7 +669,6 @@ TEST(MeshClean, BadInputsThrowNamingTheProblem) {
   EXPECT_ERROR(fill_holes(bad, 1.0), "fill_holes", "outside");
   EXPECT_ERROR(repair_non_manifold_edges(bad), "repair_non_manifold_edges", "outside");
   EXPECT_ERROR(remove_small_components(bad, 1.0), "remove_small_components", "outside");
-  EXPECT_ERROR(remove_cavity_pieces(bad), "remove_cavity_pieces", "outside");
   EXPECT_ERROR(unify_orientation(bad), "unify_orientation", "outside");
   EXPECT_ERROR(vertex_normals(bad), "vertex_normals", "outside");
   EXPECT_ERROR(mesh_stats(bad), "mesh_stats", "outside");

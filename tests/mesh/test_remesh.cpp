@@ -9,7 +9,6 @@
 #include <map>
 
 #include "../expect_error.h"
-#include "mesh/clean.h"
 #include "mesh/remesh.h"
 #include "voxel_test_shapes.h"
 
@@ -22,6 +21,50 @@ using test::icosphere;
 // ---- Reference ----------------------------------------------------------------------------
 
 using Key = std::array<int32_t, 3>;
+
+// drop_cavities written out on the dense lattice: every lattice point of the grid with a
+// non-negative value, joined to its six neighbours that have one too, flooded breadth-first
+// from those on the grid's border; a quad goes when its edge's non-negative end was not
+// reached, unless that would take every quad.
+template <class Value>
+void drop_unreached_quads(const std::vector<Key>& vox, int res, Value&& val,
+                          std::vector<std::array<int, 3>>& dir) {
+  const int n = res + 1;
+  const auto at = [n](int x, int y, int z) { return (int64_t(x) * n + y) * n + z; };
+  std::vector<int8_t> state(int64_t(n) * n * n, 0);  // 0: in the band, 1: outside, 2: reached
+  std::vector<Key> queue;
+  for (int x = 0; x < n; ++x)
+    for (int y = 0; y < n; ++y)
+      for (int z = 0; z < n; ++z) {
+        if (val(x, y, z) < 0) continue;
+        state[at(x, y, z)] = 1;
+        if (x == 0 || y == 0 || z == 0 || x == res || y == res || z == res) {
+          state[at(x, y, z)] = 2;
+          queue.push_back({x, y, z});
+        }
+      }
+  for (size_t q = 0; q < queue.size(); ++q)
+    for (int a = 0; a < 3; ++a)
+      for (int s = -1; s <= 1; s += 2) {
+        Key k = queue[q];
+        k[a] += s;
+        if (k[a] < 0 || k[a] > res || state[at(k[0], k[1], k[2])] != 1) continue;
+        state[at(k[0], k[1], k[2])] = 2;
+        queue.push_back(k);
+      }
+  std::vector<std::array<int, 3>> kept = dir;
+  bool any = false;
+  for (size_t i = 0; i < vox.size(); ++i)
+    for (int a = 0; a < 3; ++a) {
+      if (!dir[i][a]) continue;
+      Key outer{vox[i][0] + 1, vox[i][1] + 1, vox[i][2] + 1};  // the edge's high end
+      if (dir[i][a] == -1) outer[a] -= 1;
+      const bool reached = state[at(outer[0], outer[1], outer[2])] == 2;
+      if (!reached) kept[i][a] = 0;
+      any = any || reached;
+    }
+  if (any) dir = kept;
+}
 
 TriMesh reference_remesh(const Bvh& bvh, const RemeshOptions& o) {
   const int off[8][3] = {{0, 0, 0}, {1, 0, 0}, {0, 1, 0}, {1, 1, 0},
@@ -92,6 +135,7 @@ TriMesh reference_remesh(const Bvh& bvh, const RemeshOptions& o) {
         }
     for (int k = 0; k < 3; ++k) dual[i][k] = count ? sum[k] / float(count) : float(c[k]) + 0.5f;
   }
+  if (o.drop_cavities) drop_unreached_quads(vox, o.resolution, val, dir);
   const int nbr[3][4][3] = {{{0, 0, 0}, {0, 0, 1}, {0, 1, 1}, {0, 1, 0}},
                             {{0, 0, 0}, {1, 0, 0}, {1, 0, 1}, {0, 0, 1}},
                             {{0, 0, 0}, {0, 1, 0}, {1, 1, 0}, {1, 0, 0}}};
@@ -156,18 +200,23 @@ TEST(MeshRemesh, MatchesTheReferenceExactly) {
   o.center = {0.01f, 0.02f, -0.015f};
   o.scale = 0.9f;
   o.band = 1.3f;
-  for (int32_t res : {27, 58}) {
-    o.resolution = res;
-    RemeshStats st;
-    const TriMesh got = remesh_narrow_band_dc(bvh, o, &st);
-    const TriMesh want = reference_remesh(bvh, o);
-    ASSERT_GT(want.num_faces(), 100);
-    EXPECT_EQ(got.positions, want.positions) << res;
-    EXPECT_EQ(got.faces, want.faces) << res;
-    EXPECT_GT(st.voxels, 0);
-    EXPECT_GT(st.grid_vertices, st.voxels);
-    EXPECT_GE(st.udf_queries, st.grid_vertices + st.voxels);
-  }
+  for (int32_t res : {27, 58, 116})
+    for (bool drop : {false, true}) {
+      o.resolution = res;
+      o.drop_cavities = drop;
+      RemeshStats st;
+      const TriMesh got = remesh_narrow_band_dc(bvh, o, &st);
+      const TriMesh want = reference_remesh(bvh, o);
+      ASSERT_GT(want.num_faces(), 100);
+      EXPECT_EQ(got.positions, want.positions) << res << " drop " << drop;
+      EXPECT_EQ(got.faces, want.faces) << res << " drop " << drop;
+      EXPECT_GT(st.voxels, 0);
+      EXPECT_GT(st.grid_vertices, st.voxels);
+      EXPECT_GE(st.udf_queries, st.grid_vertices + st.voxels);
+      // The sphere's inner shell is a cavity's; the plate encloses nothing.
+      EXPECT_EQ(st.cavity_quads > 0, drop) << res;
+      EXPECT_FALSE(st.cavities_kept_all);
+    }
 }
 
 // The sphere tests' grid: the unit cube at 64^3, a band of one voxel.
@@ -220,39 +269,101 @@ TEST(MeshRemesh, SphereGivesTwoShellsAtTheBandsEdges) {
   }
 }
 
-TEST(MeshRemesh, TheInnerShellIsTheCavityThatCleanDrops) {
-  // The sphere's band encloses the space inside r - eps: its shell is wound inward, and
-  // remove_cavity_pieces (what to_glb runs after the remesh) drops exactly it.
+// The faces of m as position triples, in order.
+std::vector<std::array<float, 9>> triangles(const TriMesh& m) {
+  std::vector<std::array<float, 9>> t(m.num_faces());
+  for (int64_t f = 0; f < m.num_faces(); ++f)
+    for (int j = 0; j < 3; ++j)
+      for (int k = 0; k < 3; ++k) t[f][3 * j + k] = m.vertex(m.faces[3 * f + j])[k];
+  return t;
+}
+
+TEST(MeshRemesh, DropCavitiesLeavesTheSpheresOuterShell) {
+  // The sphere's band encloses the space inside r - eps: drop_cavities leaves out the shell
+  // around it, every one of its quads, and nothing else, in the default's order.
   const float r = 0.3f;
   Bvh bvh(icosphere(4, r));
   RemeshOptions o = sphere_grid();
-  TriMesh out = remesh_narrow_band_dc(bvh, o);
-  ASSERT_GT(out.num_faces(), 1 << 14);  // enough for the pass's threads to split the work
-  const int saved = omp_get_max_threads();
-  omp_set_num_threads(1);
-  TriMesh one = out;
-  remove_cavity_pieces(one);
-  omp_set_num_threads(saved);
-  int64_t inner_faces = 0;
-  for (int64_t f = 0; f < out.num_faces(); ++f)
-    inner_faces += length(out.vertex(out.faces[3 * f])) < r;
-  ASSERT_GT(inner_faces, 0);
-  EXPECT_EQ(remove_cavity_pieces(out), inner_faces);
+  const TriMesh both = remesh_narrow_band_dc(bvh, o);
+  std::vector<std::array<float, 9>> outer;
+  for (const auto& t : triangles(both))
+    if (std::hypot(t[0], t[1], t[2]) > r) outer.push_back(t);
+  ASSERT_GT(both.num_faces() - static_cast<int64_t>(outer.size()), 1 << 13);
+  o.drop_cavities = true;
+  RemeshStats st;
+  const TriMesh out = remesh_narrow_band_dc(bvh, o, &st);
+  EXPECT_EQ(triangles(out), outer);
+  EXPECT_EQ(2 * st.cavity_quads, both.num_faces() - static_cast<int64_t>(outer.size()));
   EXPECT_EQ(test::components(out), 1);
   EXPECT_TRUE(closed_and_oriented(out));
-  for (int64_t v = 0; v < out.num_vertices(); ++v) EXPECT_GT(length(out.vertex(v)), r) << v;
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(1);
+  const TriMesh one = remesh_narrow_band_dc(bvh, o);
+  omp_set_num_threads(saved);
   EXPECT_EQ(one.faces, out.faces);  // one thread and all of them: the same mesh
   EXPECT_EQ(one.positions, out.positions);
-  // The open plate's band encloses nothing: its one shell stays whole.
-  const TriMesh p = plate(0.25f, 0.013f);
-  Bvh pb(p);
-  o.scale = 0.8f;
-  o.resolution = 48;
-  o.band = 1.5f;
-  TriMesh slab = remesh_narrow_band_dc(pb, o);
-  const TriMesh before = slab;
-  EXPECT_EQ(remove_cavity_pieces(slab), 0);
-  EXPECT_EQ(slab.faces, before.faces);
+}
+
+TEST(MeshRemesh, DropCavitiesSeesInsideThroughAnOpeningNotThroughAPinhole) {
+  // A sphere with its cap cut off (an opening 0.22 across, fourteen voxels): the space inside
+  // is joined to the outside, so every surface stays. With one face taken out instead (a hole
+  // narrower than the band), the band closes it and the inside is a cavity again.
+  const float r = 0.3f;
+  const TriMesh sphere = icosphere(4, r);
+  TriMesh open = sphere, pinhole = sphere;
+  open.faces.clear(), pinhole.faces.clear();
+  bool cut = false;
+  for (int64_t f = 0; f < sphere.num_faces(); ++f) {
+    const int32_t* v = &sphere.faces[3 * f];
+    const float zmin = std::min({sphere.vertex(v[0])[2], sphere.vertex(v[1])[2],
+                                 sphere.vertex(v[2])[2]});
+    if (zmin < 0.2f) open.faces.insert(open.faces.end(), v, v + 3);
+    if (zmin < 0.29f || cut) pinhole.faces.insert(pinhole.faces.end(), v, v + 3);
+    else cut = true;
+  }
+  ASSERT_TRUE(cut);
+  RemeshOptions o = sphere_grid();
+  o.resolution = 128;  // 32 -> 64 -> 128: the fill walks two coarser levels
+  for (const TriMesh* m : {&open, &pinhole}) {
+    Bvh bvh(*m);
+    o.drop_cavities = false;
+    const TriMesh all = remesh_narrow_band_dc(bvh, o);
+    o.drop_cavities = true;
+    RemeshStats st;
+    const TriMesh kept = remesh_narrow_band_dc(bvh, o, &st);
+    if (m == &open) {
+      EXPECT_EQ(st.cavity_quads, 0);
+      EXPECT_EQ(kept.faces, all.faces);
+      EXPECT_EQ(test::components(kept), 1);
+    } else {
+      EXPECT_GT(2 * st.cavity_quads, all.num_faces() / 3);
+      EXPECT_EQ(test::components(kept), 1);
+      for (int64_t v = 0; v < kept.num_vertices(); ++v)
+        EXPECT_GT(length(kept.vertex(v)), r) << v;
+    }
+    EXPECT_FALSE(st.cavities_kept_all);
+  }
+}
+
+TEST(MeshRemesh, DropCavitiesKeepsEverythingWhenNothingReachesTheBorder) {
+  // A cube as large as the grid: its band covers the whole border, so no space outside the
+  // band reaches it and every quad would go. None does, and the stats say so.
+  TriMesh cube;
+  cube.positions = {-0.5f, -0.5f, -0.5f, 0.5f, -0.5f, -0.5f, 0.5f, 0.5f, -0.5f, -0.5f, 0.5f, -0.5f,
+                    -0.5f, -0.5f, 0.5f,  0.5f, -0.5f, 0.5f,  0.5f, 0.5f, 0.5f,  -0.5f, 0.5f, 0.5f};
+  cube.faces = {0, 2, 1, 0, 3, 2, 4, 5, 6, 4, 6, 7, 0, 1, 5, 0, 5, 4,
+                2, 3, 7, 2, 7, 6, 1, 2, 6, 1, 6, 5, 0, 4, 7, 0, 7, 3};
+  Bvh bvh(cube);
+  RemeshOptions o = sphere_grid();
+  const TriMesh all = remesh_narrow_band_dc(bvh, o);
+  ASSERT_GT(all.num_faces(), 0);
+  o.drop_cavities = true;
+  RemeshStats st;
+  const TriMesh kept = remesh_narrow_band_dc(bvh, o, &st);
+  EXPECT_TRUE(st.cavities_kept_all);
+  EXPECT_EQ(st.cavity_quads, 0);
+  EXPECT_EQ(kept.faces, all.faces);
+  EXPECT_EQ(kept.positions, all.positions);
 }
 
 TEST(MeshRemesh, OpenPlateGivesOneClosedShell) {
