@@ -39,6 +39,12 @@
 #             Carried: .deps/baseline/src/ (o-voxel, CuMesh, FlexGEMM, nvdiffrast; SOURCES.txt),
 #             .deps/baseline/wheels/, optionally smoke_wheels/ and cv2/. Environment: DEADLINE_S
 #             (560), MAX_JOBS_CUMESH (12), MAX_JOBS (6), SMOKE (1).
+#   cavities  mode export twice on the same inputs in one call: first the default export, timed
+#             only (no original, no judge; the mesh GPU tests first, unless GPU_TESTS=0), into
+#             $OUT/default/; then with --remesh-drop-cavities (docs/EXPORT.md, "Cavities"), with
+#             the original (ORIGINAL_CASES) and the judges, into $OUT/fill/. Each prints its
+#             table, the fill's last. The time limits are per run: keep DEFAULT_DEADLINE_S (150),
+#             DEADLINE_S and JUDGE_TIMEOUT_S such that both fit in the call.
 # Default: export.
 set -uo pipefail
 cd "$(dirname "$0")/../../.." || exit 1
@@ -161,6 +167,18 @@ mode_export() {
     done
   done
   cat "$OUT/glb_export_table.md"
+}
+
+mode_cavities() {
+  local out=$OUT
+  mkdir -p "$out/default" "$out/fill"
+  OUT=$out/default RES_OUT=$out/default/res ORIGINAL=0 JUDGE=0 KEEP_GLBS= \
+    DEADLINE_S=${DEFAULT_DEADLINE_S:-150} mode_export > "$out/default/log.txt" 2>&1
+  echo "== the default export (timed only): $out/default/glb_export_table.md"
+  cat "$out/default/glb_export_table.md" 2>/dev/null
+  echo "== with --remesh-drop-cavities"
+  OUT=$out/fill RES_OUT=$out/fill/res GPU_TESTS=0 \
+    OURS_ARGS="${OURS_ARGS:-} --remesh-drop-cavities" mode_export
 }
 
 # (unindented: the here-documents below are Python)
