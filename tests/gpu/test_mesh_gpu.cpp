@@ -206,11 +206,7 @@ TEST(MeshGpu, RemeshOnTheGpuIsTheCpusMesh) {
   o.resolution = 64, o.band = 1, o.project_back = 0, o.center = {5, 5, 5};
   expect_same_remesh(m, o, "empty", true);
   // A cube as large as the grid: the fill reaches no quad, so every one stays, on both.
-  TriMesh cube;
-  cube.positions = {-0.5f, -0.5f, -0.5f, 0.5f, -0.5f, -0.5f, 0.5f, 0.5f, -0.5f, -0.5f, 0.5f, -0.5f,
-                    -0.5f, -0.5f, 0.5f,  0.5f, -0.5f, 0.5f,  0.5f, 0.5f, 0.5f,  -0.5f, 0.5f, 0.5f};
-  cube.faces = {0, 2, 1, 0, 3, 2, 4, 5, 6, 4, 6, 7, 0, 1, 5, 0, 5, 4,
-                2, 3, 7, 2, 7, 6, 1, 2, 6, 1, 6, 5, 0, 4, 7, 0, 7, 3};
+  const TriMesh cube = test::box_mesh({-0.5f, -0.5f, -0.5f}, {0.5f, 0.5f, 0.5f});
   o.center = {0, 0, 0}, o.scale = 1;
   expect_same_remesh(cube, o, "cube filling the grid");
 }

@@ -348,11 +348,7 @@ TEST(MeshRemesh, DropCavitiesSeesInsideThroughAnOpeningNotThroughAPinhole) {
 TEST(MeshRemesh, DropCavitiesKeepsEverythingWhenNothingReachesTheBorder) {
   // A cube as large as the grid: its band covers the whole border, so no space outside the
   // band reaches it and every quad would go. None does, and the stats say so.
-  TriMesh cube;
-  cube.positions = {-0.5f, -0.5f, -0.5f, 0.5f, -0.5f, -0.5f, 0.5f, 0.5f, -0.5f, -0.5f, 0.5f, -0.5f,
-                    -0.5f, -0.5f, 0.5f,  0.5f, -0.5f, 0.5f,  0.5f, 0.5f, 0.5f,  -0.5f, 0.5f, 0.5f};
-  cube.faces = {0, 2, 1, 0, 3, 2, 4, 5, 6, 4, 6, 7, 0, 1, 5, 0, 5, 4,
-                2, 3, 7, 2, 7, 6, 1, 2, 6, 1, 6, 5, 0, 4, 7, 0, 7, 3};
+  const TriMesh cube = test::box_mesh({-0.5f, -0.5f, -0.5f}, {0.5f, 0.5f, 0.5f});
   Bvh bvh(cube);
   RemeshOptions o = sphere_grid();
   const TriMesh all = remesh_narrow_band_dc(bvh, o);
