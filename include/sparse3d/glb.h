@@ -60,6 +60,12 @@ struct GlbInput {
 // sizes itself).
 enum class UvAtlas : uint8_t { Planar, Xatlas, Conformal };
 
+// Which edge collapse simplifies to decimation_target (docs/EXPORT.md, "Simplification"):
+// sparse3d's shaped collapse (the default: even triangles and few faces folded over their
+// neighbours, so the atlas's charts grow larger) or meshoptimizer's quadric collapse (the
+// reference: faster on the CPU, more slivers and folds).
+enum class Simplifier : uint8_t { Shaped, Meshoptimizer };
+
 struct GlbOptions {
   int64_t decimation_target = 1000000;  // faces at most in the result
   int32_t texture_size = 2048;          // texels per side, 1..16384
@@ -81,6 +87,7 @@ struct GlbOptions {
   // GPU that cannot be used is a fallback, listed in TexturedMesh::fallbacks().
   bool use_gpu = true;
   UvAtlas atlas = UvAtlas::Planar;
+  Simplifier simplifier = Simplifier::Shaped;
   // Called at the start of each stage with its name, its index and the number of stages (the
   // original's use_tqdm bar); may be empty.
   std::function<void(const std::string& stage, int index, int total)> progress;

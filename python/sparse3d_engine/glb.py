@@ -158,7 +158,8 @@ def to_glb(vertices: Any, faces: Any, attr_volume: Any, coords: Any,
            mesh_cluster_refine_iterations: int = 0, mesh_cluster_global_iterations: int = 1,
            mesh_cluster_smooth_strength: float = 1, verbose: bool = False,
            use_tqdm: bool = False, *, use_gpu: bool = True,
-           atlas: str = "planar", remesh_drop_cavities: bool = False) -> GlbMesh:
+           atlas: str = "planar", remesh_drop_cavities: bool = False,
+           simplifier: str = "shaped") -> GlbMesh:
     """``o_voxel.postprocess.to_glb``'s arguments and defaults; see the module's doc.
     ``use_gpu`` (sparse3d's own, keyword only): run the closest-point queries on the GPU where
     one is usable (the same bits as the CPU); what fell back is in ``GlbMesh.fallbacks()``.
@@ -169,7 +170,10 @@ def to_glb(vertices: Any, faces: Any, attr_volume: Any, coords: Any,
     ``remesh_drop_cavities`` (keyword only): drop the surfaces the remesh puts around
     enclosed space (inside solids and closed walls, wound inward, never visible) before the
     simplification, so that faces and texels go to the visible surface; by default they are
-    kept, as the original keeps them."""
+    kept, as the original keeps them.
+    ``simplifier`` (keyword only): ``"shaped"`` (sparse3d's edge collapse: even triangles and
+    few faces folded over their neighbours, so the atlas's charts grow larger) or
+    ``"meshoptimizer"`` (the reference: faster on the CPU)."""
     v = _host(vertices, "vertices", "float32")
     f = _host(faces, "faces", "int32")
     a = _host(attr_volume, "attr_volume", "float32")
@@ -212,7 +216,7 @@ def to_glb(vertices: Any, faces: Any, attr_volume: Any, coords: Any,
                                 int(mesh_cluster_refine_iterations),
                                 int(mesh_cluster_global_iterations),
                                 float(mesh_cluster_smooth_strength), bool(use_gpu), str(atlas),
-                                bool(remesh_drop_cavities), progress)
+                                bool(remesh_drop_cavities), str(simplifier), progress)
     finally:
         if bar is not None:
             bar.update(bar.total - bar.n)

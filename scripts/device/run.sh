@@ -16,7 +16,7 @@ declare -A DESC=(
   [bench]="the engine benchmarks (modes: paths; engine, torch, service, null, beyond, beyond-ablate, cfg-ablate, throughput, graph-choice, first-request, fusion, fast, dense)"
   [pipeline]="TRELLIS.2's pipeline end to end against the drop-in, and its memory (modes: e2e; memory)"
   [parity]="every path bit for bit against a reference build, start-up, the PyTorch oracle (modes: reference; oracle, dense, texture, golden, golden-dense)"
-  [glb]="the GLB export against TRELLIS.2's original, and building the original (modes: export; cavities, original)"
+  [glb]="the GLB export against TRELLIS.2's original, and building the original (modes: export; cavities, simplifiers, original)"
   [python]="the wheel and package checks on the GPU (modes: package; wheels, cli, comfyui)"
   [multi-gpu]="sequence parallelism on two or more GPUs (modes: tests bench)"
 )

@@ -47,7 +47,7 @@ void print_export_report(const sparse3d::TexturedMesh& mesh, const std::string& 
 
 Command add_export_glb(CLI::App& app) {
   struct Args {
-    std::string input, out, format = "webp", atlas = "planar";
+    std::string input, out, format = "webp", atlas = "planar", simplifier = "shaped";
     int64_t decimation_target = 1000000;
     int texture_size = 2048;
     bool remesh = false, progress = false, cpu = false, keep_alpha = false;
@@ -94,6 +94,11 @@ Command add_export_glb(CLI::App& app) {
                   "(also conformal charts: fewer charts and seams) or xatlas (the original's)")
       ->check(CLI::IsMember({"planar", "conformal", "xatlas"}))
       ->capture_default_str();
+  sub->add_option("--simplifier", a->simplifier,
+                  "Edge collapse to the face budget: shaped (sparse3d's: even triangles, few "
+                  "folds, larger charts) or meshoptimizer (the reference: faster on the CPU)")
+      ->check(CLI::IsMember({"shaped", "meshoptimizer"}))
+      ->capture_default_str();
   sub->add_flag("--cpu", a->cpu, "Keep the closest-point queries on the CPU (same bits)");
   return [a]() {
     io::check_output_file(a->out, "--out " + a->out);  // before the work, not after it
@@ -108,6 +113,8 @@ Command add_export_glb(CLI::App& app) {
     o.remesh_drop_cavities = a->drop_cavities;
     o.use_gpu = !a->cpu;
     o.atlas = atlas_named(a->atlas);
+    o.simplifier = a->simplifier == "meshoptimizer" ? sparse3d::Simplifier::Meshoptimizer
+                                                     : sparse3d::Simplifier::Shaped;
     if (a->progress)
       o.progress = [](const std::string& stage, int i, int n) {
         std::fprintf(stderr, "[%d/%d] %s\n", i + 1, n, stage.c_str());

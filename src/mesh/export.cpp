@@ -204,16 +204,24 @@ TriMesh remesh_branch(s3d::mesh::Bvh& bvh, const GlbInput& in, const GlbOptions&
   return run();
 }
 
+s3d::mesh::SimplifyOptions simplify_options(const GlbOptions& o) {
+  s3d::mesh::SimplifyOptions so;
+  so.method = o.simplifier == Simplifier::Meshoptimizer ? s3d::mesh::SimplifyMethod::meshoptimizer
+                                                        : s3d::mesh::SimplifyMethod::shaped;
+  return so;
+}
+
 // The plain branch: simplify to 3x, clean, simplify to the target, clean, orient.
 TriMesh plain_branch(TriMesh m, const GlbOptions& o) {
   namespace sm = s3d::mesh;
-  sm::simplify(m, o.decimation_target * 3);
+  const sm::SimplifyOptions so = simplify_options(o);
+  sm::simplify(m, o.decimation_target * 3, so);
   for (int pass = 0; pass < 2; ++pass) {
     sm::remove_duplicate_faces(m);
     sm::repair_non_manifold_edges(m);
     sm::remove_small_components(m, kSmallComponent);
     sm::fill_holes(m, kHolePerimeter);
-    if (pass == 0) sm::simplify(m, o.decimation_target);
+    if (pass == 0) sm::simplify(m, o.decimation_target, so);
   }
   sm::unify_orientation(m);
   return m;
@@ -444,7 +452,7 @@ TexturedMesh to_glb(const GlbInput& in, const GlbOptions& o) {
     clock.start("remesh");
     simplified = remesh_branch(bvh, in, o, out.fallbacks);
     clock.start("simplify");
-    sm::simplify(simplified, o.decimation_target);
+    sm::simplify(simplified, o.decimation_target, simplify_options(o));
   } else {
     clock.start("clean and simplify");
     simplified = plain_branch(decoded, o);

@@ -1,4 +1,13 @@
-// Simplification to a face budget (simplify.h) with meshoptimizer's quadric edge collapse.
+// Simplification to a face budget (simplify.h) by quadric edge collapse.
+//
+// The collapse itself is SimplifyOptions::method's: sparse3d's shaped collapse (collapse.h,
+// the default: the same quadric error plus planes that keep triangles even, and the link
+// condition, so fewer slivers and folded faces for the atlas) or meshoptimizer's (the
+// reference: about half the CPU time). Both stop at a face target or an error bound, keep
+// every vertex where it is or drop it (no new positions), and are driven by the same loop and
+// blocks below; where the text says meshopt_simplify, the shaped collapse takes its place
+// with the same arguments (its bound absolute, the locked borders handed over as a vertex
+// mask instead of meshopt_SimplifyLockBorder and the point faces).
 //
 // meshopt_simplify stops at the first of the index target and its error bound (relative to
 // the mesh's extent), and it will not collapse across complex topology. TRELLIS.2's budget is
@@ -81,6 +90,7 @@
 
 #include "core/error.h"
 #include "mesh/clean.h"
+#include "mesh/collapse.h"
 #include "mesh/timing.h"
 
 namespace s3d::mesh {
@@ -132,17 +142,32 @@ size_t keep_largest(std::vector<unsigned>& indices, size_t n, size_t target,
   return 3 * keep;
 }
 
+// The largest side of the box of the points p (3 floats each): meshopt_simplify's unit for
+// its error bound.
+float vertex_extent(const std::vector<float>& p) {
+  float lo[3] = {INFINITY, INFINITY, INFINITY}, hi[3] = {-INFINITY, -INFINITY, -INFINITY};
+  for (size_t i = 0; i < p.size(); ++i) {
+    lo[i % 3] = std::min(lo[i % 3], p[i]);
+    hi[i % 3] = std::max(hi[i % 3], p[i]);
+  }
+  return p.empty() ? 0.f : std::max({hi[0] - lo[0], hi[1] - lo[1], hi[2] - lo[2]});
+}
+
 // The serial loop of the top comment over indices[0, n) (n > target, both in indices); `out`
 // is scratch of n. Returns the indices left, in indices[0, result).
 size_t reduce_serial(std::vector<unsigned>& indices, std::vector<unsigned>& out, size_t n,
-                     const std::vector<float>& p, size_t target) {
+                     const std::vector<float>& p, size_t target, SimplifyMethod method) {
   const size_t V = p.size() / 3;
   out.resize(n);
   float bound = kFirstError;
+  const float scale = method == SimplifyMethod::shaped ? vertex_extent(p) : 0.f;
   for (;;) {
     const size_t before = n;
-    n = meshopt_simplify(out.data(), indices.data(), n, p.data(), V, 3 * sizeof(float), target,
-                         bound, 0, nullptr);
+    n = method == SimplifyMethod::shaped
+            ? collapse_edges(out.data(), indices.data(), n, p.data(), V, nullptr, target,
+                             bound * scale, CollapseOptions{}, nullptr)
+            : meshopt_simplify(out.data(), indices.data(), n, p.data(), V, 3 * sizeof(float),
+                               target, bound, 0, nullptr);
     indices.swap(out);
     if (n <= target) return n;
     // A pass at the largest bound collapsed all it could: the topology blocks the rest.
@@ -450,8 +475,8 @@ void lock_closed_border(std::vector<unsigned>& indices, const std::vector<unsign
 template <class Budget>
 std::vector<unsigned> simplify_block(const std::vector<float>& positions, const unsigned* idx,
                                      const Blocks& b, int32_t k, Budget budget, float bound,
-                                     const std::vector<uint8_t>& border, float& error,
-                                     uint8_t& sent_back) {
+                                     const std::vector<uint8_t>& border, SimplifyMethod method,
+                                     float& error, uint8_t& sent_back) {
   const int64_t count = b.start[k + 1] - b.start[k];
   std::vector<unsigned> globals, indices(3 * count);
   globals.reserve(count);
@@ -477,17 +502,29 @@ std::vector<unsigned> simplify_block(const std::vector<float>& positions, const 
     for (unsigned& v : indices) v = globals[v];
     return indices;
   }
-  std::vector<unsigned> locked = indices;
-  lock_closed_border(locked, globals, border);
-  const float scale = extent(box);
-  std::vector<unsigned> out(locked.size());
-  float relative = 0;
-  out.resize(meshopt_simplify(out.data(), locked.data(), locked.size(), p.data(),
-                              globals.size(), 3 * sizeof(float), 3 * size_t(target),
-                              scale > 0 ? bound / scale : 0.f, meshopt_SimplifyLockBorder,
-                              &relative));
-  error = relative * scale;
-  drop_point_faces(out);
+  std::vector<unsigned> out;
+  if (method == SimplifyMethod::shaped) {
+    out.resize(indices.size());
+    std::vector<uint8_t> lock(globals.size());
+    for (size_t v = 0; v < globals.size(); ++v) lock[v] = border[globals[v]];
+    CollapseOptions co;
+    co.lock_border = true;
+    out.resize(collapse_edges(out.data(), indices.data(), indices.size(), p.data(),
+                              globals.size(), lock.data(), 3 * size_t(target), bound, co,
+                              &error));
+  } else {
+    std::vector<unsigned> locked = indices;
+    lock_closed_border(locked, globals, border);
+    const float scale = extent(box);
+    out.resize(locked.size());
+    float relative = 0;
+    out.resize(meshopt_simplify(out.data(), locked.data(), locked.size(), p.data(),
+                                globals.size(), 3 * sizeof(float), 3 * size_t(target),
+                                scale > 0 ? bound / scale : 0.f, meshopt_SimplifyLockBorder,
+                                &relative));
+    error = relative * scale;
+    drop_point_faces(out);
+  }
   // Every vertex another block uses must still be here (see the top).
   std::vector<uint8_t> kept(globals.size(), 0);
   for (unsigned v : out) kept[v] = 1;
@@ -508,15 +545,16 @@ std::vector<unsigned> simplify_block(const std::vector<float>& positions, const 
 template <class Budget>
 std::vector<float> simplify_each(const std::vector<float>& positions, const unsigned* idx,
                                  const Blocks& b, const std::vector<uint8_t>& border,
-                                 float bound, Budget budget, std::vector<unsigned>& all,
-                                 int64_t& sent_back) {
+                                 float bound, Budget budget, SimplifyMethod method,
+                                 std::vector<unsigned>& all, int64_t& sent_back) {
   const int32_t blocks = b.count();
   std::vector<std::vector<unsigned>> out(blocks);
   std::vector<float> errors(blocks, 0);
   std::vector<uint8_t> back(blocks, 0);
 #pragma omp parallel for schedule(dynamic, 1)
   for (int32_t k = 0; k < blocks; ++k) {
-    out[k] = simplify_block(positions, idx, b, k, budget, bound, border, errors[k], back[k]);
+    out[k] = simplify_block(positions, idx, b, k, budget, bound, border, method, errors[k],
+                            back[k]);
   }
   sent_back += std::count(back.begin(), back.end(), uint8_t(1));
   std::vector<size_t> at(blocks + 1, all.size());
@@ -554,7 +592,7 @@ std::vector<unsigned> simplify_seams(const std::vector<float>& positions,
   }
   const double ratio = std::max(0.0, double(target) - double(all.size() / 3)) / double(F);
   auto budget = [ratio](int64_t count, int64_t) { return static_cast<int64_t>(ratio * count); };
-  simplify_each(positions, seams.data(), b, rim, bound, budget, all, sent_back);
+  simplify_each(positions, seams.data(), b, rim, bound, budget, o.method, all, sent_back);
   return all;
 }
 
@@ -587,7 +625,7 @@ std::vector<unsigned> simplify_blocks(const TriMesh& m, int64_t target, float bo
   std::vector<unsigned> faces;
   timer.mark("cut into blocks");
   std::vector<float> errors =
-      simplify_each(m.positions, idx, b, border, bound, budget, faces, sent_back);
+      simplify_each(m.positions, idx, b, border, bound, budget, o.method, faces, sent_back);
   timer.mark("blocks", static_cast<long long>(faces.size() / 3));
   // The seams are coarsened as far as a typical block went.
   std::nth_element(errors.begin(), errors.begin() + errors.size() / 2, errors.end());
@@ -616,13 +654,14 @@ std::vector<unsigned> later_round(const TriMesh& m, const std::vector<unsigned>&
     return std::max<int64_t>(1, static_cast<int64_t>(ratio * double(count)));
   };
   std::vector<unsigned> out;
-  simplify_each(m.positions, faces.data(), b, border, bound, budget, out, sent_back);
+  simplify_each(m.positions, faces.data(), b, border, bound, budget, o.method, out, sent_back);
   return out;
 }
 
 // The serial loop over the blocks' output (global vertex ids, above the target) on its own
 // vertices only: meshoptimizer's work is per vertex too. Returns the faces left, global.
-std::vector<unsigned> final_pass(const TriMesh& m, std::vector<unsigned> indices, size_t target) {
+std::vector<unsigned> final_pass(const TriMesh& m, std::vector<unsigned> indices, size_t target,
+                                 SimplifyMethod method) {
   std::vector<int32_t> local(m.num_vertices(), -1);
   std::vector<unsigned> global;
   std::vector<float> p;
@@ -635,7 +674,7 @@ std::vector<unsigned> final_pass(const TriMesh& m, std::vector<unsigned> indices
     v = static_cast<unsigned>(local[v]);
   }
   std::vector<unsigned> out;
-  indices.resize(reduce_serial(indices, out, indices.size(), p, target));
+  indices.resize(reduce_serial(indices, out, indices.size(), p, target, method));
   for (unsigned& v : indices) v = global[v];
   return indices;
 }
@@ -675,13 +714,14 @@ SimplifyStats simplify(TriMesh& m, int64_t target_faces, const SimplifyOptions& 
     timer.mark("second round", static_cast<long long>(indices.size() / 3));
     if (indices.size() > target) {
       stats.final_pass_faces = static_cast<int64_t>(indices.size() / 3);
-      indices = final_pass(m, std::move(indices), target);
+      indices = final_pass(m, std::move(indices), target, options.method);
     }
     timer.mark("final pass", static_cast<long long>(indices.size() / 3));
   } else {
     indices.assign(m.faces.begin(), m.faces.end());
     std::vector<unsigned> out;
-    indices.resize(reduce_serial(indices, out, indices.size(), m.positions, target));
+    indices.resize(
+        reduce_serial(indices, out, indices.size(), m.positions, target, options.method));
   }
   const size_t n = indices.size();
   S3D_CHECK(n > 0 && n <= target, "simplify: could not reduce the mesh to ", target_faces,

@@ -14,6 +14,11 @@ namespace s3d::mesh {
 // are removed. Throws s3d::Error for target_faces < 1.
 void simplify(TriMesh& m, int64_t target_faces);
 
+// Which edge collapse does the work: our own shaped one (the default; collapse.h: it keeps
+// triangles even and leaves few faces folded over their neighbours, which the atlas's charts
+// need) or meshoptimizer's (the reference).
+enum class SimplifyMethod { shaped, meshoptimizer };
+
 // Internal: the knobs of the parallel path (spatial blocks; simplify.cpp says what it does),
 // for tests and benchmarks. simplify(m, target) uses the defaults. Results depend on these,
 // never on the thread count. Throws s3d::Error for a block knob < 1.
@@ -37,6 +42,7 @@ struct SimplifyOptions {
   // opposite edge) have that edge flipped afterwards like flat faces (flip_flat_faces,
   // clean.h); 180: flat faces only (the reference).
   double cap_degrees = 175;
+  SimplifyMethod method = SimplifyMethod::shaped;
 };
 // What the parallel path did, for tests and reports.
 struct SimplifyStats {

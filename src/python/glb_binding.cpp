@@ -44,7 +44,7 @@ sparse3d::TexturedMesh run_to_glb(HostRows<float> vertices, HostRows<int32_t> fa
                                   int32_t texture_size, bool remesh, float remesh_band,
                                   float remesh_project, float cone, int32_t refine,
                                   int32_t global, float smooth, bool use_gpu, std::string atlas,
-                                  bool drop_cavities,
+                                  bool drop_cavities, std::string simplifier,
                                   std::function<void(std::string, int, int)> progress) {
   check_cols(vertices, 3, "vertices");
   check_cols(faces, 3, "faces");
@@ -82,6 +82,11 @@ sparse3d::TexturedMesh run_to_glb(HostRows<float> vertices, HostRows<int32_t> fa
   o.atlas = atlas == "xatlas"      ? sparse3d::UvAtlas::Xatlas
             : atlas == "conformal" ? sparse3d::UvAtlas::Conformal
                                    : sparse3d::UvAtlas::Planar;
+  if (simplifier != "shaped" && simplifier != "meshoptimizer")
+    throw sparse3d::Error("to_glb: simplifier must be 'shaped' or 'meshoptimizer', got '" +
+                          simplifier + "'");
+  o.simplifier = simplifier == "meshoptimizer" ? sparse3d::Simplifier::Meshoptimizer
+                                               : sparse3d::Simplifier::Shaped;
   if (progress)
     o.progress = [progress](const std::string& stage, int i, int n) {
       nb::gil_scoped_acquire gil;
@@ -139,7 +144,7 @@ void bind_glb(nb::module_& m) {
         "aabb"_a, "grid_size"_a, "decimation_target"_a, "texture_size"_a, "remesh"_a,
         "remesh_band"_a, "remesh_project"_a, "cone_half_angle_rad"_a, "refine_iterations"_a,
         "global_iterations"_a, "smooth_strength"_a, "use_gpu"_a, "atlas"_a,
-        "remesh_drop_cavities"_a, "progress"_a.none(),
+        "remesh_drop_cavities"_a, "simplifier"_a, "progress"_a.none(),
         "TRELLIS.2's to_glb natively on host arrays (sparse3d_engine.trellis2.to_glb takes the "
         "original's arguments).");
 }

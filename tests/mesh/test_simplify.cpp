@@ -46,9 +46,16 @@ void expect_clean(const TriMesh& m) {
   EXPECT_EQ(std::count(used.begin(), used.end(), 0), 0) << "unreferenced vertices";
 }
 
+constexpr SimplifyMethod kMethods[] = {SimplifyMethod::shaped, SimplifyMethod::meshoptimizer};
+const char* name(SimplifyMethod m) {
+  return m == SimplifyMethod::shaped ? "shaped" : "meshoptimizer";
+}
+
 // Small blocks, so that meshes of tens of thousands of faces take the parallel path.
-SimplifyOptions small_blocks(int32_t max_blocks = 64) {
+SimplifyOptions small_blocks(int32_t max_blocks = 64,
+                             SimplifyMethod method = SimplifyMethod::shaped) {
   SimplifyOptions o;
+  o.method = method;
   o.parallel_min_faces = 0;
   o.block_faces = 3000;
   o.block_budget = 400;
@@ -56,8 +63,9 @@ SimplifyOptions small_blocks(int32_t max_blocks = 64) {
   return o;
 }
 
-SimplifyOptions serial_only() {
+SimplifyOptions serial_only(SimplifyMethod method = SimplifyMethod::shaped) {
   SimplifyOptions o;
+  o.method = method;
   o.parallel_min_faces = std::numeric_limits<int64_t>::max();
   return o;
 }
@@ -107,17 +115,20 @@ TEST(MeshSimplify, ParallelBlocksKeepTheTorusClosedAndClose) {
   const TriMesh in = torus(311, 157, 1.f, 0.35f, 5e-4f, 7);  // 97654 faces, noisy
   const double diag = diagonal(in);
   for (int64_t target : {7001, 2999}) {
-    for (bool second_round : {true, false}) {
+    for (int run = 0; run < 4; ++run) {
+      const bool second_round = run % 2 == 0;
+      const SimplifyMethod method = kMethods[run / 2];
+      SCOPED_TRACE(name(method));
       SCOPED_TRACE(second_round ? "second round of blocks" : "first round and the final pass");
       TriMesh m = in, serial = in, other = in;
-      SimplifyOptions o = small_blocks();
+      SimplifyOptions o = small_blocks(64, method);
       o.block_faces = 1000;  // so that the first round's output makes blocks again at 2999
       o.second_round = second_round;
       simplify(m, target, o);
       o.second_round = !second_round;
       simplify(other, target, o);
       EXPECT_NE(m.faces, other.faces) << "the second round did not run";
-      simplify(serial, target, serial_only());
+      simplify(serial, target, serial_only(method));
       EXPECT_NE(m.faces, serial.faces) << "the parallel path did not run";
       EXPECT_LE(m.num_faces(), target);
       EXPECT_GE(m.num_faces(), target * 9 / 10) << "stopped far below the budget";
@@ -145,58 +156,66 @@ TEST(MeshSimplify, ParallelBlocksDoNotDependOnTheThreadCount) {
   translate(other, 0.4f, 0.3f, 1.1f);
   append(in, other);
   const int saved = omp_get_max_threads();
-  auto run = [&in](int threads) {
-    omp_set_num_threads(threads);
-    TriMesh m = in;
-    simplify(m, 4001, small_blocks());
-    return m;
-  };
-  const TriMesh one = run(1), three = run(3), eight = run(8);
-  omp_set_num_threads(saved);
-  EXPECT_LE(one.num_faces(), 4001);
-  EXPECT_GT(one.num_faces(), 3600);
-  EXPECT_EQ(one.faces, three.faces);
-  EXPECT_EQ(one.positions, three.positions);
-  EXPECT_EQ(one.faces, eight.faces);
-  EXPECT_EQ(one.positions, eight.positions);
+  for (SimplifyMethod method : kMethods) {
+    SCOPED_TRACE(name(method));
+    auto run = [&in, method](int threads) {
+      omp_set_num_threads(threads);
+      TriMesh m = in;
+      simplify(m, 4001, small_blocks(64, method));
+      return m;
+    };
+    const TriMesh one = run(1), three = run(3), eight = run(8);
+    omp_set_num_threads(saved);
+    EXPECT_LE(one.num_faces(), 4001);
+    EXPECT_GT(one.num_faces(), 3600);
+    EXPECT_EQ(one.faces, three.faces);
+    EXPECT_EQ(one.positions, three.positions);
+    EXPECT_EQ(one.faces, eight.faces);
+    EXPECT_EQ(one.positions, eight.positions);
+  }
 }
 
 TEST(MeshSimplify, ABlockKeepsAVertexThatAnotherBlockUses) {
   // Two tori far apart (one cut between them, two blocks) and a triangle from a vertex of
   // the left one to the right one; the triangle's centroid falls in the right block. Inside
   // the left block that vertex has no open edge, so meshoptimizer's locked border does not
-  // keep it: the block locks it itself (a point face) and is simplified; were it lost, the
-  // triangle would hang from a vertex the left torus no longer uses.
-  TriMesh m = torus(61, 31);
+  // keep it: the block locks it itself (a point face; the shaped collapse is handed the
+  // block's border vertices as locked) and is simplified; were it lost, the triangle would
+  // hang from a vertex the left torus no longer uses.
+  TriMesh in = torus(61, 31);
   TriMesh right = torus(61, 31);
   translate(right, 10, 0, 0);
-  append(m, right);
+  append(in, right);
   const int32_t v = 15 * 31 + 8;
-  const Vec3 at = m.vertex(v);
-  const int32_t p = static_cast<int32_t>(m.num_vertices());
-  m.positions.insert(m.positions.end(), {10.f, 0.f, 0.5f, 10.f, 0.2f, 0.5f});
-  m.faces.insert(m.faces.end(), {v, p, p + 1});
-  SimplifyOptions o = small_blocks(2);
-  o.block_faces = 1;
-  o.block_budget = 1;
-  const SimplifyStats stats = simplify(m, 701, o);
-  EXPECT_EQ(stats.blocks_sent_back, 0);
-  EXPECT_LE(m.num_faces(), 701);
-  int64_t bridges = 0;
-  for (int64_t f = 0; f < m.num_faces(); ++f) {
-    int32_t left = -1, far = 0;
-    for (int k = 0; k < 3; ++k) {
-      const Vec3 q = m.vertex(m.faces[3 * f + k]);
-      if (q[0] < 2) left = m.faces[3 * f + k];
-      far += q[0] > 5;
+  const Vec3 at = in.vertex(v);
+  const int32_t p = static_cast<int32_t>(in.num_vertices());
+  in.positions.insert(in.positions.end(), {10.f, 0.f, 0.5f, 10.f, 0.2f, 0.5f});
+  in.faces.insert(in.faces.end(), {v, p, p + 1});
+  for (SimplifyMethod method : kMethods) {
+    SCOPED_TRACE(name(method));
+    TriMesh m = in;
+    SimplifyOptions o = small_blocks(2, method);
+    o.block_faces = 1;
+    o.block_budget = 1;
+    const SimplifyStats stats = simplify(m, 701, o);
+    EXPECT_EQ(stats.blocks_sent_back, 0);
+    EXPECT_LE(m.num_faces(), 701);
+    int64_t bridges = 0;
+    for (int64_t f = 0; f < m.num_faces(); ++f) {
+      int32_t left = -1, far = 0;
+      for (int k = 0; k < 3; ++k) {
+        const Vec3 q = m.vertex(m.faces[3 * f + k]);
+        if (q[0] < 2) left = m.faces[3 * f + k];
+        far += q[0] > 5;
+      }
+      if (left < 0 || far == 0) continue;
+      ++bridges;
+      EXPECT_EQ(m.vertex(left), at);
+      EXPECT_GT(std::count(m.faces.begin(), m.faces.end(), left), 1)
+          << "the left torus dropped the triangle's vertex";
     }
-    if (left < 0 || far == 0) continue;
-    ++bridges;
-    EXPECT_EQ(m.vertex(left), at);
-    EXPECT_GT(std::count(m.faces.begin(), m.faces.end(), left), 1)
-        << "the left torus dropped the triangle's vertex";
+    EXPECT_EQ(bridges, 1);
   }
-  EXPECT_EQ(bridges, 1);
 }
 
 // Two tori in the z = 0 plane, the smaller in the other's hole, welded along the circle where
@@ -223,10 +242,13 @@ TEST(MeshSimplify, BlocksStitchWhereTwoSheetsMeet) {
   const TriMesh in = kissing_tori(193);
   ASSERT_EQ(mesh_stats(in).non_manifold_edges, 193);
   ASSERT_EQ(mesh_stats(in).boundary_edges, 0);
-  for (int32_t blocks : {8, 64}) {
+  for (int run = 0; run < 4; ++run) {
+    const int32_t blocks = run % 2 == 0 ? 8 : 64;
+    const SimplifyMethod method = kMethods[run / 2];
+    SCOPED_TRACE(name(method));
     SCOPED_TRACE(blocks);
     TriMesh m = in;
-    const SimplifyStats stats = simplify(m, 3001, small_blocks(blocks));
+    const SimplifyStats stats = simplify(m, 3001, small_blocks(blocks, method));
     EXPECT_EQ(stats.blocks_sent_back, 0);
     EXPECT_LE(m.num_faces(), 3001);
     EXPECT_GE(m.num_faces(), 2700);
@@ -239,22 +261,33 @@ TEST(MeshSimplify, BlocksStitchWhereTwoSheetsMeet) {
 
 TEST(MeshSimplify, DefaultsTakeTheParallelPathOnLargeMeshes) {
   const TriMesh in = torus(523, 401);  // 419446 faces
-  TriMesh m = in, serial = in;
-  simplify(m, 20001);
-  simplify(serial, 20001, serial_only());
-  EXPECT_NE(m.faces, serial.faces);
-  EXPECT_LE(m.num_faces(), 20001);
-  EXPECT_GE(m.num_faces(), 18000);
-  expect_clean(m);
-  // No cracks. meshoptimizer itself leaves some edges of four faces on a mesh this size (the
-  // serial path too, with neither blocks nor seams), so those are only held to the serial's.
-  const MeshStats s = mesh_stats(m), ss = mesh_stats(serial);
-  EXPECT_EQ(s.boundary_edges, 0);
-  EXPECT_GT(ss.non_manifold_edges, 0);
-  EXPECT_LE(s.non_manifold_edges, ss.non_manifold_edges);
-  EXPECT_EQ(s.components, 1);
-  const auto [err, area] = torus_error_and_area(m, 1.0, 0.35);
-  EXPECT_LT(err, 0.01);
+  for (SimplifyMethod method : {SimplifyMethod::shaped, SimplifyMethod::meshoptimizer}) {
+    SCOPED_TRACE(method == SimplifyMethod::shaped ? "shaped" : "meshoptimizer");
+    SimplifyOptions defaults, serial_options = serial_only();
+    defaults.method = serial_options.method = method;
+    TriMesh m = in, serial = in;
+    simplify(m, 20001, defaults);
+    simplify(serial, 20001, serial_options);
+    EXPECT_NE(m.faces, serial.faces);
+    EXPECT_LE(m.num_faces(), 20001);
+    EXPECT_GE(m.num_faces(), 18000);
+    expect_clean(m);
+    // No cracks. meshoptimizer itself leaves some edges of four faces on a mesh this size (the
+    // serial path too, with neither blocks nor seams), so those are only held to the serial's;
+    // the shaped collapse checks the link condition and leaves none.
+    const MeshStats s = mesh_stats(m), ss = mesh_stats(serial);
+    EXPECT_EQ(s.boundary_edges, 0);
+    if (method == SimplifyMethod::shaped) {
+      EXPECT_EQ(s.non_manifold_edges, 0);
+      EXPECT_EQ(ss.non_manifold_edges, 0);
+    } else {
+      EXPECT_GT(ss.non_manifold_edges, 0);
+      EXPECT_LE(s.non_manifold_edges, ss.non_manifold_edges);
+    }
+    EXPECT_EQ(s.components, 1);
+    const auto [err, area] = torus_error_and_area(m, 1.0, 0.35);
+    EXPECT_LT(err, 0.01);
+  }
 }
 
 TEST(MeshSimplify, TorusMeetsTheBudgetAndKeepsItsShape) {

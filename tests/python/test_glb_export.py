@@ -120,10 +120,15 @@ def test_export_to_a_folder_is_refused_and_leaves_nothing(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["taken.glb"]
 
 
-def test_atlas_keyword_picks_the_method_and_refuses_others():
+def sphere_to_glb_args():
+    """to_glb's keyword arguments for the test sphere at a budget of 900 faces."""
     v, f, attrs, coords = sphere()
-    args = dict(vertices=v, faces=f, attr_volume=attrs, coords=coords, attr_layout=LAYOUT,
+    return dict(vertices=v, faces=f, attr_volume=attrs, coords=coords, attr_layout=LAYOUT,
                 aabb=AABB, grid_size=RES, decimation_target=900, texture_size=64)
+
+
+def test_atlas_keyword_picks_the_method_and_refuses_others():
+    args = sphere_to_glb_args()
     planar = to_glb(**args)
     xatlas = to_glb(**args, atlas="xatlas")
     assert planar.faces.shape == xatlas.faces.shape  # the same mesh, other UVs
@@ -133,6 +138,17 @@ def test_atlas_keyword_picks_the_method_and_refuses_others():
     assert conformal.uvs.min() >= 0 and conformal.uvs.max() <= 1
     with pytest.raises(s3d.Error, match="atlas must be 'planar', 'conformal' or 'xatlas'"):
         to_glb(**args, atlas="lscm")
+
+
+def test_simplifier_keyword_picks_the_collapse_and_refuses_others():
+    args = sphere_to_glb_args()
+    shaped = to_glb(**args)
+    reference = to_glb(**args, simplifier="meshoptimizer")
+    assert shaped.faces.shape[0] <= 900 and reference.faces.shape[0] <= 900
+    assert not np.array_equal(shaped.faces, reference.faces)  # another collapse ran
+    assert np.array_equal(to_glb(**args, simplifier="shaped").faces, shaped.faces)
+    with pytest.raises(s3d.Error, match="simplifier must be 'shaped' or 'meshoptimizer'"):
+        to_glb(**args, simplifier="vcg")
 
 
 def test_remesh_drop_cavities_keeps_only_the_outer_shell():

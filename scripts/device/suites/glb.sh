@@ -45,6 +45,11 @@
 #             the original (ORIGINAL_CASES) and the judges, into $OUT/fill/. Each prints its
 #             table, the fill's last. The time limits are per run: keep DEFAULT_DEADLINE_S (150),
 #             DEADLINE_S and JUDGE_TIMEOUT_S such that both fit in the call.
+#   simplifiers  mode export twice on the same inputs in one call: first with the reference
+#             simplifier (--simplifier meshoptimizer), timed and judged but without the original
+#             (REF_DEADLINE_S, 200), into $OUT/reference/; then the default (the shaped
+#             collapse, docs/EXPORT.md "Simplification") with the original (ORIGINAL_CASES) and
+#             the judges, into $OUT/shaped/. Each prints its table, the default's last.
 # Default: export.
 set -uo pipefail
 cd "$(dirname "$0")/../../.." || exit 1
@@ -179,6 +184,18 @@ mode_cavities() {
   echo "== with --remesh-drop-cavities"
   OUT=$out/fill RES_OUT=$out/fill/res GPU_TESTS=0 \
     OURS_ARGS="${OURS_ARGS:-} --remesh-drop-cavities" mode_export
+}
+
+mode_simplifiers() {
+  local out=$OUT
+  mkdir -p "$out/reference" "$out/shaped"
+  OUT=$out/reference RES_OUT=$out/reference/res ORIGINAL=0 KEEP_GLBS= \
+    OURS_ARGS="${OURS_ARGS:-} --simplifier meshoptimizer" \
+    DEADLINE_S=${REF_DEADLINE_S:-200} mode_export > "$out/reference/log.txt" 2>&1
+  echo "== the reference simplifier (meshoptimizer): $out/reference/glb_export_table.md"
+  cat "$out/reference/glb_export_table.md" 2>/dev/null
+  echo "== the default (the shaped collapse)"
+  OUT=$out/shaped RES_OUT=$out/shaped/res GPU_TESTS=0 mode_export
 }
 
 # (unindented: the here-documents below are Python)
