@@ -5,16 +5,18 @@
 // two vertices' sum is least, and the merged vertex keeps the sum. meshoptimizer 0.18 (the
 // reference, simplify.cpp) does that too, and on a flat region every such collapse costs
 // nothing, so which goes first is arbitrary: long slivers and faces folded over their
-// neighbours follow (on regr01's remeshed surface simplified to 500,000 faces, 10,752 faces
-// turned more than 75 degrees from their vertices' normals, where the remeshed surface had
-// 725; each cuts the atlas's charts). Here each vertex's quadric also holds, for every edge of
-// its faces, the plane through the edge at right angles to the face, at a small weight
-// (CollapseOptions::shape_weight): on a flat region a collapse then costs what it moves the
-// vertex along the surface, so the shortest edges go first and the triangles stay even (on
-// that surface: 2,086 folded faces, and the atlas's charts 5,246 -> about 3,000). These
-// planes only rank the collapses; the error that max_error bounds is the faces' planes' alone.
-// The same idea as MeshLab's "planar simplification" option (VCG's quality quadric), which
-// is where we learnt it.
+// neighbours follow. On regr01's remeshed surface, its cavities dropped, simplified to 500,000
+// faces, 10,752 faces turned more than 75 degrees from their vertices' normals, where the
+// remeshed surface had 725; each cuts the atlas's charts.
+//
+// Here each vertex's quadric also holds, for every edge of its faces, the plane through the
+// edge at right angles to the face, at a small weight (CollapseOptions::shape_weight): on a
+// flat region a collapse then costs what it moves the vertex along the surface, so the
+// shortest edges go first and the triangles stay even. On the same surface: 1,513 folded
+// faces, and the atlas's charts 5,246 -> 3,023 (bench/results/2026-12-05-local-shaped-
+// collapse.md). These planes only rank the collapses; the error that max_error bounds is the
+// faces' planes' alone. The same idea as MeshLab's "planar simplification" option (VCG's
+// quality quadric), which is where we learnt it.
 //
 // A collapse is refused when it would turn a face by more than max_turn_degrees, make an edge
 // of three faces (the link condition: the two ends may share no neighbour but the third
