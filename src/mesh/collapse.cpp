@@ -157,8 +157,9 @@ class Collapser {
   }
 
   // Collapses until at most target_faces are left or nothing within max_error remains, in
-  // passes: the live edges ranked by error, then taken in that order up to the error of the
-  // one that would reach the target were all taken (a pass with nothing below it takes all).
+  // passes: the live edges by rank, taken in that order up to the rank of the one that would
+  // reach the target were all taken (after a pass that takes nothing, the next takes all).
+  // Returns the largest error of a collapse made.
   double run(size_t target_faces, double max_error) {
     double worst = 0;
     bool all = false;
@@ -208,7 +209,7 @@ class Collapser {
 
  private:
   // Fixed: vertices of faces with a repeated vertex and of edges of three or more faces (and,
-  // with lock_border, of open edges). Border: vertices of open edges. Also lists the edges.
+  // with lock_border, of open edges). Border: vertices of open edges.
   void classify_edges() {
     for (size_t f = 0; f < faces_.size() / 3; ++f) {
       const uint32_t* t = &faces_[3 * f];
