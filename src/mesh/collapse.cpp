@@ -42,6 +42,8 @@
 namespace s3d::mesh {
 namespace {
 
+// Double precision throughout (mesh.h's Vec3 is float): the quadrics' terms cancel to costs
+// many orders of magnitude below the positions' size.
 using Vec = std::array<double, 3>;
 
 Vec sub(const Vec& a, const Vec& b) { return {a[0] - b[0], a[1] - b[1], a[2] - b[2]}; }

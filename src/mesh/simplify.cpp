@@ -142,15 +142,29 @@ size_t keep_largest(std::vector<unsigned>& indices, size_t n, size_t target,
   return 3 * keep;
 }
 
-// The largest side of the box of the points p (3 floats each): meshopt_simplify's unit for
-// its error bound.
-float vertex_extent(const std::vector<float>& p) {
-  float lo[3] = {INFINITY, INFINITY, INFINITY}, hi[3] = {-INFINITY, -INFINITY, -INFINITY};
-  for (size_t i = 0; i < p.size(); ++i) {
-    lo[i % 3] = std::min(lo[i % 3], p[i]);
-    hi[i % 3] = std::max(hi[i % 3], p[i]);
+struct Box {
+  float lo[3], hi[3];
+};
+
+// meshopt_simplify's unit for its error bound: the largest side of the vertices' box.
+float extent(const Box& b) {
+  return std::max({b.hi[0] - b.lo[0], b.hi[1] - b.lo[1], b.hi[2] - b.lo[2]});
+}
+
+// The box of the points at(i), i < n (at returns a std::array<float, 3>).
+template <class At>
+Box bounds(int64_t n, At at) {
+  float lo0 = INFINITY, lo1 = INFINITY, lo2 = INFINITY;
+  float hi0 = -INFINITY, hi1 = -INFINITY, hi2 = -INFINITY;
+#pragma omp parallel for schedule(static) reduction(min : lo0, lo1, lo2) \
+    reduction(max : hi0, hi1, hi2) if (n >= kSimplifyParallelMin)
+  for (int64_t i = 0; i < n; ++i) {
+    const std::array<float, 3> q = at(i);
+    lo0 = std::min(lo0, q[0]), hi0 = std::max(hi0, q[0]);
+    lo1 = std::min(lo1, q[1]), hi1 = std::max(hi1, q[1]);
+    lo2 = std::min(lo2, q[2]), hi2 = std::max(hi2, q[2]);
   }
-  return p.empty() ? 0.f : std::max({hi[0] - lo[0], hi[1] - lo[1], hi[2] - lo[2]});
+  return {{lo0, lo1, lo2}, {hi0, hi1, hi2}};
 }
 
 // The serial loop of the top comment over indices[0, n) (n > target, both in indices); `out`
@@ -160,7 +174,11 @@ size_t reduce_serial(std::vector<unsigned>& indices, std::vector<unsigned>& out,
   const size_t V = p.size() / 3;
   out.resize(n);
   float bound = kFirstError;
-  const float scale = method == SimplifyMethod::shaped ? vertex_extent(p) : 0.f;
+  const float scale = method == SimplifyMethod::shaped
+                          ? extent(bounds(static_cast<int64_t>(V), [&p](int64_t v) {
+                              return std::array<float, 3>{p[3 * v], p[3 * v + 1], p[3 * v + 2]};
+                            }))
+                          : 0.f;
   for (;;) {
     const size_t before = n;
     n = method == SimplifyMethod::shaped
@@ -208,30 +226,6 @@ struct Blocks {
   int32_t count() const { return static_cast<int32_t>(start.size()) - 1; }
 };
 
-struct Box {
-  float lo[3], hi[3];
-};
-
-// meshopt_simplify's unit for its error bound: the largest side of the vertices' box.
-float extent(const Box& b) {
-  return std::max({b.hi[0] - b.lo[0], b.hi[1] - b.lo[1], b.hi[2] - b.lo[2]});
-}
-
-// The box of the points at(i), i < n (at returns a std::array<float, 3>).
-template <class At>
-Box bounds(int64_t n, At at) {
-  float lo0 = INFINITY, lo1 = INFINITY, lo2 = INFINITY;
-  float hi0 = -INFINITY, hi1 = -INFINITY, hi2 = -INFINITY;
-#pragma omp parallel for schedule(static) reduction(min : lo0, lo1, lo2) \
-    reduction(max : hi0, hi1, hi2) if (n >= kSimplifyParallelMin)
-  for (int64_t i = 0; i < n; ++i) {
-    const std::array<float, 3> q = at(i);
-    lo0 = std::min(lo0, q[0]), hi0 = std::max(hi0, q[0]);
-    lo1 = std::min(lo1, q[1]), hi1 = std::max(hi1, q[1]);
-    lo2 = std::min(lo2, q[2]), hi2 = std::max(hi2, q[2]);
-  }
-  return {{lo0, lo1, lo2}, {hi0, hi1, hi2}};
-}
 
 // A non-empty grid cell of face centroids: its index, coordinates and face count.
 struct Cell {
