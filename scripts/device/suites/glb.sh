@@ -46,8 +46,8 @@
 #             table, the fill's last. The time limits are per run: keep DEFAULT_DEADLINE_S (150),
 #             DEADLINE_S and JUDGE_TIMEOUT_S such that both fit in the call.
 #   simplifiers  mode export twice on the same inputs in one call: first with the reference
-#             simplifier (--simplifier meshoptimizer), timed and judged but without the original
-#             (REF_DEADLINE_S, 200), into $OUT/reference/; then the default (the shaped
+#             simplifier (--simplifier meshoptimizer), timed and judged (REF_JUDGE=0: timed only)
+#             but without the original (REF_DEADLINE_S, 200), into $OUT/reference/; then the default (the shaped
 #             collapse, docs/EXPORT.md "Simplification") with the original (ORIGINAL_CASES) and
 #             the judges, into $OUT/shaped/. Each prints its table, the default's last.
 # Default: export.
@@ -189,7 +189,7 @@ mode_cavities() {
 mode_simplifiers() {
   local out=$OUT
   mkdir -p "$out/reference" "$out/shaped"
-  OUT=$out/reference RES_OUT=$out/reference/res ORIGINAL=0 KEEP_GLBS= \
+  OUT=$out/reference RES_OUT=$out/reference/res ORIGINAL=0 KEEP_GLBS= JUDGE=${REF_JUDGE:-1} \
     OURS_ARGS="${OURS_ARGS:-} --simplifier meshoptimizer" \
     DEADLINE_S=${REF_DEADLINE_S:-200} mode_export > "$out/reference/log.txt" 2>&1
   echo "== the reference simplifier (meshoptimizer): $out/reference/glb_export_table.md"
