@@ -46,10 +46,11 @@
 #             table, the fill's last. The time limits are per run: keep DEFAULT_DEADLINE_S (150),
 #             DEADLINE_S and JUDGE_TIMEOUT_S such that both fit in the call.
 #   simplifiers  mode export twice on the same inputs in one call: first with the reference
-#             simplifier (--simplifier meshoptimizer), timed and judged (REF_JUDGE=0: timed only)
-#             but without the original (REF_DEADLINE_S, 200), into $OUT/reference/; then the default (the shaped
-#             collapse, docs/EXPORT.md "Simplification") with the original (ORIGINAL_CASES) and
-#             the judges, into $OUT/shaped/. Each prints its table, the default's last.
+#             simplifier (--simplifier meshoptimizer), timed and judged (REF_JUDGE=0: timed
+#             only) but without the original (REF_DEADLINE_S, 200), into $OUT/reference/; then
+#             the default (the shaped collapse, docs/EXPORT.md "Simplification") with the
+#             original (ORIGINAL_CASES) and the judges, into $OUT/shaped/. Each prints its
+#             table, the default's last.
 # Default: export.
 set -uo pipefail
 cd "$(dirname "$0")/../../.." || exit 1
