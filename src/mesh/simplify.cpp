@@ -226,7 +226,6 @@ struct Blocks {
   int32_t count() const { return static_cast<int32_t>(start.size()) - 1; }
 };
 
-
 // A non-empty grid cell of face centroids: its index, coordinates and face count.
 struct Cell {
   int64_t id;
