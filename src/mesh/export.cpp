@@ -154,11 +154,6 @@ class StageClock {
   int index_ = 0;
 };
 
-// The cavity fill's GPU path (remesh_cuda.cu) is written to give the CPU's bits and has its
-// test (MeshGpu.RemeshOnTheGpuIsTheCpusMesh), which has not yet run on a device: until it
-// has, an export that drops cavities remeshes on the CPU, and its report says so.
-constexpr bool kCavityFillOnDevice = false;
-
 // The remesh branch's first half: narrow-band dual contouring around the filled surface (the
 // budget is simplify's, a stage of its own).
 // On the GPU when the BVH is there; should that fail (device memory), on the CPU, counted.
@@ -185,13 +180,6 @@ TriMesh remesh_branch(s3d::mesh::Bvh& bvh, const GlbInput& in, const GlbOptions&
           "every surface kept");
     return m;
   };
-  if (bvh.on_device() && r.drop_cavities && !kCavityFillOnDevice) {
-    fallbacks.push_back(
-        "remesh_drop_cavities: remeshed on the CPU (the cavity fill's GPU path has not yet been "
-        "checked on a device)");
-    r.use_device = false;
-    bvh.build_host_tree();
-  }
   if (bvh.on_device() && r.use_device) {
     try {
       return run();

@@ -234,14 +234,8 @@ TEST(MeshGpu, ExportOnTheGpuIsTheCpusFile) {
     const sparse3d::TexturedMesh cpu = sparse3d::to_glb(a.view(), o);
     o.use_gpu = true;
     const sparse3d::TexturedMesh gpu = sparse3d::to_glb(a.view(), o);
-    // Dropping cavities remeshes on the CPU until the fill's GPU path has run on a device
-    // (export.cpp, kCavityFillOnDevice), and says so; nothing else falls back.
-    if (run == 2) {
-      ASSERT_EQ(gpu.fallbacks().size(), 1u);
-      EXPECT_NE(gpu.fallbacks()[0].find("remesh_drop_cavities"), std::string::npos);
-    } else {
-      EXPECT_TRUE(gpu.fallbacks().empty());
-    }
+    // Nothing falls back, the cavity fill included (its GPU path gives the CPU's bits).
+    EXPECT_TRUE(gpu.fallbacks().empty()) << "run " << run;
     EXPECT_EQ(cpu.glb_bytes(sparse3d::TextureFormat::PNG),
               gpu.glb_bytes(sparse3d::TextureFormat::PNG)) << "run " << run;
   }

@@ -15,7 +15,7 @@
 #               .deps/glb/wheels/  trimesh and pygltflib wheels, for the judge and the original
 #               .deps/baseline/site/ (or $BASELINE/site)  TRELLIS.2's export packages (o_voxel,
 #                                cumesh, flex_gemm, nvdiffrast), prebuilt for this machine's
-#                                PyTorch (mode original); without them only sparse3d's side runs
+#                                PyTorch; without them only sparse3d's side runs
 #             Environment: RES (1024), SETTINGS ("500000:2048 1000000:4096"), CASES (all
 #             sources), REMESH (1), ORIGINAL (1), ORIGINAL_CASES (empty: every run; else the tags,
 #             such as spider_500000_2048, for which the original runs too), REQUIRE_ORIGINAL (0;
@@ -32,13 +32,10 @@
 #             A run of the original that fails is reported with its exit status (124: killed
 #             at TIMEOUT_S; 128 + N: killed by signal N). Writes glb_export.tar.gz (every JSON, log and view) and
 #             glb_export_table.md; prints the table last.
-#   original  builds TRELLIS.2's original GLB export stack for this machine's python3 and
-#             PyTorch (o_voxel, cumesh, flex_gemm, nvdiffrast), imports and smoke-tests it, and
-#             returns the site as original_site.tar.gz (parts of 15 MiB when larger). Unpack with
-#               mkdir -p .deps/baseline/site && cat original_site.tar.gz* | tar -xz -C .deps/baseline/site
-#             Carried: .deps/baseline/src/ (o-voxel, CuMesh, FlexGEMM, nvdiffrast; SOURCES.txt),
-#             .deps/baseline/wheels/, optionally smoke_wheels/ and cv2/. Environment: DEADLINE_S
-#             (560), MAX_JOBS_CUMESH (12), MAX_JOBS (6), SMOKE (1).
+#             TRELLIS.2's export packages are built on the GPU machine from their published
+#             sources by a recipe kept beside them in .deps/baseline, not in this repository:
+#             the code-search library's terms forbid committing a recipe that builds code
+#             fetched through it (docs/EXPORT.md, "Measuring").
 #   cavities  mode export twice on the same inputs in one call: first the default export, timed
 #             only (no original, no judge; the mesh GPU tests first, unless GPU_TESTS=0), into
 #             $OUT/default/; then with --remesh-drop-cavities (docs/EXPORT.md, "Cavities"), with
@@ -197,170 +194,6 @@ mode_simplifiers() {
   cat "$out/reference/glb_export_table.md" 2>/dev/null
   echo "== the default (the shaped collapse)"
   OUT=$out/shaped RES_OUT=$out/shaped/res GPU_TESTS=0 mode_export
-}
-
-# (unindented: the here-documents below are Python)
-mode_original() {
-started=$(date +%s)
-DEADLINE_S=${DEADLINE_S:-560}
-left() { echo $(( DEADLINE_S - ($(date +%s) - started) )); }
-B=$PWD/.deps/baseline
-W=/tmp/orig_build
-SITE=/tmp/orig_site
-DEPS=/tmp/orig_deps
-rm -rf "$W" "$SITE" "$DEPS"; mkdir -p "$W/logs" "$W/src" "$SITE" "$DEPS"
-summary=()
-say() { summary+=("$*"); echo "$*"; }
-
-# 1. The machine.
-say "machine: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1); $(nproc) cores; $(python3 --version 2>&1); $(python3 -c 'import torch; print("torch", torch.__version__, "CUDA", torch.version.cuda)' 2>&1 | tail -1); $(nvcc --version | tail -1)"
-python3 - > "$W/logs/env.txt" 2>&1 <<'EOF'
-import importlib
-for m in ("setuptools", "wheel", "pip", "ninja", "numpy", "triton", "cv2", "PIL", "tqdm", "filelock",
-          "easydict", "plyfile", "zstandard", "trimesh", "safetensors"):
-    try:
-        mod = importlib.import_module(m)
-        print(f"{m} {getattr(mod, '__version__', '?')}")
-    except Exception as e:
-        print(f"{m} MISSING ({type(e).__name__})")
-try:
-    from PIL import features
-    print("PIL webp", features.check("webp"))
-except Exception as e:
-    print("PIL webp ?", e)
-EOF
-say "python3 has: $(tr '\n' ';' < "$W/logs/env.txt")"
-
-# 2. The four builds, at once.
-export TORCH_CUDA_ARCH_LIST=9.0 BUILD_TARGET=cuda
-PIP_OK=0
-python3 -c "import setuptools.command.bdist_wheel" 2>/dev/null && PIP_OK=1
-python3 -c "import wheel" 2>/dev/null && PIP_OK=1
-build_one() {  # $1 name, $2 source folder, $3 MAX_JOBS
-  local name=$1 src=$W/src/$1 t=$W/t_$1 t0
-  t0=$(date +%s)
-  rm -rf "$src" && cp -a "$2" "$src" && mkdir -p "$t"
-  if [ $PIP_OK = 1 ]; then
-    (cd "$src" && MAX_JOBS=$3 timeout "$(( $(left) - 150 ))" python3 -m pip install -v --no-build-isolation \
-      --no-deps --no-cache-dir --no-compile --no-index --target "$t" .) > "$W/logs/build_$name.log" 2>&1
-  else
-    (cd "$src" && MAX_JOBS=$3 timeout "$(( $(left) - 150 ))" python3 setup.py build --build-base "$W/b_$name" &&
-      cp -a "$W/b_$name"/lib*/. "$t/") > "$W/logs/build_$name.log" 2>&1
-  fi
-  echo "$? $(( $(date +%s) - t0 ))" > "$W/rc_$name"
-}
-build_one cumesh "$B/src/CuMesh" "${MAX_JOBS_CUMESH:-12}" &
-build_one o_voxel "$B/src/o-voxel" "${MAX_JOBS:-6}" &
-build_one flex_gemm "$B/src/FlexGEMM" "${MAX_JOBS:-6}" &
-build_one nvdiffrast "$B/src/nvdiffrast" "${MAX_JOBS:-6}" &
-wait
-for n in cumesh o_voxel flex_gemm nvdiffrast; do
-  read -r rc secs < "$W/rc_$n" 2>/dev/null || { rc=?; secs=?; }
-  if [ "$rc" = 0 ]; then
-    cp -a "$W/t_$n/." "$SITE/"
-    say "build $n: ok in ${secs} s ($([ $PIP_OK = 1 ] && echo pip || echo setup.py build))"
-  else
-    say "build $n: FAILED (exit $rc after ${secs} s); first errors:"
-    grep -E "error|Error|ERROR" "$W/logs/build_$n.log" | grep -v -E "^\s*(warning|note)" | head -8 | sed 's/^/    /' | tee -a "$W/errors.txt"
-    summary+=("$(grep -E 'error' "$W/logs/build_$n.log" | head -3 | cut -c1-300)")
-  fi
-done
-rm -rf "$SITE/bin"
-
-# 3. The pure-Python needs, beside (not in) the site; cv2 where the machine has none.
-# (a missing smoke_wheels/ is no failure: the wheels that exist are installed)
-wheels=()
-for w in "$B"/wheels/*.whl "$B"/smoke_wheels/*.whl; do [ -e "$w" ] && wheels+=("$w"); done
-if [ ${#wheels[@]} -gt 0 ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --target "$DEPS" "${wheels[@]}" \
-    > "$W/logs/pip_deps.log" 2>&1 || say "wheels: install failed ($(tail -1 "$W/logs/pip_deps.log"))"
-fi
-if ! python3 -c "import cv2" 2>/dev/null; then
-  if ls "$B"/cv2/cv2*.so >/dev/null 2>&1; then
-    cp "$B"/cv2/cv2*.so "$SITE/" && say "cv2: the machine has none; the carried one is in the site"
-  else
-    say "cv2: MISSING on the machine and none carried: to_glb cannot run"
-  fi
-fi
-cp "$B/src/FlexGEMM/autotune_cache.json" /tmp/flex_gemm_autotune_cache.json
-export FLEX_GEMM_AUTOTUNE_CACHE_PATH=/tmp/flex_gemm_autotune_cache.json
-export PYTHONPATH="$DEPS:$SITE${PYTHONPATH:+:$PYTHONPATH}"
-if (cd /tmp && python3 -c "import o_voxel.postprocess, cumesh, flex_gemm, nvdiffrast.torch, cv2; print('cv2', cv2.__version__, cv2.__file__)") > "$W/logs/import.log" 2>&1; then
-  say "import o_voxel.postprocess, cumesh, flex_gemm, nvdiffrast.torch: OK ($(tail -1 "$W/logs/import.log"))"
-  IMPORT_OK=1
-else
-  say "import: FAILED: $(tail -3 "$W/logs/import.log" | tr '\n' ' ')"
-  IMPORT_OK=0
-fi
-
-# 4. Smoke test: to_glb on a sphere (icosphere, 20480 faces) and its surface voxels at 64^3.
-if [ "${SMOKE:-1}" = 1 ] && [ $IMPORT_OK = 1 ] && [ "$(left)" -gt 40 ]; then
-  (cd /tmp && timeout "$(( $(left) - 25 ))" python3 - > "$W/logs/smoke.log" 2>&1 <<'EOF'
-import time, json, math
-import numpy as np, torch, trimesh
-import o_voxel.postprocess as pp
-
-m = trimesh.creation.icosphere(subdivisions=5, radius=0.35)
-V = torch.tensor(np.asarray(m.vertices), dtype=torch.float32).cuda().contiguous()
-F = torch.tensor(np.asarray(m.faces), dtype=torch.int32).cuda().contiguous()
-res = 64
-g = torch.stack(torch.meshgrid(*[torch.arange(res)] * 3, indexing="ij"), -1).reshape(-1, 3)
-c = (g.float() + 0.5) / res - 0.5
-sel = (c.norm(dim=-1) - 0.35).abs() < 2.0 / res
-coords = g[sel].int().cuda().contiguous()
-cs = c[sel]
-attrs = torch.cat([(cs + 0.5).clamp(0, 1), torch.full_like(cs[:, :1], 0.2),
-                   torch.full_like(cs[:, :1], 0.7), torch.ones_like(cs[:, :1])], -1).cuda().contiguous()
-layout = {"base_color": slice(0, 3), "metallic": slice(3, 4), "roughness": slice(4, 5), "alpha": slice(5, 6)}
-print(f"input: {V.shape[0]} vertices, {F.shape[0]} faces, {coords.shape[0]} voxels")
-out = {}
-for remesh in (False, True, True):
-    torch.cuda.synchronize(); t0 = time.perf_counter()
-    glb = pp.to_glb(vertices=V, faces=F, attr_volume=attrs, coords=coords, attr_layout=layout,
-                    grid_size=res, aabb=[[-0.5] * 3, [0.5] * 3], decimation_target=5000, texture_size=512,
-                    remesh=remesh, remesh_band=1, remesh_project=0)
-    torch.cuda.synchronize(); t1 = time.perf_counter()
-    path = f"/tmp/smoke_{int(remesh)}.glb"
-    glb.export(path, extension_webp=True)
-    t2 = time.perf_counter()
-    back = trimesh.load(path, force="mesh")
-    r = np.linalg.norm(np.asarray(back.vertices), axis=1)
-    tex = np.asarray(glb.visual.material.baseColorTexture)
-    line = (f"remesh={remesh}: to_glb {t1 - t0:.2f} s, export {t2 - t1:.2f} s, {glb.faces.shape[0]} faces, "
-            f"{glb.vertices.shape[0]} vertices; reloaded radius {r.min():.3f}..{r.max():.3f}; "
-            f"texture {tex.shape} mean {tex[..., :3].mean():.1f}")
-    print(line)
-    assert glb.faces.shape[0] > 1000 and abs(r.mean() - 0.35) < 0.05, line
-print("SMOKE OK")
-EOF
-  )
-  rc=$?
-  if [ $rc = 0 ]; then say "smoke test: OK"; else say "smoke test: FAILED (exit $rc)"; fi
-  grep -E "^(input|remesh=)" "$W/logs/smoke.log" | sed 's/^/    /'
-  summary+=("$(grep -E '^(input|remesh=)' "$W/logs/smoke.log" | sed 's/^/    /')")
-  [ $rc = 0 ] || summary+=("$(tail -5 "$W/logs/smoke.log" | cut -c1-400)")
-else
-  say "smoke test: not run (SMOKE=${SMOKE:-1}, import ok=$IMPORT_OK, $(left) s left)"
-fi
-
-# 5. The site: stripped, with FlexGEMM's autotune cache, tarred.
-cp /tmp/flex_gemm_autotune_cache.json "$SITE/flex_gemm_autotune_cache.json" 2>/dev/null
-find "$SITE" -name '__pycache__' -prune -exec rm -rf {} +
-find "$SITE" -name '*.so' -exec strip --strip-unneeded {} \;
-cp "$B/src/SOURCES.txt" "$SITE/" 2>/dev/null
-tar -czf "$W/original_site.tar.gz" -C "$SITE" .
-size=$(stat -c %s "$W/original_site.tar.gz")
-if [ "$size" -gt $(( 15 * 1024 * 1024 )) ]; then
-  split -b 15M -d "$W/original_site.tar.gz" "$OUT/original_site.tar.gz.part"
-else
-  cp "$W/original_site.tar.gz" "$OUT/"
-fi
-tar -czf "$OUT/build_logs.tar.gz" -C "$W" logs $(cd "$W" && ls errors.txt 2>/dev/null)
-echo
-echo "=== summary ($(( $(date +%s) - started )) s) ==="
-printf '%s\n' "${summary[@]}"
-echo "site: $(du -sh "$SITE" | cut -f1) unpacked, tarball $(( size / 1024 )) KiB; .so files:"
-find "$SITE" -name '*.so' -printf '    %P %s\n'
 }
 
 run_modes glb export -- "$@"
