@@ -85,6 +85,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <limits>
+#include <numeric>
 #include <utility>
 #include <vector>
 
@@ -535,6 +536,10 @@ std::vector<unsigned> simplify_block(const std::vector<float>& positions, const 
 
 // Every block of `b` simplified by simplify_block, in parallel; the results are appended to
 // `all` in block order. Returns the blocks' errors; adds the blocks sent back to `sent_back`.
+// The threads take the blocks largest first: a block's time follows its face count (the
+// median cuts are between cell layers, so blocks differ by up to 3x), and a large block
+// taken last leaves the other threads idle. On bunny's 62 blocks, timed one by one, 16
+// threads in block order would take 1.22 s and largest first 0.94 s (the ideal 0.90 s).
 template <class Budget>
 std::vector<float> simplify_each(const std::vector<float>& positions, const unsigned* idx,
                                  const Blocks& b, const std::vector<uint8_t>& border,
@@ -544,8 +549,14 @@ std::vector<float> simplify_each(const std::vector<float>& positions, const unsi
   std::vector<std::vector<unsigned>> out(blocks);
   std::vector<float> errors(blocks, 0);
   std::vector<uint8_t> back(blocks, 0);
+  std::vector<int32_t> largest_first(blocks);
+  std::iota(largest_first.begin(), largest_first.end(), 0);
+  std::stable_sort(largest_first.begin(), largest_first.end(), [&b](int32_t x, int32_t y) {
+    return b.start[x + 1] - b.start[x] > b.start[y + 1] - b.start[y];
+  });
 #pragma omp parallel for schedule(dynamic, 1)
-  for (int32_t k = 0; k < blocks; ++k) {
+  for (int32_t i = 0; i < blocks; ++i) {
+    const int32_t k = largest_first[i];
     out[k] = simplify_block(positions, idx, b, k, budget, bound, border, method, errors[k],
                             back[k]);
   }
