@@ -26,7 +26,8 @@ if [[ " $PARTS " == *" bin "* ]]; then
   done
   ldd "$BIN/sparse3d" | awk '/meshoptimizer|webp|sharpyuv|png/ {print $3}' |
     while read -r lib; do cp -L "$lib" "$D/lib/"; done
-  echo "make_glb_deps: bin/ $(git rev-parse --short HEAD)$(git diff --quiet || echo '+changes'); lib/ $(ls "$D/lib" | tr '\n' ' ')"
+  commit="$(git rev-parse --short HEAD)$(git diff --quiet || echo '+changes')"
+  echo "make_glb_deps: bin/ from $commit; lib/ $(ls "$D/lib" | tr '\n' ' ')"
 fi
 
 if [[ " $PARTS " == *" sources "* ]]; then

@@ -23,8 +23,9 @@
 // million: seconds. A large input therefore first goes through spatial blocks, in parallel:
 // - Blocks: the faces are cut into up to 64 blocks (median cuts of the face centroids,
 //   binned on a grid, along the longest side; a block keeps at least 60,000 input and 8,000
-//   output faces; SimplifyOptions says why 64), and each block, with its own compact vertex set, is simplified
-//   on its own thread to its share of the budget. Small meshes are also faster for
+//   output faces; SimplifyOptions says why 64), and each block, with its own compact vertex
+//   set, is simplified on its own thread to its share of the budget (the threads take the
+//   blocks largest first, simplify_each says why). Small meshes are also faster for
 //   meshoptimizer per face (its passes touch every vertex), so this pays on one thread too.
 // - Locked borders: meshopt_SimplifyLockBorder keeps every vertex on an open edge where it
 //   is, and an edge shared with another block is open inside the block, so the blocks still
