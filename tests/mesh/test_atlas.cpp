@@ -560,10 +560,12 @@ TEST(MeshAtlasPlanar, SameAtlasWhateverTheThreadCount) {
 }
 
 // The packing's gap search remembers how far up each column's answer holds and asks again
-// only past that (planar_atlas.cpp, Skyline::gap_height); pack_reference asks every column
-// after every lift. A ragged mix of charts of many sizes (cubes of 37 sizes, a noisy sphere
-// with a hole, a spiral that splits) makes the small charts search the gaps the large ones
-// leave: both give the same atlas, bit for bit.
+// only past that, and asks first the bands that refused last (atlas_packing.cpp,
+// Skyline::gap_height and ask_sooner); pack_reference asks every column after every lift, in
+// a fixed order. A ragged mix of charts of many sizes (cubes of 37 sizes, a noisy sphere with
+// a hole, a spiral that splits) makes the small charts search the gaps the large ones leave
+// (and about a thousand bands move forward in the order of asking): both give the same
+// atlas, bit for bit.
 TEST(MeshAtlasPlanar, PackingSearchGivesTheReferenceAtlas) {
   TriMesh m = uv_sphere(23, 31, 0.35f, 0.02f, 11, 3, false);
   append(m, spiral_ramp());
