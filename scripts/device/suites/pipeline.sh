@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Suite `pipeline`: TRELLIS.2's pipeline end to end, and its memory. Both need, carried,
-# .deps/trellis2-src (a TRELLIS.2 checkout; TRELLIS2=DIR for another) and .deps/cudnn_frontend
-# (the Python module is built here from this tree into build-py/, env.sh's build_module).
+# .deps/trellis2-src (a TRELLIS.2 checkout; TRELLIS2=DIR for another) and, for the Python module
+# built here from this tree into build-py/ (env.sh's build_module), .deps/cudnn_frontend/include,
+# .deps/devsys (scripts/device/make_devsys.sh: the GLB export's libraries, which the module
+# links) and .deps/xatlas (scripts/setup.sh: xatlas's source, compiled into the module).
 #   e2e     TRELLIS.2's three denoise stages (1024_cascade), TRELLIS.2's own PyTorch modules
 #           and samplers against the drop-in (sparse3d_engine.trellis2.accelerate), in one
 #           process, on synthetic assets: time, peak memory and final-latent relative L2 per
