@@ -43,8 +43,15 @@ class Workspace {
   Workspace& operator=(const Workspace&) = delete;
 
   int device_index() const;
-  // The cached blocks back to the driver (waits for a request in flight); the bytes released.
+  // The cached blocks back to the driver, or to the memory source they came from (waits for
+  // a request in flight); the bytes released.
   size_t release_cache();
+  // New blocks come from `source` instead of the driver (DeviceMemorySource, types.h); an
+  // empty `allocate` goes back to the driver. Blocks already taken go back where they came
+  // from. Waits for a request in flight.
+  void set_memory_source(DeviceMemorySource source);
+  // The source's name, "" for the driver.
+  std::string memory_source() const;
   size_t bytes_in_use() const;
   size_t bytes_reserved() const;
   size_t peak_bytes() const;  // in use, since the last reset_peak()

@@ -2,7 +2,9 @@
 // Only the standard library is needed to include this header.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -52,5 +54,21 @@ struct Array {
 
 // The engine's version, "MAJOR.MINOR.PATCH".
 const char* version();
+
+// Where a Workspace takes its device memory from when not from the driver
+// (Workspace::set_memory_source): a framework's caching allocator, so that what the
+// workspace gives back (release_cache) stays cached for the framework's own tensors and the
+// next request takes it back without a cudaMalloc. allocate(bytes) returns a block of at
+// least `bytes` on the workspace's device, usable on any stream once the device's earlier work
+// is done, or nullptr when the memory is not there (it may throw sparse3d::Error for any other
+// failure); release(ptr) takes back a block allocate gave, once the engine's work on it is
+// done. Both are called on the thread of the engine call that needs them (a request holds its
+// engine's lock then), never under the workspace allocator's own lock nor while a CUDA graph is
+// captured (a graph's private pool takes its memory from the driver).
+struct DeviceMemorySource {
+  std::string name;  // for messages: "PyTorch's caching allocator"
+  std::function<void*(size_t bytes)> allocate;
+  std::function<void(void* ptr)> release;
+};
 
 }  // namespace sparse3d

@@ -149,10 +149,32 @@ class Workspace:
     pools on one GPU, so that what one engine's request freed serves the next engine's, and
     release_cache() gives it all back. Pass it as Engine(..., workspace=ws). Requests of the
     engines sharing it run one at a time, each ending with its device work done; their memory
-    counters read the shared allocator. docs/API.md, "Residency"."""
+    counters read the shared allocator. docs/API.md, "Residency".
 
-    def __init__(self, device_index: int = 0):
-        self._w = _native.Workspace(_integer(device_index, "device_index", 0, _INT32[1]))
+    memory: where its blocks come from. "driver" (the default): cudaMalloc, and
+    release_cache() gives them back to the driver. "torch": PyTorch's caching allocator
+    (torch.cuda.caching_allocator_alloc on the current stream), and release_cache() gives them
+    back to it, so that PyTorch's next tensors and the next request take them without a
+    cudaMalloc (what accelerate() uses: docs/PYTHON.md, "Memory")."""
+
+    def __init__(self, device_index: int = 0, memory: str = "driver"):
+        index = _integer(device_index, "device_index", 0, _INT32[1])
+        if memory not in ("driver", "torch"):
+            raise Error(f"Workspace: memory must be 'driver' or 'torch', got {memory!r}")
+        if memory == "torch" and "torch" not in sys.modules:
+            try:
+                import torch  # noqa: F401  (the source looks it up at each allocation)
+            except ImportError as e:
+                raise Error("Workspace: memory='torch' needs PyTorch, which cannot be "
+                            f"imported ({e})") from None
+        self._w = _native.Workspace(index)
+        if memory == "torch":
+            self._w.use_memory("torch")
+
+    @property
+    def memory(self) -> str:
+        """Where the workspace's new blocks come from: "driver" or "torch"."""
+        return "torch" if self._w.memory_source else "driver"
 
     @property
     def device_index(self) -> int:
@@ -172,7 +194,7 @@ class Workspace:
     def __repr__(self) -> str:
         st = self.stats()
         return (f"Workspace(cuda:{self.device_index}, {st['bytes_in_use'] / 2**30:.2f} GiB in use, "
-                f"{st['bytes_reserved'] / 2**30:.2f} GiB reserved)")
+                f"{st['bytes_reserved'] / 2**30:.2f} GiB reserved, memory={self.memory!r})")
 
 
 def _workspace(value: Any) -> Any:

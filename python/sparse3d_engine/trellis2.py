@@ -206,17 +206,20 @@ class EngineFlowModel(_module_base()):  # type: ignore[misc]  # torch.nn.Module 
                  engine_options: Optional[Dict[str, Any]] = None, stats: Optional[_Stats] = None,
                  release_on_cpu: bool = True, share_weights: bool = True,
                  release_workspace: bool = True,
-                 workspaces: Optional[Dict[int, Workspace]] = None):
+                 workspaces: Optional[Dict[int, Workspace]] = None,
+                 workspace_memory: str = "driver"):
         if _module_base() is not object:
             super().__init__()
         object.__setattr__(self, "_release_on_cpu", release_on_cpu)
         # The engine uses the module's own parameters (Engine.from_state_dict(borrow=True)):
         # one copy of the weights in the process. After each whole sampler loop the engine's
-        # cached workspace goes back to the driver (Engine.release_cache).
+        # cached workspace goes back to where it came from (Engine.release_cache).
         object.__setattr__(self, "_share_weights", share_weights)
         object.__setattr__(self, "_release_workspace", release_workspace)
-        # {CUDA ordinal: Workspace} shared by the pipeline's engines (None: each its own).
+        # {CUDA ordinal: Workspace} shared by the pipeline's engines (None: each its own), made
+        # with Workspace(memory=workspace_memory) on first use.
         object.__setattr__(self, "_workspaces", workspaces)
+        object.__setattr__(self, "_workspace_memory", workspace_memory)
         object.__setattr__(self, "_original_moved", False)
         # Not a registered submodule: .to() on this module must not copy the original's
         # weights to the GPU beside the engine's. It is moved when a fallback needs it.
@@ -294,7 +297,7 @@ class EngineFlowModel(_module_base()):  # type: ignore[misc]  # torch.nn.Module 
             options["devices"] = [device[1]] + [d for d in options["devices"] if d != device[1]]
         elif device[0] == "cuda" and self._workspaces is not None:
             if device[1] not in self._workspaces:
-                self._workspaces[device[1]] = Workspace(device[1])
+                self._workspaces[device[1]] = Workspace(device[1], memory=self._workspace_memory)
             options["workspace"] = self._workspaces[device[1]]
         if self._checkpoint:
             engine = Engine(self._checkpoint, **options)
@@ -620,8 +623,10 @@ class Acceleration:
         self.warm_up_seconds: Dict[str, float] = {}  # name -> seconds its warm-up took
         # accelerate(export=True): o_voxel.postprocess's own to_glb, while ours stands in for it
         self.replaced_to_glb: Optional[Any] = None
-        # The device workspace per CUDA ordinal that the engines share (share_workspace).
+        # The device workspace per CUDA ordinal that the engines share (share_workspace), and
+        # where its memory comes from (accelerate's workspace_memory).
         self.workspaces: Dict[int, Workspace] = {}
+        self.workspace_memory = "torch"
 
     def warm_up(self, models: Optional[Iterable[str]] = None, tokens: Optional[int] = None,
                 cond_tokens: Optional[Mapping[str, int]] = None,
@@ -893,7 +898,8 @@ def _replace_models(acc: Acceleration, table: dict, models: Sequence[str],
                                       release_on_cpu=release_on_cpu,
                                       share_weights=share_weights,
                                       release_workspace=release_workspace,
-                                      workspaces=acc.workspaces if share_workspace else None)
+                                      workspaces=acc.workspaces if share_workspace else None,
+                                      workspace_memory=acc.workspace_memory)
         acc.models[name] = table[name]
 
 
@@ -929,7 +935,7 @@ def accelerate(pipeline: Any, path: Optional[str] = None, models: Sequence[str] 
                warm_up: Union[bool, str, Sequence[str]] = False, export: bool = False,
                share_weights: bool = True, release_workspace: bool = True,
                share_workspace: bool = True, fit_memory: bool = True,
-               **engine_options: Any) -> Acceleration:
+               workspace_memory: str = "torch", **engine_options: Any) -> Acceleration:
     """Serves `pipeline`'s flow models (FLOW_MODELS: the sparse-structure model and the four
     structured-latent ones) and their samplers (FLOW_SAMPLERS) from sparse3d_engine.
 
@@ -942,13 +948,18 @@ def accelerate(pipeline: Any, path: Optional[str] = None, models: Sequence[str] 
     False gives each engine a copy of its own. share_workspace (True): the engines on one GPU
     share one device workspace (s3d.Workspace: one allocator for activations, library
     workspaces and graph pools; they never run at once); False gives each its own.
+    workspace_memory ("torch"): the shared workspace takes its blocks from PyTorch's caching
+    allocator and gives them back to it, so that release_workspace hands them to PyTorch's
+    decoders and the next stage takes them back without a cudaMalloc; "driver": from and to
+    the driver (cudaMalloc, cudaFree), as an engine's own workspace does.
     fit_memory (True): each request's memory-costly flags are held to what the original
     PyTorch module would allocate for it (Engine fit_to_reference: the condition K/V cache,
     then batched CFG, dropped where they are above it, counted in acc.report()), and without
     a `path` the engines run the default path without CUDA graphs (their pools hold a second
     copy of the activations); False: the fastest path, every flag the device has room for.
     release_workspace (True): after each whole sampler loop the cached workspace goes back to
-    the driver, so that PyTorch's decoders and the next stage have that memory. release_on_cpu: a
+    where it came from (workspace_memory), so that PyTorch's decoders and the next stage have
+    that memory. release_on_cpu: a
     model's .cpu() (the pipeline's low_vram mode, TRELLIS.2's default) frees its engine's
     device memory (the weights' device buffer; with share_weights nothing is copied, as the
     module's host parameters are the engine's home; otherwise they move to pinned host
@@ -974,6 +985,9 @@ def accelerate(pipeline: Any, path: Optional[str] = None, models: Sequence[str] 
     _flag(release_workspace, "accelerate: release_workspace")
     _flag(share_workspace, "accelerate: share_workspace")
     _flag(fit_memory, "accelerate: fit_memory")
+    if workspace_memory not in ("torch", "driver"):
+        raise Error(f"accelerate: workspace_memory must be 'torch' or 'driver', got "
+                    f"{workspace_memory!r}")
     _check_warm_up(pipeline, models, warm_up)
     if fit_memory:
         engine_options = dict(engine_options, fit_to_reference=True)
@@ -983,6 +997,7 @@ def accelerate(pipeline: Any, path: Optional[str] = None, models: Sequence[str] 
             # no time (the engine's path without them, measured 2026-12-02 on the H200).
             path = default_path() + "-cuda_graphs"
     acc = Acceleration(pipeline)
+    acc.workspace_memory = workspace_memory
     table = getattr(pipeline, "models", None)
     if not isinstance(table, dict):
         raise Error("accelerate: the pipeline has no `models` dict (a TRELLIS.2 pipeline has one)")

@@ -7,9 +7,14 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
+#include "sparse3d/types.h"
+
 namespace s3d {
+
+using sparse3d::DeviceMemorySource;
 
 struct AllocatorStats {
   size_t allocated_bytes = 0;       // handed out and not yet released
@@ -41,8 +46,14 @@ class DeviceAllocator {
   void reset_peak();
   void set_caching(bool enabled);
   bool caching() const;
-  // Returns every cached block to the driver (private pools keep theirs).
+  // Returns every cached block to the driver or the source it came from (private pools
+  // keep theirs).
   void empty_cache();
+  // New shared blocks come from `source` (null: the driver); each block goes back where it
+  // came from. Private pools' blocks always come from the driver (a capture must not call
+  // into a framework).
+  void set_source(std::shared_ptr<const DeviceMemorySource> source);
+  std::shared_ptr<const DeviceMemorySource> source() const;
 
   // Private pools (for CUDA-graph capture, core/cuda_graph.h): while a pool is active on
   // this thread (PoolScope), allocations come from it and never from the shared cache; a

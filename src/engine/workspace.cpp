@@ -35,6 +35,23 @@ size_t Workspace::release_cache() {
   return before > after ? before - after : 0;
 }
 
+void Workspace::set_memory_source(DeviceMemorySource source) {
+  WorkspaceHold hold(impl_.get(), "Workspace::set_memory_source");
+  if (!source.allocate && !source.release) {
+    impl_->allocator->set_source(nullptr);
+    return;
+  }
+  S3D_CHECK(source.allocate && source.release, "Workspace::set_memory_source: the source '",
+            source.name, "' needs both allocate and release");
+  if (source.name.empty()) source.name = "the workspace's memory source";
+  impl_->allocator->set_source(std::make_shared<const DeviceMemorySource>(std::move(source)));
+}
+
+std::string Workspace::memory_source() const {
+  auto source = impl_->allocator->source();
+  return source ? source->name : std::string();
+}
+
 size_t Workspace::bytes_in_use() const { return impl_->allocator->stats().allocated_bytes; }
 size_t Workspace::bytes_reserved() const { return impl_->allocator->stats().reserved_bytes; }
 size_t Workspace::peak_bytes() const { return impl_->allocator->stats().peak_allocated_bytes; }

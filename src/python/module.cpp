@@ -755,11 +755,60 @@ nb::dict synthetic_checkpoint(const std::string& preset, uint64_t seed, const st
 
 }  // namespace
 
+namespace {
+
+// PyTorch's caching allocator as a workspace's memory source (Workspace(memory="torch")):
+// torch.cuda.caching_allocator_alloc on the device's current stream, and
+// caching_allocator_delete. Nothing of Python is kept in the source (it may outlive the
+// interpreter): torch.cuda is looked up at each call, under the GIL. Once the interpreter has
+// gone, a block is left to the process's exit.
+sparse3d::DeviceMemorySource torch_memory_source(int device) {
+  sparse3d::DeviceMemorySource source;
+  source.name = "PyTorch's caching allocator";
+  source.allocate = [device](size_t bytes) -> void* {
+    if (!nb::is_alive())
+      throw sparse3d::Error("PyTorch's caching allocator: the Python interpreter has exited");
+    nb::gil_scoped_acquire gil;
+    try {
+      nb::module_ cuda = nb::module_::import_("torch.cuda");
+      nb::object ptr = cuda.attr("caching_allocator_alloc")(bytes, device);
+      return reinterpret_cast<void*>(nb::cast<uintptr_t>(ptr));
+    } catch (nb::python_error& e) {
+      nb::module_ torch = nb::module_::import_("torch");
+      if (nb::hasattr(torch, "OutOfMemoryError") && e.matches(torch.attr("OutOfMemoryError")))
+        return nullptr;  // the allocator's caller says what was asked and what is free
+      throw sparse3d::Error(std::string("PyTorch's caching allocator failed: ") + e.what());
+    }
+  };
+  source.release = [](void* ptr) {
+    if (!nb::is_alive()) return;
+    nb::gil_scoped_acquire gil;
+    try {
+      nb::module_::import_("torch.cuda").attr("caching_allocator_delete")(
+          reinterpret_cast<uintptr_t>(ptr));
+    } catch (nb::python_error& e) {
+      e.discard_as_unraisable("sparse3d: returning a workspace block to PyTorch");
+    }
+  };
+  return source;
+}
+
+}  // namespace
+
 // A device workspace shared by engines (sparse3d::Workspace).
 static void bind_workspace(nb::module_& m) {
   nb::class_<sparse3d::Workspace>(m, "Workspace")
       .def(nb::init<int>(), "device_index"_a = 0)
       .def_prop_ro("device_index", &sparse3d::Workspace::device_index)
+      .def("use_memory", [](sparse3d::Workspace& w, const std::string& memory) {
+        if (memory != "torch" && memory != "driver")
+          throw sparse3d::Error("Workspace: memory must be 'driver' or 'torch', got '" + memory +
+                                "'");
+        auto source = memory == "torch" ? torch_memory_source(w.device_index())
+                                        : sparse3d::DeviceMemorySource{};
+        unlocked([&] { w.set_memory_source(std::move(source)); return 0; });
+      }, "memory"_a)
+      .def_prop_ro("memory_source", &sparse3d::Workspace::memory_source)
       .def("release_cache", [](sparse3d::Workspace& w) {
         return unlocked([&] { return w.release_cache(); });
       })

@@ -16,6 +16,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <memory>
 #include <vector>
 #include <string>
@@ -200,6 +201,83 @@ TEST_F(ResidencyGpu, ARequestFromACallbackOfAnEngineSharingTheWorkspaceIsRefused
   EXPECT_NE(refused.find("could never start"), std::string::npos) << refused;
   r.on_step = nullptr;
   b.sample(r);  // after the request returned: runs
+}
+
+// A memory source that counts: cudaMalloc underneath, every block it gave remembered, so
+// that a block given back twice, or one it never gave, fails the test.
+struct CountingSource {
+  std::map<void*, size_t> live;
+  size_t taken = 0, returned = 0, bad = 0;
+  bool refuse = false;
+  sparse3d::DeviceMemorySource source(const char* name) {
+    sparse3d::DeviceMemorySource s;
+    s.name = name;
+    s.allocate = [this](size_t bytes) -> void* {
+      void* p = nullptr;
+      if (refuse || cudaMalloc(&p, bytes) != cudaSuccess) return nullptr;
+      live[p] = bytes;
+      ++taken;
+      return p;
+    };
+    s.release = [this](void* p) {
+      if (live.erase(p) == 0) ++bad;
+      ++returned;
+      cudaFree(p);
+    };
+    return s;
+  }
+  size_t live_bytes() const {
+    size_t n = 0;
+    for (const auto& [p, b] : live) n += b;
+    return n;
+  }
+};
+
+TEST_F(ResidencyGpu, AWorkspaceOnAMemorySourceTakesAndGivesBackThereWithTheSameBits) {
+  auto in = inputs();
+  const sparse3d::SampleRequest r = request(in);
+  // Without CUDA graphs: a graph's private pool takes the driver's memory, not the source's.
+  const std::string no_graphs = std::string(sparse3d::default_path()) + "-cuda_graphs";
+  const std::vector<uint8_t> alone =
+      bytes_of(sparse3d::Engine(checkpoint, options(no_graphs)).sample(r).latent);
+  CountingSource counting;
+  auto ws = std::make_shared<sparse3d::Workspace>(0);
+  EXPECT_EQ(ws->memory_source(), "");
+  ws->set_memory_source(counting.source("the test's source"));
+  EXPECT_EQ(ws->memory_source(), "the test's source");
+  sparse3d::EngineOptions o = options(no_graphs);
+  o.workspace = ws;
+  sparse3d::Engine a(checkpoint, o);
+  EXPECT_EQ(counting.live_bytes(), ws->bytes_reserved());  // the weights too: all the source's
+  EXPECT_GE(counting.live_bytes(), a.residency().weight_bytes);
+  EXPECT_EQ(bytes_of(a.sample(r).latent), alone);
+  EXPECT_EQ(counting.live_bytes(), ws->bytes_reserved());
+  const size_t cached = ws->bytes_reserved() - ws->bytes_in_use();
+  EXPECT_GT(cached, 0u);
+  const size_t returned = counting.returned;
+  EXPECT_GE(a.release_cache(), cached);  // and the libraries' workspaces, in use until now
+  EXPECT_GT(counting.returned, returned);
+  EXPECT_EQ(counting.live_bytes(), ws->bytes_in_use());  // what is cached went back there
+  const size_t taken = counting.taken;
+  EXPECT_EQ(bytes_of(a.sample(r).latent), alone);
+  EXPECT_GT(counting.taken, taken);  // and the next request took it from there again
+
+  // A source with no room: the request fails naming it; back on the driver, the same bits.
+  a.release_cache();
+  counting.refuse = true;
+  const std::string refused = error_of([&] { a.sample(r); });
+  EXPECT_NE(refused.find("out of device memory"), std::string::npos) << refused;
+  EXPECT_NE(refused.find("the test's source had no room"), std::string::npos) << refused;
+  ws->set_memory_source({});
+  EXPECT_EQ(ws->memory_source(), "");
+  EXPECT_EQ(bytes_of(a.sample(r).latent), alone);
+  const std::string half = error_of([&] {
+    sparse3d::DeviceMemorySource s;
+    s.allocate = [](size_t) -> void* { return nullptr; };
+    ws->set_memory_source(s);
+  });
+  EXPECT_NE(half.find("needs both allocate and release"), std::string::npos) << half;
+  EXPECT_EQ(counting.bad, 0u);
 }
 
 }  // namespace

@@ -370,6 +370,8 @@ def test_release_cache_and_workspaces_without_a_gpu(engine, cache_dir):
     np.testing.assert_array_equal(engine.sample(coords, cond, seed=4, sampler=QUICK), latent)
     with pytest.raises(s3d.Error, match="workspace must be a sparse3d_engine.Workspace"):
         s3d.Engine(TINY, device="cpu", cache_dir=cache_dir, workspace="shared")
+    with pytest.raises(s3d.Error, match="memory must be 'driver' or 'torch', got 'gpu'"):
+        s3d.Workspace(0, memory="gpu")
     try:
         ws = s3d.Workspace(0)          # a GPU machine: one to share
         assert ws.device_index == 0 and ws.stats()["bytes_in_use"] == 0

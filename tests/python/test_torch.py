@@ -398,3 +398,35 @@ def test_the_dense_drop_in_with_torch_volumes(device, dense_config, dense_state_
         assert model._engine is not None and not model._engine.resident
         assert model._engine.residency()["offloads"] == 1
     assert acc.fallbacks() == [] and original.calls == 0
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_workspace_on_torchs_memory_takes_and_gives_back_there(cache_dir):
+    # accelerate()'s default (workspace_memory="torch"): the shared workspace's blocks come
+    # from PyTorch's caching allocator, and release_cache() leaves them cached there (PyTorch's
+    # reserved bytes stay, its allocated bytes fall), with the bits of a driver workspace.
+    coords, cond, noise = inputs("cuda", (301, 97), 5)
+    path = s3d.default_path() + "-cuda_graphs"   # graphs' pools take the driver's memory
+    driver = s3d.Workspace(0)
+    assert driver.memory == "driver"
+    want = s3d.Engine(TINY, device="cuda", path=path, cache_dir=cache_dir,
+                      workspace=driver).sample(coords, cond, noise=noise, sampler=QUICK)
+    torch.cuda.synchronize()
+    ws = s3d.Workspace(0, memory="torch")
+    assert ws.memory == "torch" and "memory='torch'" in repr(ws)
+    before = torch.cuda.memory_allocated()
+    e = s3d.Engine(TINY, device="cuda", path=path, cache_dir=cache_dir, workspace=ws)
+    # Every block the workspace holds is PyTorch's (its sizes are PyTorch's rounding already).
+    assert torch.cuda.memory_allocated() - before == ws.stats()["bytes_reserved"] > 0
+    got = e.sample(coords, cond, noise=noise, sampler=QUICK)
+    assert torch.equal(got, want)
+    cached = ws.stats()["bytes_reserved"] - ws.stats()["bytes_in_use"]
+    assert cached > 0
+    reserved, allocated = torch.cuda.memory_reserved(), torch.cuda.memory_allocated()
+    assert ws.release_cache() == cached
+    assert torch.cuda.memory_allocated() == allocated - cached   # back to PyTorch's cache
+    assert torch.cuda.memory_reserved() == reserved              # not to the driver
+    assert torch.equal(e.sample(coords, cond, noise=noise, sampler=QUICK), want)
+    del e, got
+    with pytest.raises(s3d.Error, match="memory must be 'driver' or 'torch', got 'cuda'"):
+        s3d.Workspace(0, memory="cuda")

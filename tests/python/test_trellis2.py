@@ -684,6 +684,8 @@ def test_an_unknown_keyword_is_a_type_error(pipeline, cache_dir):
     (dict(samplers=[None]), "accelerate: samplers must hold names (str), got None"),
     (dict(release_on_cpu="no"), "accelerate: release_on_cpu must be True or False, got 'no'"),
     (dict(warm_up=1), "accelerate: warm_up must be a sequence of names (str), got 1"),
+    (dict(workspace_memory="cuda"), "accelerate: workspace_memory must be 'torch' or 'driver', "
+                                    "got 'cuda'"),
     (dict(cache_dir=None), "accelerate: cache_dir must be a str or an os.PathLike, got None"),
     (dict(max_device_memory_gib="2"), "accelerate: max_device_memory_gib must be a real "
                                       "number, got '2' (str)"),

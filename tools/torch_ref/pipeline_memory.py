@@ -27,9 +27,11 @@ pipeline is held, which is the user's way:
   release_workspace=False, share_workspace=False, fit_memory=False)), `sparse3d` (the
   drop-in's defaults), `sparse3d-nofit` (the defaults but fit_memory: every flag of the path
   kept), `sparse3d-keep` (the defaults but release_workspace: the workspaces kept between
-  loops), `sparse3d-copy+OPT[+OPT]` (the copy with those of accelerate()'s memory options
-  on: share_weights, release_workspace, share_workspace, fit_memory; one option's share of
-  the time), and `SIDE@SPEC` (that side on execution path SPEC). After each drop-in side
+  loops), `sparse3d-driver` (the defaults but workspace_memory="driver": the shared workspace
+  from and to cudaMalloc / cudaFree, not PyTorch's caching allocator),
+  `sparse3d-copy+OPT[+OPT]` (the copy with those of accelerate()'s memory options on:
+  share_weights, release_workspace, share_workspace, fit_memory; one option's share of the
+  time), and `SIDE@SPEC` (that side on execution path SPEC). After each drop-in side
   restore() puts the originals back, and their parameters are checked bit for bit (a checksum
   per tensor taken before the first side, and the same storage).
 * Pipeline types (--types): the stages TRELLIS.2's run() takes for 512, 1024, 1024_cascade and
@@ -66,7 +68,8 @@ TOKENS = (3000, 7000, 12000, 20000, 31000)
 WARMUP_TOKENS = 2500
 TINY_TOKENS = (300, 700, 1200)
 TINY_WARMUP_TOKENS = 200
-SIDES = ("pytorch", "sparse3d-copy", "sparse3d", "sparse3d-nofit", "sparse3d-keep")
+SIDES = ("pytorch", "sparse3d-copy", "sparse3d", "sparse3d-nofit", "sparse3d-keep",
+         "sparse3d-driver")
 TYPES = ("512", "1024", "1024_cascade", "1536_cascade")
 
 
@@ -162,6 +165,34 @@ def stages_of(ptype):
             ("texture", "tex_slat_flow_model_1024", "tex_slat_sampler", 1024, hi)]
 
 
+# The drop-in's engine calls of the stage running now (record_engine_calls).
+ENGINE_CALLS = []
+_KEPT_STATS = ("plan", "tokens", "setup_seconds", "loop_seconds", "wall_seconds",
+               "null_context_seconds", "first_use", "peak_device_bytes", "graphs_captured")
+
+
+def record_engine_calls(s3d, sync):
+    """Wraps the drop-in's one call into the engine per sampler loop (trellis2._engine_loop):
+    per call, the time the pipeline waited for it (device-synchronised) beside the engine's
+    own account of the request (Engine.last_request's stats: set-up, loop, first-use work by
+    kind), so that what the drop-in spends outside the engine (making room, releasing the
+    workspace, casting operands) is the difference."""
+    original = s3d.trellis2._engine_loop
+
+    def timed(engine, call, release_cache):
+        sync()
+        t0 = time.perf_counter()
+        out = original(engine, call, release_cache)
+        sync()
+        seconds = time.perf_counter() - t0
+        stats = (getattr(engine, "last_request", None) or {}).get("stats", {})
+        kept = {k: stats[k] for k in _KEPT_STATS if k in stats}
+        ENGINE_CALLS.append({"seconds": seconds, "release_cache": bool(release_cache), **kept})
+        return out
+    s3d.trellis2._engine_loop = timed
+    return original
+
+
 def run_asset(pl, ptype, asset, conds, poller, seed, sync):
     """One pipeline run of `ptype` on `asset`: {stage: {seconds, device_peak, rss_peak,
     tokens}} plus "total"; the final latents' checksums."""
@@ -175,6 +206,7 @@ def run_asset(pl, ptype, asset, conds, poller, seed, sync):
             sync()
             if pl.device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(pl.device)
+            ENGINE_CALLS.clear()
             t0 = time.perf_counter()
             if grid is None:
                 out = pl.structure(conds[px], seed + 1)
@@ -206,6 +238,8 @@ def run_asset(pl, ptype, asset, conds, poller, seed, sync):
                                   "weights": e.residency()["weights_source"]}
             if engines:
                 recs[stage]["engines"] = engines
+            if ENGINE_CALLS:
+                recs[stage]["engine_calls"] = list(ENGINE_CALLS)
             del out
     total = time.perf_counter() - t_all
     recs["total"] = {"seconds": sum(r["seconds"] for r in recs.values()),
@@ -232,7 +266,8 @@ ABLATION_OPTIONS = ("share_weights", "release_workspace", "share_workspace", "fi
 def side_options(side, path, s3d):
     """accelerate()'s memory options and path for a drop-in side (see the docstring's Sides):
     `sparse3d` the defaults, `sparse3d-copy` all four off, `sparse3d-nofit` fit_memory off,
-    `sparse3d-keep` release_workspace off, `sparse3d-copy+OPT[+OPT]` the copy with OPTs on (an
+    `sparse3d-keep` release_workspace off, `sparse3d-driver` the workspace's memory from the
+    driver, `sparse3d-copy+OPT[+OPT]` the copy with OPTs on (an
     ablation, one memory option at a time), and any of them `@SPEC` on execution path SPEC."""
     if "@" in side:
         side, path = side.split("@", 1)
@@ -242,6 +277,8 @@ def side_options(side, path, s3d):
         on["fit_memory"] = False
     if base == "sparse3d-keep":
         on["release_workspace"] = False
+    if base == "sparse3d-driver":
+        on["workspace_memory"] = "driver"
     for opt in extra:
         on[opt] = True
     # fit_memory without a path runs the default path without CUDA graphs (accelerate() picks
@@ -276,6 +313,7 @@ def run_side(side, pl, models, assets, conds, a, s3d, poller, sync, types):
     if side != "pytorch":
         cache = tempfile.mkdtemp(prefix="s3d-mem-cache-")
         options, path = side_options(side, a.path, s3d)
+        engine_loop = record_engine_calls(s3d, sync)
         t0 = time.perf_counter()
         acc = s3d.trellis2.accelerate(pl, path=path, cache_dir=cache, **options)
         info["accelerate_seconds"] = time.perf_counter() - t0
@@ -312,6 +350,7 @@ def run_side(side, pl, models, assets, conds, a, s3d, poller, sync, types):
         info["fallbacks"] = acc.fallbacks()
         print(acc.report(), flush=True)
         acc.restore()
+        s3d.trellis2._engine_loop = engine_loop
         del acc
         gc.collect()
     if cache:
