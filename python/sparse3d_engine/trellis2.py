@@ -867,6 +867,19 @@ def _check_warm_up(pipeline, models, warm_up) -> None:
         raise Error(f"accelerate: warm_up runs on the pipeline's device, and {e}") from None
 
 
+def _check_memory_options(export, share_weights, release_workspace, share_workspace,
+                          fit_memory, workspace_memory) -> None:
+    """accelerate(): its switches are booleans, workspace_memory one of the two sources."""
+    _flag(export, "accelerate: export")
+    _flag(share_weights, "accelerate: share_weights")
+    _flag(release_workspace, "accelerate: release_workspace")
+    _flag(share_workspace, "accelerate: share_workspace")
+    _flag(fit_memory, "accelerate: fit_memory")
+    if workspace_memory not in ("torch", "driver"):
+        raise Error(f"accelerate: workspace_memory must be 'torch' or 'driver', got "
+                    f"{workspace_memory!r}")
+
+
 def _replace_models(acc: Acceleration, table: dict, models: Sequence[str],
                     checkpoints: Optional[Mapping[str, str]], pipeline_dir: Optional[str],
                     path: Optional[str], engine_options: Mapping[str, Any],
@@ -980,14 +993,8 @@ def accelerate(pipeline: Any, path: Optional[str] = None, models: Sequence[str] 
     serve stays on PyTorch, counted (docs/PYTHON.md)."""
     _check_arguments(path, models, samplers, checkpoints, pipeline_dir, release_on_cpu,
                      warm_up, engine_options)
-    _flag(export, "accelerate: export")
-    _flag(share_weights, "accelerate: share_weights")
-    _flag(release_workspace, "accelerate: release_workspace")
-    _flag(share_workspace, "accelerate: share_workspace")
-    _flag(fit_memory, "accelerate: fit_memory")
-    if workspace_memory not in ("torch", "driver"):
-        raise Error(f"accelerate: workspace_memory must be 'torch' or 'driver', got "
-                    f"{workspace_memory!r}")
+    _check_memory_options(export, share_weights, release_workspace, share_workspace,
+                          fit_memory, workspace_memory)
     _check_warm_up(pipeline, models, warm_up)
     if fit_memory:
         engine_options = dict(engine_options, fit_to_reference=True)
