@@ -169,7 +169,7 @@ class Workspace:
                             f"imported ({e})") from None
         self._w = _native.Workspace(index)
         if memory == "torch":
-            self._w.use_memory("torch")
+            self._w.use_torch_memory(True)
 
     @property
     def memory(self) -> str:

@@ -2,7 +2,9 @@
 // a free list and are reused by later requests on the same stream, so that a denoise loop
 // stops calling cudaMalloc after its first step. Peak bytes are what `run` and `bench`
 // report. The cache can be switched off (SPARSE3D_NO_CACHING=1 or set_caching(false)) so
-// that compute-sanitizer sees every allocation's true bounds.
+// that compute-sanitizer sees every allocation's true bounds. New blocks come from the driver,
+// or from a DeviceMemorySource (set_source: a framework's caching allocator), and each goes
+// back to where it came from.
 #pragma once
 
 #include <cstddef>

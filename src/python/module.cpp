@@ -800,14 +800,12 @@ static void bind_workspace(nb::module_& m) {
   nb::class_<sparse3d::Workspace>(m, "Workspace")
       .def(nb::init<int>(), "device_index"_a = 0)
       .def_prop_ro("device_index", &sparse3d::Workspace::device_index)
-      .def("use_memory", [](sparse3d::Workspace& w, const std::string& memory) {
-        if (memory != "torch" && memory != "driver")
-          throw sparse3d::Error("Workspace: memory must be 'driver' or 'torch', got '" + memory +
-                                "'");
-        auto source = memory == "torch" ? torch_memory_source(w.device_index())
-                                        : sparse3d::DeviceMemorySource{};
+      // Workspace(memory=...) in __init__.py checks the value: True takes PyTorch's memory.
+      .def("use_torch_memory", [](sparse3d::Workspace& w, bool torch) {
+        auto source =
+            torch ? torch_memory_source(w.device_index()) : sparse3d::DeviceMemorySource{};
         unlocked([&] { w.set_memory_source(std::move(source)); return 0; });
-      }, "memory"_a)
+      }, "torch"_a)
       .def_prop_ro("memory_source", &sparse3d::Workspace::memory_source)
       .def("release_cache", [](sparse3d::Workspace& w) {
         return unlocked([&] { return w.release_cache(); });
