@@ -17,8 +17,10 @@
 #   memory  what a TRELLIS.2 user sees of memory and time (tools/torch_ref/pipeline_memory.py):
 #           PyTorch, the drop-in as it was (`sparse3d-copy`) and its defaults (`sparse3d`),
 #           each asset once in service order, device-wide memory polled every 2 ms, host RSS.
-#           Ablations: sparse3d-nofit, sparse3d-keep, sparse3d-copy+OPT (the copy with one of
-#           accelerate()'s memory options on), SIDE@SPEC (the harness's --sides).
+#           Ablations: sparse3d-nofit, sparse3d-keep, sparse3d-driver (the workspace from the
+#           driver, not PyTorch's caching allocator), sparse3d-copy+OPT (the copy with one of
+#           accelerate()'s memory options on), SIDE@SPEC (the harness's --sides). The JSON
+#           holds each engine call's own account (plan, loop, first-use work) per stage.
 #           RUNS ("off/1024/all on/1024/all": LOWVRAM/TYPES/SIDES[/LIMIT_GIB] per process),
 #           TOKENS ("3000 7000 12000 20000 31000"), TIMEOUT_S (300 per run), GPU_TESTS=1 (the
 #           ResidencyGpu tests first, suite unit), PY_TESTS ("test_torch.py ...": those Python
