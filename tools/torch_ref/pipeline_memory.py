@@ -171,6 +171,24 @@ _KEPT_STATS = ("plan", "tokens", "setup_seconds", "loop_seconds", "wall_seconds"
                "null_context_seconds", "first_use", "peak_device_bytes", "graphs_captured")
 
 
+def torch_free_cache():
+    """What PyTorch's caching allocator holds free on the current device as the engine call
+    starts: {"bytes": reserved - allocated, "largest_block": its largest free block,
+    "large_blocks": free blocks of 2 MiB or more}. A workspace on PyTorch's memory takes its
+    blocks from there first; whether they fit, not the sum, decides if the device-wide peak
+    grows."""
+    if not torch.cuda.is_available():
+        return None
+    largest, large = 0, 0
+    for seg in torch.cuda.memory_snapshot():
+        for b in seg.get("blocks", []):
+            if b.get("state") == "inactive":
+                largest = max(largest, int(b["size"]))
+                large += int(b["size"]) if b["size"] >= (2 << 20) else 0
+    return {"bytes": int(torch.cuda.memory_reserved() - torch.cuda.memory_allocated()),
+            "largest_block": largest, "large_blocks": large}
+
+
 def record_engine_calls(s3d, sync):
     """Wraps the drop-in's one call into the engine per sampler loop (trellis2._engine_loop):
     per call, the time the pipeline waited for it (device-synchronised) beside the engine's
@@ -181,13 +199,15 @@ def record_engine_calls(s3d, sync):
 
     def timed(engine, call, release_cache):
         sync()
+        free = torch_free_cache()
         t0 = time.perf_counter()
         out = original(engine, call, release_cache)
         sync()
         seconds = time.perf_counter() - t0
         stats = (getattr(engine, "last_request", None) or {}).get("stats", {})
         kept = {k: stats[k] for k in _KEPT_STATS if k in stats}
-        ENGINE_CALLS.append({"seconds": seconds, "release_cache": bool(release_cache), **kept})
+        ENGINE_CALLS.append({"seconds": seconds, "release_cache": bool(release_cache),
+                             "torch_free_cache_before": free, **kept})
         return out
     s3d.trellis2._engine_loop = timed
     return original
