@@ -21,10 +21,11 @@
 #           driver, not PyTorch's caching allocator), sparse3d-copy+OPT (the copy with one of
 #           accelerate()'s memory options on), SIDE@SPEC (the harness's --sides). The JSON
 #           holds each engine call's own account (plan, loop, first-use work) per stage.
-#           RUNS ("off/1024/all on/1024/all": LOWVRAM/TYPES/SIDES[/LIMIT_GIB] per process),
-#           TOKENS ("3000 7000 12000 20000 31000"), TIMEOUT_S (300 per run), GPU_TESTS=1 (the
-#           ResidencyGpu tests first, suite unit), PY_TESTS ("test_torch.py ...": those Python
-#           test files on the GPU after the module's build).
+#           RUNS ("off/1024/all on/1024/all": LOWVRAM/TYPES/SIDES[/LIMIT_GIB[/TOKENS]] per
+#           process; TOKENS there comma-separated, LIMIT_GIB empty for none), TOKENS ("3000
+#           7000 12000 20000 31000": for runs that name none), TIMEOUT_S (300 per run),
+#           GPU_TESTS=1 (the ResidencyGpu tests first, suite unit), PY_TESTS ("test_torch.py
+#           ...": those Python test files on the GPU after the module's build).
 # Default: e2e.
 set -uo pipefail
 cd "$(dirname "$0")/../../.." || exit 1
@@ -153,12 +154,13 @@ mode_memory() {
   tables=()
   for run in ${RUNS:-off/1024/all on/1024/all}; do
     n=$((n + 1))
-    IFS=/ read -r lv types sides limit <<< "$run"
+    IFS=/ read -r lv types sides limit toks <<< "$run"
     args=(--trellis2 "$T2" --device cuda --types ${types//,/ })
     [ "$sides" = all ] || args+=(--sides ${sides//,/ })
     [ "$lv" = on ] && args+=(--low-vram)
     [ -n "${limit:-}" ] && args+=(--limit-gib "$limit")
-    [ -n "${TOKENS:-}" ] && args+=(--tokens $TOKENS)
+    if [ -n "${toks:-}" ]; then args+=(--tokens ${toks//,/ })
+    elif [ -n "${TOKENS:-}" ]; then args+=(--tokens $TOKENS); fi
     stem="$OUT/memory_$n"
     t1=$(date +%s)
     timeout "${TIMEOUT_S:-300}" python3 tools/torch_ref/pipeline_memory.py "${args[@]}" \
