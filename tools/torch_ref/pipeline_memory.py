@@ -171,25 +171,28 @@ _KEPT_STATS = ("plan", "tokens", "setup_seconds", "loop_seconds", "wall_seconds"
                "null_context_seconds", "first_use", "peak_device_bytes", "graphs_captured")
 
 
-def torch_free_cache():
-    """What PyTorch's caching allocator holds free on the current device as the engine call
-    starts: {"bytes": reserved - allocated, "largest_block": its largest free block,
-    "large_blocks": free blocks of 2 MiB or more}. A workspace on PyTorch's memory takes its
-    blocks from there first; whether they fit, not the sum, decides if the device-wide peak
-    grows."""
+def torch_free_cache(blocks):
+    """What PyTorch's caching allocator holds free on the current device as an engine call
+    starts: {"bytes": reserved - allocated}, and with `blocks` also "largest_block" (its
+    largest free block) and "large_blocks" (its free blocks of 2 MiB or more). A workspace on
+    PyTorch's memory takes its blocks from there first; whether they fit, not the sum, decides
+    if the device-wide peak grows. The blocks come from torch.cuda.memory_snapshot(), a walk
+    over every segment that falls inside the stage's time, so they are opt-in (--free-blocks)."""
     if not torch.cuda.is_available():
         return None
-    largest, large = 0, 0
-    for seg in torch.cuda.memory_snapshot():
-        for b in seg.get("blocks", []):
-            if b.get("state") == "inactive":
-                largest = max(largest, int(b["size"]))
-                large += int(b["size"]) if b["size"] >= (2 << 20) else 0
-    return {"bytes": int(torch.cuda.memory_reserved() - torch.cuda.memory_allocated()),
-            "largest_block": largest, "large_blocks": large}
+    free = {"bytes": int(torch.cuda.memory_reserved() - torch.cuda.memory_allocated())}
+    if blocks:
+        largest, large = 0, 0
+        for seg in torch.cuda.memory_snapshot():
+            for b in seg.get("blocks", []):
+                if b.get("state") == "inactive":
+                    largest = max(largest, int(b["size"]))
+                    large += int(b["size"]) if b["size"] >= (2 << 20) else 0
+        free.update(largest_block=largest, large_blocks=large)
+    return free
 
 
-def record_engine_calls(s3d, sync):
+def record_engine_calls(s3d, sync, free_blocks=False):
     """Wraps the drop-in's one call into the engine per sampler loop (trellis2._engine_loop):
     per call, the time the pipeline waited for it (device-synchronised) beside the engine's
     own account of the request (Engine.last_request's stats: set-up, loop, first-use work by
@@ -199,7 +202,7 @@ def record_engine_calls(s3d, sync):
 
     def timed(engine, call, release_cache):
         sync()
-        free = torch_free_cache()
+        free = torch_free_cache(free_blocks)
         t0 = time.perf_counter()
         out = original(engine, call, release_cache)
         sync()
@@ -333,7 +336,7 @@ def run_side(side, pl, models, assets, conds, a, s3d, poller, sync, types):
     if side != "pytorch":
         cache = tempfile.mkdtemp(prefix="s3d-mem-cache-")
         options, path = side_options(side, a.path, s3d)
-        engine_loop = record_engine_calls(s3d, sync)
+        engine_loop = record_engine_calls(s3d, sync, a.free_blocks)
         t0 = time.perf_counter()
         acc = s3d.trellis2.accelerate(pl, path=path, cache_dir=cache, **options)
         info["accelerate_seconds"] = time.perf_counter() - t0
@@ -446,6 +449,7 @@ def run_isolated(a):
             argv += ["--warmup-tokens", str(a.warmup_tokens)] if a.warmup_tokens else []
             argv += ["--limit-gib", str(a.limit_gib)] if a.limit_gib else []
             argv += ["--path", a.path] if a.path else []
+            argv += ["--free-blocks"] if a.free_blocks else []
             print(f"== side {side}: a process of its own", flush=True)
             rc = subprocess.call(argv)
             if not os.path.exists(child_json):
@@ -506,6 +510,9 @@ def main():
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--json", default=None)
     p.add_argument("--table", default=None)
+    p.add_argument("--free-blocks", action="store_true",
+                   help="record PyTorch's free blocks at each engine call (memory_snapshot(), "
+                        "inside the stage's time; the free bytes are always recorded)")
     p.add_argument("--one-process", action="store_true",
                    help="run every side in this process (default: one child process per side)")
     a = p.parse_args()

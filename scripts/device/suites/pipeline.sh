@@ -25,7 +25,8 @@
 #           process; TOKENS there comma-separated, LIMIT_GIB empty for none), TOKENS ("3000
 #           7000 12000 20000 31000": for runs that name none), TIMEOUT_S (300 per run),
 #           GPU_TESTS=1 (the ResidencyGpu tests first, suite unit), PY_TESTS ("test_torch.py
-#           ...": those Python test files on the GPU after the module's build).
+#           ...": those Python test files on the GPU after the module's build), FREE_BLOCKS=1
+#           (PyTorch's free blocks at each engine call, inside the stages' time).
 # Default: e2e.
 set -uo pipefail
 cd "$(dirname "$0")/../../.." || exit 1
@@ -159,6 +160,7 @@ mode_memory() {
     [ "$sides" = all ] || args+=(--sides ${sides//,/ })
     [ "$lv" = on ] && args+=(--low-vram)
     [ -n "${limit:-}" ] && args+=(--limit-gib "$limit")
+    [ "${FREE_BLOCKS:-0}" = 1 ] && args+=(--free-blocks)
     if [ -n "${toks:-}" ]; then args+=(--tokens ${toks//,/ })
     elif [ -n "${TOKENS:-}" ]; then args+=(--tokens $TOKENS); fi
     stem="$OUT/memory_$n"
