@@ -470,3 +470,47 @@ def test_sources_from_debian_packages(tmp_path):
     assert np.any(np.all(np.abs(pbr[:, :3] - [0.48627, 0.43137, 0.47059]) < 1.5 / 255, axis=1))
     with pytest.raises(sources.SourceUnavailable, match="no triangles|cannot read"):
         sources.load_source("pond")
+
+
+def _box(lo, hi, subdivisions):
+    box = trimesh.creation.box(bounds=np.array([lo, hi], dtype=np.float64))
+    for _ in range(subdivisions):
+        box = box.subdivide()
+    return np.asarray(box.vertices), np.asarray(box.faces)
+
+
+def test_visibility_tells_shells_and_openings_apart():
+    import visibility
+    ov, of = _box([-1, -1, -1], [1, 1, 1], 2)
+    iv, inner = _box([-0.4, -0.3, -0.5], [0.5, 0.4, 0.3], 1)
+    v = np.concatenate([ov, iv])
+    f = np.concatenate([of, inner + len(ov)])
+    seen, never = visibility.visible_faces(v, f, views=48, resolution=256, workers=1)
+    assert seen[:len(of)].all() and not seen[len(of):].any() and not never.any()
+    # Open the outer box's top: the inner box's top (and its sides, obliquely) come into view,
+    # its bottom stays hidden; the outer box's inside is now seen too.
+    keep = ov[of].mean(axis=1)[:, 2] < 0.99
+    f = np.concatenate([of[keep], inner + len(ov)])
+    seen2, _ = visibility.visible_faces(v, f, views=48, resolution=256, workers=2)
+    inner_centres = iv[inner].mean(axis=1)
+    assert seen2[int(keep.sum()):][inner_centres[:, 2] > 0.29].all()
+    assert not seen2[int(keep.sum()):][inner_centres[:, 2] < -0.49].any()
+    assert np.array_equal(seen2, visibility.visible_faces(v, f, views=48, resolution=256,
+                                                          workers=1)[0])
+
+
+def test_visibility_separates_a_surface_a_tenth_of_a_pixel_behind():
+    import visibility
+    # Two parallel squares, the second 1e-3 behind the first: only the first is seen from
+    # its side, and from the other side only the second.
+    sq = np.array([[0, 0, 0], [1, 0, 0], [1, 1, 0], [0, 1, 0]], dtype=np.float64)
+    v = np.concatenate([sq, sq + [0, 0, -1e-3]])
+    f = np.array([[0, 1, 2], [0, 2, 3], [4, 5, 6], [4, 6, 7]])
+    seen, _ = visibility.visible_faces(v, f, views=2, resolution=128, workers=1,
+                                        min_views=1)
+    assert seen.all()  # directions +z and -z: each square seen from its own side
+    v2 = np.concatenate([v, sq * 3 - [1, 1, 1e-2]])  # a large square below both
+    f2 = np.concatenate([f, [[8, 9, 10], [8, 10, 11]]])
+    seen2, _ = visibility.visible_faces(v2, f2, views=2, resolution=128, workers=1,
+                                         min_views=1)
+    assert seen2[:2].all() and not seen2[2:4].any() and seen2[4:].all()

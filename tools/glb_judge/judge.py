@@ -69,6 +69,7 @@ import glbfile  # noqa: E402
 import meshops  # noqa: E402
 import safetensors_lite  # noqa: E402
 import splat_render  # noqa: E402
+import visibility  # noqa: E402
 
 CHANNELS = ("r", "g", "b", "metallic", "roughness", "alpha")
 # A texture without alpha: a black band texel counts as unfilled when the nearest covered texel
@@ -229,6 +230,46 @@ def stretch_metrics(glb):
             "uv_collapsed_faces": int(collapsed.sum())}
 
 
+def input_visibility(case, opts):
+    """Visible faces of the decoded surface (computed once per case, for every GLB)."""
+    if getattr(case, "visible", None) is None:
+        case.visible, _ = visibility.visible_faces(case.vertices, case.faces, opts.visible_views,
+                                                   opts.visible_resolution)
+    return case.visible
+
+
+def visible_metrics(case, input_proj, glb_proj, pos_in, faces, opts, d_glb, d_in, diff, ok):
+    """The distances and the texture error again, over the samples on visible surface only
+    (visibility.py): the GLB's samples on faces of the GLB seen from outside, the decoded
+    surface's samples on its own faces seen from outside. Sample maxima, not exact."""
+    vis, never = visibility.visible_faces(pos_in, faces, opts.visible_views,
+                                          opts.visible_resolution)
+    area = meshops.face_areas(pos_in, faces)
+    on_glb = vis[glb_proj.sample_faces]
+    on_in = input_visibility(case, opts)[input_proj.sample_faces]
+    tvis = on_glb[:len(diff)] & ok
+    thid = ~on_glb[:len(diff)] & ok
+    diag = case.diag
+    out = {"visible": {
+        "views": opts.visible_views, "resolution": opts.visible_resolution,
+        "glb_area_share": float(area[vis].sum() / max(area.sum(), 1e-30)),
+        "glb_faces_never_drawn": int(never.sum()),
+        "input_sample_share": float(on_in.mean()),
+        "chamfer_glb_to_input": float(d_glb[on_glb].mean() / diag) if on_glb.any() else None,
+        "chamfer_input_to_glb": float(d_in[on_in].mean() / diag) if on_in.any() else None,
+        "hausdorff_samples": float(max(d_glb[on_glb].max(initial=0), d_in[on_in].max(initial=0))
+                                   / diag),
+        "texture_samples": int(tvis.sum()),
+        "texture_mae": {c: (float(diff[tvis, i].mean()) if tvis.any() else None)
+                        for i, c in enumerate(CHANNELS)},
+        "hidden_texture_mae": {c: (float(diff[thid, i].mean()) if thid.any() else None)
+                               for i, c in enumerate(CHANNELS)}}}
+    v = out["visible"]
+    if v["chamfer_glb_to_input"] is not None and v["chamfer_input_to_glb"] is not None:
+        v["chamfer"] = 0.5 * (v["chamfer_glb_to_input"] + v["chamfer_input_to_glb"])
+    return out
+
+
 def judge_one(case, input_proj, path, opts, rng):
     """The metrics of one GLB against the case, and what the views need."""
     res = {"path": path, "file_size": os.path.getsize(path) if os.path.exists(path) else None}
@@ -287,6 +328,9 @@ def measure(case, input_proj, glb, res, opts, rng, t0):
     res["texture_samples_without_uv"] = int((~ok).sum())
     res["texture_mae"] = {c: (float(diff[ok, i].mean()) if ok.any() else None)
                           for i, c in enumerate(CHANNELS)}
+    if opts.visible_views:
+        res.update(visible_metrics(case, input_proj, glb_proj, pos_in, glb.faces, opts,
+                                   d_glb, d_in, diff, ok))
     t3 = time.time()
     res.update(texture_space_metrics(glb))
     res.update(chart_metrics(glb))
@@ -303,11 +347,13 @@ def measure(case, input_proj, glb, res, opts, rng, t0):
 
 
 def judge(case_path, glbs, out_dir, target_faces=None, samples=1_000_000,
-          texture_samples=200_000, view_size=512, seed=0, render=True):
+          texture_samples=200_000, view_size=512, seed=0, render=True, visible_views=0,
+          visible_resolution=2048):
     """Runs the judge; glbs is a list of (name, path). Returns the result dict (also written
-    to out_dir/judge.json)."""
+    to out_dir/judge.json). visible_views > 0 adds each GLB's "visible" figures."""
     opts = argparse.Namespace(target_faces=target_faces, samples=samples,
-                              texture_samples=texture_samples)
+                              texture_samples=texture_samples, visible_views=visible_views,
+                              visible_resolution=visible_resolution)
     os.makedirs(out_dir, exist_ok=True)
     t0 = time.time()
     case = Case(case_path)
@@ -360,7 +406,15 @@ ROWS = (("faces", "faces", "{}"), ("within target", "faces_within_target", "{}")
         ("seam unfilled frac", "seam_unfilled_fraction", "{:.4f}"),
         ("atlas utilisation", "atlas_utilisation", "{:.3f}"), ("charts", "charts", "{}"),
         ("stretch mean", "stretch_mean", "{:.3f}"), ("stretch p95", "stretch_p95", "{:.3f}"),
-        ("structure ok", ("check", "ok"), "{}"), ("file size", "file_size", "{}"))
+        ("structure ok", ("check", "ok"), "{}"), ("file size", "file_size", "{}"),
+        ("visible area share", ("visible", "glb_area_share"), "{:.3f}"),
+        ("visible chamfer", ("visible", "chamfer"), "{:.2e}"),
+        ("visible hausdorff*", ("visible", "hausdorff_samples"), "{:.2e}"),
+        ("visible MAE r", ("visible", "texture_mae", "r"), "{:.4f}"),
+        ("visible MAE g", ("visible", "texture_mae", "g"), "{:.4f}"),
+        ("visible MAE b", ("visible", "texture_mae", "b"), "{:.4f}"),
+        ("visible MAE metal", ("visible", "texture_mae", "metallic"), "{:.4f}"),
+        ("hidden MAE r", ("visible", "hidden_texture_mae", "r"), "{:.4f}"))
 
 
 def table(result):
@@ -375,6 +429,8 @@ def table(result):
             for k in (key if isinstance(key, tuple) else (key,)):
                 value = value.get(k) if isinstance(value, dict) else None
             cells.append("-" if value is None else fmt.format(value))
+        if key[0] == "visible" and all(c == "-" for c in cells):
+            continue  # judged without --visible-views
         lines.append(label.ljust(20) + "".join(c.rjust(20) for c in cells))
     for n in names:
         if "error" in result["glbs"][n]:
@@ -395,6 +451,9 @@ def main():
     ap.add_argument("--view-size", type=int, default=512)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-views", action="store_true")
+    ap.add_argument("--visible-views", type=int, default=0,
+                    help="also judge the surface seen from outside, from this many directions")
+    ap.add_argument("--visible-resolution", type=int, default=2048)
     args = ap.parse_args()
     glbs = []
     for item in args.glb:
@@ -403,7 +462,8 @@ def main():
             ap.error(f"--glb {item!r}: expected NAME=PATH")
         glbs.append((name, path))
     result = judge(args.case, glbs, args.out, args.target_faces, args.samples,
-                   args.texture_samples, args.view_size, args.seed, not args.no_views)
+                   args.texture_samples, args.view_size, args.seed, not args.no_views,
+                   args.visible_views, args.visible_resolution)
     print(table(result))
     return 0
 
