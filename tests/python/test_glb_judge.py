@@ -179,6 +179,23 @@ def test_correct_glb_scores_near_zero(work, good):
         assert json.load(fh)["glbs"]["good"]["faces"] == len(work["f"])
 
 
+def test_visible_figures_are_reported_and_as_good_as_the_whole(work, good):
+    # A correct GLB of the case: over whatever share of it is seen from outside, the texture
+    # and distance figures stay as near zero as over the whole surface.
+    result = judge.judge(work["case"], [("good", good["path"])], str(work["root"] / "out_vis"),
+                         samples=20_000, texture_samples=10_000, render=False,
+                         visible_views=16, visible_resolution=256)
+    r = result["glbs"]["good"]
+    v = r["visible"]
+    assert v["views"] == 16 and v["resolution"] == 256 and v["seconds"] >= 0
+    assert 0.0 < v["glb_area_share"] <= 1.0 and 0.0 < v["input_sample_share"] <= 1.0
+    assert 0 < v["texture_samples"] <= r["texture_samples"]
+    for channel in ("r", "g", "b"):
+        assert v["texture_mae"][channel] < 0.004
+    assert v["chamfer"] < 1e-6
+    assert "visible area share" in judge.table(result)
+
+
 def test_target_faces_exceeded(work, good):
     r = run_judge(work, "target", good["path"], target_faces=100)
     assert r["faces_within_target"] is False
