@@ -72,7 +72,9 @@ bool shelf_pack(const std::vector<Chart>& charts, const std::vector<int32_t>& or
 
 // A chart's footprint at a scale: per texel column of its margin box, the lowest and highest
 // texel row its geometry plus margin reaches (from each face's bounding box: faces are a few
-// texels across, so the profile is close). lo > hi marks an empty column.
+// texels across, so the profile is close), and the free runs between (holes: a window in a
+// wall, the inside of a bent strip), which take other charts as the skyline's gaps do
+// (Skyline::place). lo > hi marks an empty column.
 struct Profile {
   int32_t w = 0;
   std::vector<double> lo, hi;
@@ -81,6 +83,10 @@ struct Profile {
   // gap_height()'s order of asking, as indices into `tallest`: the anchor first, then the
   // bands that last refused (they are likely to refuse at the next position too).
   mutable std::vector<int32_t> ask;
+  // Column j's holes: hole_lo/hole_hi[hole_at[j] .. hole_at[j + 1]), rising, each at least
+  // the padding + 1 tall (what two bands must leave between them anyway). Empty when none.
+  std::vector<int32_t> hole_at;
+  std::vector<double> hole_lo, hole_hi;
 };
 
 // A chart vertex's coordinates after `turns` quarter turns, in the turned chart's own box
@@ -95,26 +101,62 @@ std::array<double, 2> turned_xy(const Chart& c, int32_t v, int turns) {
   }
 }
 
-Profile profile_of(const Chart& c, double scale, int32_t padding, int turns) {
+// Charts smaller than this many texels on a side get no holes: nothing fits in theirs.
+constexpr int32_t kHoleChartSide = 12;
+
+// Per column, the rows that no face's band meets, inside the column's band, as holes of at
+// least min_gap rows (whole rows: a band marks every row it touches, so a hole is free).
+void find_holes(Profile& p, const std::vector<uint8_t>& used, int32_t rows, double min_gap) {
+  p.hole_at.assign(p.w + 1, 0);
+  for (int32_t j = 0; j < p.w; ++j) {
+    p.hole_at[j] = static_cast<int32_t>(p.hole_lo.size());
+    if (!(p.lo[j] <= p.hi[j])) continue;
+    const uint8_t* col = used.data() + static_cast<size_t>(j) * rows;
+    const int32_t r_end = std::min(rows, static_cast<int32_t>(std::ceil(p.hi[j])));
+    for (int32_t r = std::max(0, static_cast<int32_t>(std::floor(p.lo[j]))); r < r_end;) {
+      if (col[r]) {
+        ++r;
+        continue;
+      }
+      int32_t e = r;
+      while (e < r_end && !col[e]) ++e;
+      if (e < r_end && e - r >= min_gap) p.hole_lo.push_back(r), p.hole_hi.push_back(e);
+      r = e;
+    }
+  }
+  p.hole_at[p.w] = static_cast<int32_t>(p.hole_lo.size());
+}
+
+Profile profile_of(const Chart& c, double scale, int32_t padding, int turns,
+                   std::vector<uint8_t>& used) {
   const double m = margin_of(padding);
   Profile p;
   p.w = box_side(turns & 1 ? c.h : c.w, scale, padding);
   p.lo.assign(p.w, INFINITY);
   p.hi.assign(p.w, -INFINITY);
+  const int32_t rows = box_side(turns & 1 ? c.w : c.h, scale, padding);
+  const bool holes = p.w >= kHoleChartSide && rows >= kHoleChartSide;
+  if (holes) used.assign(static_cast<size_t>(p.w) * rows, 0);
   for (size_t f = 0; f < c.faces.size(); ++f) {
     double x0 = INFINITY, x1 = -INFINITY, y0 = INFINITY, y1 = -INFINITY;
     for (int k = 0; k < 3; ++k) {
-      const int32_t v = c.corners[3 * f + k];
-      const auto [x, y] = turned_xy(c, v, turns);
+      const auto [x, y] = turned_xy(c, c.corners[3 * f + k], turns);
       x0 = std::min(x0, x), x1 = std::max(x1, x), y0 = std::min(y0, y), y1 = std::max(y1, y);
     }
     const int32_t j0 = std::max(0, static_cast<int32_t>(std::floor(scale * x0)));
     const int32_t j1 = std::min(p.w - 1, static_cast<int32_t>(std::ceil(scale * x1 + 2 * m)) - 1);
+    const double a = scale * y0, b = scale * y1 + 2 * m;
     for (int32_t j = j0; j <= j1; ++j) {
-      p.lo[j] = std::min(p.lo[j], scale * y0);
-      p.hi[j] = std::max(p.hi[j], scale * y1 + 2 * m);
+      p.lo[j] = std::min(p.lo[j], a);
+      p.hi[j] = std::max(p.hi[j], b);
     }
+    if (!holes) continue;
+    const int32_t r0 = std::max(0, static_cast<int32_t>(std::floor(a)));
+    const int32_t r1 = std::min(rows, static_cast<int32_t>(std::ceil(b)));
+    for (int32_t j = j0; j <= j1 && r1 > r0; ++j)
+      std::fill_n(used.data() + static_cast<size_t>(j) * rows + r0, r1 - r0, 1);
   }
+  if (holes) find_holes(p, used, rows, 2 * m);
   for (int32_t j = 0; j < p.w; ++j)
     if (p.lo[j] <= p.hi[j]) {
       p.top = std::max(p.top, p.hi[j]);
@@ -233,34 +275,37 @@ class Skyline {
     return true;
   }
 
+  // The chart's band goes above the skyline or into the gap that holds it, and its holes
+  // become gaps of their own.
   void place(const Profile& p, int32_t x, double y) {
+    const bool any_holes = !p.hole_at.empty();
     for (int32_t j = 0; j < p.w; ++j) {
       if (!(p.lo[j] <= p.hi[j])) continue;
       const int32_t c = x + j;
       const double a = y + p.lo[j], b = y + p.hi[j];
+      const int32_t h0 = any_holes ? p.hole_at[j] : 0, h1 = any_holes ? p.hole_at[j + 1] : 0;
       std::vector<Gap>& gs = gaps_[c];
       if (a >= sky_[c] - kTouch) {  // above the skyline: every gap is below, in order
-        if (a - sky_[c] >= min_gap_) {
-          gs.push_back({sky_[c], a});
-          tallest_gap_[c] = std::max(tallest_gap_[c], a - sky_[c]);
-          gap_top_[c] = a;
-        }
+        if (a - sky_[c] >= min_gap_) add_gap(c, gs.end(), {sky_[c], a});
+        for (int32_t h = h0; h < h1; ++h)
+          add_gap(c, gs.end(), {y + p.hole_lo[h], y + p.hole_hi[h]});
         sky_[c] = std::max(sky_[c], b);
         continue;
       }
       const auto k = containing(gs, a, b);
       if (k == gs.end()) continue;  // cannot be: gap_height() found the gap
       const Gap g = *k;
-      const auto at = gs.erase(k);
-      Gap pieces[2];
-      int n = 0;
-      if (a - g.lo >= min_gap_) pieces[n++] = {g.lo, a};
-      if (g.hi - b >= min_gap_) pieces[n++] = {b, g.hi};
-      gs.insert(at, pieces, pieces + n);
+      auto at = gs.erase(k);
+      std::vector<Gap>& pieces = pieces_;
+      pieces.clear();
+      if (a - g.lo >= min_gap_) pieces.push_back({g.lo, a});
+      for (int32_t h = h0; h < h1; ++h) pieces.push_back({y + p.hole_lo[h], y + p.hole_hi[h]});
+      if (g.hi - b >= min_gap_) pieces.push_back({b, g.hi});
+      gs.insert(at, pieces.begin(), pieces.end());
       gap_top_[c] = gs.empty() ? -INFINITY : gs.back().hi;
       if (g.hi - g.lo >= tallest_gap_[c] - kTouch) {  // it may have been the tallest
         tallest_gap_[c] = 0;
-        for (const Gap& h : gs) tallest_gap_[c] = std::max(tallest_gap_[c], h.hi - h.lo);
+        for (const Gap& e : gs) tallest_gap_[c] = std::max(tallest_gap_[c], e.hi - e.lo);
       }
     }
   }
@@ -270,6 +315,14 @@ class Skyline {
     double lo, hi;
   };
   static constexpr double kTouch = 1e-9;  // texels: bands that touch do not overlap
+
+  // A gap of column c inserted at `at` (the caller keeps the gaps in rising order).
+  void add_gap(int32_t c, std::vector<Gap>::iterator at, Gap g) {
+    const bool last = at == gaps_[c].end();
+    gaps_[c].insert(at, g);
+    tallest_gap_[c] = std::max(tallest_gap_[c], g.hi - g.lo);
+    if (last) gap_top_[c] = g.hi;
+  }
 
   // The gap of a column (disjoint, in rising order) that holds [a, b], or end().
   static std::vector<Gap>::const_iterator containing(const std::vector<Gap>& gs, double a,
@@ -315,6 +368,7 @@ class Skyline {
   std::vector<double> gap_top_;      // per column: the top of its highest gap (-inf: none)
   std::vector<std::vector<Gap>> gaps_;
   mutable std::vector<double> holds_;  // gap_height()'s per-band answers (a scratch array)
+  std::vector<Gap> pieces_;            // place()'s scratch array
 };
 
 // False when some chart does not fit; also, with `given_up` set, as soon as `fitted` (when
@@ -325,6 +379,7 @@ bool skyline_pack(const std::vector<Chart>& charts, const std::vector<int32_t>& 
                   bool& given_up) {
   out.assign(charts.size(), Placement{});
   Skyline sky(size, 2 * margin_of(padding), reference);
+  std::vector<uint8_t> used;  // profile_of()'s scratch bitmap
   given_up = false;
   for (int32_t i : order) {
     if (fitted != nullptr && fitted->load(std::memory_order_relaxed) > rank) {
@@ -336,7 +391,7 @@ bool skyline_pack(const std::vector<Chart>& charts, const std::vector<int32_t>& 
     Placement gap_at, sky_at;
     Profile gap_p, sky_p;
     for (int turns = 0; turns < kTurns; ++turns) {
-      Profile p = profile_of(charts[i], scale, padding, turns);
+      Profile p = profile_of(charts[i], scale, padding, turns, used);
       if (p.w > size || p.top > size) return false;
       // Columns in steps of a sixteenth of the chart (and the last column that fits): the
       // search stays near linear in the texture's side per chart (1/8: 3% less of the texture

@@ -618,6 +618,172 @@ TEST(MeshAtlasPlanar, TriesGivenUpLeaveThePackingAsItWas) {
   EXPECT_LT(fast_ended, reference_ended);
 }
 
+// A chart of `tris` triangles given as xy corner triples (world units), its box's corner at
+// the origin.
+atlas::Chart chart_of(const std::vector<std::array<double, 6>>& tris) {
+  atlas::Chart c;
+  for (const auto& t : tris) {
+    c.faces.push_back(static_cast<int32_t>(c.faces.size()));
+    for (int k = 0; k < 3; ++k) {
+      c.corners.push_back(static_cast<int32_t>(c.verts.size()));
+      c.verts.push_back(static_cast<int32_t>(c.verts.size()));
+      c.xy.insert(c.xy.end(), {t[2 * k], t[2 * k + 1]});
+      c.w = std::max(c.w, t[2 * k]), c.h = std::max(c.h, t[2 * k + 1]);
+    }
+    c.area += 0.5 * std::abs((t[2] - t[0]) * (t[5] - t[1]) - (t[4] - t[0]) * (t[3] - t[1]));
+  }
+  return c;
+}
+
+// A square frame of side s around a square hole of side s - 2 * rim, in eight triangles.
+atlas::Chart frame(double s, double rim) {
+  const double o[4][2] = {{0, 0}, {s, 0}, {s, s}, {0, s}};
+  const double i[4][2] = {{rim, rim}, {s - rim, rim}, {s - rim, s - rim}, {rim, s - rim}};
+  std::vector<std::array<double, 6>> tris;
+  for (int k = 0; k < 4; ++k) {
+    const int n = (k + 1) % 4;
+    tris.push_back({o[k][0], o[k][1], o[n][0], o[n][1], i[n][0], i[n][1]});
+    tris.push_back({o[k][0], o[k][1], i[n][0], i[n][1], i[k][0], i[k][1]});
+  }
+  return chart_of(tris);
+}
+
+// The smallest Chebyshev (max-norm) distance between two triangles of texel coordinates
+// (corners x0 y0 x1 y1 x2 y2): at a corner of one against an edge of the other, unless edges
+// cross or a corner lies inside the other triangle (0). Over a segment the max-norm distance
+// to a point is convex in the segment's parameter, so a ternary search finds its least.
+double chebyshev(const std::array<double, 6>& a, const std::array<double, 6>& b) {
+  auto point_segment = [](double px, double py, const double* s) {
+    auto at = [&](double t) {
+      return std::max(std::abs(px - (s[0] + t * (s[2] - s[0]))),
+                      std::abs(py - (s[1] + t * (s[3] - s[1]))));
+    };
+    double lo = 0, hi = 1;
+    for (int it = 0; it < 100; ++it) {
+      const double m1 = lo + (hi - lo) / 3, m2 = hi - (hi - lo) / 3;
+      (at(m1) < at(m2) ? hi : lo) = (at(m1) < at(m2) ? m2 : m1);
+    }
+    return std::min({at(lo), at(0), at(1)});
+  };
+  auto side = [](const double* s, double x, double y) {
+    return (s[2] - s[0]) * (y - s[1]) - (s[3] - s[1]) * (x - s[0]);
+  };
+  auto cross = [&](const double* p, const double* q) {  // do segments p and q cross inside?
+    return side(p, q[0], q[1]) * side(p, q[2], q[3]) < 0 &&
+           side(q, p[0], p[1]) * side(q, p[2], p[3]) < 0;
+  };
+  auto inside = [&](const std::array<double, 6>& t, double x, double y) {
+    double s3[3];
+    for (int e = 0; e < 3; ++e) {
+      const int n = (e + 1) % 3;
+      const double seg[4] = {t[2 * e], t[2 * e + 1], t[2 * n], t[2 * n + 1]};
+      s3[e] = side(seg, x, y);
+    }
+    return (s3[0] > 0 && s3[1] > 0 && s3[2] > 0) || (s3[0] < 0 && s3[1] < 0 && s3[2] < 0);
+  };
+  for (int k = 0; k < 3; ++k)
+    if (inside(a, b[2 * k], b[2 * k + 1]) || inside(b, a[2 * k], a[2 * k + 1])) return 0;
+  double best = INFINITY;
+  for (int e = 0; e < 3; ++e) {
+    const int n = (e + 1) % 3;
+    const double ea[4] = {a[2 * e], a[2 * e + 1], a[2 * n], a[2 * n + 1]};
+    const double eb[4] = {b[2 * e], b[2 * e + 1], b[2 * n], b[2 * n + 1]};
+    for (int k = 0; k < 3; ++k) {
+      best = std::min(best, point_segment(b[2 * k], b[2 * k + 1], ea));
+      best = std::min(best, point_segment(a[2 * k], a[2 * k + 1], eb));
+    }
+    for (int f = 0; f < 3; ++f) {
+      const int g = (f + 1) % 3;
+      const double fb[4] = {b[2 * f], b[2 * f + 1], b[2 * g], b[2 * g + 1]};
+      if (cross(ea, fb)) return 0;
+    }
+  }
+  return best;
+}
+
+// Each chart's triangles in texels, as pack() placed them.
+std::vector<std::vector<std::array<double, 6>>> placed_triangles(
+    const std::vector<atlas::Chart>& charts, const std::vector<atlas::Placement>& at,
+    double scale, int32_t size, int32_t padding) {
+  std::vector<std::vector<std::array<double, 6>>> out(charts.size());
+  for (size_t c = 0; c < charts.size(); ++c) {
+    const std::vector<float> uv = atlas::chart_uvs(charts[c], at[c], scale, size, padding);
+    for (size_t f = 0; f < charts[c].faces.size(); ++f) {
+      std::array<double, 6> t{};
+      for (int k = 0; k < 3; ++k) {
+        const int32_t v = charts[c].corners[3 * f + k];
+        t[2 * k] = double(uv[2 * v]) * size, t[2 * k + 1] = double(uv[2 * v + 1]) * size;
+      }
+      out[c].push_back(t);
+    }
+  }
+  return out;
+}
+
+// The packing's promise: two charts' geometry at least padding + 1 texels apart (max norm),
+// so bilinear lookups and the bake's dilation never mix them; with holes in charts (frames)
+// that take other charts, ragged triangles whose column profiles are clipped to each column,
+// odd sizes and both paddings used.
+TEST(MeshAtlasPlanar, PackedChartsStayTheirMarginApart) {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  std::vector<atlas::Chart> charts;
+  for (int i = 0; i < 7; ++i) charts.push_back(frame(0.2 + 0.1 * u(rng), 0.02 + 0.03 * u(rng)));
+  for (int i = 0; i < 150; ++i) {  // fans of 1-5 thin, turned triangles
+    std::vector<std::array<double, 6>> tris;
+    const int n = 1 + i % 5;
+    const double r = 0.01 + 0.05 * u(rng);
+    for (int k = 0; k < n; ++k) {
+      const double a0 = 0.9 * k + u(rng), a1 = a0 + 0.3 + 0.6 * u(rng);
+      tris.push_back({r, r, r + r * std::cos(a0), r + r * std::sin(a0), r + r * std::cos(a1),
+                      r + r * std::sin(a1)});
+    }
+    charts.push_back(chart_of(tris));
+  }
+  for (atlas::Chart& c : charts) {  // the box's corner at the origin, as the atlas makes them
+    double x0 = INFINITY, y0 = INFINITY;
+    for (size_t k = 0; k < c.xy.size(); k += 2)
+      x0 = std::min(x0, c.xy[k]), y0 = std::min(y0, c.xy[k + 1]);
+    c.w = c.h = 0;
+    for (size_t k = 0; k < c.xy.size(); k += 2) {
+      c.xy[k] -= x0, c.xy[k + 1] -= y0;
+      c.w = std::max(c.w, c.xy[k]), c.h = std::max(c.h, c.xy[k + 1]);
+    }
+  }
+  for (int32_t padding : {1, 2}) {
+    const int32_t size = 301 + 2 * padding;
+    std::vector<atlas::Placement> at;
+    const double scale = atlas::pack(charts, size, padding, false, at);
+    const auto tris = placed_triangles(charts, at, scale, size, padding);
+    int in_frames = 0;
+    double closest = INFINITY;
+    auto apart = [&](const std::array<double, 6>& p, const std::array<double, 6>& q) {
+      for (int d = 0; d < 2; ++d) {  // boxes farther apart than the margin on some axis
+        const double p0 = std::min({p[d], p[2 + d], p[4 + d]});
+        const double p1 = std::max({p[d], p[2 + d], p[4 + d]});
+        const double q0 = std::min({q[d], q[2 + d], q[4 + d]});
+        const double q1 = std::max({q[d], q[2 + d], q[4 + d]});
+        if (q0 - p1 > padding + 1 || p0 - q1 > padding + 1) return true;
+      }
+      return false;
+    };
+    for (size_t a = 0; a < charts.size(); ++a)
+      for (size_t b = a + 1; b < charts.size(); ++b)
+        for (const auto& ta : tris[a])
+          for (const auto& tb : tris[b])
+            if (!apart(ta, tb)) closest = std::min(closest, chebyshev(ta, tb));
+    for (size_t c = 7; c < charts.size(); ++c)  // a small chart inside some frame's box
+      for (size_t f = 0; f < 7; ++f)
+        if (at[c].x > at[f].x && at[c].x < at[f].x + scale * charts[f].w &&
+            at[c].y > at[f].y && at[c].y < at[f].y + scale * charts[f].h) {
+          ++in_frames;
+          break;
+        }
+    EXPECT_GE(closest, padding + 1 - 1e-3) << "padding " << padding;  // float UVs
+    EXPECT_GT(in_frames, 10) << "padding " << padding;
+  }
+}
+
 TEST(MeshAtlasPlanar, TooManyChartsForTheTexture) {
   // Twenty separate cubes make twenty charts at least; boxes of at least 2 x 2 texels
   // (padding 1) fit an 8 x 8 texture sixteen times.
