@@ -127,16 +127,12 @@ void find_holes(Profile& p, const std::vector<uint8_t>& used, int32_t rows, doub
   p.hole_at[p.w] = static_cast<int32_t>(p.hole_lo.size());
 }
 
-Profile profile_of(const Chart& c, double scale, int32_t padding, int turns,
-                   std::vector<uint8_t>& used) {
+Profile profile_of(const Chart& c, double scale, int32_t padding, int turns) {
   const double m = margin_of(padding);
   Profile p;
   p.w = box_side(turns & 1 ? c.h : c.w, scale, padding);
   p.lo.assign(p.w, INFINITY);
   p.hi.assign(p.w, -INFINITY);
-  const int32_t rows = box_side(turns & 1 ? c.w : c.h, scale, padding);
-  const bool holes = p.w >= kHoleChartSide && rows >= kHoleChartSide;
-  if (holes) used.assign(static_cast<size_t>(p.w) * rows, 0);
   for (size_t f = 0; f < c.faces.size(); ++f) {
     double x0 = INFINITY, x1 = -INFINITY, y0 = INFINITY, y1 = -INFINITY;
     for (int k = 0; k < 3; ++k) {
@@ -145,18 +141,11 @@ Profile profile_of(const Chart& c, double scale, int32_t padding, int turns,
     }
     const int32_t j0 = std::max(0, static_cast<int32_t>(std::floor(scale * x0)));
     const int32_t j1 = std::min(p.w - 1, static_cast<int32_t>(std::ceil(scale * x1 + 2 * m)) - 1);
-    const double a = scale * y0, b = scale * y1 + 2 * m;
     for (int32_t j = j0; j <= j1; ++j) {
-      p.lo[j] = std::min(p.lo[j], a);
-      p.hi[j] = std::max(p.hi[j], b);
+      p.lo[j] = std::min(p.lo[j], scale * y0);
+      p.hi[j] = std::max(p.hi[j], scale * y1 + 2 * m);
     }
-    if (!holes) continue;
-    const int32_t r0 = std::max(0, static_cast<int32_t>(std::floor(a)));
-    const int32_t r1 = std::min(rows, static_cast<int32_t>(std::ceil(b)));
-    for (int32_t j = j0; j <= j1 && r1 > r0; ++j)
-      std::fill_n(used.data() + static_cast<size_t>(j) * rows + r0, r1 - r0, 1);
   }
-  if (holes) find_holes(p, used, rows, 2 * m);
   for (int32_t j = 0; j < p.w; ++j)
     if (p.lo[j] <= p.hi[j]) {
       p.top = std::max(p.top, p.hi[j]);
@@ -169,6 +158,31 @@ Profile profile_of(const Chart& c, double scale, int32_t padding, int turns,
   p.ask.resize(p.tallest.size());
   std::iota(p.ask.begin(), p.ask.end(), 0);
   return p;
+}
+
+// The holes of the profile that profile_of(c, scale, padding, turns) made, found only for the
+// orientation a chart is placed in (half the work of finding them for every one tried): each
+// face's band marks the rows it touches in a bitmap of the margin box, as in profile_of.
+void add_holes(Profile& p, const Chart& c, double scale, int32_t padding, int turns,
+               std::vector<uint8_t>& used) {
+  const int32_t rows = box_side(turns & 1 ? c.w : c.h, scale, padding);
+  if (p.w < kHoleChartSide || rows < kHoleChartSide) return;
+  const double m = margin_of(padding);
+  used.assign(static_cast<size_t>(p.w) * rows, 0);
+  for (size_t f = 0; f < c.faces.size(); ++f) {
+    double x0 = INFINITY, x1 = -INFINITY, y0 = INFINITY, y1 = -INFINITY;
+    for (int k = 0; k < 3; ++k) {
+      const auto [x, y] = turned_xy(c, c.corners[3 * f + k], turns);
+      x0 = std::min(x0, x), x1 = std::max(x1, x), y0 = std::min(y0, y), y1 = std::max(y1, y);
+    }
+    const int32_t j0 = std::max(0, static_cast<int32_t>(std::floor(scale * x0)));
+    const int32_t j1 = std::min(p.w - 1, static_cast<int32_t>(std::ceil(scale * x1 + 2 * m)) - 1);
+    const int32_t r0 = std::max(0, static_cast<int32_t>(std::floor(scale * y0)));
+    const int32_t r1 = std::min(rows, static_cast<int32_t>(std::ceil(scale * y1 + 2 * m)));
+    for (int32_t j = j0; j <= j1 && r1 > r0; ++j)
+      std::fill_n(used.data() + static_cast<size_t>(j) * rows + r0, r1 - r0, 1);
+  }
+  find_holes(p, used, rows, 2 * m);
 }
 
 // The packing's state: per texel column, the skyline (the height below which the column is
@@ -379,7 +393,7 @@ bool skyline_pack(const std::vector<Chart>& charts, const std::vector<int32_t>& 
                   bool& given_up) {
   out.assign(charts.size(), Placement{});
   Skyline sky(size, 2 * margin_of(padding), reference);
-  std::vector<uint8_t> used;  // profile_of()'s scratch bitmap
+  std::vector<uint8_t> used;  // add_holes()'s scratch bitmap
   given_up = false;
   for (int32_t i : order) {
     if (fitted != nullptr && fitted->load(std::memory_order_relaxed) > rank) {
@@ -391,7 +405,7 @@ bool skyline_pack(const std::vector<Chart>& charts, const std::vector<int32_t>& 
     Placement gap_at, sky_at;
     Profile gap_p, sky_p;
     for (int turns = 0; turns < kTurns; ++turns) {
-      Profile p = profile_of(charts[i], scale, padding, turns, used);
+      Profile p = profile_of(charts[i], scale, padding, turns);
       if (p.w > size || p.top > size) return false;
       // Columns in steps of a sixteenth of the chart (and the last column that fits): the
       // search stays near linear in the texture's side per chart (1/8: 3% less of the texture
@@ -428,7 +442,9 @@ bool skyline_pack(const std::vector<Chart>& charts, const std::vector<int32_t>& 
     const bool in_gap = best_gap < INFINITY;
     if (!in_gap && best_sky == INFINITY) return false;
     const Placement& at = in_gap ? gap_at : sky_at;
-    sky.place(in_gap ? gap_p : sky_p, static_cast<int32_t>(at.x), at.y);
+    Profile& chosen = in_gap ? gap_p : sky_p;
+    add_holes(chosen, charts[i], scale, padding, at.turns, used);
+    sky.place(chosen, static_cast<int32_t>(at.x), at.y);
     out[i] = at;
   }
   return true;
