@@ -127,6 +127,24 @@ void find_holes(Profile& p, const std::vector<uint8_t>& used, int32_t rows, doub
   p.hole_at[p.w] = static_cast<int32_t>(p.hole_lo.size());
 }
 
+// Face f's footprint in the turned chart's margin box at a scale: the columns j0..j1 its
+// bounding box and margin reach (clamped to the box's w columns) and the rows lo..hi there.
+struct FaceBand {
+  int32_t j0, j1;
+  double lo, hi;
+};
+
+FaceBand face_band(const Chart& c, size_t f, int turns, double scale, double m, int32_t w) {
+  double x0 = INFINITY, x1 = -INFINITY, y0 = INFINITY, y1 = -INFINITY;
+  for (int k = 0; k < 3; ++k) {
+    const auto [x, y] = turned_xy(c, c.corners[3 * f + k], turns);
+    x0 = std::min(x0, x), x1 = std::max(x1, x), y0 = std::min(y0, y), y1 = std::max(y1, y);
+  }
+  return {std::max(0, static_cast<int32_t>(std::floor(scale * x0))),
+          std::min(w - 1, static_cast<int32_t>(std::ceil(scale * x1 + 2 * m)) - 1), scale * y0,
+          scale * y1 + 2 * m};
+}
+
 Profile profile_of(const Chart& c, double scale, int32_t padding, int turns) {
   const double m = margin_of(padding);
   Profile p;
@@ -134,16 +152,10 @@ Profile profile_of(const Chart& c, double scale, int32_t padding, int turns) {
   p.lo.assign(p.w, INFINITY);
   p.hi.assign(p.w, -INFINITY);
   for (size_t f = 0; f < c.faces.size(); ++f) {
-    double x0 = INFINITY, x1 = -INFINITY, y0 = INFINITY, y1 = -INFINITY;
-    for (int k = 0; k < 3; ++k) {
-      const auto [x, y] = turned_xy(c, c.corners[3 * f + k], turns);
-      x0 = std::min(x0, x), x1 = std::max(x1, x), y0 = std::min(y0, y), y1 = std::max(y1, y);
-    }
-    const int32_t j0 = std::max(0, static_cast<int32_t>(std::floor(scale * x0)));
-    const int32_t j1 = std::min(p.w - 1, static_cast<int32_t>(std::ceil(scale * x1 + 2 * m)) - 1);
-    for (int32_t j = j0; j <= j1; ++j) {
-      p.lo[j] = std::min(p.lo[j], scale * y0);
-      p.hi[j] = std::max(p.hi[j], scale * y1 + 2 * m);
+    const FaceBand b = face_band(c, f, turns, scale, m, p.w);
+    for (int32_t j = b.j0; j <= b.j1; ++j) {
+      p.lo[j] = std::min(p.lo[j], b.lo);
+      p.hi[j] = std::max(p.hi[j], b.hi);
     }
   }
   for (int32_t j = 0; j < p.w; ++j)
@@ -170,16 +182,10 @@ void add_holes(Profile& p, const Chart& c, double scale, int32_t padding, int tu
   const double m = margin_of(padding);
   used.assign(static_cast<size_t>(p.w) * rows, 0);
   for (size_t f = 0; f < c.faces.size(); ++f) {
-    double x0 = INFINITY, x1 = -INFINITY, y0 = INFINITY, y1 = -INFINITY;
-    for (int k = 0; k < 3; ++k) {
-      const auto [x, y] = turned_xy(c, c.corners[3 * f + k], turns);
-      x0 = std::min(x0, x), x1 = std::max(x1, x), y0 = std::min(y0, y), y1 = std::max(y1, y);
-    }
-    const int32_t j0 = std::max(0, static_cast<int32_t>(std::floor(scale * x0)));
-    const int32_t j1 = std::min(p.w - 1, static_cast<int32_t>(std::ceil(scale * x1 + 2 * m)) - 1);
-    const int32_t r0 = std::max(0, static_cast<int32_t>(std::floor(scale * y0)));
-    const int32_t r1 = std::min(rows, static_cast<int32_t>(std::ceil(scale * y1 + 2 * m)));
-    for (int32_t j = j0; j <= j1 && r1 > r0; ++j)
+    const FaceBand b = face_band(c, f, turns, scale, m, p.w);
+    const int32_t r0 = std::max(0, static_cast<int32_t>(std::floor(b.lo)));
+    const int32_t r1 = std::min(rows, static_cast<int32_t>(std::ceil(b.hi)));
+    for (int32_t j = b.j0; j <= b.j1 && r1 > r0; ++j)
       std::fill_n(used.data() + static_cast<size_t>(j) * rows + r0, r1 - r0, 1);
   }
   find_holes(p, used, rows, 2 * m);
