@@ -406,6 +406,26 @@ double distance2_to_triangle(const double u[3], const double v[3], double px, do
   return best;
 }
 
+// Max-norm (Chebyshev) distance from (px, py) to the triangle (u, v): the half side of the
+// smallest square centred there that touches it. Along an edge the distance is convex and
+// piecewise linear in the edge's parameter, so its least value is at an end or where the two
+// coordinates' offsets are equal in size.
+double chebyshev_to_triangle(const double u[3], const double v[3], double px, double py) {
+  if (distance2_to_triangle(u, v, px, py) == 0) return 0;
+  double best = INFINITY;
+  for (int k = 0; k < 3; ++k) {
+    const int j = (k + 1) % 3;
+    const double ax = u[k] - px, ay = v[k] - py, ex = u[j] - u[k], ey = v[j] - v[k];
+    const double ts[4] = {0, 1, ex != ey ? (ay - ax) / (ex - ey) : 0,
+                          ex != -ey ? -(ax + ay) / (ex + ey) : 0};
+    for (double t : ts) {
+      t = std::clamp(t, 0.0, 1.0);
+      best = std::min(best, std::max(std::abs(ax + t * ex), std::abs(ay + t * ey)));
+    }
+  }
+  return best;
+}
+
 void face_uv_texels(const UvMesh& m, int32_t f, int32_t S, double u[3], double v[3]) {
   for (int k = 0; k < 3; ++k) {
     u[k] = double(m.uvs[2 * m.faces[3 * int64_t(f) + k]]) * S;
@@ -432,8 +452,13 @@ int64_t dilate_raster(UvRaster& r, const UvMesh& m, int32_t radius) {
   // Per uncovered texel, the nearest (squared distance, face) packed so that the smaller key is
   // the nearer face, the lower index at equal distance: a minimum over all faces, so the result
   // does not depend on the order the threads visit them in. Nonnegative floats order as their
-  // bits do.
+  // bits do, and their top bit is free: it is set for a face whose triangle is 1 texel or more
+  // from the centre in max norm, so that a face that bilinear filtering reads the texel for (a
+  // point of it within 1 texel in both axes) comes first. The atlas keeps charts padding + 1 >= 2
+  // texels apart in max norm, so the texels read at any point of a chart are its own, even
+  // where another chart's corner is nearer in Euclidean distance.
   constexpr uint64_t kNone = ~uint64_t(0);
+  constexpr uint64_t kUnread = uint64_t(1) << 63;
   Unfilled<uint64_t> best(n);  // unwritten until the threads fill it
 #pragma omp parallel for schedule(static) if (n > kParallelMin)
   for (int64_t t = 0; t < n; ++t) best[t] = kNone;
@@ -457,8 +482,12 @@ int64_t dilate_raster(UvRaster& r, const UvMesh& m, int32_t radius) {
         if (r.face[t] >= 0) continue;
         const double d2 = distance2_to_triangle(u, v, x + 0.5, y + 0.5);
         if (!(d2 <= reach2)) continue;
-        const uint64_t key = (uint64_t(std::bit_cast<uint32_t>(static_cast<float>(d2))) << 32) |
-                             static_cast<uint32_t>(f);
+        // Max norm <= Euclidean <= sqrt(2) max norm: only 1 <= d2 < 2 needs the max norm.
+        const bool read = d2 < 1 || (d2 < 2 && chebyshev_to_triangle(u, v, x + 0.5, y + 0.5) < 1);
+        const uint64_t key =
+            (read ? 0 : kUnread) |
+            (uint64_t(std::bit_cast<uint32_t>(static_cast<float>(d2))) << 32) |
+            static_cast<uint32_t>(f);
         std::atomic_ref<uint64_t> slot(best[t]);
         uint64_t cur = slot.load(std::memory_order_relaxed);
         while (key < cur && !slot.compare_exchange_weak(cur, key, std::memory_order_relaxed)) {

@@ -25,8 +25,11 @@ UvRaster rasterize_uv(const UvMesh& m, int32_t size);
 
 // Gives each uncovered texel whose centre lies within `radius` texels of a face's UV triangle
 // the nearest such face (Euclidean distance to the triangle; ties to the lower face index),
-// with the barycentrics of its own centre in that face's UV triangle: outside [0, 1], the
-// face's plane continued past the chart's edge. The bake then gives the texels that bilinear
+// preferring faces less than 1 texel away in max norm: the faces at whose points bilinear
+// filtering reads the texel. Charts at least 2 texels apart in max norm (the atlas's padding
+// + 1) then read only their own texels, even past a corner where another chart's edge is
+// nearer in Euclidean distance. Each texel gets the barycentrics of its own centre in its
+// face's UV triangle: outside [0, 1], the face's plane continued past the chart's edge. The bake then gives the texels that bilinear
 // filtering reads just outside a chart the surface's own values there, not a fill. Measured
 // to the triangle, not to the nearest covered texel centre: a face too small to cover any
 // texel centre (a chart of a face or two) still gets the texels around it, where a covered

@@ -38,6 +38,23 @@ UvMesh random_grid_mesh(int faces, int size, int max_extent, uint32_t seed) {
   return m;
 }
 
+// `faces` small triangles (sides up to 3 texels) at random places off any grid, UVs for `size`.
+UvMesh random_scattered_mesh(int faces, int size, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> at(0.0f, float(size)), d(-1.5f, 1.5f);
+  UvMesh m;
+  for (int f = 0; f < faces; ++f) {
+    const float ax = at(rng), ay = at(rng);
+    for (int k = 0; k < 3; ++k) {
+      m.uvs.push_back((ax + d(rng)) / float(size));
+      m.uvs.push_back((ay + d(rng)) / float(size));
+      m.positions.insert(m.positions.end(), {float(f), float(k), 0});
+      m.faces.push_back(3 * f + k);
+    }
+  }
+  return m;
+}
+
 // Corners in half-texel units; is the texel centre (2c+1, 2r+1) nudged by (e, e^2) strictly
 // inside? The nudge is made exact by scaling: corners by 2^20, the centre moved by (2^10, 1).
 bool covers_nudged(const int64_t x[3], const int64_t y[3], int64_t cx, int64_t cy) {
@@ -313,20 +330,55 @@ double reference_distance2(const double u[3], const double v[3], double px, doub
   return best;
 }
 
+// Whether the closed square of half side h centred at (px, py) meets the triangle, the test's
+// own way: no separating axis among the square's two and the triangle's three edge normals.
+bool reference_square_meets(const double u[3], const double v[3], double px, double py,
+                            double h) {
+  if (std::max({u[0], u[1], u[2]}) < px - h || std::min({u[0], u[1], u[2]}) > px + h ||
+      std::max({v[0], v[1], v[2]}) < py - h || std::min({v[0], v[1], v[2]}) > py + h)
+    return false;
+  for (int i = 0; i < 3; ++i) {
+    const int j = (i + 1) % 3, k = (i + 2) % 3;
+    const double nx = v[j] - v[i], ny = u[i] - u[j];  // the edge's normal
+    const double side = nx * (u[k] - u[i]) + ny * (v[k] - v[i]);
+    if (side == 0) continue;  // a degenerate triangle: its edges' normals still separate
+    // The square's extent along the normal, against the edge's line.
+    const double centre = nx * (px - u[i]) + ny * (py - v[i]);
+    const double reach = h * (std::abs(nx) + std::abs(ny));
+    if (side > 0 ? centre + reach < 0 : centre - reach > 0) return false;
+  }
+  return true;
+}
+
+// Max-norm distance by bisection on the square's half side.
+double reference_chebyshev(const double u[3], const double v[3], double px, double py) {
+  double lo = 0, hi = 1e4;
+  for (int it = 0; it < 80; ++it) {
+    const double mid = 0.5 * (lo + hi);
+    (reference_square_meets(u, v, px, py, mid) ? hi : lo) = mid;
+  }
+  return hi;
+}
+
 // dilate_raster: every uncovered texel within the radius of a face's UV triangle (brute force
-// over all faces) gets the nearest face, and barycentrics that put its own centre back on
-// that face's plane in UV space; covered texels and farther ones are untouched.
+// over all faces) gets a face and barycentrics that put its own centre back on that face's
+// plane in UV space: the nearest face among those less than 1 texel away in max norm (whose
+// points bilinear filtering reads it for), the nearest of all where there is none. Covered
+// texels and farther ones are untouched.
 TEST(MeshBake, DilationExtendsTheNearestFace) {
-  const UvMesh m = random_grid_mesh(9, 37, 9, 1234u);
   const int size = 37;
-  for (int radius : {1, 2, 3}) {
+  // Large overlapping faces, and many small scattered ones (where the two rules differ).
+  for (const auto& [radius, m] : {std::pair{1, random_grid_mesh(9, 37, 9, 1234u)},
+                                  std::pair{2, random_grid_mesh(9, 37, 9, 1234u)},
+                                  std::pair{3, random_grid_mesh(9, 37, 9, 1234u)},
+                                  std::pair{2, random_scattered_mesh(60, 37, 77u)}}) {
     const UvRaster before = rasterize_uv(m, size);
     UvRaster r = before;
     r.bary.assign(r.bary.size(), std::nanf(""));  // poison: a texel given a face must be written
     for (size_t t = 0; t < before.face.size(); ++t)
       if (before.face[t] >= 0) r.bary[2 * t] = before.bary[2 * t], r.bary[2 * t + 1] = before.bary[2 * t + 1];
     const int64_t given = dilate_raster(r, m, radius);
-    int64_t counted = 0;
+    int64_t counted = 0, differs = 0;  // texels the max-norm rule decides
     for (int y = 0; y < size; ++y)
       for (int x = 0; x < size; ++x) {
         const int64_t t = int64_t(y) * size + x;
@@ -335,8 +387,10 @@ TEST(MeshBake, DilationExtendsTheNearestFace) {
           ASSERT_EQ(r.bary[2 * t], before.bary[2 * t]);
           continue;
         }
-        double best = 1e300;
+        double best = 1e300, best_read = 1e300;
+        bool unsure = false;  // a face within rounding of 1 texel in max norm
         std::vector<double> d(m.num_faces());
+        std::vector<char> read(m.num_faces());
         for (int64_t f = 0; f < m.num_faces(); ++f) {
           double u[3], v[3];
           for (int k = 0; k < 3; ++k) {
@@ -345,6 +399,10 @@ TEST(MeshBake, DilationExtendsTheNearestFace) {
           }
           d[f] = reference_distance2(u, v, x + 0.5, y + 0.5);
           best = std::min(best, d[f]);
+          const double cheb = reference_chebyshev(u, v, x + 0.5, y + 0.5);
+          unsure |= std::abs(cheb - 1) < 1e-6;
+          read[f] = cheb < 1;
+          if (read[f]) best_read = std::min(best_read, d[f]);
         }
         const double reach = double(radius) * radius;
         if (best > reach + 1e-6) {
@@ -357,7 +415,13 @@ TEST(MeshBake, DilationExtendsTheNearestFace) {
           continue;
         }
         ++counted;
-        ASSERT_LE(d[r.face[t]], best + 1e-5) << "texel " << t << " took a farther face";
+        if (best_read < 1e300 && !unsure) {
+          ASSERT_TRUE(read[r.face[t]]) << "texel " << t << " took a face no point of which reads it";
+          ASSERT_LE(d[r.face[t]], best_read + 1e-5) << "texel " << t << " took a farther face";
+        } else if (!unsure) {
+          ASSERT_LE(d[r.face[t]], best + 1e-5) << "texel " << t << " took a farther face";
+        }
+        differs += !unsure && best_read < 1e300 && best_read > best + 1e-9;
         const int32_t* tri = &m.faces[3 * r.face[t]];
         const double b1 = r.bary[2 * t], b2 = r.bary[2 * t + 1], b0 = 1 - b1 - b2;
         double area2 = 0;
@@ -371,12 +435,18 @@ TEST(MeshBake, DilationExtendsTheNearestFace) {
         for (int k = 0; k < 2; ++k) {
           const double got = (b0 * m.uvs[2 * tri[0] + k] + b1 * m.uvs[2 * tri[1] + k] +
                               b2 * m.uvs[2 * tri[2] + k]) * size;
-          ASSERT_NEAR(got, (k == 0 ? x : y) + 0.5, 1e-3) << "texel " << t;
+          // Barycentrics are floats: far past a sliver they are large, and so is their rounding.
+          const double tol = 1e-3 * std::max(1.0, std::abs(b0) + std::abs(b1) + std::abs(b2));
+          ASSERT_NEAR(got, (k == 0 ? x : y) + 0.5, tol) << "texel " << t;
         }
       }
     EXPECT_EQ(given, counted);
     EXPECT_GT(given, 0);
+    if (m.num_faces() > 9) {
+      EXPECT_GT(differs, 0) << "no texel here tells the two rules apart";
+    }
   }
+  const UvMesh m = random_grid_mesh(9, 37, 9, 1234u);
   UvRaster r = rasterize_uv(m, size);
   const UvRaster same = r;
   EXPECT_EQ(dilate_raster(r, m, 0), 0);
@@ -406,6 +476,31 @@ TEST(MeshBake, DilationGivesATinyFaceItsTexels) {
   EXPECT_EQ(r.face[8 * size + 10], 1);
   EXPECT_EQ(r.face[8 * size + 11], 1);
   EXPECT_EQ(r.face[9 * size + 10], 1);
+}
+
+// Two charts 2 texels apart in max norm, one's corner diagonally across from the other's
+// edge: the texel beyond the corner is nearer the edge in Euclidean distance (1.10 against
+// 1.27 texels), but bilinear filtering reads it only for points of the corner's chart.
+TEST(MeshBake, DilationGivesATexelToTheChartThatReadsIt) {
+  const int size = 16;
+  UvMesh m;
+  auto add = [&m, size](std::initializer_list<float> xy) {
+    const int32_t base = static_cast<int32_t>(m.uvs.size() / 2);
+    for (float c : xy) m.uvs.push_back(c / size);
+    for (int k = 0; k < 3; ++k) {
+      m.positions.insert(m.positions.end(), {float(base + k), 0, 0});
+      m.faces.push_back(base + k);
+    }
+  };
+  add({5.6f, 0.2f, 15.8f, 0.2f, 5.6f, 15.8f});  // face 0, its left edge at u = 5.6
+  add({0.2f, 0.2f, 3.6f, 0.2f, 3.6f, 3.6f});    // face 1, its corner at (3.6, 3.6)
+  UvRaster r = rasterize_uv(m, size);
+  const int64_t t = 4 * size + 4;  // centre (4.5, 4.5)
+  ASSERT_EQ(r.face[t], -1);
+  dilate_raster(r, m, 2);
+  EXPECT_EQ(r.face[t], 1);
+  // Beyond the corner's reach (centre (4.5, 5.5): 1.9 texels up from it) the nearer face.
+  EXPECT_EQ(r.face[5 * size + 4], 0);
 }
 
 TEST(MeshBake, ProjectsOntoTheSurface) {
