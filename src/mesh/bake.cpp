@@ -426,6 +426,25 @@ double chebyshev_to_triangle(const double u[3], const double v[3], double px, do
   return best;
 }
 
+// A face's claim on an uncovered texel centre (px, py), (squared distance, face) packed so that
+// the smaller key is the nearer face, the lower index at equal distance; kNone beyond reach.
+// Nonnegative floats order as their bits do, and their top bit is free: it is set (kUnread) for
+// a face 1 texel or more from the centre in max norm, so that a face that bilinear filtering
+// reads the texel for (a point of it within 1 texel in both axes) comes first. The atlas keeps
+// charts padding + 1 >= 2 texels apart in max norm, so the texels read at any point of a chart
+// are its own, even where another chart's corner is nearer in Euclidean distance.
+constexpr uint64_t kNone = ~uint64_t(0);
+constexpr uint64_t kUnread = uint64_t(1) << 63;
+uint64_t dilation_key(const double u[3], const double v[3], double px, double py, int32_t f,
+                      double reach2) {
+  const double d2 = distance2_to_triangle(u, v, px, py);
+  if (!(d2 <= reach2)) return kNone;
+  // Max norm <= Euclidean <= sqrt(2) max norm: only 1 <= d2 < 2 needs the max norm.
+  const bool read = d2 < 1 || (d2 < 2 && chebyshev_to_triangle(u, v, px, py) < 1);
+  return (read ? 0 : kUnread) | (uint64_t(std::bit_cast<uint32_t>(static_cast<float>(d2))) << 32) |
+         static_cast<uint32_t>(f);
+}
+
 void face_uv_texels(const UvMesh& m, int32_t f, int32_t S, double u[3], double v[3]) {
   for (int k = 0; k < 3; ++k) {
     u[k] = double(m.uvs[2 * m.faces[3 * int64_t(f) + k]]) * S;
@@ -449,16 +468,8 @@ int64_t dilate_raster(UvRaster& r, const UvMesh& m, int32_t radius) {
   for (int64_t t = 0; t < n; ++t) highest = std::max(highest, r.face[t]);
   S3D_CHECK(highest < m.num_faces(), "dilate_raster: the raster names face ", highest, " of ",
             m.num_faces());
-  // Per uncovered texel, the nearest (squared distance, face) packed so that the smaller key is
-  // the nearer face, the lower index at equal distance: a minimum over all faces, so the result
-  // does not depend on the order the threads visit them in. Nonnegative floats order as their
-  // bits do, and their top bit is free: it is set for a face whose triangle is 1 texel or more
-  // from the centre in max norm, so that a face that bilinear filtering reads the texel for (a
-  // point of it within 1 texel in both axes) comes first. The atlas keeps charts padding + 1 >= 2
-  // texels apart in max norm, so the texels read at any point of a chart are its own, even
-  // where another chart's corner is nearer in Euclidean distance.
-  constexpr uint64_t kNone = ~uint64_t(0);
-  constexpr uint64_t kUnread = uint64_t(1) << 63;
+  // Per uncovered texel, the least dilation_key over all faces: the result does not depend on
+  // the order the threads visit them in.
   Unfilled<uint64_t> best(n);  // unwritten until the threads fill it
 #pragma omp parallel for schedule(static) if (n > kParallelMin)
   for (int64_t t = 0; t < n; ++t) best[t] = kNone;
@@ -480,14 +491,8 @@ int64_t dilate_raster(UvRaster& r, const UvMesh& m, int32_t radius) {
       for (int32_t x = c0; x <= c1; ++x) {
         const int64_t t = int64_t(y) * S + x;
         if (r.face[t] >= 0) continue;
-        const double d2 = distance2_to_triangle(u, v, x + 0.5, y + 0.5);
-        if (!(d2 <= reach2)) continue;
-        // Max norm <= Euclidean <= sqrt(2) max norm: only 1 <= d2 < 2 needs the max norm.
-        const bool read = d2 < 1 || (d2 < 2 && chebyshev_to_triangle(u, v, x + 0.5, y + 0.5) < 1);
-        const uint64_t key =
-            (read ? 0 : kUnread) |
-            (uint64_t(std::bit_cast<uint32_t>(static_cast<float>(d2))) << 32) |
-            static_cast<uint32_t>(f);
+        const uint64_t key = dilation_key(u, v, x + 0.5, y + 0.5, static_cast<int32_t>(f), reach2);
+        if (key == kNone) continue;
         std::atomic_ref<uint64_t> slot(best[t]);
         uint64_t cur = slot.load(std::memory_order_relaxed);
         while (key < cur && !slot.compare_exchange_weak(cur, key, std::memory_order_relaxed)) {

@@ -29,12 +29,13 @@ UvRaster rasterize_uv(const UvMesh& m, int32_t size);
 // filtering reads the texel. Charts at least 2 texels apart in max norm (the atlas's padding
 // + 1) then read only their own texels, even past a corner where another chart's edge is
 // nearer in Euclidean distance. Each texel gets the barycentrics of its own centre in its
-// face's UV triangle: outside [0, 1], the face's plane continued past the chart's edge. The bake then gives the texels that bilinear
-// filtering reads just outside a chart the surface's own values there, not a fill. Measured
-// to the triangle, not to the nearest covered texel centre: a face too small to cover any
-// texel centre (a chart of a face or two) still gets the texels around it, where a covered
-// texel of another chart would otherwise lend them a colour from elsewhere on the surface.
-// Returns how many texels it gave a face. Covered texels are unchanged; radius 0 changes nothing.
+// face's UV triangle: outside [0, 1], the face's plane continued past the chart's edge. The
+// bake then gives the texels that bilinear filtering reads just outside a chart the surface's
+// own values there, not a fill. Measured to the triangle, not to the nearest covered texel
+// centre: a face too small to cover any texel centre (a chart of a face or two) still gets the
+// texels around it, where a covered texel of another chart would otherwise lend them a colour
+// from elsewhere on the surface. Returns how many texels it gave a face. Covered texels are
+// unchanged; radius 0 changes nothing.
 int64_t dilate_raster(UvRaster& raster, const UvMesh& m, int32_t radius);
 
 // The texel centres (row * size + column) the UV triangle (uv0, uv1, uv2) covers at `size`

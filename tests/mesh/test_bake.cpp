@@ -416,7 +416,7 @@ TEST(MeshBake, DilationExtendsTheNearestFace) {
         }
         ++counted;
         if (best_read < 1e300 && !unsure) {
-          ASSERT_TRUE(read[r.face[t]]) << "texel " << t << " took a face no point of which reads it";
+          ASSERT_TRUE(read[r.face[t]]) << "texel " << t << " took a face that does not read it";
           ASSERT_LE(d[r.face[t]], best_read + 1e-5) << "texel " << t << " took a farther face";
         } else if (!unsure) {
           ASSERT_LE(d[r.face[t]], best + 1e-5) << "texel " << t << " took a farther face";
