@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -454,21 +455,26 @@ TEST(MeshBake, DilationExtendsTheNearestFace) {
   EXPECT_ERROR(dilate_raster(r, m, -1), "radius");
 }
 
-// A face too small to cover a texel centre still owns the texels around it, even where a
-// large face's covered texels are as near as the old nearest-covered-texel rule would see.
-TEST(MeshBake, DilationGivesATinyFaceItsTexels) {
-  const int size = 16;
+// Triangles sharing no vertex, each given by its three UV corners in texels at `size`.
+UvMesh loose_triangles(int size, std::initializer_list<std::array<float, 6>> corners) {
   UvMesh m;
-  auto add = [&m, size](std::initializer_list<float> xy) {
+  for (const auto& xy : corners) {
     const int32_t base = static_cast<int32_t>(m.uvs.size() / 2);
     for (float c : xy) m.uvs.push_back(c / size);
     for (int k = 0; k < 3; ++k) {
       m.positions.insert(m.positions.end(), {float(base + k), 0, 0});
       m.faces.push_back(base + k);
     }
-  };
-  add({0.2f, 0.2f, 7.8f, 0.2f, 0.2f, 15.8f});  // a large face covering the left part
-  add({10.6f, 8.6f, 10.9f, 8.6f, 10.6f, 8.9f});  // 0.3 texels across, between texel centres
+  }
+  return m;
+}
+
+// A face too small to cover a texel centre still owns the texels around it, even where a
+// large face's covered texels are as near as the old nearest-covered-texel rule would see.
+TEST(MeshBake, DilationGivesATinyFaceItsTexels) {
+  const int size = 16;
+  const UvMesh m = loose_triangles(size, {{0.2f, 0.2f, 7.8f, 0.2f, 0.2f, 15.8f},  // large, left
+                                          {10.6f, 8.6f, 10.9f, 8.6f, 10.6f, 8.9f}});  // 0.3 across
   UvRaster r = rasterize_uv(m, size);
   for (int32_t f : r.face) ASSERT_NE(f, 1) << "the tiny face covers no texel centre";
   dilate_raster(r, m, 2);
@@ -483,17 +489,8 @@ TEST(MeshBake, DilationGivesATinyFaceItsTexels) {
 // 1.27 texels), but bilinear filtering reads it only for points of the corner's chart.
 TEST(MeshBake, DilationGivesATexelToTheChartThatReadsIt) {
   const int size = 16;
-  UvMesh m;
-  auto add = [&m, size](std::initializer_list<float> xy) {
-    const int32_t base = static_cast<int32_t>(m.uvs.size() / 2);
-    for (float c : xy) m.uvs.push_back(c / size);
-    for (int k = 0; k < 3; ++k) {
-      m.positions.insert(m.positions.end(), {float(base + k), 0, 0});
-      m.faces.push_back(base + k);
-    }
-  };
-  add({5.6f, 0.2f, 15.8f, 0.2f, 5.6f, 15.8f});  // face 0, its left edge at u = 5.6
-  add({0.2f, 0.2f, 3.6f, 0.2f, 3.6f, 3.6f});    // face 1, its corner at (3.6, 3.6)
+  const UvMesh m = loose_triangles(size, {{5.6f, 0.2f, 15.8f, 0.2f, 5.6f, 15.8f},  // left edge 5.6
+                                          {0.2f, 0.2f, 3.6f, 0.2f, 3.6f, 3.6f}});  // corner 3.6
   UvRaster r = rasterize_uv(m, size);
   const int64_t t = 4 * size + 4;  // centre (4.5, 4.5)
   ASSERT_EQ(r.face[t], -1);
