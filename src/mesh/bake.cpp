@@ -406,12 +406,12 @@ double distance2_to_triangle(const double u[3], const double v[3], double px, do
   return best;
 }
 
-// Max-norm (Chebyshev) distance from (px, py) to the triangle (u, v): the half side of the
-// smallest square centred there that touches it. Along an edge the distance is convex and
-// piecewise linear in the edge's parameter, so its least value is at an end or where the two
-// coordinates' offsets are equal in size.
-double chebyshev_to_triangle(const double u[3], const double v[3], double px, double py) {
-  if (distance2_to_triangle(u, v, px, py) == 0) return 0;
+// Max-norm (Chebyshev) distance from (px, py), outside the triangle (u, v), to it: the half
+// side of the smallest square centred there that touches one of its edges. Along an edge the
+// distance is convex and piecewise linear in the edge's parameter, so its least value is at an
+// end or where the two coordinates' offsets are equal in size. (Its only caller has already
+// found the point outside, so the inside test is not repeated here.)
+double chebyshev_to_edges(const double u[3], const double v[3], double px, double py) {
   double best = INFINITY;
   for (int k = 0; k < 3; ++k) {
     const int j = (k + 1) % 3;
@@ -439,8 +439,8 @@ uint64_t dilation_key(const double u[3], const double v[3], double px, double py
                       double reach2) {
   const double d2 = distance2_to_triangle(u, v, px, py);
   if (!(d2 <= reach2)) return kNone;
-  // Max norm <= Euclidean <= sqrt(2) max norm: only 1 <= d2 < 2 needs the max norm.
-  const bool read = d2 < 1 || (d2 < 2 && chebyshev_to_triangle(u, v, px, py) < 1);
+  // Max norm <= Euclidean <= sqrt(2) max norm: only 1 <= d2 < 2 (outside) needs the max norm.
+  const bool read = d2 < 1 || (d2 < 2 && chebyshev_to_edges(u, v, px, py) < 1);
   return (read ? 0 : kUnread) | (uint64_t(std::bit_cast<uint32_t>(static_cast<float>(d2))) << 32) |
          static_cast<uint32_t>(f);
 }
